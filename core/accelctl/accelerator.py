@@ -1,0 +1,87 @@
+"""Class-based plugins: subclass :class:`Accelerator`, no hook markers needed."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .devices import parse_indexed_devices
+from .info import AcceleratorInfo
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Accelerator(abc.ABC):
+    """Base class of class-based accelerator plugins.
+
+    A subclass's methods named after hooks *are* its hooks (no ``@accelctl.hookimpl`` needed).
+    Only :meth:`detect` and :meth:`auto_device_count` must be written; the rest have defaults that
+    fit an indexed accelerator whose ``torch.device`` type is :attr:`device_type`:
+
+    .. code-block:: python
+
+        class HPUAccelerator(accelctl.Accelerator):
+            name = "hpu"
+            description = "Intel Gaudi (Habana) HPU"
+            priority = 200
+            distributed_backend = "hccl"
+
+            def detect(self) -> bool: ...
+            def auto_device_count(self) -> int: ...
+
+    Register it with an entry point (``hpu = "accelctl_hpu:HPUAccelerator"``: the class is
+    instantiated with no arguments), or pass an instance straight to
+    ``accelctl.resolve(HPUAccelerator())`` or ``accelctl.Trainer(accelerator=HPUAccelerator())``.
+    """
+
+    #: Canonical name; the entry point's name wins when the class is installed as a plugin.
+    name: ClassVar[str] = ""
+    #: ``torch.device`` type of the default :meth:`get_parallel_devices`; defaults to :attr:`name`.
+    device_type: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    family: ClassVar[str | None] = None
+    priority: ClassVar[int] = 0
+    distributed_backend: ClassVar[str | None] = None
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def accelerator_name(self) -> str:
+        """The name used in messages: :attr:`name`, else the class name without "Accelerator"."""
+        return self.name or type(self).__name__.removesuffix("Accelerator").lower() or "custom"
+
+    @abc.abstractmethod
+    def detect(self) -> bool:
+        """See :func:`accelctl.hookspecs.detect`."""
+
+    @abc.abstractmethod
+    def auto_device_count(self) -> int:
+        """See :func:`accelctl.hookspecs.auto_device_count`."""
+
+    def parse_devices(self, devices: Any) -> int | list[int]:
+        """Default: the core's indexed parser over :meth:`auto_device_count` visible devices."""
+        return parse_indexed_devices(
+            devices, visible=self.auto_device_count(), accelerator=self.accelerator_name
+        )
+
+    def get_parallel_devices(self, devices: Any) -> list[torch.device]:
+        """Default: ``torch.device(device_type, i)`` for each index (or ``range(count)``)."""
+        import torch
+
+        indices = range(devices) if isinstance(devices, int) else devices
+        device_type = self.device_type or self.accelerator_name
+        return [torch.device(device_type, index) for index in indices]
+
+    def device_stats(self, device: torch.device) -> dict[str, int | float]:
+        """Default: nothing can be read."""
+        return {}
+
+    def accelerator_info(self) -> AcceleratorInfo:
+        """Default: built from the class attributes."""
+        return AcceleratorInfo(
+            description=self.description,
+            family=self.family,
+            priority=self.priority,
+            distributed_backend=self.distributed_backend,
+            aliases=tuple(self.aliases),
+        )

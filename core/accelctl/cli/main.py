@@ -1,0 +1,92 @@
+"""The ``accelctl`` group: lazy sub-commands, ``--debug``, ``--version`` and one-line errors.
+
+Sub-command modules are imported only when their command runs (or ``--help`` lists them), so
+``accelctl list`` pays for nothing but itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+import warnings
+from typing import Any
+
+import click
+
+from ..errors import AccelctlError, PluginWarning
+
+#: command name -> "module:attribute" of its click command. A new command adds one line here.
+COMMANDS: dict[str, str] = {
+    "list": "accelctl.cli.list_cmd:list_command",
+    "resolve": "accelctl.cli.resolve_cmd:resolve_command",
+}
+
+
+class AccelctlGroup(click.Group):
+    """A click group that imports each sub-command on demand and turns accelctl's errors into
+    one line on stderr with exit status 1 (``--debug``: the traceback too)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return self.commands.get(cmd_name)
+        module_name, _, attribute = target.partition(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attribute)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        debug = bool(ctx.params.get("debug"))
+        with warnings.catch_warnings():
+            default_show = warnings.showwarning
+
+            def show(
+                message: Warning | str,
+                category: type[Warning],
+                filename: str,
+                lineno: int,
+                file: Any = None,
+                line: str | None = None,
+            ) -> None:
+                if issubclass(category, PluginWarning):  # ours: one plain line
+                    click.echo(f"warning: {message}", err=True)
+                else:
+                    default_show(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            try:
+                return super().invoke(ctx)
+            except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+                raise
+            except AccelctlError as exc:
+                _fail(exc, debug, prefix="error")
+            except Exception as exc:  # a bug, ours or a plugin's: still one line without --debug
+                _fail(exc, debug, prefix=f"internal error ({type(exc).__name__})")
+
+
+def _fail(exc: BaseException, debug: bool, prefix: str) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    hint = "" if debug else " (run with --debug for the traceback)"
+    click.echo(f"{prefix}: {message}" + (hint if prefix != "error" else ""), err=True)
+    sys.exit(1)
+
+
+@click.group(cls=AccelctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+@click.version_option(package_name="accelctl", prog_name="accelctl")
+def cli(debug: bool) -> None:
+    """Pluggable hardware accelerators for PyTorch training.
+
+    Every accelerator (cpu, cuda, mps, or a vendor's) is a pip-installable plugin found through
+    the entry-point group "accelctl.accelerators".
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="accelctl")

@@ -1,0 +1,38 @@
+"""``accelctl resolve``: what a Trainer with these arguments would run on."""
+
+from __future__ import annotations
+
+import click
+
+from ..selection import resolve
+from ._output import emit_json
+
+
+@click.command("resolve")
+@click.option(
+    "--accelerator",
+    "-a",
+    default="auto",
+    show_default=True,
+    help='A name or alias, "gpu" or "auto".',
+)
+@click.option(
+    "--devices",
+    "-d",
+    default="auto",
+    show_default=True,
+    help='"auto", a count ("2"), or indices ("0,1").',
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
+    """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
+    the selection is impossible."""
+    selection = resolve(accelerator, devices)
+    if as_json:
+        emit_json(selection.to_dict())
+        return
+    data = selection.to_dict()
+    plugin = " ".join(filter(None, [data["distribution"], data["version"]]))
+    click.echo(f"accelerator:         {data['accelerator']}" + (f" ({plugin})" if plugin else ""))
+    click.echo(f"devices:             {', '.join(data['devices'])}")
+    click.echo(f"distributed backend: {data['distributed_backend'] or 'none (one process only)'}")

@@ -1,0 +1,223 @@
+"""Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
+
+Indexed accelerators (CUDA, HPU, XPU, ...) use :func:`parse_indexed_devices`; the CPU counts
+processes with :func:`parse_process_count`; single-device accelerators (MPS) use
+:func:`parse_single_device`. Every refusal is a :class:`~accelctl.DeviceSpecError` whose message
+names the accelerator, repeats the spec as given, says what is visible and lists the accepted forms.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from typing import Any
+
+from .errors import DeviceSpecError
+
+INDEXED_FORMS = (
+    '"auto" or -1 (all visible devices), k >= 1 or "k" (the first k), '
+    '"i,j", "i," or [i, j] (exactly those indices)'
+)
+PROCESS_COUNT_FORMS = '"auto" (1 process), k >= 1 or "k" (k processes)'
+SINGLE_DEVICE_FORMS = '"auto", -1, 1, "1", [0] or "0," (the one device)'
+
+_INT_RE = re.compile(r"^[+-]?\d+$")
+_ALL = "all"
+
+
+def _visible_phrase(accelerator: str, visible: int) -> str:
+    if visible == 0:
+        return f"no {accelerator} device is visible"
+    if visible == 1:
+        return f"1 {accelerator} device is visible (index 0)"
+    return f"{visible} {accelerator} devices are visible (indices 0-{visible - 1})"
+
+
+class _Refusal:
+    """Builds the errors of one parse: the accelerator, the spec and the context never change."""
+
+    def __init__(
+        self,
+        accelerator: str,
+        spec: object,
+        visible: int | None,
+        visible_phrase: str,
+        accepted: str,
+    ) -> None:
+        self.accelerator = accelerator
+        self.spec = spec
+        self.visible = visible
+        self.visible_phrase = visible_phrase
+        self.accepted = accepted
+
+    def __call__(self, problem: str) -> DeviceSpecError:
+        message = (
+            f"{self.accelerator}: devices={self.spec!r} {problem}; {self.visible_phrase}. "
+            f"Accepted: {self.accepted}."
+        )
+        return DeviceSpecError(
+            message,
+            accelerator=self.accelerator,
+            spec=self.spec,
+            visible=self.visible,
+            accepted=self.accepted,
+        )
+
+
+def _as_int(value: Any) -> int | None:
+    """An int for ints and int-likes (numpy integers), None for everything else (bools included)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
+    """Turn any accepted spelling into ``"all"``, an ``int`` count or a ``list`` of indices."""
+    if spec is None:
+        raise refuse('is not a device spec (use "auto" for all visible devices)')
+    if isinstance(spec, bool):
+        raise refuse("is a bool, not a device spec")
+    if isinstance(spec, str):
+        text = spec.strip()
+        if not text:
+            raise refuse("is empty")
+        if text.lower() == "auto":
+            return _ALL
+        if "," in text:
+            parts = [part.strip() for part in text.split(",")]
+            if parts[-1] == "":
+                parts.pop()  # "0," is the one-index list [0]
+            if not parts or any(not part for part in parts):
+                raise refuse("has an empty item in its comma-separated list")
+            indices = []
+            for part in parts:
+                if not _INT_RE.match(part):
+                    raise refuse(f"has {part!r} in its list, which is not a device index")
+                indices.append(int(part))
+            return indices
+        if _INT_RE.match(text):
+            return _count_or_all(int(text), refuse)
+        raise refuse('is not "auto", a number or a comma-separated list of indices')
+    count = _as_int(spec)
+    if count is not None:
+        return _count_or_all(count, refuse)
+    if isinstance(spec, (list, tuple)):
+        if not spec:
+            raise refuse("is an empty list, which selects no device")
+        indices = []
+        for item in spec:
+            index = _as_int(item)
+            if index is None:
+                raise refuse(f"holds {item!r} ({type(item).__name__}), which is not a device index")
+            indices.append(index)
+        return indices
+    if isinstance(spec, float):
+        raise refuse("is a float; use an int count or a list of indices")
+    raise refuse(f"has type {type(spec).__name__}, which is not a device spec")
+
+
+def _count_or_all(count: int, refuse: _Refusal) -> int | str:
+    if count == -1:
+        return _ALL
+    if count == 0:
+        raise refuse('asks for no device (0); to run on the CPU use accelerator="cpu"')
+    if count < 0:
+        raise refuse("is negative; the only negative spec is -1 (all visible devices)")
+    return count
+
+
+def parse_indexed_devices(devices: Any, *, visible: int, accelerator: str) -> list[int]:
+    """Parse a devices spec for an accelerator whose devices are numbered ``0 .. visible-1``.
+
+    ================================  ==========================
+    spec                              result
+    ================================  ==========================
+    ``"auto"``, ``-1``, ``"-1"``      ``[0, ..., visible-1]``
+    ``k`` (>= 1), ``"k"``             ``[0, ..., k-1]``
+    ``"i,j"``, ``"i,"``, ``[i, j]``   exactly those indices
+    ================================  ==========================
+
+    White space around a string spec is ignored. Everything else (``0``, ``[]``, ``""``,
+    ``None``, ``True``, ``1.5``, ``"abc"``, ``"[0]"``, ``-2``, duplicates, an index >=
+    ``visible``, more devices than ``visible``) raises :class:`~accelctl.DeviceSpecError`.
+
+    :param devices: the spec as the user gave it.
+    :param visible: how many devices this process can see (honouring ``*_VISIBLE_DEVICES``).
+    :param accelerator: the accelerator's name, used in error messages.
+    :returns: the device indices, in rank order.
+    """
+    refuse = _Refusal(
+        accelerator, devices, visible, _visible_phrase(accelerator, visible), INDEXED_FORMS
+    )
+    return _select(_normalise(devices, refuse), visible, refuse)
+
+
+def _select(value: int | str | list[int], visible: int, refuse: _Refusal) -> list[int]:
+    if value == _ALL:
+        if visible <= 0:
+            raise refuse("asks for all devices, but none is visible")
+        return list(range(visible))
+    if isinstance(value, int):
+        if value > visible:
+            raise refuse(f"asks for {value} devices, more than are visible")
+        return list(range(value))
+    assert isinstance(value, list)
+    seen: set[int] = set()
+    for index in value:
+        if index < 0:
+            raise refuse(f"holds the negative index {index}")
+        if index in seen:
+            raise refuse(f"repeats index {index}")
+        if index >= visible:
+            raise refuse(f"holds index {index}, which is out of range")
+        seen.add(index)
+    return list(value)
+
+
+def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
+    """Parse a devices spec for an accelerator that runs ``k`` processes on one device (the CPU).
+
+    ``"auto"`` is 1; ``k`` or ``"k"`` (k >= 1) is k. Indices and ``-1`` are refused with a
+    message saying the accelerator takes a process count, as is every bad form of the indexed
+    table.
+
+    :returns: the number of processes.
+    """
+    cores = os.cpu_count() or 1
+    refuse = _Refusal(
+        accelerator,
+        devices,
+        None,
+        f"{accelerator} takes a process count (this machine has {cores} cores)",
+        PROCESS_COUNT_FORMS,
+    )
+    value = _normalise(devices, refuse)
+    if isinstance(devices, str) and devices.strip().lower() == "auto":
+        return 1
+    if value == _ALL:
+        raise refuse("means all devices of an indexed accelerator, which the CPU is not")
+    if isinstance(value, list):
+        raise refuse("lists device indices, but the CPU has no device indices")
+    assert isinstance(value, int)
+    return value
+
+
+def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> list[int]:
+    """Parse a devices spec for an accelerator that exposes a single device (MPS).
+
+    ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``; anything more is a
+    :class:`~accelctl.DeviceSpecError` saying that the accelerator exposes a single device.
+
+    :param visible: 1 when the device is there, 0 when it is not.
+    """
+    phrase = (
+        f"{accelerator} exposes a single device"
+        if visible
+        else f"{accelerator} exposes a single device and it is not available here"
+    )
+    refuse = _Refusal(accelerator, devices, visible, phrase, SINGLE_DEVICE_FORMS)
+    return _select(_normalise(devices, refuse), min(visible, 1), refuse)

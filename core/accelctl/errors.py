@@ -1,0 +1,85 @@
+"""Every error accelctl raises, all under :class:`AccelctlError`.
+
+Messages teach: what was asked, what exists, what to do next. The CLI prints ``str(error)`` as one
+line on stderr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AccelctlError(Exception):
+    """Base class of accelctl's errors."""
+
+
+class UnknownAcceleratorError(AccelctlError, LookupError):
+    """No installed plugin provides the accelerator asked for."""
+
+    def __init__(self, message: str, *, name: str, installed: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.name = name
+        self.installed = tuple(installed)
+
+
+class AcceleratorUnavailableError(AccelctlError):
+    """The accelerator is installed but cannot be used here (not detected, or disabled)."""
+
+    def __init__(self, message: str, *, name: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.reason = reason
+
+
+class PluginLoadError(AccelctlError):
+    """A plugin failed to import or broke the contract; ``__cause__`` holds the original error."""
+
+    def __init__(self, message: str, *, name: str, distribution: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.distribution = distribution
+
+
+class PluginHookError(PluginLoadError):
+    """A plugin's hook raised, or returned something its specification does not allow."""
+
+    def __init__(
+        self, message: str, *, name: str, hook: str, distribution: str | None = None
+    ) -> None:
+        super().__init__(message, name=name, distribution=distribution)
+        self.hook = hook
+
+
+class PluginConflictError(PluginLoadError):
+    """Two distributions claim the same accelerator name (or alias)."""
+
+    def __init__(self, message: str, *, name: str, distributions: Sequence[str]) -> None:
+        super().__init__(message, name=name, distribution=None)
+        self.distributions = tuple(distributions)
+
+
+class DeviceSpecError(AccelctlError, ValueError):
+    """A devices spec that the accelerator does not accept.
+
+    The message names the accelerator, repeats the spec as given, says what is visible and lists
+    the accepted forms; the parts are kept as attributes for programs.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        accelerator: str,
+        spec: object,
+        visible: int | None = None,
+        accepted: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.accelerator = accelerator
+        self.spec = spec
+        self.visible = visible
+        self.accepted = accepted
+
+
+class PluginWarning(UserWarning):
+    """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""

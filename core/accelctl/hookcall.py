@@ -1,0 +1,134 @@
+"""The one place that calls a plugin's hook and checks what it returns.
+
+A plugin's exception, or a value its hook specification does not allow, becomes a
+:class:`~accelctl.errors.PluginHookError` naming the plugin, its distribution and the hook. A
+:class:`~accelctl.DeviceSpecError` from ``parse_devices`` / ``get_parallel_devices`` is the
+contract's own answer to a bad spec and passes through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import DeviceSpecError, PluginHookError
+from .info import AcceleratorInfo
+from .loading import LoadedPlugin
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("expected a bool")
+    return value
+
+
+def _check_count(value: Any) -> int:
+    if not _is_int(value) or value < 0:
+        raise TypeError("expected a non-negative int")
+    return int(value)
+
+
+def _check_parsed(value: Any) -> int | list[int]:
+    if _is_int(value) and value >= 1:
+        return int(value)
+    if isinstance(value, list) and value and all(_is_int(i) and i >= 0 for i in value):
+        return value
+    raise TypeError("expected an int >= 1 or a non-empty list of non-negative ints")
+
+
+def _check_devices(value: Any) -> list[Any]:
+    import torch  # the plugin returned torch objects, so torch is already imported
+
+    if not isinstance(value, list) or not value:
+        raise TypeError("expected a non-empty list of torch.device")
+    for item in value:
+        if not isinstance(item, torch.device):
+            raise TypeError(f"expected a list of torch.device, found {type(item).__name__}")
+    return value
+
+
+def _check_stats(value: Any) -> dict[str, int | float]:
+    if not isinstance(value, dict):
+        raise TypeError("expected a flat dict of str to int or float")
+    for key, figure in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"expected str keys, found {_short(key)}")
+        if isinstance(figure, bool) or not isinstance(figure, (int, float)):
+            raise TypeError(
+                f"expected int or float figures, found {key!r}: {_short(figure)} "
+                f"({type(figure).__name__})"
+            )
+    return value
+
+
+def _check_reason(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("expected a str or None")
+    return None if value is None else " ".join(value.split()) or None
+
+
+def _check_info(value: Any) -> AcceleratorInfo:
+    return AcceleratorInfo.coerce(value)
+
+
+def _ignore(value: Any) -> None:
+    return None
+
+
+#: How each hook's return value is checked and normalised.
+RETURN_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "detect": _check_bool,
+    "auto_device_count": _check_count,
+    "parse_devices": _check_parsed,
+    "get_parallel_devices": _check_devices,
+    "device_stats": _check_stats,
+    "unavailable_reason": _check_reason,
+    "accelerator_info": _check_info,
+    "setup_device": _ignore,
+    "teardown": _ignore,
+}
+
+_PASS_THROUGH: dict[str, tuple[type[BaseException], ...]] = {
+    "parse_devices": (DeviceSpecError,),
+    "get_parallel_devices": (DeviceSpecError,),
+}
+
+
+def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
+    """Call ``hook`` of this one plugin and return its checked value.
+
+    :raises PluginHookError: when the hook raised or returned a value its spec does not allow.
+    :raises DeviceSpecError: from ``parse_devices`` / ``get_parallel_devices``, unchanged.
+    """
+    origin = plugin.origin
+    caller = getattr(plugin.manager.hook, hook)
+    try:
+        value = caller(**kwargs)
+    except _PASS_THROUGH.get(hook, ()):
+        raise
+    except Exception as exc:
+        raise PluginHookError(
+            f"{origin.describe()}: hook {hook}() raised {type(exc).__name__}: {exc}",
+            name=origin.name,
+            hook=hook,
+            distribution=origin.distribution,
+        ) from exc
+    try:
+        return RETURN_CHECKS[hook](value)
+    except (TypeError, ValueError) as exc:
+        raise PluginHookError(
+            f"{origin.describe()}: hook {hook}() returned {_short(value)} "
+            f"({type(value).__name__}); {exc}",
+            name=origin.name,
+            hook=hook,
+            distribution=origin.distribution,
+        ) from exc

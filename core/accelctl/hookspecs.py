@@ -1,0 +1,244 @@
+"""The hooks an accelerator plugin implements: the contract between accelctl and a vendor.
+
+One plugin serves one accelerator, so no hook takes an accelerator name. Every hook is called on one
+plugin at a time (never broadcast to all of them) through :class:`accelctl.AcceleratorHandle`, which
+checks what the hook returns and names the plugin when it breaks the rules below.
+
+Required hooks: :func:`detect`, :func:`auto_device_count`, :func:`parse_devices`,
+:func:`get_parallel_devices`, :func:`device_stats`. Optional hooks: :func:`unavailable_reason`,
+:func:`accelerator_info`, :func:`setup_device`, :func:`teardown`.
+
+A module plugin marks its functions with ``@accelctl.hookimpl``; a subclass of
+:class:`accelctl.Accelerator` needs no markers, its methods are its hooks. A hook implementation
+may declare fewer parameters than the specification (pluggy's rule), never other ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .markers import hookspec
+
+if TYPE_CHECKING:
+    import torch
+
+    from .info import AcceleratorInfo
+
+#: Hooks every plugin must implement; a plugin missing one fails to load.
+REQUIRED_HOOKS = (
+    "detect",
+    "auto_device_count",
+    "parse_devices",
+    "get_parallel_devices",
+    "device_stats",
+)
+#: Hooks a plugin may leave out; accelctl then uses the default each one documents.
+OPTIONAL_HOOKS = ("unavailable_reason", "accelerator_info", "setup_device", "teardown")
+ALL_HOOKS = REQUIRED_HOOKS + OPTIONAL_HOOKS
+
+
+@hookspec(firstresult=True)
+def detect() -> bool:
+    """Say whether this accelerator can run torch work in this process now.
+
+    Called by ``accelctl list``, by ``resolve("auto")`` and ``resolve("gpu")`` for every enabled
+    plugin, and by ``resolve(<name>)`` before the accelerator is used.
+
+    :returns: ``True`` when torch can use at least one device of this kind here.
+
+    Rules: answer in milliseconds; never raise on a machine without the hardware (return
+    ``False``); never initialise a device runtime in a way that breaks a later ``fork`` (for CUDA:
+    no CUDA context in the parent; NVML queries are fine). Say no cheaply where you can, before
+    importing torch (for example: not on the right operating system, the vendor's package is not
+    installed).
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def detect() -> bool:
+            if importlib.util.find_spec("habana_frameworks") is None:
+                return False
+            import habana_frameworks.torch.hpu as hpu
+            return hpu.is_available()
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def auto_device_count() -> int:
+    """Return how many devices ``devices="auto"`` uses.
+
+    Called when a devices spec is ``"auto"``, by ``accelctl list`` for its device column, and by the
+    shared device parser to know what is visible.
+
+    :returns: a non-negative ``int``: ``0`` when :func:`detect` is ``False``. CPU returns ``1``.
+
+    Honour the vendor's visible-device variable (``CUDA_VISIBLE_DEVICES``,
+    ``HABANA_VISIBLE_MODULES``, ...). The same fork-safety rule as :func:`detect` applies.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def auto_device_count() -> int:
+            return _count_visible_devices() if detect() else 0
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def parse_devices(devices: Any) -> int | list[int]:
+    """Normalise a devices spec as a user wrote it.
+
+    Called by :func:`accelctl.resolve` (and so by the Trainer and ``accelctl launch``) with the
+    ``devices`` argument as given: ``"auto"``, an ``int``, a string such as ``"2"`` or ``"0,1"``, a
+    list or tuple of indices, or anything else a user may type.
+
+    :param devices: the spec as given, not yet validated.
+    :returns: a device count (``int``) or a list of device indices; what it returns is passed to
+        :func:`get_parallel_devices` unchanged.
+    :raises accelctl.DeviceSpecError: for anything that is not a valid spec, and nothing else: no
+        bare ``TypeError``, ``IndexError`` or ``int()`` message may reach the user.
+
+    Indexed accelerators share the core's parser, which implements the whole table of accepted
+    forms and writes the error messages:
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def parse_devices(devices):
+            return accelctl.parse_indexed_devices(
+                devices, visible=auto_device_count(), accelerator="hpu"
+            )
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def get_parallel_devices(devices: Any) -> list[torch.device]:
+    """Return one ``torch.device`` per process, in rank order.
+
+    Called by :func:`accelctl.resolve` with exactly what :func:`parse_devices` returned.
+
+    :param devices: the value :func:`parse_devices` returned (a count or a list of indices).
+    :returns: a non-empty ``list[torch.device]``, one per process: ``devices[LOCAL_RANK]`` is the
+        device of that process.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def get_parallel_devices(devices):
+            import torch
+            return [torch.device("hpu", i) for i in devices]
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def device_stats(device: torch.device) -> dict[str, int | float]:
+    """Return flat figures for one device.
+
+    Called by ``accelctl stats`` and by the Trainer every ``log_every_n_steps`` steps.
+
+    :param device: one of the devices :func:`get_parallel_devices` returned.
+    :returns: a flat ``dict`` of ``str`` to ``int`` or ``float``, the unit in the key. Use the
+        common keys where the figure exists: ``memory_allocated_bytes``, ``memory_reserved_bytes``,
+        ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_percent``,
+        ``temperature_celsius``, ``power_watts`` (CPU also ``cpu_percent``, ``swap_percent``).
+        Prefix other figures with the accelerator's name (``"hpu.max_in_use_bytes"``). Return
+        ``{}`` where nothing can be read.
+
+    Never block (no sampling sleeps) and never initialise a device runtime that is not in use yet.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def device_stats(device):
+            import habana_frameworks.torch.hpu as hpu
+            return {"memory_allocated_bytes": hpu.memory_allocated(device)}
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def unavailable_reason() -> str | None:
+    """Say in one line why :func:`detect` is ``False`` here.
+
+    Optional. Called by ``accelctl list`` (its ``reason`` column) and when building an
+    :class:`accelctl.AcceleratorUnavailableError`, only after :func:`detect` returned ``False``.
+
+    :returns: a short sentence such as ``"no NVIDIA driver"``, ``"torch 2.13.0+cpu is a CPU-only
+        build"`` or ``"not macOS"``; ``None`` when there is nothing to add.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def unavailable_reason():
+            if importlib.util.find_spec("habana_frameworks") is None:
+                return "habana_frameworks is not installed"
+            return None
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def accelerator_info() -> AcceleratorInfo | dict[str, Any]:
+    """Describe the accelerator: description, family, priority, distributed backend, aliases.
+
+    Optional: without it the plugin gets ``AcceleratorInfo()`` (priority 0, no family, single
+    process only). Called once per process when the plugin is first used; the result is cached.
+
+    :returns: an :class:`accelctl.AcceleratorInfo`, or a ``dict`` of its fields.
+
+    ``family="gpu"`` puts the accelerator under ``accelerator="gpu"``. The available accelerator of
+    highest ``priority`` wins under ``"auto"`` (CPU 0; CUDA, MPS 100; a specialised chip 200).
+    ``distributed_backend`` names the ``torch.distributed`` backend for several processes;
+    ``None`` restricts the accelerator to one process.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def accelerator_info():
+            return accelctl.AcceleratorInfo(
+                description="Intel Gaudi (Habana) HPU",
+                priority=200,
+                distributed_backend="hccl",
+                aliases=("gaudi",),
+            )
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def setup_device(device: torch.device) -> None:
+    """Make ``device`` the current device of this process.
+
+    Optional. Called by the Trainer (and the Lightning integration) once per process, before the
+    model is moved, with ``devices[LOCAL_RANK]``. CUDA calls ``torch.cuda.set_device(device)``.
+
+    :param device: this process's device.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def setup_device(device):
+            import torch
+            torch.cuda.set_device(device)
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def teardown() -> None:
+    """Release what the accelerator holds in this process.
+
+    Optional. Called by the Trainer at the end of ``fit``, also when training raised. CUDA empties
+    its caching allocator.
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def teardown():
+            import torch
+            torch.cuda.empty_cache()
+    """
+    raise NotImplementedError

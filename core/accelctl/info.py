@@ -1,0 +1,83 @@
+"""What a plugin says about its accelerator: :class:`AcceleratorInfo`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Families the core knows; ``"gpu"`` is what ``accelerator="gpu"`` chooses from.
+KNOWN_FAMILIES = frozenset({"gpu"})
+
+_NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+
+
+def is_valid_name(name: str) -> bool:
+    """True when ``name`` has the form of a canonical accelerator name or alias."""
+    return bool(_NAME_RE.match(name))
+
+
+@dataclass(frozen=True)
+class AcceleratorInfo:
+    """Description, family, priority, distributed backend and aliases of one accelerator.
+
+    Returned by the optional ``accelerator_info`` hook (a dict of these fields is accepted too)
+    and exposed as :attr:`AcceleratorHandle.info`. Fields are checked and normalised on creation:
+    aliases are lower-cased into a tuple, a wrong type raises ``TypeError``/``ValueError`` with the
+    field's name.
+    """
+
+    description: str = ""
+    family: str | None = None
+    priority: int = 0
+    distributed_backend: str | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a str, not {type(self.description).__name__}")
+        if self.family is not None and not isinstance(self.family, str):
+            raise TypeError(f"family must be a str or None, not {type(self.family).__name__}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise TypeError(f"priority must be an int, not {type(self.priority).__name__}")
+        backend = self.distributed_backend
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(
+                f"distributed_backend must be a str or None, not {type(backend).__name__}"
+            )
+        aliases = self.aliases
+        if isinstance(aliases, str) or not isinstance(aliases, (list, tuple, set, frozenset)):
+            raise TypeError(f"aliases must be a tuple or list of str, not {type(aliases).__name__}")
+        normalised = []
+        for alias in aliases:
+            if not isinstance(alias, str) or not is_valid_name(alias.strip().lower()):
+                raise ValueError(f"alias {alias!r} is not a lowercase name matching [a-z0-9_-]+")
+            normalised.append(alias.strip().lower())
+        object.__setattr__(self, "aliases", tuple(dict.fromkeys(normalised)))
+        if self.family is not None:
+            object.__setattr__(self, "family", self.family.lower())
+
+    @classmethod
+    def coerce(cls, value: AcceleratorInfo | dict[str, Any]) -> AcceleratorInfo:
+        """Accept an ``AcceleratorInfo`` or a dict of its fields; reject anything else."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(
+                    f"unknown AcceleratorInfo field(s) {', '.join(map(repr, unknown))}; "
+                    f"accepted: {', '.join(sorted(known))}"
+                )
+            return cls(**value)
+        raise TypeError(
+            f"expected an AcceleratorInfo or a dict of its fields, not {type(value).__name__}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready plain data."""
+        data = dataclasses.asdict(self)
+        data["aliases"] = list(self.aliases)
+        return data

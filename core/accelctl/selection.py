@@ -1,0 +1,180 @@
+"""Selecting what to run on: an accelerator (name, alias, "gpu", "auto", instance), its devices."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._project import ENV_ACCELERATOR, ENV_DEVICES
+from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
+from .handle import AcceleratorHandle
+from .registry import Registry, get_registry
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a Trainer runs on: the accelerator's handle and one device per process."""
+
+    accelerator: AcceleratorHandle
+    devices: list[torch.device]
+    #: What the plugin's ``parse_devices`` returned (a count or indices).
+    parsed: int | list[int]
+
+    @property
+    def distributed_backend(self) -> str | None:
+        """The ``torch.distributed`` backend for several processes; None: one process only."""
+        return self.accelerator.info.distributed_backend
+
+    @property
+    def world_size(self) -> int:
+        """Processes on this machine: one per device."""
+        return len(self.devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``accelerator``, ``devices`` (as strings), ``distributed_backend``..."""
+        return {
+            "accelerator": self.accelerator.name,
+            "devices": [str(device) for device in self.devices],
+            "device_count": len(self.devices),
+            "distributed_backend": self.distributed_backend,
+            "family": self.accelerator.info.family,
+            "distribution": self.accelerator.distribution,
+            "version": self.accelerator.version,
+        }
+
+
+def _available(handle: AcceleratorHandle) -> bool:
+    """detect() for candidates of "auto"/"gpu": a plugin whose hook breaks is skipped, loudly."""
+    import warnings
+
+    try:
+        return handle.detect()
+    except AccelctlError as exc:
+        warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=4)
+        return False
+
+
+def _best(handles: list[AcceleratorHandle]) -> AcceleratorHandle | None:
+    candidates = []
+    for handle in handles:
+        try:
+            priority = handle.info.priority
+        except AccelctlError:
+            continue
+        if _available(handle):
+            candidates.append((-priority, handle.name, handle))
+    return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
+
+
+def _why(handle: AcceleratorHandle) -> str:
+    try:
+        if handle.detect():
+            return "available"
+        return handle.unavailable_reason() or "not detected"
+    except AccelctlError as exc:
+        return f"broken: {exc}"
+
+
+def select_accelerator(
+    accelerator: Any = "auto",
+    *,
+    registry: Registry | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AcceleratorHandle:
+    """The accelerator for ``accelerator`` (section "Selecting an accelerator" of the docs).
+
+    - ``"auto"``: ``ACCELCTL_ACCELERATOR`` when set; else the available accelerator of highest
+      priority (CPU is the floor).
+    - ``"gpu"``: the available accelerator of family ``"gpu"`` with the highest priority.
+    - a name or alias (any case): that accelerator, which must be available.
+    - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
+    """
+    registry = registry or get_registry()
+    environ = os.environ if environ is None else environ
+    if not isinstance(accelerator, str):
+        return AcceleratorHandle.from_object(accelerator)
+    key = accelerator.strip().lower()
+    if key == "auto":
+        override = environ.get(ENV_ACCELERATOR, "").strip()
+        if override and override.lower() != "auto":
+            return select_accelerator(override, registry=registry, environ={})
+        return _select_auto(registry)
+    if key == "gpu":
+        return _select_gpu(registry)
+    handle = registry.get(key)
+    if not handle.detect():
+        reason = handle.unavailable_reason()
+        because = f": {reason}" if reason else " (not detected)"
+        raise AcceleratorUnavailableError(
+            f"accelerator {handle.name!r} is installed but not available here{because}. "
+            f'Use accelerator="auto" to take what is available, or `accelctl list` to see why',
+            name=handle.name,
+            reason=reason,
+        )
+    return handle
+
+
+def _select_auto(registry: Registry) -> AcceleratorHandle:
+    handles = registry.usable()
+    best = _best(handles)
+    if best is None:
+        installed = ", ".join(f"{h.name} ({_why(h)})" for h in handles) or "none"
+        raise AcceleratorUnavailableError(
+            f'accelerator="auto" found no available accelerator (enabled and loadable: '
+            f"{installed}); install the CPU plugin: pip install accelctl-cpu",
+            name="auto",
+        )
+    return best
+
+
+def _select_gpu(registry: Registry) -> AcceleratorHandle:
+    gpus = []
+    for handle in registry.usable():
+        try:
+            if handle.info.family == "gpu":
+                gpus.append(handle)
+        except AccelctlError:
+            continue
+    best = _best(gpus)
+    if best is None:
+        if gpus:
+            why = "; ".join(f"{h.name}: {_why(h)}" for h in gpus)
+            message = (
+                f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
+                'Use accelerator="cpu" to run on the CPU'
+            )
+        else:
+            message = (
+                'accelerator="gpu" found no gpu-family accelerator installed; install one: '
+                "pip install accelctl-cuda (NVIDIA, AMD ROCm) or accelctl-mps (Apple silicon)"
+            )
+        raise AcceleratorUnavailableError(message, name="gpu")
+    return best
+
+
+def resolve(
+    accelerator: Any = "auto",
+    devices: Any = "auto",
+    *,
+    registry: Registry | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Selection:
+    """Choose the accelerator and its devices, as a Trainer does.
+
+    :param accelerator: ``"auto"``, ``"gpu"``, a name or alias (any case), or an instance.
+    :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set.
+    :returns: a :class:`Selection`.
+    :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
+        DeviceSpecError: each with a message that says what to do.
+    """
+    environ = os.environ if environ is None else environ
+    handle = select_accelerator(accelerator, registry=registry, environ=environ)
+    if isinstance(devices, str) and devices.strip().lower() == "auto":
+        devices = environ.get(ENV_DEVICES, "").strip() or devices
+    parsed = handle.parse_devices(devices)
+    return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)

@@ -1,0 +1,132 @@
+"""Real installed distributions for tests: ``*.dist-info`` folders and modules on a path.
+
+Discovery tests use these instead of mocking ``importlib.metadata``: a folder made here is what
+``pip install`` leaves in site-packages (METADATA, entry_points.txt, the plugin's module).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+
+class FakeSite:
+    """A site-packages-like folder on which fake distributions are installed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.modules: list[str] = []
+
+    @property
+    def path(self) -> list[str]:
+        return [str(self.root)]
+
+    def install(
+        self,
+        distribution: str,
+        entry_points: Mapping[str, str],
+        modules: Mapping[str, str] | None = None,
+        version: str = "1.0",
+        group: str = "accelctl.accelerators",
+    ) -> Path:
+        """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``
+        and ``modules`` (module name -> source, dedented)."""
+        folder = re.sub(r"[-_.]+", "_", distribution)
+        info = self.root / f"{folder}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+        )
+        lines = [f"[{group}]"] + [f"{name} = {value}" for name, value in entry_points.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        for module, source in (modules or {}).items():
+            (self.root / f"{module}.py").write_text(textwrap.dedent(source))
+            self.modules.append(module)
+        return info
+
+    def forget_modules(self) -> None:
+        """Drop the fake modules from ``sys.modules`` so the next test imports them afresh."""
+        for module in self.modules:
+            sys.modules.pop(module, None)
+
+
+GOOD_PLUGIN = '''
+    import accelctl
+
+    @accelctl.hookimpl
+    def detect():
+        return True
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return 2
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible=2, accelerator="{name}")
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        import torch
+        return [torch.device("cpu") for _ in devices]
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {{"memory_used_bytes": 1}}
+
+    @accelctl.hookimpl
+    def accelerator_info():
+        return {{"description": "{name} test accelerator", "priority": {priority},
+                "family": {family!r}, "distributed_backend": "gloo", "aliases": {aliases!r}}}
+'''
+
+UNDETECTED_PLUGIN = '''
+    import accelctl
+
+    @accelctl.hookimpl
+    def detect():
+        return False
+
+    @accelctl.hookimpl
+    def unavailable_reason():
+        return "no {name} hardware here"
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return 0
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible=0, accelerator="{name}")
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        import torch
+        return [torch.device("cpu") for _ in devices]
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {{}}
+
+    @accelctl.hookimpl
+    def accelerator_info():
+        return {{"family": {family!r}, "priority": {priority}, "aliases": {aliases!r}}}
+'''
+
+
+def good_plugin(
+    name: str, priority: int = 10, family: str | None = None, aliases: tuple[str, ...] = ()
+) -> str:
+    """Source of a working module plugin that detects two devices."""
+    return GOOD_PLUGIN.format(name=name, priority=priority, family=family, aliases=aliases)
+
+
+def undetected_plugin(
+    name: str, priority: int = 100, family: str | None = "gpu", aliases: tuple[str, ...] = ()
+) -> str:
+    """Source of a working module plugin whose hardware is absent."""
+    return UNDETECTED_PLUGIN.format(name=name, priority=priority, family=family, aliases=aliases)
