@@ -12,9 +12,14 @@ import accelctl
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/fakedists.py is a helper, not a package
 
-from fakedists import FakeSite  # noqa: E402
+from fakedists import FakeSite
 
-_ACCELCTL_VARS = ("ACCELCTL_ACCELERATOR", "ACCELCTL_PLUGINS", "ACCELCTL_DISABLE", "ACCELCTL_DEVICES")
+_ACCELCTL_VARS = (
+    "ACCELCTL_ACCELERATOR",
+    "ACCELCTL_PLUGINS",
+    "ACCELCTL_DISABLE",
+    "ACCELCTL_DEVICES",
+)
 
 
 @pytest.fixture(autouse=True)

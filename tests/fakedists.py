@@ -54,7 +54,7 @@ class FakeSite:
             sys.modules.pop(module, None)
 
 
-GOOD_PLUGIN = '''
+GOOD_PLUGIN = """
     import accelctl
 
     @accelctl.hookimpl
@@ -82,9 +82,9 @@ GOOD_PLUGIN = '''
     def accelerator_info():
         return {{"description": "{name} test accelerator", "priority": {priority},
                 "family": {family!r}, "distributed_backend": "gloo", "aliases": {aliases!r}}}
-'''
+"""
 
-UNDETECTED_PLUGIN = '''
+UNDETECTED_PLUGIN = """
     import accelctl
 
     @accelctl.hookimpl
@@ -115,7 +115,7 @@ UNDETECTED_PLUGIN = '''
     @accelctl.hookimpl
     def accelerator_info():
         return {{"family": {family!r}, "priority": {priority}, "aliases": {aliases!r}}}
-'''
+"""
 
 
 def good_plugin(

@@ -295,10 +295,9 @@ class Registry:
         """
         rows = []
         for name in self.names():
-            entries = self.entries(name)
-            entry = entries[0]
-            for each in entries if len(entries) > 1 else [entry]:
-                rows.append(self._record(name, each, detect))
+            # Several entries under one name are a conflict: a row each, in a stable order.
+            for entry in sorted(self.entries(name), key=lambda e: e.distribution or ""):
+                rows.append(self._record(name, entry, detect))
         return rows
 
     def _record(self, name: str, entry: PluginEntry, detect: bool) -> AcceleratorRecord:

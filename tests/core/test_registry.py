@@ -1,0 +1,329 @@
+"""Discovery, loading and lookup with real installed distributions (fake dist-info folders)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import accelctl
+from accelctl import (
+    AcceleratorUnavailableError,
+    PluginConflictError,
+    PluginHookError,
+    PluginLoadError,
+    Registry,
+    UnknownAcceleratorError,
+)
+
+from fakedists import FakeSite, good_plugin, undetected_plugin
+
+CLASS_PLUGIN = """
+    import accelctl
+
+    class ClassyAccelerator(accelctl.Accelerator):
+        description = "class based"
+        priority = 50
+        distributed_backend = "gloo"
+        aliases = ("classy-alias",)
+        device_type = "cpu"
+
+        def detect(self):
+            return True
+
+        def auto_device_count(self):
+            return 3
+
+    instance = ClassyAccelerator()
+"""
+
+MARKED_CLASS_PLUGIN = """
+    import accelctl
+
+    class Marked:
+        @accelctl.hookimpl
+        def detect(self):
+            return False
+
+        @accelctl.hookimpl
+        def auto_device_count(self):
+            return 0
+
+        @accelctl.hookimpl
+        def parse_devices(self, devices):
+            return accelctl.parse_indexed_devices(devices, visible=0, accelerator="marked")
+
+        @accelctl.hookimpl
+        def get_parallel_devices(self, devices):
+            return []
+
+        @accelctl.hookimpl
+        def device_stats(self, device):
+            return {}
+"""
+
+
+def registry(site: FakeSite) -> Registry:
+    return Registry(path=site.path, environ={})
+
+
+def rows_by_name(reg: Registry) -> dict[str, accelctl.AcceleratorRecord]:
+    return {row.name: row for row in reg.records()}
+
+
+def test_good_module_plugin_loads_with_metadata(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "acme-good", {"good": "acme_good"}, {"acme_good": good_plugin("good", 7)}, "2.3"
+    )
+    handle = registry(fake_site).get("good")
+    assert (handle.name, handle.distribution, handle.version) == ("good", "acme-good", "2.3")
+    assert handle.entry_point == "acme_good"
+    assert handle.detect() is True and handle.auto_device_count() == 2
+    assert handle.info.priority == 7 and handle.info.description == "good test accelerator"
+    assert handle.parse_devices("auto") == [0, 1]
+    assert handle.device_stats("cpu") == {"memory_used_bytes": 1}
+
+
+def test_class_and_instance_entry_points(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "classy",
+        {"classy": "acme_classy:ClassyAccelerator", "inst": "acme_classy:instance"},
+        {"acme_classy": CLASS_PLUGIN},
+    )
+    fake_site.install(
+        "marked", {"marked": "acme_marked:Marked"}, {"acme_marked": MARKED_CLASS_PLUGIN}
+    )
+    reg = registry(fake_site)
+    classy = reg.get("classy")
+    assert classy.auto_device_count() == 3
+    assert [str(d) for d in classy.get_parallel_devices(classy.parse_devices(2))] == [
+        "cpu:0",
+        "cpu:1",
+    ]
+    assert classy.info.priority == 50 and classy.info.aliases == ("classy-alias",)
+    assert reg.get("inst").plugin is sys.modules["acme_classy"].instance
+    marked = reg.get("marked")
+    assert marked.detect() is False
+    assert marked.unavailable_reason() is None  # optional hook absent: no reason, no error
+
+
+def test_lookup_is_case_insensitive_and_accepts_aliases(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "classy", {"classy": "acme_classy:ClassyAccelerator"}, {"acme_classy": CLASS_PLUGIN}
+    )
+    reg = registry(fake_site)
+    assert reg.get(" CLASSY ").name == "classy"
+    assert reg.get("Classy-Alias").name == "classy"
+
+
+BROKEN = {
+    "import": (
+        "raise ImportError('libhabana.so not found')",
+        "importing 'broken_import' failed: ImportError: libhabana.so not found",
+    ),
+    "typo": (
+        good_plugin("typo").replace("def detect", "def detcet"),
+        "unknown hook(s) 'detcet' (did you mean 'detect'?)",
+    ),
+    "missing": (
+        good_plugin("missing").replace(
+            "@accelctl.hookimpl\n    def device_stats", "def device_stats"
+        ),
+        "required hook(s) device_stats not implemented",
+    ),
+    "badarg": (
+        good_plugin("badarg").replace("def auto_device_count()", "def auto_device_count(colour)"),
+        "can not be found in the hookspec",
+    ),
+    "raises": (
+        good_plugin("raises").replace("return True", "raise RuntimeError('driver exploded')", 1),
+        "hook detect() raised RuntimeError: driver exploded",
+    ),
+    "wrongtype": (
+        good_plugin("wrongtype").replace("return 2\n", "return '2'\n", 1),
+        "hook auto_device_count() returned '2' (str); expected a non-negative int",
+    ),
+    "badinfo": (
+        good_plugin("badinfo").replace('"priority": 10', '"priority": "high"'),
+        "hook accelerator_info() returned",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_broken_plugin_is_a_row_and_never_takes_others_down(fake_site: FakeSite, kind: str) -> None:
+    source, expected = BROKEN[kind]
+    module = f"broken_{kind}"
+    fake_site.install(f"broken-{kind}", {kind: module}, {module: source})
+    fake_site.install("acme-good", {"good": "acme_good"}, {"acme_good": good_plugin("good")})
+    reg = registry(fake_site)
+    rows = rows_by_name(reg)
+    assert rows["good"].available is True and rows["good"].error is None
+    row = rows[kind]
+    assert row.state == "broken" and row.available is None and row.device_count is None
+    assert expected in row.error, row.error
+    assert f"'{kind}' (broken-{kind} 1.0)" in row.error  # names the plugin and its distribution
+    with pytest.raises(PluginLoadError, match=f"'{kind}'"):
+        handle = reg.get(kind)
+        handle.detect()
+        handle.auto_device_count()
+        _ = handle.info
+    # The other plugin keeps working, and auto skips the broken one with a warning.
+    assert reg.get("good").detect() is True
+
+
+def test_hook_errors_name_the_hook(fake_site: FakeSite) -> None:
+    source = good_plugin("hooky").replace(
+        'return {"memory_used_bytes": 1}', "return {'nested': {'a': 1}}"
+    )
+    fake_site.install("hooky", {"hooky": "hooky_mod"}, {"hooky_mod": source})
+    handle = registry(fake_site).get("hooky")
+    with pytest.raises(PluginHookError) as info:
+        handle.device_stats("cpu")
+    assert info.value.hook == "device_stats" and info.value.name == "hooky"
+    assert "expected int or float figures, found 'nested'" in str(info.value)
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_class_that_cannot_be_instantiated(fake_site: FakeSite) -> None:
+    source = """
+        import accelctl
+        class Half(accelctl.Accelerator):
+            def detect(self):
+                return True
+    """
+    fake_site.install("half", {"half": "half_mod:Half"}, {"half_mod": source})
+    with pytest.raises(
+        PluginLoadError, match="class Half could not be instantiated with no arguments"
+    ):
+        registry(fake_site).get("half")
+
+
+def test_conflict_names_both_distributions(fake_site: FakeSite) -> None:
+    fake_site.install("vendor-a", {"npu": "npu_a"}, {"npu_a": good_plugin("npu")})
+    fake_site.install("vendor-b", {"npu": "npu_b"}, {"npu_b": good_plugin("npu")})
+    reg = registry(fake_site)
+    with pytest.raises(PluginConflictError) as info:
+        reg.get("npu")
+    assert "claimed by 2 distributions: vendor-a and vendor-b" in str(info.value)
+    assert info.value.distributions == ("vendor-a", "vendor-b")
+    rows = [row for row in reg.records() if row.name == "npu"]
+    assert [row.distribution for row in rows] == ["vendor-a", "vendor-b"]
+    assert all("vendor-a and vendor-b" in (row.error or "") for row in rows)
+    assert "npu_a" not in sys.modules and "npu_b" not in sys.modules  # no silent winner imported
+
+
+def test_alias_conflict_is_an_error(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "one", {"one": "one_mod"}, {"one_mod": good_plugin("one", aliases=("shared",))}
+    )
+    fake_site.install(
+        "two", {"two": "two_mod"}, {"two_mod": good_plugin("two", aliases=("shared",))}
+    )
+    with pytest.raises(PluginConflictError, match=r"alias 'shared' is claimed by one .* and two"):
+        registry(fake_site).get("shared")
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [("gpu", "is reserved"), ("Big-NPU", "is not a valid accelerator name")],
+)
+def test_invalid_entry_point_names(fake_site: FakeSite, name: str, problem: str) -> None:
+    fake_site.install("oddly-named", {name: "odd_mod"}, {"odd_mod": good_plugin("odd")})
+    rows = registry(fake_site).records()
+    (row,) = rows
+    assert row.state == "broken" and problem in (row.error or "")
+    assert "odd_mod" not in sys.modules
+
+
+def test_named_lookup_imports_that_plugin_alone(fake_site: FakeSite) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        fake_site.install(
+            f"acme-{name}", {name: f"lazy_{name}"}, {f"lazy_{name}": good_plugin(name)}
+        )
+    reg = registry(fake_site)
+    reg.get("beta")
+    assert "lazy_beta" in sys.modules
+    assert "lazy_alpha" not in sys.modules and "lazy_gamma" not in sys.modules
+
+
+def test_records_without_detect_run_no_plugin_code(fake_site: FakeSite) -> None:
+    fake_site.install("boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemExit('imported!')"})
+    fake_site.install(
+        "acme-good", {"good": "nodetect_good"}, {"nodetect_good": good_plugin("good")}
+    )
+    rows = {row.name: row for row in registry(fake_site).records(detect=False)}
+    assert rows["boom"].state == "not-run" and rows["boom"].available is None
+    assert rows["good"].distribution == "acme-good" and rows["good"].version == "1.0"
+    assert "boom_mod" not in sys.modules and "nodetect_good" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("environ", "reason"),
+    [
+        ({"ACCELCTL_DISABLE": "boom, other"}, "disabled by ACCELCTL_DISABLE"),
+        ({"ACCELCTL_PLUGINS": "good"}, "disabled: ACCELCTL_PLUGINS=good does not list it"),
+        ({"ACCELCTL_PLUGINS": ""}, "disabled: ACCELCTL_PLUGINS=<empty> does not list it"),
+    ],
+)
+def test_blocked_plugins_are_never_imported(
+    fake_site: FakeSite, environ: dict[str, str], reason: str
+) -> None:
+    fake_site.install("boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemExit('imported!')"})
+    fake_site.install("acme-good", {"good": "blocked_good"}, {"blocked_good": good_plugin("good")})
+    reg = Registry(path=fake_site.path, environ=environ)
+    rows = {row.name: row for row in reg.records()}
+    assert rows["boom"].state == "disabled" and rows["boom"].available is None
+    assert rows["boom"].reason == reason and rows["boom"].error is None
+    assert "boom_mod" not in sys.modules
+    with pytest.raises(AcceleratorUnavailableError, match=reason):
+        reg.get("boom")
+
+
+def test_unknown_name_suggests_and_teaches(fake_site: FakeSite) -> None:
+    fake_site.install("acme-good", {"goodness": "unk_good"}, {"unk_good": good_plugin("goodness")})
+    reg = registry(fake_site)
+    with pytest.raises(UnknownAcceleratorError) as info:
+        reg.get("godness")
+    message = str(info.value)
+    assert "no accelerator named 'godness' is installed (installed: goodness)" in message
+    assert "Did you mean 'goodness'?" in message
+    with pytest.raises(
+        UnknownAcceleratorError, match=r"Did you mean 'cuda'\?.*pip install accelctl-cuda"
+    ):
+        reg.get("cdua")
+    with pytest.raises(UnknownAcceleratorError, match="pip install accelctl-xyzzy"):
+        reg.get("xyzzy")
+
+
+@pytest.mark.parametrize("word", ["auto", "GPU"])
+def test_selectors_are_not_accelerators(fake_site: FakeSite, word: str) -> None:
+    with pytest.raises(
+        UnknownAcceleratorError,
+        match=r"selects an accelerator, it is not one: use accelctl.resolve",
+    ):
+        registry(fake_site).get(word)
+
+
+def test_entry_points_are_read_once(fake_site: FakeSite) -> None:
+    reg = registry(fake_site)
+    assert reg.names() == []
+    fake_site.install("late", {"late": "late_mod"}, {"late_mod": good_plugin("late")})
+    assert reg.names() == []  # the scan is cached for the registry's life
+    assert registry(fake_site).names() == ["late"]
+
+
+def test_unavailable_row_has_reason_not_error(fake_site: FakeSite) -> None:
+    fake_site.install("acme-npu", {"npu": "npu_absent"}, {"npu_absent": undetected_plugin("npu")})
+    (row,) = registry(fake_site).records()
+    assert (row.available, row.device_count, row.state) == (False, 0, "unavailable")
+    assert row.reason == "no npu hardware here" and row.error is None
+    assert row.to_dict()["family"] == "gpu" and "handle" not in row.to_dict()
+
+
+def test_same_distribution_twice_on_path_counts_once(fake_site: FakeSite, tmp_path) -> None:
+    shadow = FakeSite(tmp_path / "shadow")
+    shadow.install("acme-good", {"good": "shadow_good"}, {})
+    fake_site.install("acme-good", {"good": "first_good"}, {"first_good": good_plugin("good")})
+    reg = Registry(path=fake_site.path + shadow.path, environ={})
+    assert [e.value for e in reg.entries("good")] == ["first_good"]

@@ -1,0 +1,184 @@
+"""Selection (contract section 6): auto, gpu, names, aliases, case, instances, env, errors."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+import accelctl
+from accelctl import (
+    AcceleratorUnavailableError,
+    DeviceSpecError,
+    PluginLoadError,
+    PluginWarning,
+    Registry,
+    UnknownAcceleratorError,
+    resolve,
+)
+
+from fakedists import FakeSite, good_plugin, undetected_plugin
+
+
+@pytest.fixture
+def site(fake_site: FakeSite) -> FakeSite:
+    """cpu-like floor (priority 0), an available "fast" (priority 150), an absent gpu (100)."""
+    fake_site.install(
+        "floor", {"floor": "sel_floor"}, {"sel_floor": good_plugin("floor", priority=0)}
+    )
+    fake_site.install(
+        "fast",
+        {"fast": "sel_fast"},
+        {"sel_fast": good_plugin("fast", priority=150, aliases=("zoom",))},
+    )
+    fake_site.install(
+        "absent-gpu",
+        {"absentgpu": "sel_absent"},
+        {"sel_absent": undetected_plugin("absentgpu", family="gpu", priority=100)},
+    )
+    return fake_site
+
+
+def reg(site: FakeSite, **environ: str) -> Registry:
+    return Registry(path=site.path, environ=environ)
+
+
+def test_auto_takes_highest_available_priority(site: FakeSite) -> None:
+    selection = resolve("auto", registry=reg(site), environ={})
+    assert selection.accelerator.name == "fast"
+    assert selection.devices == [torch.device("cpu"), torch.device("cpu")]
+    assert selection.parsed == [0, 1]
+    assert selection.to_dict()["devices"] == ["cpu", "cpu"]
+    assert selection.distributed_backend == "gloo" and selection.world_size == 2
+
+
+def test_auto_honours_accelctl_accelerator(site: FakeSite) -> None:
+    environ = {"ACCELCTL_ACCELERATOR": "Floor"}
+    assert resolve("auto", registry=reg(site), environ=environ).accelerator.name == "floor"
+    # An explicit name is not overridden by the variable.
+    assert resolve("fast", registry=reg(site), environ=environ).accelerator.name == "fast"
+
+
+def test_auto_env_override_can_be_unavailable(site: FakeSite) -> None:
+    with pytest.raises(AcceleratorUnavailableError, match="no absentgpu hardware here"):
+        resolve("auto", registry=reg(site), environ={"ACCELCTL_ACCELERATOR": "absentgpu"})
+
+
+def test_devices_auto_honours_accelctl_devices(site: FakeSite) -> None:
+    selection = resolve("fast", "auto", registry=reg(site), environ={"ACCELCTL_DEVICES": "1,"})
+    assert selection.parsed == [1]
+    # An explicit spec wins over the variable.
+    assert resolve("fast", 1, registry=reg(site), environ={"ACCELCTL_DEVICES": "2"}).parsed == [0]
+
+
+def test_gpu_chooses_family_and_explains_when_none_available(site: FakeSite) -> None:
+    with pytest.raises(AcceleratorUnavailableError) as info:
+        resolve("gpu", registry=reg(site), environ={})
+    message = str(info.value)
+    assert "absentgpu: no absentgpu hardware here" in message
+    assert 'Use accelerator="cpu"' in message
+    site.install(
+        "good-gpu", {"goodgpu": "sel_goodgpu"}, {"sel_goodgpu": good_plugin("goodgpu", 100, "gpu")}
+    )
+    assert resolve("GPU", registry=reg(site), environ={}).accelerator.name == "goodgpu"
+
+
+def test_gpu_with_no_gpu_plugin_installed(fake_site: FakeSite) -> None:
+    fake_site.install("floor", {"floor": "sel_floor2"}, {"sel_floor2": good_plugin("floor", 0)})
+    with pytest.raises(AcceleratorUnavailableError, match="pip install accelctl-cuda"):
+        resolve("gpu", registry=reg(fake_site), environ={})
+
+
+def test_name_alias_and_case(site: FakeSite) -> None:
+    assert resolve(" FAST ", registry=reg(site), environ={}).accelerator.name == "fast"
+    assert resolve("Zoom", registry=reg(site), environ={}).accelerator.name == "fast"
+
+
+def test_unknown_and_unavailable_names(site: FakeSite) -> None:
+    with pytest.raises(UnknownAcceleratorError, match="Did you mean 'fast'"):
+        resolve("fats", registry=reg(site), environ={})
+    with pytest.raises(AcceleratorUnavailableError) as info:
+        resolve("absentgpu", registry=reg(site), environ={})
+    assert "installed but not available here: no absentgpu hardware here" in str(info.value)
+    assert info.value.reason == "no absentgpu hardware here"
+
+
+def test_bad_devices_spec_reaches_the_caller(site: FakeSite) -> None:
+    with pytest.raises(DeviceSpecError, match=r"fast: devices=3 asks for 3 devices"):
+        resolve("fast", 3, registry=reg(site), environ={})
+
+
+def test_conflict_surfaces_from_resolve(site: FakeSite) -> None:
+    site.install("other-fast", {"fast": "sel_fast_b"}, {"sel_fast_b": good_plugin("fast")})
+    with pytest.raises(PluginLoadError, match=r"fast and other-fast|other-fast and fast"):
+        resolve("fast", registry=reg(site), environ={})
+
+
+def test_auto_skips_broken_plugins_with_a_warning(site: FakeSite) -> None:
+    broken = good_plugin("shiny", priority=999).replace(
+        "return True", "raise OSError('no driver')", 1
+    )
+    site.install("shiny", {"shiny": "sel_shiny"}, {"sel_shiny": broken})
+    site.install(
+        "noimport", {"noimport": "sel_noimport"}, {"sel_noimport": "import does_not_exist"}
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        selection = resolve("auto", registry=reg(site), environ={})
+    assert selection.accelerator.name == "fast"
+    messages = [str(w.message) for w in caught if issubclass(w.category, PluginWarning)]
+    assert any("'shiny'" in m and "OSError: no driver" in m for m in messages), messages
+    assert any("'noimport'" in m and "ModuleNotFoundError" in m for m in messages), messages
+
+
+def test_auto_with_nothing_available(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "absent", {"absent": "sel_absent2"}, {"sel_absent2": undetected_plugin("absent")}
+    )
+    with pytest.raises(
+        AcceleratorUnavailableError, match=r"absent \(no absent hardware here\).*accelctl-cpu"
+    ):
+        resolve("auto", registry=reg(fake_site), environ={})
+
+
+class TinyAccelerator(accelctl.Accelerator):
+    name = "tiny"
+    device_type = "cpu"
+    distributed_backend = "gloo"
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+
+def test_instance_is_used_as_it_is(fake_site: FakeSite) -> None:
+    instance = TinyAccelerator()
+    selection = resolve(instance, 2, registry=reg(fake_site), environ={"ACCELCTL_ACCELERATOR": "x"})
+    assert selection.accelerator.plugin is instance
+    assert selection.accelerator.name == "tiny" and selection.accelerator.distribution is None
+    assert selection.devices == [torch.device("cpu", 0), torch.device("cpu", 1)]
+    with pytest.raises(DeviceSpecError, match="tiny: devices=5"):
+        resolve(instance, 5, registry=reg(fake_site), environ={})
+
+
+def test_handle_is_used_as_it_is(site: FakeSite) -> None:
+    handle = reg(site).get("floor")
+    assert resolve(handle, registry=reg(site), environ={}).accelerator is handle
+
+
+def test_instance_name_defaults_to_class_name() -> None:
+    class WidgetAccelerator(TinyAccelerator):
+        name = ""
+
+    assert accelctl.AcceleratorHandle.from_object(WidgetAccelerator()).name == "widget"
+
+
+def test_default_registry_sees_the_installed_cpu_plugin() -> None:
+    selection = accelctl.resolve("cpu", "2")
+    assert selection.accelerator.distribution == "accelctl-cpu"
+    assert selection.devices == [torch.device("cpu")] * 2
+    assert "accelctl_cpu" in sys.modules
