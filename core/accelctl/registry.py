@@ -27,8 +27,18 @@ from .errors import (
 from .handle import AcceleratorHandle
 from .loading import PluginOrigin, load_object
 
-#: Accelerators with a published or in-repo plugin, for "did you mean" on names not installed.
-WELL_KNOWN = ("cpu", "cuda", "mps", "hpu", "xpu", "npu", "tpu", "ipu", "rocm")
+#: Well-known accelerator names and the distribution that provides each, for "did you mean" and
+#: the pip command when a name is not installed (ROCm GPUs are torch's "cuda" device).
+WELL_KNOWN = {
+    "cpu": "accelctl-cpu",
+    "cuda": "accelctl-cuda",
+    "rocm": "accelctl-cuda",
+    "mps": "accelctl-mps",
+    "hpu": "accelctl-hpu",
+    "xpu": "accelctl-xpu",
+    "npu": "accelctl-npu",
+    "tpu": "accelctl-tpu",
+}
 
 
 @dataclass
@@ -270,17 +280,18 @@ class Registry:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         if not close:
             # A typo of a well-known accelerator that is not installed: point at its plugin.
-            known = difflib.get_close_matches(key, WELL_KNOWN, n=1, cutoff=0.6)
+            known = difflib.get_close_matches(key, list(WELL_KNOWN), n=1, cutoff=0.6)
             if known and known[0] != key:
                 key = known[0]
                 hint = f" Did you mean {key!r}?"
+        distribution = WELL_KNOWN.get(key, f"accelctl-{key}")
         shown = ", ".join(installed) if installed else "none"
         filters = ""
         if self.plugin_filter.allow is not None or self.plugin_filter.deny:
             filters = f" ({ENV_PLUGINS}/{ENV_DISABLE} are set)"
         return UnknownAcceleratorError(
             f"no accelerator named {asked!r} is installed (installed: {shown}){filters}.{hint} "
-            f"If a plugin provides it, install it: pip install accelctl-{key}",
+            f"If a plugin provides it, install it: pip install {distribution}",
             name=key,
             installed=installed,
         )

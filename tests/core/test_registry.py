@@ -292,6 +292,8 @@ def test_unknown_name_suggests_and_teaches(fake_site: FakeSite) -> None:
         UnknownAcceleratorError, match=r"Did you mean 'cuda'\?.*pip install accelctl-cuda"
     ):
         reg.get("cdua")
+    with pytest.raises(UnknownAcceleratorError, match="install it: pip install accelctl-cuda$"):
+        reg.get("rocm")  # ROCm GPUs are served by the CUDA plugin
     with pytest.raises(UnknownAcceleratorError, match="pip install accelctl-xyzzy"):
         reg.get("xyzzy")
 

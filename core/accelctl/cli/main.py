@@ -19,7 +19,12 @@ from ..errors import AccelctlError, PluginWarning
 #: command name -> "module:attribute" of its click command. A new command adds one line here.
 COMMANDS: dict[str, str] = {
     "list": "accelctl.cli.list_cmd:list_command",
+    "launch": "accelctl.cli.launch_cmd:launch_command",
     "resolve": "accelctl.cli.resolve_cmd:resolve_command",
+    "validate": "accelctl.cli.validate_cmd:validate_command",
+    "new-plugin": "accelctl.cli.new_plugin_cmd:new_plugin_command",
+    "stats": "accelctl.cli.stats_cmd:stats_command",
+    "env": "accelctl.cli.env_cmd:env_command",
 }
 
 

@@ -1,0 +1,190 @@
+"""``accelctl stats``: the device figures of the available accelerators, once or every N seconds."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..errors import AccelctlError
+from ..handle import AcceleratorHandle
+from ..registry import list_accelerators
+from ..selection import select_accelerator
+from ._output import emit_json, format_table
+
+#: Table columns for the contract's common keys: (header, keys that fill it).
+_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("MEMORY USED/TOTAL", ("memory_used_bytes", "memory_total_bytes")),
+    ("ALLOCATED", ("memory_allocated_bytes",)),
+    ("RESERVED", ("memory_reserved_bytes",)),
+    ("UTIL", ("utilization_percent",)),
+    ("TEMP", ("temperature_celsius",)),
+    ("POWER", ("power_watts",)),
+    ("CPU", ("cpu_percent",)),
+    ("SWAP", ("swap_percent",)),
+)
+_COMMON = frozenset(key for _, keys in _COLUMNS for key in keys)
+
+
+@dataclass
+class DeviceReading:
+    """The figures of one device, or why they could not be read."""
+
+    accelerator: str
+    device: str
+    stats: dict[str, int | float] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read)."""
+        return {
+            "accelerator": self.accelerator,
+            "device": self.device,
+            "stats": self.stats,
+            "error": self.error,
+        }
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _targets(name: str | None) -> list[AcceleratorHandle]:
+    """The accelerators to read: NAME (which must be available) or every available one.
+
+    Broken plugins are reported on stderr and skipped.
+    """
+    if name is not None:
+        return [select_accelerator(name)]
+    handles = []
+    for record in list_accelerators():
+        if record.state == "broken":
+            click.echo(f"warning: skipping {record.name}: {record.error}", err=True)
+        elif record.available and record.handle is not None:
+            handles.append(record.handle)
+    return handles
+
+
+def _devices(handle: AcceleratorHandle) -> list[str]:
+    """Every device ``devices="auto"`` gives, each once (the CPU's processes share one)."""
+    devices = handle.get_parallel_devices(handle.parse_devices("auto"))
+    return list(dict.fromkeys(str(device) for device in devices))
+
+
+def read_all(handles: list[AcceleratorHandle]) -> list[DeviceReading]:
+    """One reading per device of each accelerator; a hook that fails gives a reading with an
+    error instead of stopping the others."""
+    readings = []
+    for handle in handles:
+        try:
+            devices = _devices(handle)
+        except AccelctlError as exc:
+            readings.append(DeviceReading(handle.name, "?", error=_one_line(exc)))
+            continue
+        for device in devices:
+            try:
+                readings.append(DeviceReading(handle.name, device, handle.device_stats(device)))
+            except AccelctlError as exc:
+                readings.append(DeviceReading(handle.name, device, error=_one_line(exc)))
+    return readings
+
+
+def _size(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _cell(header: str, stats: dict[str, int | float]) -> str | None:
+    if header == "MEMORY USED/TOTAL":
+        used, total = stats.get("memory_used_bytes"), stats.get("memory_total_bytes")
+        if used is None or total is None:
+            return None
+        return f"{_size(used)} / {_size(total)}"
+    if header in ("ALLOCATED", "RESERVED"):
+        value = stats.get(f"memory_{header.lower()}_bytes")
+        return None if value is None else _size(value)
+    keys = dict(_COLUMNS)[header]
+    value = stats.get(keys[0])
+    if value is None:
+        return None
+    unit = {"TEMP": " C", "POWER": " W"}.get(header, "%")
+    return f"{value:.0f}{unit}" if header != "POWER" else f"{value:.1f}{unit}"
+
+
+def render_table(readings: list[DeviceReading]) -> str:
+    """A table of the common figures (columns no device has are left out), then each device's
+    other figures and errors, one line each."""
+    if not readings:
+        return "no available accelerator has devices to read"
+    present = {key for reading in readings for key in reading.stats}
+    columns = [header for header, keys in _COLUMNS if present.intersection(keys)]
+    rows: list[list[str | None]] = [
+        [reading.accelerator, reading.device, *(_cell(h, reading.stats) for h in columns)]
+        for reading in readings
+    ]
+    lines = [format_table(["ACCELERATOR", "DEVICE", *columns], rows)]
+    notes = []
+    for reading in readings:
+        if reading.error:
+            notes.append(f"{reading.device} ({reading.accelerator}): error: {reading.error}")
+            continue
+        extras = {k: v for k, v in sorted(reading.stats.items()) if k not in _COMMON}
+        if extras:
+            shown = ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in extras.items()
+            )
+            notes.append(f"{reading.device}: {shown}")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+@click.command("stats")
+@click.argument("name", required=False)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON: an array of {accelerator, device, stats}."
+)
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Read again every SECONDS until Ctrl-C (with --json: one JSON array per line).",
+)
+def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
+    """Show device figures (memory, utilisation, temperature, power) of every device of the
+    available accelerators, or of accelerator NAME ("gpu" picks the best available GPU).
+
+    Exits 1 when NAME is unknown or unavailable, or when a device's figures could not be read.
+    """
+    handles = _targets(name)
+    if watch is None:
+        readings = read_all(handles)
+        if as_json:
+            emit_json([reading.to_dict() for reading in readings])
+        else:
+            click.echo(render_table(readings))
+        if any(reading.error for reading in readings):
+            raise click.exceptions.Exit(1)
+        return
+    try:
+        while True:
+            readings = read_all(handles)
+            if as_json:
+                click.echo(json.dumps([reading.to_dict() for reading in readings]))
+            else:
+                if sys.stdout.isatty():
+                    click.clear()
+                stamp = datetime.now().strftime("%H:%M:%S")
+                click.echo(f"{stamp}  every {watch:g}s, Ctrl-C to stop")
+                click.echo(render_table(readings) + "\n")
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,174 @@
+"""accelctl plugin for NVIDIA CUDA GPUs, and AMD GPUs through torch's ROCm (HIP) build.
+
+torch's HIP build reports AMD GPUs as ``cuda`` devices, so one plugin serves both vendors:
+``torch.device("cuda", i)``, ``torch.cuda`` and ``nccl`` (RCCL on ROCm) work the same on each.
+
+Detection is fork-safe and cheap: it reads driver files, NVML (NVIDIA) or the KFD topology (AMD)
+and torch's ``version.py`` as text, never creating a CUDA context and, on a machine without a GPU,
+never importing torch or NVML (see :mod:`accelctl_cuda.probe`). Module-level imports stay light.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import accelctl
+
+from . import amd, nvml
+from .probe import Probe, probe
+from .visible import VisibleGpu
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "cuda"
+
+
+@accelctl.hookimpl
+def detect() -> bool:
+    """True when torch's build matches the GPUs here and at least one of them is visible."""
+    return probe().available
+
+
+@accelctl.hookimpl
+def unavailable_reason() -> str | None:
+    """Why not: no driver, a CPU-only torch, a variable hiding every GPU, an old driver..."""
+    return probe().reason
+
+
+@accelctl.hookimpl
+def auto_device_count() -> int:
+    """Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``) honoured."""
+    return probe().device_count
+
+
+@accelctl.hookimpl
+def parse_devices(devices: Any) -> list[int]:
+    """The shared indexed parser over the visible GPUs: ``"auto"``, ``k``, ``"0,2"``, ``[1]``..."""
+    return accelctl.parse_indexed_devices(devices, visible=auto_device_count(), accelerator=NAME)
+
+
+@accelctl.hookimpl
+def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
+    """``cuda:i`` for each index (or each of the first ``devices``)."""
+    import torch
+
+    indices = range(devices) if isinstance(devices, int) else devices
+    return [torch.device(NAME, index) for index in indices]
+
+
+def _cuda_in_use() -> bool:
+    """True when this process already has a CUDA context: only then is the allocator read."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
+
+
+def _allocator_figures(index: int) -> dict[str, int | float]:
+    import torch
+
+    stats = torch.cuda.memory_stats(index)
+    return {
+        "memory_allocated_bytes": int(torch.cuda.memory_allocated(index)),
+        "memory_reserved_bytes": int(torch.cuda.memory_reserved(index)),
+        "cuda.max_memory_allocated_bytes": int(torch.cuda.max_memory_allocated(index)),
+        "cuda.num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "cuda.num_ooms": int(stats.get("num_ooms", 0)),
+    }
+
+
+def _nvidia_figures(found: Probe, index: int, in_use: bool) -> dict[str, int | float]:
+    pynvml = nvml.load()
+    handle = None
+    if in_use:
+        # torch knows the device's UUID, which names it exactly whatever CUDA_DEVICE_ORDER says.
+        import torch
+
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        if uuid is not None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            except Exception:
+                handle = None
+    if handle is None:
+        gpu = found.visible[index]
+        assert isinstance(gpu, VisibleGpu)
+        handle = nvml.handle_of(pynvml, gpu)
+    return nvml.device_figures(pynvml, handle)
+
+
+@accelctl.hookimpl
+def device_stats(device: torch.device) -> dict[str, int | float]:
+    """Allocator figures (only where this process already uses CUDA: never initialised here),
+    then the device's own from NVML (NVIDIA) or the amdgpu files (AMD)."""
+    if device.type != NAME:
+        raise ValueError(f"{NAME}: device_stats takes a cuda device, not {str(device)!r}")
+    in_use = _cuda_in_use()
+    if device.index is not None:
+        index = device.index
+    else:
+        index = int(sys.modules["torch"].cuda.current_device()) if in_use else 0
+    figures: dict[str, int | float] = _allocator_figures(index) if in_use else {}
+    found = probe()
+    if not found.available or index >= len(found.visible):
+        return figures
+    try:
+        if found.vendor == "nvidia":
+            figures.update(_nvidia_figures(found, index, in_use))
+        else:
+            physical = found.visible[index]
+            gpus = amd.gpus()
+            if isinstance(physical, int) and physical < len(gpus):
+                figures.update(amd.device_figures(gpus[physical]))
+    except nvml.NvmlUnavailable:
+        pass
+    return figures
+
+
+@accelctl.hookimpl
+def setup_device(device: torch.device) -> None:
+    """``torch.cuda.set_device(device)``: kernels and allocations of this process go there."""
+    import torch
+
+    torch.cuda.set_device(device)
+
+
+@accelctl.hookimpl
+def teardown() -> None:
+    """Empty torch's caching allocator (only where CUDA is in use: never initialise it here)."""
+    if _cuda_in_use():
+        sys.modules["torch"].cuda.empty_cache()
+
+
+@accelctl.hookimpl
+def accelerator_info() -> accelctl.AcceleratorInfo:
+    """Family ``gpu``, priority 100, ``nccl``; alias ``rocm`` where AMD GPUs or a ROCm torch are.
+
+    ``rocm`` is an alias only on AMD machines (``/dev/kfd``) or with a ROCm build of torch: there it
+    names this plugin (torch calls AMD GPUs ``cuda``); on an NVIDIA machine it would select NVIDIA
+    GPUs under an AMD name, so it is left unclaimed.
+    """
+    from .torch_build import torch_build
+
+    build = torch_build() if not amd.kfd_present() else None
+    amd_here = amd.kfd_present() or (build is not None and build.kind == "hip")
+    return accelctl.AcceleratorInfo(
+        description="NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)",
+        family="gpu",
+        priority=100,
+        distributed_backend="nccl",
+        aliases=("rocm",) if amd_here else (),
+    )
+
+
+__all__ = [
+    "accelerator_info",
+    "auto_device_count",
+    "detect",
+    "device_stats",
+    "get_parallel_devices",
+    "parse_devices",
+    "setup_device",
+    "teardown",
+    "unavailable_reason",
+]

@@ -1,0 +1,156 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``): presence, count, UUIDs, driver and figures.
+
+NVML talks to the driver without creating a CUDA context, so a process that used it can still
+``fork`` children that use CUDA. ``pynvml`` is imported inside the functions, and only after a cheap
+look for the driver's device files says an NVIDIA driver may be there. NVML is initialised once per
+process and never shut down (``nvmlInit`` is reference-counted; shutting down would make the next
+query pay the full initialisation again).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .visible import PhysicalGpu, VisibleGpu
+
+#: Root of the file system where driver files are looked for (tests point it at a fake tree).
+ROOT = Path("/")
+
+#: Files whose presence says an NVIDIA driver is loaded: Linux device nodes and the driver's
+#: proc entry, or WSL2's GPU paravirtualisation device.
+DRIVER_FILES = ("dev/nvidiactl", "dev/nvidia0", "proc/driver/nvidia/version", "dev/dxg")
+
+
+def driver_files_present() -> bool:
+    """Cheap first look (no import): could an NVIDIA driver be here?
+
+    On Windows there are no such files, so NVML itself is asked; on macOS CUDA does not run.
+    """
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("win"):
+        return True
+    return any((ROOT / name).exists() for name in DRIVER_FILES)
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here; the message says why, for ``unavailable_reason``."""
+
+
+def load() -> ModuleType:
+    """``pynvml``, initialised.
+
+    :raises NvmlUnavailable: when nvidia-ml-py is not installed or NVML fails to initialise (no
+        driver, or a driver/library mismatch).
+    """
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from exc
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # pynvml.NVMLError and its many subclasses, or OSError
+        raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from exc
+    module: ModuleType = pynvml
+    return module
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def physical_gpus(pynvml: ModuleType) -> list[PhysicalGpu]:
+    """Every NVIDIA GPU, in NVML's (PCI bus) order, with its UUID and MIG instance UUIDs."""
+    gpus = []
+    for index in range(int(pynvml.nvmlDeviceGetCount())):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+        gpus.append(
+            PhysicalGpu(index=index, uuid=uuid, mig_uuids=tuple(_mig_uuids(pynvml, handle)))
+        )
+    return gpus
+
+
+def _mig_uuids(pynvml: ModuleType, handle: Any) -> list[str]:
+    """UUIDs of the MIG instances of one GPU; empty when MIG is off or unsupported."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        if not current:
+            return []
+        slots = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED on GPUs without MIG
+        return []
+    uuids = []
+    for slot in range(slots):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            uuids.append(_text(pynvml.nvmlDeviceGetUUID(mig)))
+        except Exception:  # an empty slot
+            continue
+    return uuids
+
+
+@dataclass(frozen=True)
+class DriverVersions:
+    """The NVIDIA driver's version and the newest CUDA version it supports."""
+
+    driver: str | None
+    #: ``(major, minor)`` from ``nvmlSystemGetCudaDriverVersion`` (12040 -> (12, 4)).
+    cuda: tuple[int, int] | None
+
+    @property
+    def cuda_text(self) -> str | None:
+        """``"12.4"``, or None."""
+        return None if self.cuda is None else f"{self.cuda[0]}.{self.cuda[1]}"
+
+
+def driver_versions(pynvml: ModuleType) -> DriverVersions:
+    """What NVML says about the driver; parts it cannot read are None."""
+    driver = _try(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+    raw = _try(lambda: int(pynvml.nvmlSystemGetCudaDriverVersion()))
+    cuda = None if raw is None else (raw // 1000, (raw % 1000) // 10)
+    return DriverVersions(driver=driver, cuda=cuda)
+
+
+def _try(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED and friends: the figure is simply absent
+        return None
+
+
+def handle_of(pynvml: ModuleType, gpu: VisibleGpu) -> Any:
+    """NVML's handle on a visible device (the MIG instance's own handle for a MIG device)."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.physical_index)
+    if gpu.mig_uuid is None:
+        return handle
+    return pynvml.nvmlDeviceGetHandleByUUID(gpu.mig_uuid)
+
+
+def device_figures(pynvml: ModuleType, handle: Any) -> dict[str, int | float]:
+    """Memory, utilisation, temperature and power of one device; figures NVML cannot read for it
+    (a MIG instance has no utilisation, some boards no power sensor) are left out."""
+    figures: dict[str, int | float] = {}
+    memory = _try(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+    if memory is not None:
+        figures["memory_used_bytes"] = int(memory.used)
+        figures["memory_total_bytes"] = int(memory.total)
+    rates = _try(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
+    if rates is not None:
+        figures["utilization_percent"] = float(rates.gpu)
+        figures["cuda.memory_busy_percent"] = float(rates.memory)
+    temperature = _try(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+    if temperature is not None:
+        figures["temperature_celsius"] = float(temperature)
+    power = _try(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))  # milliwatts
+    if power is not None:
+        figures["power_watts"] = power / 1000.0
+    limit = _try(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+    if limit is not None:
+        figures["cuda.power_limit_watts"] = limit / 1000.0
+    return figures

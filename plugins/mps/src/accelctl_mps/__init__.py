@@ -1,0 +1,136 @@
+"""accelctl plugin for Apple's MPS (Metal Performance Shaders) backend of torch.
+
+One device (``mps:0``), one process: ``gloo`` and ``nccl`` do not run on MPS, so
+``distributed_backend`` is None and the Trainer refuses several devices. Off macOS the plugin says
+no without importing torch. Detection asks torch itself (``torch.backends.mps.is_built()`` and
+``is_available()``), never ``platform.processor()``, which reports ``i386`` under an emulated
+(Rosetta) Python and misses Intel Macs with an AMD GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import TYPE_CHECKING, Any
+
+import accelctl
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "mps"
+
+
+def _on_macos() -> bool:
+    return sys.platform == "darwin"
+
+
+@accelctl.hookimpl
+def detect() -> bool:
+    """macOS, a torch built with MPS, and a Metal GPU that torch can use."""
+    if not _on_macos() or importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.backends.mps.is_built() and torch.backends.mps.is_available())
+
+
+@accelctl.hookimpl
+def unavailable_reason() -> str | None:
+    """Not macOS, no torch, a torch built without MPS, or MPS not usable on this Mac."""
+    if not _on_macos():
+        return f"not macOS (MPS is Apple's Metal backend; this is {sys.platform})"
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed (pip install torch)"
+    import torch
+
+    if not torch.backends.mps.is_built():
+        return f"torch {torch.__version__} was built without MPS; install torch's macOS build"
+    if not torch.backends.mps.is_available():
+        return (
+            f"torch {torch.__version__} has MPS, but no usable Metal GPU was found "
+            "(macOS 12.3 or later with an Apple silicon or AMD GPU is needed)"
+        )
+    return None
+
+
+@accelctl.hookimpl
+def auto_device_count() -> int:
+    """1 where MPS is available, else 0."""
+    return 1 if detect() else 0
+
+
+@accelctl.hookimpl
+def parse_devices(devices: Any) -> list[int]:
+    """The single-device parser: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]``, ``"0,"`` give [0]."""
+    return accelctl.parse_single_device(devices, accelerator=NAME, visible=auto_device_count())
+
+
+@accelctl.hookimpl
+def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
+    """``[mps:0]``: MPS exposes a single device."""
+    import torch
+
+    indices = range(devices) if isinstance(devices, int) else devices
+    return [torch.device(NAME, index) for index in indices]
+
+
+@accelctl.hookimpl
+def device_stats(device: torch.device) -> dict[str, int | float]:
+    """torch's MPS allocator figures where this torch has them, and the unified (system) memory
+    that the GPU shares with the CPU under the common keys."""
+    import psutil
+
+    if device.type != NAME:
+        raise ValueError(f"{NAME}: device_stats takes an mps device, not {str(device)!r}")
+    figures: dict[str, int | float] = {}
+    if detect():
+        import torch
+
+        readers = {
+            # Memory held by live tensors, and everything the Metal driver gave torch (cache too).
+            "memory_allocated_bytes": "current_allocated_memory",
+            "memory_reserved_bytes": "driver_allocated_memory",
+            "mps.recommended_max_memory_bytes": "recommended_max_memory",  # torch >= 2.5
+        }
+        for key, function in readers.items():
+            read = getattr(torch.mps, function, None)
+            if read is not None:
+                figures[key] = int(read())
+    memory = psutil.virtual_memory()
+    figures["memory_used_bytes"] = int(memory.total - memory.available)
+    figures["memory_total_bytes"] = int(memory.total)
+    return figures
+
+
+@accelctl.hookimpl
+def teardown() -> None:
+    """Return torch's cached MPS memory to the system."""
+    if detect():
+        import torch
+
+        torch.mps.empty_cache()
+
+
+@accelctl.hookimpl
+def accelerator_info() -> accelctl.AcceleratorInfo:
+    """Family ``gpu``, priority 100, one process only (no distributed backend)."""
+    return accelctl.AcceleratorInfo(
+        description="Apple GPU through Metal Performance Shaders (torch's mps device)",
+        family="gpu",
+        priority=100,
+        distributed_backend=None,
+        aliases=(),
+    )
+
+
+__all__ = [
+    "accelerator_info",
+    "auto_device_count",
+    "detect",
+    "device_stats",
+    "get_parallel_devices",
+    "parse_devices",
+    "teardown",
+    "unavailable_reason",
+]

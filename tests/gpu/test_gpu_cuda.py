@@ -1,0 +1,135 @@
+"""Real-GPU checks of the CUDA plugin (marked ``cuda``; skipped without a visible GPU).
+
+Run them with ``tests/gpu/run_gpu_checks.sh`` on a GPU machine. Each check that must see a fresh
+process (fork safety, tensor work) runs in a subprocess, so the order of the tests does not
+matter and this pytest process never creates a CUDA context itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from accelctl.cli import cli
+
+
+def _visible_gpus() -> int:
+    try:
+        from accelctl_cuda.probe import probe
+    except ImportError:
+        return 0
+    return probe().device_count
+
+
+GPUS = _visible_gpus()
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(GPUS == 0, reason="no CUDA GPU visible")]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; its stdout (fails the test on a non-zero exit)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    return done.stdout
+
+
+def test_list_shows_cuda_with_torchs_device_count():
+    rows = {row["name"]: row for row in json.loads(run("list", "--json").stdout)}
+    torch_count = int(python("import torch; print(torch.cuda.device_count())"))
+    assert rows["cuda"]["available"] is True, rows["cuda"]
+    assert rows["cuda"]["error"] is None and rows["cuda"]["reason"] is None
+    assert rows["cuda"]["device_count"] == torch_count == GPUS
+
+
+def test_resolve_gpu_gives_cuda_0():
+    result = run("resolve", "--accelerator", "gpu", "--devices", "1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["accelerator"], data["devices"], data["distributed_backend"]) == (
+        "cuda",
+        ["cuda:0"],
+        "nccl",
+    )
+
+
+def test_one_device_too_many_is_a_clear_error():
+    result = run("resolve", "--accelerator", "cuda", "--devices", str(GPUS + 1))
+    assert result.exit_code == 1
+    assert (
+        f"devices='{GPUS + 1}' asks for {GPUS + 1} devices, more than are visible" in result.stderr
+    )
+    assert "Traceback" not in result.output
+
+
+def test_stats_have_memory_and_utilization():
+    result = run("stats", "cuda", "--json")
+    assert result.exit_code == 0, result.output
+    entries = json.loads(result.stdout)
+    assert [e["device"] for e in entries] == [f"cuda:{i}" for i in range(GPUS)]
+    for entry in entries:
+        stats = entry["stats"]
+        assert stats["memory_total_bytes"] > 0
+        assert 0 < stats["memory_used_bytes"] <= stats["memory_total_bytes"]
+        assert 0.0 <= stats["utilization_percent"] <= 100.0
+        assert "memory_allocated_bytes" not in stats  # CUDA not in use in this process
+
+
+def test_detect_list_stats_leave_cuda_uninitialised_and_a_fork_can_use_it():
+    out = python(
+        """
+        import multiprocessing as mp
+        import torch, accelctl
+        from accelctl.cli import cli
+
+        handle = accelctl.get_accelerator("cuda")
+        assert handle.detect() and handle.auto_device_count() > 0
+        accelctl.list_accelerators()
+        stats = handle.device_stats("cuda:0")
+        cli.main(["stats", "--json"], standalone_mode=False)
+        cli.main(["list"], standalone_mode=False)
+        assert not torch.cuda.is_initialized(), "CUDA initialised in the parent"
+
+        def child(queue):
+            queue.put(float(torch.ones(4, device="cuda:0").sum().item()))
+
+        ctx = mp.get_context("fork")
+        queue = ctx.Queue()
+        proc = ctx.Process(target=child, args=(queue,))
+        proc.start()
+        proc.join(120)
+        assert proc.exitcode == 0, f"forked child failed: exit code {proc.exitcode}"
+        print("FORK-OK", queue.get(timeout=5), stats["memory_total_bytes"] > 0)
+        """
+    )
+    assert "FORK-OK 4.0 True" in out
+
+
+def test_a_tensor_op_on_each_selected_device_and_allocator_stats():
+    out = python(
+        """
+        import torch, accelctl
+        selection = accelctl.resolve("cuda", devices="auto")
+        for device in selection.devices:
+            selection.accelerator.setup_device(device)
+            x = torch.arange(1024, device=device, dtype=torch.float32).reshape(32, 32)
+            value = float((x @ x.T).trace().item())
+            stats = selection.accelerator.device_stats(device)
+            assert stats["memory_allocated_bytes"] > 0, stats
+            print(str(device), value, stats["cuda.num_ooms"])
+        selection.accelerator.teardown()
+        """
+    )
+    expected = float(sum(i * i for i in range(1024)))
+    lines = out.split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == [f"cuda:{i}" for i in range(GPUS)]
+    assert all(float(line.split()[1]) == expected for line in lines)
