@@ -1,0 +1,481 @@
+"""accelctl.integrations.lightning: Lightning's Trainer and Fabric on accelctl plugins.
+
+Real training throughout: Lightning's own Trainer, Fabric and DDP launcher, accelctl's real cpu
+plugin and class-based test plugins installed as fake distributions (their devices are CPUs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+lightning = pytest.importorskip("lightning")
+
+import torch  # noqa: E402
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTRY  # noqa: E402
+from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY  # noqa: E402
+from lightning.pytorch.callbacks import DeviceStatsMonitor  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # noqa: E402
+
+import accelctl  # noqa: E402
+from accelctl.integrations.lightning import (  # noqa: E402
+    LightningAccelerator,
+    Registration,
+    register_all,
+)
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # tinymodel.py is a helper module, not a package
+from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader  # noqa: E402
+
+TEST_NPU = '''
+    import accelctl
+
+    CALLS = []
+
+
+    class TestNPU(accelctl.Accelerator):
+        """A class-based plugin whose devices are CPUs; it records the hooks Lightning calls."""
+
+        name = "testnpu"
+        device_type = "cpu"
+        description = "class-based test accelerator"
+        priority = 5
+        distributed_backend = "gloo"
+
+        def detect(self):
+            CALLS.append(("detect",))
+            return True
+
+        def auto_device_count(self):
+            return 2
+
+        def setup_device(self, device):
+            CALLS.append(("setup_device", str(device)))
+
+        def teardown(self):
+            CALLS.append(("teardown",))
+
+        def device_stats(self, device):
+            CALLS.append(("device_stats", str(device)))
+            return {"memory_used_bytes": 123}
+'''
+
+
+class MetaAccelerator(accelctl.Accelerator):
+    """Devices of another type than the CPU, as a real NPU or HPU would have (never run)."""
+
+    name = "metaacc"
+    device_type = "meta"
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 1
+
+
+@pytest.fixture(autouse=True)
+def _restore_lightning_registries() -> Iterator[None]:
+    """register_all() writes to Lightning's process-wide registries: put them back after."""
+    saved = [(registry, dict(registry)) for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY)]
+    yield
+    for registry, content in saved:
+        registry.clear()
+        registry.update(content)
+
+
+@pytest.fixture
+def testnpu(fake_site: Any) -> Any:
+    """The class-based test plugin ``testnpu``, installed as a distribution; its module."""
+    fake_site.install(
+        "accelctl-testnpu", {"testnpu": "accelctl_testnpu:TestNPU"}, {"accelctl_testnpu": TEST_NPU}
+    )
+    import accelctl_testnpu
+
+    return accelctl_testnpu
+
+
+def _fit(accelerator: Any, epochs: int = 3, **options: Any) -> tuple[Any, TinyRegression]:
+    settings: dict[str, Any] = {**quiet_trainer_options(), "max_epochs": epochs, **options}
+    trainer = lightning.Trainer(accelerator=accelerator, **settings)
+    model = TinyRegression()
+    trainer.fit(model, tiny_loader())
+    return trainer, model
+
+
+def _assert_trained(model: TinyRegression, steps: int) -> None:
+    assert len(model.losses) == steps
+    first, last = model.losses[:4], model.losses[-4:]
+    assert sum(last) < 0.5 * sum(first), model.losses
+
+
+# -- the instance form ----------------------------------------------------------------------
+
+
+def test_trainer_trains_on_the_cpu_plugin_passed_as_an_instance(tmp_path: Path) -> None:
+    accelerator = LightningAccelerator("cpu")
+    calls: list[str] = []
+    manager = accelerator.accelctl_handle().loaded.manager
+    undo = manager.add_hookcall_monitoring(
+        lambda hook, impls, kwargs: calls.append(hook), lambda *args: None
+    )
+    try:
+        trainer, model = _fit(
+            accelerator,
+            devices="auto",
+            logger=CSVLogger(tmp_path, name="run", version=0),
+            callbacks=[DeviceStatsMonitor()],
+            log_every_n_steps=1,
+        )
+    finally:
+        undo()
+
+    _assert_trained(model, steps=3 * 4)
+    assert trainer.accelerator is accelerator
+    assert trainer.strategy.root_device == torch.device("cpu")
+    assert trainer.num_devices == 1  # the plugin's auto_device_count() for devices="auto"
+    for hook in ("detect", "auto_device_count", "parse_devices", "get_parallel_devices"):
+        assert hook in calls, (hook, calls)
+    assert calls.count("device_stats") >= 2 * 12  # batch start and end, every step
+
+    # Lightning logged the plugin's own figures (its key names, not Lightning's CPU ones).
+    with open(tmp_path / "run" / "version_0" / "metrics.csv") as stream:
+        columns = next(csv.reader(stream))
+    assert "DeviceStatsMonitor.on_train_batch_start/memory_total_bytes" in columns
+    assert not [c for c in columns if "cpu_vm_percent" in c]
+
+
+def test_an_accelctl_accelerator_instance_works_without_an_entry_point() -> None:
+    accelerator = LightningAccelerator(MetaAccelerator())
+    assert accelerator.name() == "metaacc"
+    assert type(accelerator).is_available() is True
+    assert type(accelerator).parse_devices("auto") == [0]
+    assert type(accelerator).get_parallel_devices([0]) == [torch.device("meta", 0)]
+    assert accelerator.get_device_stats(0) == {}
+
+
+def test_lightning_single_device_default_is_refused_for_non_cpu_devices() -> None:
+    # Lightning's strategy="auto" gives an accelerator it does not know the device "cpu".
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator(MetaAccelerator()),
+        devices=1,
+        max_epochs=1,
+        **quiet_trainer_options(),
+    )
+    with pytest.raises(lightning.fabric.utilities.exceptions.MisconfigurationException) as info:
+        trainer.fit(TinyRegression(), tiny_loader())
+    message = str(info.value)
+    assert "'metaacc'" in message and "'cpu'" in message
+    assert "SingleDeviceStrategy(device='meta:0')" in message
+
+
+def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:
+    with pytest.raises(accelctl.DeviceSpecError) as info:
+        lightning.Trainer(accelerator=LightningAccelerator("cpu"), devices="0,1")
+    assert info.value.accelerator == "cpu"
+    assert "'0,1'" in str(info.value) and "Accepted" in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
+def test_mixed_precision_on_another_device_type_is_warned_and_the_fix_works() -> None:
+    # Lightning autocasts on "cuda" for any accelerator object but its own CPU/MPS ones.
+    with pytest.warns(UserWarning, match=r"MixedPrecision\('bf16-mixed', device='cpu'\)"):
+        _fit(LightningAccelerator("cpu"), epochs=1, devices=1, precision="bf16-mixed")
+
+    dtypes: list[torch.dtype] = []
+
+    class Recording(TinyRegression):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            dtypes.append(self.layer(batch[0]).dtype)
+            return super().training_step(batch, batch_idx)
+
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator("cpu"),
+        devices=1,
+        max_epochs=1,
+        plugins=[MixedPrecision("bf16-mixed", device="cpu")],
+        **quiet_trainer_options(),
+    )
+    trainer.fit(Recording(), tiny_loader())
+    assert set(dtypes) == {torch.bfloat16}
+
+
+def test_a_ddp_backend_other_than_the_plugins_is_warned() -> None:
+    class CclAccelerator(accelctl.Accelerator):
+        name = "cclacc"
+        device_type = "cpu"
+        distributed_backend = "fakeccl"
+
+        def detect(self) -> bool:
+            return True
+
+        def auto_device_count(self) -> int:
+            return 2
+
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator(CclAccelerator()),
+        devices=2,
+        strategy=DDPStrategy(process_group_backend="gloo"),
+        **quiet_trainer_options(),
+    )
+    with pytest.warns(UserWarning, match=r"DDPStrategy\(process_group_backend='fakeccl'\)"):
+        trainer.accelerator.setup(trainer)  # what the strategy calls in each rank
+
+
+def test_the_constructor_teaches_what_it_accepts() -> None:
+    with pytest.raises(TypeError, match="needs the accelerator"):
+        LightningAccelerator()
+    with pytest.raises(TypeError, match=r"LightningAccelerator\(3\).*accelerator name.*not int"):
+        LightningAccelerator(3)
+    with pytest.raises(accelctl.UnknownAcceleratorError, match="Did you mean 'cpu'"):
+        LightningAccelerator("cpux")
+    with pytest.raises(TypeError, match="not bound to a plugin"):
+        LightningAccelerator.is_available()
+    bound = LightningAccelerator.bind("cpu")
+    assert bound is type(LightningAccelerator("cpu")) and bound.__qualname__ == (
+        "LightningAccelerator[cpu]"
+    )
+    assert isinstance(bound(), LightningAccelerator)
+    with pytest.raises(TypeError, match="bound to accelerator 'cpu'"):
+        bound(MetaAccelerator())
+
+
+def test_accelerators_pickle_for_spawned_processes(testnpu: Any) -> None:
+    by_name = LightningAccelerator("testnpu")
+    copy = pickle.loads(pickle.dumps(by_name))
+    assert copy.name() == "testnpu" and copy.accelctl_handle() is by_name.accelctl_handle()
+
+    direct = LightningAccelerator(testnpu.TestNPU())  # no entry point: the object travels
+    copy = pickle.loads(pickle.dumps(direct))
+    assert isinstance(copy.accelctl_handle().plugin, testnpu.TestNPU)
+    assert copy.accelctl_handle().entry_point is None
+
+
+def test_a_plugin_whose_detect_breaks_counts_as_unavailable_with_a_warning() -> None:
+    class Broken(accelctl.Accelerator):
+        name = "brokendetect"
+
+        def detect(self) -> bool:
+            raise RuntimeError("driver exploded")
+
+        def auto_device_count(self) -> int:
+            return 0
+
+    bound = LightningAccelerator.bind(Broken())
+    with pytest.warns(accelctl.PluginWarning, match="driver exploded"):
+        assert bound.is_available() is False
+
+
+def test_without_lightning_the_import_error_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['lightning'] = None\n"
+        "try:\n    import accelctl.integrations.lightning\n"
+        "except ModuleNotFoundError as exc:\n    print(exc.name, '|', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    name, message = done.stdout.strip().split(" | ")
+    assert name.split(".")[0] == "lightning"
+    assert "pip install 'accelctl[lightning]'" in message
+
+
+# -- register_all and the name form -----------------------------------------------------------
+
+
+def _only(fake_site: Any, **environ: str) -> accelctl.Registry:
+    """An accelctl registry that sees the fake site alone (not the plugins of the venv)."""
+    return accelctl.Registry(path=fake_site.path, environ=environ)
+
+
+def test_register_all_then_training_by_name(testnpu: Any) -> None:
+    result = register_all()  # the process-wide registry: every plugin of this environment
+
+    assert isinstance(result, Registration)
+    assert "testnpu" in result.registered
+    assert "CPUAccelerator" in result.skipped["cpu"] and "override=True" in result.skipped["cpu"]
+    assert result.broken == {}
+    assert sorted(result.registered + list(result.skipped)) == accelctl.get_registry().names()
+    assert result.to_dict() == json.loads(json.dumps(result.to_dict()))
+    assert TRAINER_REGISTRY["cpu"]["accelerator"].__name__ == "CPUAccelerator"  # left alone
+    assert "testnpu" in TRAINER_REGISTRY.available_accelerators()
+    assert "class-based test accelerator" in TRAINER_REGISTRY["testnpu"]["description"]
+
+    trainer, model = _fit("testnpu", devices=1)
+    _assert_trained(model, steps=3 * 4)
+    assert isinstance(trainer.accelerator, LightningAccelerator)
+    assert trainer.accelerator.name() == "testnpu"
+    assert ("setup_device", "cpu") in testnpu.CALLS
+    assert testnpu.CALLS[-1] == ("teardown",)
+
+    # Fabric by name too.
+    fabric = lightning.Fabric(accelerator="testnpu", devices=1)
+    assert isinstance(fabric.accelerator, LightningAccelerator)
+    model = TinyRegression()
+    module, optimizer = fabric.setup(model, model.configure_optimizers())
+    x, y = next(iter(tiny_loader()))
+    losses = []
+    for _ in range(20):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(module(x), y)
+        fabric.backward(loss)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_register_all_is_repeatable_and_override_replaces_lightnings_own(testnpu: Any) -> None:
+    assert "testnpu" in register_all().registered
+    assert "testnpu" in register_all().registered  # ours are refreshed, not "already there"
+
+    result = register_all(override=True)
+    assert {"cpu", "testnpu"} <= set(result.registered) and result.skipped == {}
+    for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY):
+        assert isinstance(registry.get("cpu"), LightningAccelerator)
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, **quiet_trainer_options())
+    assert isinstance(trainer.accelerator, LightningAccelerator)
+
+
+def test_a_broken_plugin_does_not_break_register_all(testnpu: Any, fake_site: Any) -> None:
+    fake_site.install(
+        "accelctl-exploding",
+        {"exploding": "accelctl_exploding"},
+        {"accelctl_exploding": "raise ImportError('vendor runtime missing')\n"},
+    )
+    fake_site.install(
+        "accelctl-hookless",
+        {"hookless": "accelctl_hookless"},
+        {"accelctl_hookless": "import accelctl\n"},
+    )
+    with pytest.warns(accelctl.PluginWarning) as caught:
+        result = register_all(registry=_only(fake_site))
+
+    assert result.registered == ["testnpu"] and result.skipped == {}
+    assert set(result.broken) == {"exploding", "hookless"}
+    assert "vendor runtime missing" in result.broken["exploding"]
+    assert "required hook" in result.broken["hookless"]
+    messages = " ".join(str(w.message) for w in caught)
+    assert "vendor runtime missing" in messages and "hookless" in messages
+    assert "exploding" not in TRAINER_REGISTRY and "hookless" not in TRAINER_REGISTRY
+    assert "testnpu" in TRAINER_REGISTRY
+
+
+def test_register_all_does_not_import_disabled_plugins(testnpu: Any, fake_site: Any) -> None:
+    fake_site.install(
+        "accelctl-exploding",
+        {"exploding": "accelctl_exploding"},
+        {"accelctl_exploding": "raise ImportError('must not be imported')\n"},
+    )
+    result = register_all(registry=_only(fake_site, ACCELCTL_DISABLE="exploding"))
+    assert result.registered == ["testnpu"]
+    assert result.broken == {}
+    assert "ACCELCTL_DISABLE" in result.skipped["exploding"]
+    assert "accelctl_exploding" not in sys.modules
+
+
+def test_hpu_needs_the_instance_form_or_an_explicit_strategy(fake_site: Any) -> None:
+    source = TEST_NPU.replace('name = "testnpu"', 'name = "hpu"')
+    fake_site.install(
+        "accelctl-fakehpu", {"hpu": "accelctl_fakehpu:TestNPU"}, {"accelctl_fakehpu": source}
+    )
+    registry = _only(fake_site)
+    assert register_all(registry=registry).registered == ["hpu"]
+    with pytest.raises(
+        lightning.fabric.utilities.exceptions.MisconfigurationException,
+        match="HPU is currently not supported",
+    ):
+        lightning.Trainer(accelerator="hpu", devices=1, **quiet_trainer_options())
+
+    trainer, model = _fit(LightningAccelerator(registry.get("hpu")), epochs=1, devices=1)
+    assert trainer.accelerator.name() == "hpu" and len(model.losses) == 4
+
+    single = SingleDeviceStrategy(device=torch.device("cpu"))
+    trainer, model = _fit("hpu", epochs=1, devices=1, strategy=single)
+    assert trainer.accelerator.name() == "hpu" and len(model.losses) == 4
+
+
+# -- DDP ----------------------------------------------------------------------------------------
+
+DDP_SCRIPT = '''
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, {tests!r})
+    import lightning
+    from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader
+
+    from accelctl.integrations.lightning import LightningAccelerator
+
+
+    class Report(lightning.pytorch.Callback):
+        """Written by every rank at the end of its own fit (spawned workers included)."""
+
+        def on_fit_start(self, trainer, model):
+            self.initial = [p.detach().flatten().tolist() for p in model.parameters()]
+
+        def on_train_end(self, trainer, model):
+            report = {{
+                "rank": trainer.global_rank,
+                "world_size": trainer.world_size,
+                "accelerator": type(trainer.accelerator).__qualname__,
+                "backend": trainer.strategy.process_group_backend,
+                "device": str(trainer.strategy.root_device),
+                "initial": self.initial,
+                "params": [p.detach().flatten().tolist() for p in model.parameters()],
+                "losses": model.losses,
+            }}
+            out = Path(sys.argv[1]) / f"rank{{trainer.global_rank}}.json"
+            out.write_text(json.dumps(report))
+
+
+    if __name__ == "__main__":
+        trainer = lightning.Trainer(
+            accelerator=LightningAccelerator("cpu"), devices=2, strategy=sys.argv[2],
+            max_epochs=4, callbacks=[Report()], **quiet_trainer_options(),
+        )
+        trainer.fit(TinyRegression(), tiny_loader())
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_ddp_on_two_cpu_processes_through_lightnings_own_strategies(
+    tmp_path: Path, strategy: str
+) -> None:
+    # "ddp" starts the script again per rank; "ddp_spawn" pickles the Trainer, accelerator
+    # included, into spawned workers.
+    script = tmp_path / "train_ddp.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT.format(tests=str(HERE))))
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), strategy],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [r["rank"] for r in reports] == [0, 1]
+    for report in reports:
+        assert report["world_size"] == 2
+        assert report["accelerator"] == "LightningAccelerator[cpu]"
+        assert report["backend"] == "gloo" and report["device"] == "cpu"
+        assert len(report["losses"]) == 4 * 2  # 64 samples / 2 ranks / 16 per batch, 4 epochs
+        assert report["params"] != report["initial"]
+    # DDP kept the replicas in step, and each rank saw its own half of the data.
+    assert reports[0]["params"] == reports[1]["params"]
+    assert reports[0]["losses"][0] != reports[1]["losses"][0]
+    assert reports[0]["losses"][-1] < reports[0]["losses"][0]
