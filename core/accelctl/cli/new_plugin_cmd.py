@@ -1,0 +1,65 @@
+"""``accelctl new-plugin``: a ready plugin package for a new accelerator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import AccelctlError
+from ..registry import get_registry
+from ..scaffold import PluginNames, name_problem, write
+
+
+def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    problem = name_problem(value)
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
+@click.command("new-plugin")
+@click.argument("name", callback=_check_name)
+@click.option(
+    "--path",
+    "-p",
+    "parent",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Folder in which the package folder accelctl-NAME is created.",
+)
+def new_plugin_command(name: str, parent: Path) -> None:
+    """Write a ready plugin package for a new accelerator called NAME.
+
+    The package (accelctl-NAME) has a pyproject with the entry point, a module with every hook
+    written and documented, a README, and a test that runs the conformance suite. As generated it
+    installs and passes `accelctl validate NAME`, saying "not detected" until its detect() is
+    written. Nothing is overwritten.
+    """
+    installed = get_registry().entries(name)
+    if installed:
+        dist = installed[0].distribution or "an unnamed distribution"
+        raise AccelctlError(
+            f"an accelerator named {name!r} is installed already (from {dist}); a second "
+            "plugin of the same name would conflict with it: choose another name"
+        )
+    names = PluginNames.for_name(name)
+    try:
+        root, files = write(names, parent)
+    except FileExistsError:
+        folder = parent / names.distribution
+        raise AccelctlError(
+            f"{folder} exists already; nothing was written. Remove it, or choose another --path"
+        ) from None
+    click.echo(f"created {root}/ for the accelerator {name!r}:")
+    for path in files:
+        click.echo(f"  {path.relative_to(root)}")
+    click.echo("")
+    click.echo("next:")
+    click.echo(f"  pip install -e {root}")
+    click.echo(f"  accelctl validate {name}")
+    click.echo(f"  pytest {root / 'tests'}")
+    click.echo(
+        f"then teach detect() to find the hardware in {root / 'src' / names.module / '__init__.py'}"
+    )

@@ -1,0 +1,86 @@
+"""``accelctl validate``: the conformance checks on installed accelerators."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from ..testing import ValidationReport, validate_installed
+from ._output import emit_json
+
+_LABELS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+
+
+def _heading(report: ValidationReport) -> str:
+    plugin = " ".join(filter(None, [report.distribution, report.version]))
+    return f"{report.name}" + (f" ({plugin})" if plugin else "") + f": {report.summary()}"
+
+
+def _print_report(report: ValidationReport) -> None:
+    click.echo(_heading(report))
+    width = max(len(result.check) for result in report.checks)
+    results = list(report.checks)
+    index = 0
+    while index < len(results):
+        result = results[index]
+        end = index + 1
+        while (
+            end < len(results)
+            and results[end].status == "skip" == result.status
+            and (results[end].detail == result.detail)
+        ):
+            end += 1
+        if end - index >= 3:  # one line for a run of checks skipped for the same reason
+            span = f"{end - index} checks, {result.check} to {results[end - 1].check}"
+            click.echo(f"  {_LABELS['skip']}  {span}: {result.detail}")
+        else:
+            for each in results[index:end]:
+                click.echo(f"  {_LABELS[each.status]}  {each.check.ljust(width)}  {each.detail}")
+        index = end
+
+
+def _print_tracebacks(reports: list[ValidationReport]) -> None:
+    for report in reports:
+        for result in report.failures:
+            if result.error is not None:
+                click.echo(f"--- {report.name}: {result.check} ---", err=True)
+                traceback.print_exception(result.error, file=sys.stderr)
+
+
+@click.command("validate")
+@click.argument("names", nargs=-1, metavar="[NAME ...]")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin).")
+@click.pass_context
+def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
+    """Run the conformance checks on the named accelerators (default: every installed one).
+
+    One line per check: PASS, FAIL with the reason, or SKIP with why (a check that needs
+    hardware that is absent here is skipped). Plugins disabled by ACCELCTL_PLUGINS or
+    ACCELCTL_DISABLE are skipped unless named. Exits 0 when no check fails, 1 otherwise.
+    """
+    reports = validate_installed(names or None)
+    if not reports:
+        click.echo(
+            "error: no accelerator plugin is installed, so there is nothing to validate; "
+            "install one (pip install accelctl-cpu) or name one",
+            err=True,
+        )
+        ctx.exit(1)
+    if as_json:
+        emit_json([report.to_dict() for report in reports])
+    else:
+        for index, report in enumerate(reports):
+            if index:
+                click.echo("")
+            _print_report(report)
+        failed = [report.name for report in reports if not report.passed]
+        click.echo("")
+        verdict = f"failed: {', '.join(failed)}" if failed else "all passed"
+        click.echo(f"{len(reports)} accelerator(s) validated, {verdict}")
+    root = ctx.find_root()
+    if root.params.get("debug"):
+        _print_tracebacks(reports)
+    if not all(report.passed for report in reports):
+        ctx.exit(1)

@@ -1,0 +1,60 @@
+"""Conformance checks for accelerator plugins: the same checks behind ``accelctl validate`` and
+a pytest test class.
+
+Run them from the command line::
+
+    accelctl validate hpu            # one line per check; exit 1 when one fails
+    accelctl validate --json         # every installed accelerator, as JSON
+
+or add the whole suite to a plugin's CI in one class:
+
+.. code-block:: python
+
+    import accelctl.testing
+
+    class TestHPUConformance(accelctl.testing.AcceleratorConformance):
+        accelerator = "hpu"          # or an instance: HPUAccelerator()
+
+or call them from code: ``accelctl.testing.validate("hpu")`` returns a
+:class:`ValidationReport` of :class:`CheckResult` (``check``, ``status``, ``detail``).
+:data:`CHECKS` lists what is checked; a check that needs hardware that is absent is skipped, so a
+correct plugin passes on a machine without its device.
+"""
+
+from __future__ import annotations
+
+from .checks import (
+    BAD_DEVICE_SPECS,
+    CHECK_IDS,
+    CHECKS,
+    COMMON_STATS_KEYS,
+    DETECT_CALL_LIMIT_S,
+    DETECT_FIRST_CALL_LIMIT_S,
+    IMPORT_LIMIT_S,
+    STATS_CALL_LIMIT_S,
+    Check,
+    validate,
+    validate_installed,
+)
+from .conformance import AcceleratorConformance, ConformanceFailure, assert_conforms
+from .results import CheckResult, Status, ValidationReport
+
+__all__ = [
+    "BAD_DEVICE_SPECS",
+    "CHECKS",
+    "CHECK_IDS",
+    "COMMON_STATS_KEYS",
+    "DETECT_CALL_LIMIT_S",
+    "DETECT_FIRST_CALL_LIMIT_S",
+    "IMPORT_LIMIT_S",
+    "STATS_CALL_LIMIT_S",
+    "AcceleratorConformance",
+    "Check",
+    "CheckResult",
+    "ConformanceFailure",
+    "Status",
+    "ValidationReport",
+    "assert_conforms",
+    "validate",
+    "validate_installed",
+]

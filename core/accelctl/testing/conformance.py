@@ -1,0 +1,106 @@
+"""The pytest face of the conformance checks: subclass :class:`AcceleratorConformance`.
+
+.. code-block:: python
+
+    # tests/test_conformance.py of a plugin package
+    import accelctl.testing
+
+    class TestHPUConformance(accelctl.testing.AcceleratorConformance):
+        accelerator = "hpu"
+
+pytest then collects one test per check (``test_loads``, ``test_detect_is_fast``, ...): a
+failed check fails its test with the reason (and the plugin's own exception chained below it),
+a check that cannot run here is a pytest skip that says why. No pytest plugin needs to be
+registered, and this module imports pytest only when a test runs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from .checks import CHECKS, Check, validate
+from .results import CheckResult, ValidationReport
+
+
+class ConformanceFailure(AssertionError):
+    """A conformance check failed; the message is the check's reason, ``__cause__`` the plugin's
+    own exception where there is one."""
+
+
+_REPORTS: weakref.WeakKeyDictionary[type, ValidationReport] = weakref.WeakKeyDictionary()
+
+
+class AcceleratorConformance:
+    """Base class of a pytest test class that runs every conformance check on one accelerator.
+
+    Set :attr:`accelerator` to an installed accelerator's name (what ``accelctl validate NAME``
+    checks) or to a plugin object, such as an instance of your :class:`accelctl.Accelerator`
+    subclass, to check it without installing it. The checks run once per class, on its first
+    test; each ``test_<check>`` method then reports its own check.
+    """
+
+    #: The accelerator's name or alias, or a plugin object (instance, class or module).
+    accelerator: ClassVar[object] = None
+    #: Measure the plugin's import in a fresh interpreter (the ``import_is_light`` check).
+    probe_import: ClassVar[bool] = True
+
+    @classmethod
+    def conformance_report(cls) -> ValidationReport:
+        """The report of this class's accelerator, computed on first use and kept."""
+        report = _REPORTS.get(cls)
+        if report is None:
+            if cls.accelerator is None:
+                raise TypeError(
+                    f"{cls.__name__} must say what to check: set the class attribute "
+                    'accelerator = "<name>" (installed) or an instance of your plugin class'
+                )
+            report = validate(cls.accelerator, probe_import=cls.probe_import)
+            _REPORTS[cls] = report
+        return report
+
+
+def check_result(result: CheckResult) -> None:
+    """Turn one result into pytest's outcome: return on a pass, ``pytest.skip`` on a skip,
+    raise :class:`ConformanceFailure` on a failure."""
+    if result.status == "pass":
+        return
+    if result.status == "skip":
+        import pytest
+
+        pytest.skip(f"{result.check}: {result.detail}")
+    raise ConformanceFailure(f"{result.check}: {result.detail}") from result.error
+
+
+def _test_for(check: Check) -> Callable[[AcceleratorConformance], None]:
+    def test(self: AcceleratorConformance) -> None:
+        check_result(type(self).conformance_report().result(check.id))
+
+    test.__name__ = test.__qualname__ = f"test_{check.id}"
+    test.__doc__ = f"Conformance: {check.title}."
+    return test
+
+
+# One test method per check, generated from the table, so the two faces cannot drift apart.
+for _check in CHECKS:
+    setattr(AcceleratorConformance, f"test_{_check.id}", _test_for(_check))
+del _check
+
+
+def assert_conforms(accelerator: object, **options: Any) -> ValidationReport:
+    """Validate ``accelerator`` and raise :class:`ConformanceFailure` listing every failed check;
+    return the report when none failed. For a test suite that prefers one test to one per check.
+
+    :param options: passed to :func:`accelctl.testing.validate` (``registry``,
+        ``probe_import``).
+    """
+    report = validate(accelerator, **options)
+    if not report.passed:
+        lines = "\n".join(f"  {result.check}: {result.detail}" for result in report.failures)
+        first = next((r.error for r in report.failures if r.error is not None), None)
+        raise ConformanceFailure(
+            f"accelerator {report.name!r} fails {len(report.failures)} conformance check(s):\n"
+            f"{lines}"
+        ) from first
+    return report

@@ -1,0 +1,107 @@
+"""The plain data of a conformance run: one :class:`CheckResult` per check, a
+:class:`ValidationReport` per accelerator. ``accelctl validate`` prints them; the pytest face turns
+each result into a passed, failed or skipped test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["pass", "fail", "skip"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one conformance check on one accelerator.
+
+    :param check: the check's id, one of :data:`accelctl.testing.CHECK_IDS`.
+    :param status: ``"pass"``, ``"fail"`` or ``"skip"``.
+    :param detail: one line: what was seen on a pass, the reason on a fail or a skip.
+    :param error: the exception behind a failure, when there is one (for tracebacks with
+        ``accelctl --debug validate`` and in pytest); never part of :meth:`to_dict`.
+    """
+
+    check: str
+    status: Status
+    detail: str
+    error: BaseException | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {self.status!r}")
+        object.__setattr__(self, "detail", " ".join(self.detail.split()))
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"check", "status", "detail"}``, as ``accelctl validate --json`` prints it."""
+        return {"check": self.check, "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Every check's result for one accelerator, in the order of :data:`accelctl.testing.CHECKS`.
+
+    :param name: the accelerator's canonical name (or the name asked for, when none matched).
+    :param checks: the results.
+    :param distribution: the distribution that installed the plugin; None for an object passed in
+        directly or a name that matched nothing.
+    :param version: that distribution's version.
+    """
+
+    name: str
+    checks: tuple[CheckResult, ...]
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed (skipped checks do not fail a report)."""
+        return not self.failures
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        """The checks that failed."""
+        return tuple(result for result in self.checks if result.status == "fail")
+
+    def count(self, status: Status) -> int:
+        """How many checks ended with ``status``."""
+        return sum(1 for result in self.checks if result.status == status)
+
+    def result(self, check: str) -> CheckResult:
+        """The result of the check with id ``check``.
+
+        :raises KeyError: naming the ids this report has.
+        """
+        for result in self.checks:
+            if result.check == check:
+                return result
+        known = ", ".join(result.check for result in self.checks)
+        raise KeyError(f"no check {check!r} in the report of {self.name!r} (checks: {known})")
+
+    def summary(self) -> str:
+        """``"passed (12 passed, 4 skipped)"`` or ``"FAILED (2 failed, 10 passed, 4 skipped)"``."""
+        parts = [f"{self.count(s)} {word}" for s, word in _WORDS if self.count(s)]
+        return f"{'passed' if self.passed else 'FAILED'} ({', '.join(parts) or 'no checks'})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name", "passed", "distribution", "version", "checks": [...]}`` for ``--json``."""
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "distribution": self.distribution,
+            "version": self.version,
+            "checks": [result.to_dict() for result in self.checks],
+        }
+
+
+_WORDS: tuple[tuple[Status, str], ...] = (
+    ("fail", "failed"),
+    ("pass", "passed"),
+    ("skip", "skipped"),
+)
+
+
+def all_passed(reports: Iterable[ValidationReport]) -> bool:
+    """True when every report passed."""
+    return all(report.passed for report in reports)

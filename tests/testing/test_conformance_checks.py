@@ -1,0 +1,461 @@
+"""The conformance checks on good and broken plugins, installed as real (fake) distributions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import accelctl
+import accelctl.testing
+from accelctl.testing import CHECK_IDS, ValidationReport, checks, validate, validate_installed
+
+from fakedists import FakeSite, good_plugin, undetected_plugin
+
+HEADER = "import accelctl\n"
+REQUIRED = """
+@accelctl.hookimpl
+def detect():
+    return False
+
+@accelctl.hookimpl
+def auto_device_count():
+    return 0
+
+@accelctl.hookimpl
+def parse_devices(devices):
+    return accelctl.parse_indexed_devices(devices, visible=0, accelerator="x")
+
+@accelctl.hookimpl
+def get_parallel_devices(devices):
+    return []
+
+@accelctl.hookimpl
+def device_stats(device):
+    return {}
+"""
+
+
+def plugin(*overrides: str, keep: str = REQUIRED) -> str:
+    """Module source: the required hooks (undetected), with hooks redefined by ``overrides``
+    (a later definition of a function replaces the earlier one, so the last one registers)."""
+    return HEADER + keep + "\n".join(textwrap.dedent(o) for o in overrides)
+
+
+def run(site: FakeSite, name: str, **options: object) -> ValidationReport:
+    options.setdefault("probe_import", False)
+    return validate(name, registry=accelctl.Registry(path=site.path), **options)  # type: ignore[arg-type]
+
+
+def statuses(report: ValidationReport) -> dict[str, str]:
+    return {result.check: result.status for result in report.checks}
+
+
+def failed(report: ValidationReport) -> dict[str, str]:
+    return {result.check: result.detail for result in report.failures}
+
+
+# -- correct plugins --------------------------------------------------------------------------
+
+
+def test_a_working_plugin_passes_every_check(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-good", {"good": "good_mod"}, {"good_mod": good_plugin("good")})
+    report = run(fake_site, "good", probe_import=True)
+    assert report.passed, failed(report)
+    assert [r.check for r in report.checks] == list(CHECK_IDS)
+    skipped = {r.check for r in report.checks if r.status == "skip"}
+    assert skipped == {"unavailable_reason"}  # detected, so the reason hook is not for here
+    assert report.result("devices_auto").detail == "'auto' -> [0, 1] -> [cpu, cpu]"
+    assert report.result("import_is_light").detail.startswith("'good_mod' imports in")
+    assert (report.distribution, report.version) == ("accelctl-good", "1.0")
+
+
+def test_absent_hardware_passes_with_device_checks_skipped(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    report = run(fake_site, "npu")
+    assert report.passed, failed(report)
+    for check in ("devices_auto", "devices_minus_one", "devices_one", "device_stats"):
+        result = report.result(check)
+        assert result.status == "skip"
+        assert result.detail == "needs the hardware: not detected here: no npu hardware here"
+    assert report.result("bad_device_specs").status == "pass"  # parsing needs no hardware
+    assert report.result("unavailable_reason").detail == "'no npu hardware here'"
+
+
+def test_alias_is_validated_under_its_canonical_name(fake_site: FakeSite) -> None:
+    source = undetected_plugin("xpu", aliases=("arc",))
+    fake_site.install("accelctl-xpu", {"xpu": "xpu_mod"}, {"xpu_mod": source})
+    report = run(fake_site, "ARC")
+    assert report.name == "xpu" and report.passed
+
+
+# -- broken plugins ---------------------------------------------------------------------------
+
+
+def test_import_error_fails_loads_with_its_cause(fake_site: FakeSite) -> None:
+    source = "import accelctl\nimport vendor_runtime_that_is_missing\n"
+    fake_site.install("accelctl-bad", {"bad": "bad_mod"}, {"bad_mod": source})
+    report = run(fake_site, "bad")
+    assert not report.passed
+    detail = report.result("loads").detail
+    assert "accelctl-bad 1.0" in detail
+    assert "ModuleNotFoundError: No module named 'vendor_runtime_that_is_missing'" in detail
+    assert isinstance(report.result("loads").error, accelctl.PluginLoadError)
+    assert set(statuses(report).values()) == {"fail", "skip"}
+    assert report.result("detect_returns_bool").detail == "the plugin did not load"
+
+
+def test_raising_hook_fails_with_the_exception(fake_site: FakeSite) -> None:
+    source = plugin(
+        """
+        @accelctl.hookimpl
+        def detect():
+            raise RuntimeError("driver handshake failed")
+        """
+    )
+    fake_site.install("accelctl-raise", {"raiser": "raise_mod"}, {"raise_mod": source})
+    report = run(fake_site, "raiser")
+    assert failed(report) == {
+        "detect_returns_bool": "hook detect() raised RuntimeError: driver handshake failed"
+    }
+    assert isinstance(report.result("detect_returns_bool").error.__cause__, RuntimeError)  # type: ignore[union-attr]
+    assert report.result("devices_auto").detail == "needs the hardware: detect() failed"
+
+
+def test_wrong_return_types_each_fail_their_check(fake_site: FakeSite) -> None:
+    source = plugin(
+        """
+        @accelctl.hookimpl
+        def auto_device_count():
+            return -1
+
+        @accelctl.hookimpl
+        def unavailable_reason():
+            return 42
+
+        @accelctl.hookimpl
+        def accelerator_info():
+            return {"priority": "high"}
+        """
+    )
+    fake_site.install("accelctl-types", {"types": "types_mod"}, {"types_mod": source})
+    problems = failed(run(fake_site, "types"))
+    assert set(problems) == {"auto_device_count", "unavailable_reason", "accelerator_info"}
+    assert "returned -1 (int); expected a non-negative int" in problems["auto_device_count"]
+    assert "returned 42 (int); expected a str or None" in problems["unavailable_reason"]
+    assert "priority must be an int, not str" in problems["accelerator_info"]
+
+
+def test_detect_returning_a_non_bool_fails(fake_site: FakeSite) -> None:
+    source = plugin("@accelctl.hookimpl\ndef detect():\n    return 'yes'\n")
+    fake_site.install("accelctl-yes", {"yes": "yes_mod"}, {"yes_mod": source})
+    problems = failed(run(fake_site, "yes"))
+    assert problems["detect_returns_bool"] == "hook detect() returned 'yes' (str); expected a bool"
+
+
+def test_unknown_hook_fails_hooks_match_specs_with_a_suggestion(fake_site: FakeSite) -> None:
+    source = plugin("@accelctl.hookimpl\ndef device_count():\n    return 0\n")
+    fake_site.install("accelctl-unk", {"unk": "unk_mod"}, {"unk_mod": source})
+    report = run(fake_site, "unk")
+    detail = report.result("hooks_match_specs").detail
+    assert detail.startswith("unknown hook(s) 'device_count' (did you mean ")
+    assert report.result("required_hooks").status == "pass"
+    assert report.result("loads").status == "pass"  # it imports; it does not register
+    assert report.result("detect_returns_bool").status == "skip"
+
+
+def test_pluggy_validation_error_names_the_argument(fake_site: FakeSite) -> None:
+    source = plugin("@accelctl.hookimpl\ndef detect(verbose):\n    return False\n")
+    fake_site.install("accelctl-args", {"args": "args_mod"}, {"args_mod": source})
+    detail = run(fake_site, "args").result("hooks_match_specs").detail
+    assert "detect" in detail and "verbose" in detail
+
+
+def test_missing_required_hook_names_it_and_spots_a_missing_marker(fake_site: FakeSite) -> None:
+    keep = REQUIRED.replace("@accelctl.hookimpl\ndef device_stats", "def device_stats")
+    keep = keep.replace(
+        "@accelctl.hookimpl\ndef get_parallel_devices(devices):\n    return []\n", ""
+    )
+    fake_site.install("accelctl-miss", {"miss": "miss_mod"}, {"miss_mod": plugin(keep=keep)})
+    detail = run(fake_site, "miss").result("required_hooks").detail
+    assert detail == (
+        "missing required hook(s) get_parallel_devices, device_stats; device_stats defined but "
+        "not marked with @accelctl.hookimpl"
+    )
+
+
+def test_name_conflict_fails_naming_both_distributions(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-npu-a", {"npu": "npu_a"}, {"npu_a": undetected_plugin("npu")})
+    fake_site.install("accelctl-npu-b", {"npu": "npu_b"}, {"npu_b": undetected_plugin("npu")})
+    report = run(fake_site, "npu")
+    detail = report.result("loads").detail
+    assert "accelctl-npu-a and accelctl-npu-b" in detail
+    assert report.result("loads").status == "fail"
+
+
+def test_reserved_entry_point_name_fails_loads(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-gpu", {"gpu": "gpu_mod"}, {"gpu_mod": undetected_plugin("gpu")})
+    detail = run(fake_site, "gpu").result("loads").detail
+    assert "entry point name 'gpu' is reserved" in detail
+
+
+def test_unknown_name_fails_loads_with_the_installed_names(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    detail = run(fake_site, "nup").result("loads").detail
+    assert "no accelerator named 'nup' is installed (installed: npu)" in detail
+    assert "Did you mean 'npu'?" in detail
+
+
+def test_bad_specs_raising_value_error_instead_of_device_spec_error(fake_site: FakeSite) -> None:
+    source = plugin(
+        """
+        @accelctl.hookimpl
+        def parse_devices(devices):
+            count = int(devices)
+            if count < 1:
+                raise ValueError("need at least one device")
+            return count
+        """
+    )
+    fake_site.install("accelctl-int", {"intp": "int_mod"}, {"int_mod": source})
+    detail = run(fake_site, "intp").result("bad_device_specs").detail
+    assert "devices=0: hook parse_devices() raised ValueError: need at least one device" in detail
+    assert "devices=1.5 was accepted as 1" in detail
+    assert "devices=True was accepted as 1" in detail
+    assert "devices=None: hook parse_devices() raised TypeError" in detail
+    assert "raised ValueError: invalid literal for int() with base 10: 'abc'" in detail
+
+
+def test_device_spec_error_must_repeat_the_spec(fake_site: FakeSite) -> None:
+    source = plugin(
+        """
+        @accelctl.hookimpl
+        def parse_devices(devices):
+            raise accelctl.DeviceSpecError("bad spec", accelerator="quiet", spec=devices)
+        """
+    )
+    fake_site.install("accelctl-quiet", {"quiet": "quiet_mod"}, {"quiet_mod": source})
+    detail = run(fake_site, "quiet").result("bad_device_specs").detail
+    assert "devices='abc': the DeviceSpecError does not repeat the spec" in detail
+
+
+def test_count_must_agree_with_detect(fake_site: FakeSite) -> None:
+    source = plugin("@accelctl.hookimpl\ndef auto_device_count():\n    return 4\n")
+    fake_site.install("accelctl-cnt", {"cnt": "cnt_mod"}, {"cnt_mod": source})
+    detail = run(fake_site, "cnt").result("auto_device_count").detail
+    assert detail == "returned 4 while detect() is False; return 0 when not detected"
+
+
+def test_round_trip_with_the_wrong_number_of_devices_fails(fake_site: FakeSite) -> None:
+    source = good_plugin("dup").replace(
+        'return [torch.device("cpu") for _ in devices]', 'return [torch.device("cpu")]'
+    )
+    fake_site.install("accelctl-dup", {"dup": "dup_mod"}, {"dup_mod": source})
+    problems = failed(run(fake_site, "dup"))
+    assert set(problems) == {"devices_auto", "devices_minus_one"}
+    assert problems["devices_auto"] == "'auto' -> [0, 1] -> [cpu]: 1 devices for 2 processes"
+
+
+def test_device_indices_must_follow_the_parsed_indices(fake_site: FakeSite) -> None:
+    source = good_plugin("rev").replace(
+        'return [torch.device("cpu") for _ in devices]',
+        'return [torch.device("cuda", i) for i in reversed(devices)]',
+    )
+    fake_site.install("accelctl-rev", {"rev": "rev_mod"}, {"rev_mod": source})
+    detail = failed(run(fake_site, "rev"))["devices_auto"]
+    assert detail.endswith("device indices do not follow the parsed indices in order")
+
+
+def test_stats_outside_the_vocabulary_fail(fake_site: FakeSite) -> None:
+    source = good_plugin("voc").replace(
+        'return {"memory_used_bytes": 1}', 'return {"mem": 1, "voc.queue_depth": 3}'
+    )
+    fake_site.install("accelctl-voc", {"voc": "voc_mod"}, {"voc_mod": source})
+    detail = failed(run(fake_site, "voc"))["device_stats"]
+    assert detail.startswith("key(s) 'mem' are neither common keys")
+    assert "nor prefixed with 'voc.'" in detail
+
+
+def test_nested_stats_fail(fake_site: FakeSite) -> None:
+    source = good_plugin("nest").replace(
+        'return {"memory_used_bytes": 1}', 'return {"memory": {"used": 1}}'
+    )
+    fake_site.install("accelctl-nest", {"nest": "nest_mod"}, {"nest_mod": source})
+    detail = failed(run(fake_site, "nest"))["device_stats"]
+    assert "expected int or float figures, found 'memory'" in detail
+
+
+def test_info_with_unknown_family_and_clashing_aliases(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    other = undetected_plugin("tpu", aliases=("cloudtpu",))
+    fake_site.install("accelctl-tpu", {"tpu": "tpu_mod"}, {"tpu_mod": other})
+    source = undetected_plugin("ipu", family="accelerator", aliases=("npu", "cloudtpu", "auto"))
+    fake_site.install("accelctl-ipu", {"ipu": "ipu_mod"}, {"ipu_mod": source})
+    detail = failed(run(fake_site, "ipu"))["accelerator_info"]
+    assert "family 'accelerator' is unknown (known: gpu, or None)" in detail
+    assert "'npu' is the name of the installed accelerator 'npu'" in detail
+    assert "'cloudtpu' is also an alias of tpu" in detail
+    assert "'auto' is reserved" in detail
+
+
+def test_slow_detect_fails(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checks, "DETECT_CALL_LIMIT_S", 0.02)
+    source = plugin(
+        "@accelctl.hookimpl\ndef detect():\n    import time\n    time.sleep(0.05)\n"
+        "    return False\n"
+    )
+    fake_site.install("accelctl-slow", {"slow": "slow_mod"}, {"slow_mod": source})
+    detail = failed(run(fake_site, "slow"))["detect_is_fast"]
+    assert "over the limit of 0.02 s for later calls" in detail
+
+
+def test_detect_that_initialises_cuda_fails(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    # No GPU here: a flag stands in for the CUDA runtime's state.
+    state = {"initialised": False}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
+    monkeypatch.setattr(torch.cuda, "init", lambda: state.update(initialised=True))
+    source = plugin(
+        "@accelctl.hookimpl\ndef detect():\n    import torch\n    torch.cuda.init()\n"
+        "    return False\n"
+    )
+    fake_site.install("accelctl-ctx", {"ctx": "ctx_mod"}, {"ctx_mod": source})
+    detail = failed(run(fake_site, "ctx"))["detect_leaves_cuda_uninitialised"]
+    assert detail.startswith("detect() initialised CUDA")
+    # CUDA already initialised before detect(): the check cannot tell, so it skips.
+    result = run(fake_site, "ctx").result("detect_leaves_cuda_uninitialised")
+    assert result.status == "skip" and "before detect() ran" in result.detail
+
+
+def test_module_level_torch_import_fails_import_is_light(fake_site: FakeSite) -> None:
+    source = "import torch\n" + plugin()
+    fake_site.install("accelctl-heavy", {"heavy": "heavy_mod"}, {"heavy_mod": source})
+    report = run(fake_site, "heavy", probe_import=True)
+    assert failed(report) == {
+        "import_is_light": "importing 'heavy_mod' imports torch: `accelctl list` would pay for "
+        "it; import it inside the hooks that need it"
+    }
+
+
+# -- instances and the default selection ------------------------------------------------------
+
+
+class _TwoDevices(accelctl.Accelerator):
+    name = "duo"
+    device_type = "cpu"
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+    def get_parallel_devices(self, devices: object) -> list[object]:
+        import torch
+
+        return [torch.device("cpu")] * len(devices)  # type: ignore[arg-type]
+
+
+def test_an_instance_without_entry_point_is_validated() -> None:
+    report = validate(_TwoDevices(), probe_import=False)
+    assert report.passed, failed(report)
+    assert (report.name, report.distribution) == ("duo", None)
+    assert report.result("loads").detail.startswith("imported object <")
+    assert report.result("devices_one").detail == "1 -> [0] -> [cpu]"
+
+
+def test_a_plugin_whose_module_cannot_be_imported_by_name_skips_the_import_probe() -> None:
+    nowhere = type("Nowhere", (_TwoDevices,), {"__module__": "no_such_module_anywhere"})
+    result = validate(nowhere()).result("import_is_light")
+    assert result.status == "skip"
+    assert "'no_such_module_anywhere' cannot be imported by name" in result.detail
+
+
+def test_an_abstract_class_fails_loads_naming_the_missing_hook() -> None:
+    class Half(accelctl.Accelerator):
+        name = "half"
+
+        def detect(self) -> bool:
+            return False
+
+    detail = validate(Half).result("loads").detail
+    assert "could not be instantiated" in detail and "auto_device_count" in detail
+
+
+def test_disabled_plugins_are_skipped_by_default_but_fail_when_named(
+    fake_site: FakeSite,
+) -> None:
+    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    fake_site.install("accelctl-boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemError\n"})
+    registry = accelctl.Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "boom"})
+    reports = validate_installed(registry=registry, probe_import=False)
+    assert [(r.name, r.passed) for r in reports] == [("boom", True), ("npu", True)]
+    assert {r.status for r in reports[0].checks} == {"skip"}
+    assert reports[0].result("loads").detail == "disabled by ACCELCTL_DISABLE; not imported"
+    assert "boom_mod" not in sys.modules
+    named = validate_installed(["boom"], registry=registry, probe_import=False)[0]
+    assert named.result("loads").detail.startswith("'boom' is disabled by ACCELCTL_DISABLE")
+
+
+# -- the pytest face ----------------------------------------------------------------------------
+
+
+def test_pytest_face_turns_results_into_outcomes(fake_site: FakeSite) -> None:
+    source = plugin("@accelctl.hookimpl\ndef detect():\n    raise OSError('no /dev/accel0')\n")
+    fake_site.install("accelctl-face", {"face": "face_mod"}, {"face_mod": source})
+
+    class TestFace(accelctl.testing.AcceleratorConformance):
+        accelerator = "face"
+        probe_import = False
+
+    accelctl.reset_registry()
+    case = TestFace()
+    case.test_loads()  # type: ignore[attr-defined]
+    with pytest.raises(accelctl.testing.ConformanceFailure, match="no /dev/accel0") as info:
+        case.test_detect_returns_bool()  # type: ignore[attr-defined]
+    assert isinstance(info.value.__cause__, accelctl.PluginHookError)
+    with pytest.raises(pytest.skip.Exception, match="devices_auto: needs the hardware"):
+        case.test_devices_auto()  # type: ignore[attr-defined]
+    assert sorted(n for n in dir(TestFace) if n.startswith("test_")) == sorted(
+        f"test_{check}" for check in CHECK_IDS
+    )
+
+
+def test_pytest_face_needs_an_accelerator() -> None:
+    class TestNothing(accelctl.testing.AcceleratorConformance):
+        pass
+
+    with pytest.raises(TypeError, match='set the class attribute accelerator = "<name>"'):
+        TestNothing().test_loads()  # type: ignore[attr-defined]
+
+
+def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path) -> None:
+    source = plugin("@accelctl.hookimpl\ndef auto_device_count():\n    return 3\n")
+    fake_site.install("accelctl-ci", {"ci": "ci_mod"}, {"ci_mod": source})
+    test_file = tmp_path / "test_vendor_ci.py"
+    test_file.write_text(
+        "import accelctl.testing\n\n"
+        "class TestCI(accelctl.testing.AcceleratorConformance):\n"
+        "    accelerator = 'ci'\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_site.root), *sys.path]))
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    out = completed.stdout
+    assert completed.returncode == 1, out
+    assert "1 failed, 8 passed, 6 skipped" in out
+    assert "FAILED test_vendor_ci.py::TestCI::test_auto_device_count" in out
+    assert "returned 3 while detect() is False" in out
