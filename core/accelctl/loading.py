@@ -107,32 +107,58 @@ def register(plugin: object, origin: PluginOrigin) -> LoadedPlugin:
     except ValueError as exc:  # pluggy: already registered
         raise fail(str(exc), exc) from exc
 
-    unknown = sorted(
-        caller.name for caller in manager.get_hookcallers(plugin) or () if not caller.has_spec()
-    )
-    if unknown:
-        raise fail(_unknown_hooks_message(unknown))
-    missing = [hook for hook in hookspecs.REQUIRED_HOOKS if not _has_impl(manager, hook)]
-    if missing:
-        raise fail(
-            f"required hook(s) {', '.join(missing)} not implemented (required: "
-            f"{', '.join(hookspecs.REQUIRED_HOOKS)}; mark module functions with "
-            "@accelctl.hookimpl or subclass accelctl.Accelerator)"
-        )
+    diagnosis = diagnose(manager, plugin)
+    if diagnosis.unknown:
+        raise fail(diagnosis.unknown_message())
+    if diagnosis.missing:
+        raise fail(diagnosis.missing_message())
     return LoadedPlugin(origin=origin, plugin=plugin, manager=manager)
 
 
-def _has_impl(manager: AcceleratorPluginManager, hook: str) -> bool:
-    return bool(getattr(manager.hook, hook).get_hookimpls())
+@dataclass(frozen=True)
+class HookDiagnosis:
+    """Which hooks a registered plugin implements, which it lacks, which accelctl does not know."""
+
+    implemented: tuple[str, ...]
+    unknown: tuple[str, ...]
+    missing: tuple[str, ...]
+    #: Required hooks the plugin defines as plain functions, without ``@accelctl.hookimpl``.
+    unmarked: tuple[str, ...]
+
+    def unknown_message(self) -> str:
+        """``unknown hook(s) 'detcet' (did you mean 'detect'?); accelctl's hooks are ...``"""
+        parts = []
+        for name in self.unknown:
+            close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
+            parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        return (
+            f"unknown hook(s) {', '.join(parts)}; accelctl's hooks are "
+            f"{', '.join(hookspecs.ALL_HOOKS)}"
+        )
+
+    def missing_message(self) -> str:
+        """``missing required hook(s) ...`` with what to do about it."""
+        if self.unmarked:
+            hint = f"{', '.join(self.unmarked)} defined but not marked with @accelctl.hookimpl"
+        else:
+            hint = (
+                "mark module functions with @accelctl.hookimpl or subclass accelctl.Accelerator; "
+                f"required: {', '.join(hookspecs.REQUIRED_HOOKS)}"
+            )
+        return f"missing required hook(s) {', '.join(self.missing)}; {hint}"
 
 
-def _unknown_hooks_message(unknown: list[str]) -> str:
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
-        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"unknown hook(s) {', '.join(parts)}; accelctl's hooks are {', '.join(hookspecs.ALL_HOOKS)}"
+def diagnose(manager: pluggy.PluginManager, plugin: object) -> HookDiagnosis:
+    """Inspect a plugin registered in ``manager`` (by :func:`register` and by the conformance
+    checks, so both say the same thing)."""
+    callers = manager.get_hookcallers(plugin) or []
+    implemented = tuple(caller.name for caller in callers if caller.has_spec())
+    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in implemented)
+    return HookDiagnosis(
+        implemented=implemented,
+        unknown=tuple(sorted(caller.name for caller in callers if not caller.has_spec())),
+        missing=missing,
+        unmarked=tuple(hook for hook in missing if callable(getattr(plugin, hook, None))),
     )
 
 

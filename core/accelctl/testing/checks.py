@@ -11,7 +11,6 @@ skipped and says why.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import time
 from collections.abc import Iterable, Sequence
@@ -26,7 +25,7 @@ from ..accelerator import Accelerator
 from ..errors import AccelctlError, DeviceSpecError, PluginLoadError
 from ..handle import AcceleratorHandle
 from ..info import KNOWN_FAMILIES
-from ..loading import AcceleratorPluginManager, PluginOrigin, instantiate
+from ..loading import AcceleratorPluginManager, PluginOrigin, diagnose, instantiate
 from ..registry import Registry, get_registry
 from . import probes
 from .results import CheckResult, Status, ValidationReport
@@ -441,34 +440,19 @@ def _check_hooks(subject: _Subject, run: _Run) -> bool:
         run.skipped("required_hooks", "the hooks do not match the specs")
         return False
     try:
-        callers = manager.get_hookcallers(subject.plugin) or []
-        implemented = [caller.name for caller in callers if caller.has_spec()]
-        unknown = sorted(caller.name for caller in callers if not caller.has_spec())
+        diagnosis = diagnose(manager, subject.plugin)
     finally:
         manager.unregister(subject.plugin)
+    implemented = diagnosis.implemented
     ok = True
-    if unknown:
+    if diagnosis.unknown:
         ok = False
-        names = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
-            names.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        run.failed(
-            "hooks_match_specs",
-            f"unknown hook(s) {', '.join(names)}; the hooks are {', '.join(hookspecs.ALL_HOOKS)}",
-        )
+        run.failed("hooks_match_specs", diagnosis.unknown_message())
     else:
         run.passed("hooks_match_specs", f"{len(implemented)} hooks: {', '.join(implemented)}")
-    missing = [hook for hook in hookspecs.REQUIRED_HOOKS if hook not in implemented]
-    if missing:
+    if diagnosis.missing:
         ok = False
-        unmarked = [hook for hook in missing if callable(getattr(subject.plugin, hook, None))]
-        hint = (
-            f"; {', '.join(unmarked)} defined but not marked with @accelctl.hookimpl"
-            if unmarked
-            else ""
-        )
-        run.failed("required_hooks", f"missing required hook(s) {', '.join(missing)}{hint}")
+        run.failed("required_hooks", diagnosis.missing_message())
     else:
         optional = [hook for hook in hookspecs.OPTIONAL_HOOKS if hook in implemented]
         run.passed(
