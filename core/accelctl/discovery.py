@@ -41,16 +41,19 @@ class PluginEntry:
         return self.entry_point.value
 
     @cached_property
+    def _name_and_version(self) -> tuple[str | None, str | None]:
+        dist = self.entry_point.dist
+        return (None, None) if dist is None else _read_name_and_version(dist)
+
+    @property
     def distribution(self) -> str | None:
         """The distribution (``pip`` package) that declares the entry point."""
-        dist = self.entry_point.dist
-        return None if dist is None else dist.metadata["Name"]
+        return self._name_and_version[0]
 
-    @cached_property
+    @property
     def version(self) -> str | None:
         """The declaring distribution's version."""
-        dist = self.entry_point.dist
-        return None if dist is None else dist.version
+        return self._name_and_version[1]
 
     def name_problem(self) -> str | None:
         """Why the entry point's name cannot be an accelerator name, or None when it can."""
@@ -69,6 +72,28 @@ class PluginEntry:
     def load(self) -> object:
         """Import the entry point's object (a module, a class or an instance)."""
         return self.entry_point.load()
+
+
+def _read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from the distribution's metadata file.
+
+    ``dist.metadata`` runs the e-mail parser over the whole file (the long description included)
+    at every access, which with hundreds of plugins costs more than the scan itself; both fields
+    are single-line headers, so the header lines are read directly, and the full parser is used
+    only when one of them is not found that way.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the end of the headers
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in fields:
+            fields[key] = value.strip()
+    if "Name" not in fields or "Version" not in fields:
+        parsed = dist.metadata
+        return parsed["Name"], parsed["Version"]
+    return fields["Name"], fields["Version"]
 
 
 def scan_entry_points(path: Sequence[str] | None = None) -> list[PluginEntry]:

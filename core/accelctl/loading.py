@@ -28,6 +28,13 @@ class AcceleratorPluginManager(pluggy.PluginManager):
         super().__init__(PROJECT_NAME)
         self.add_hookspecs(hookspecs)
 
+    def parse_hookspec_opts(self, module_or_class: object, name: str) -> Any:
+        # A manager per plugin parses the specs each time: look only at the hooks' own names
+        # instead of every attribute of the hookspecs module (a third of the cost of a manager).
+        if name not in hookspecs.ALL_HOOKS:
+            return None
+        return super().parse_hookspec_opts(module_or_class, name)
+
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is None and isinstance(plugin, Accelerator) and name in hookspecs.ALL_HOOKS:

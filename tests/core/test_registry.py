@@ -329,3 +329,20 @@ def test_same_distribution_twice_on_path_counts_once(fake_site: FakeSite, tmp_pa
     fake_site.install("acme-good", {"good": "first_good"}, {"first_good": good_plugin("good")})
     reg = Registry(path=fake_site.path + shadow.path, environ={})
     assert [e.value for e in reg.entries("good")] == ["first_good"]
+
+
+def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite) -> None:
+    info = fake_site.install("acme-meta", {"meta": "meta_mod"}, {"meta_mod": good_plugin("meta")})
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: acme-meta\nVersion: 4.5.6\n\n"
+        "Name: not-a-header\nVersion: 0.0.0 (the long description)\n"
+    )
+    (entry,) = registry(fake_site).entries("meta")
+    assert (entry.distribution, entry.version) == ("acme-meta", "4.5.6")
+
+
+def test_lowercase_metadata_headers_fall_back_to_the_full_parser(fake_site: FakeSite) -> None:
+    info = fake_site.install("acme-lower", {"lower": "lower_mod"}, {"lower_mod": good_plugin("lower")})
+    (info / "METADATA").write_text("metadata-version: 2.1\nname: acme-lower\nversion: 2.0\n")
+    (entry,) = registry(fake_site).entries("lower")
+    assert (entry.distribution, entry.version) == ("acme-lower", "2.0")

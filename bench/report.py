@@ -1,0 +1,146 @@
+"""Markdown tables of a results file, for ``docs/performance.md`` and the terminal.
+
+``python -m bench.report bench/results/latest.json`` prints them for an earlier run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _targets(targets: Sequence[dict[str, Any]]) -> str:
+    return _table(
+        ("target", "measured", "verdict"),
+        [(t["target"], f"{t['measured']:g} {t['unit']}", t["verdict"]) for t in targets],
+    )
+
+
+def _machine(machine: dict[str, Any]) -> str:
+    packages = ", ".join(f"{name} {v}" for name, v in machine["packages"].items() if v)
+    return (
+        f"- CPU: {machine['cpu_model']}, {machine['logical_cores']} logical cores "
+        f"({machine['usable_cores']} usable), {machine['memory_gib']} GiB\n"
+        f"- OS: {machine['platform']}\n"
+        f"- Python {machine['python']} ({machine['python_implementation']}); {packages}"
+    )
+
+
+def _startup(section: dict[str, Any]) -> str:
+    rows = []
+    for cmd in section["commands"]:
+        probe = section["imports"].get(cmd["label"])
+        torch = "" if probe is None else ("yes" if probe["torch"] else "no")
+        plugins = "" if probe is None else (", ".join(probe["plugins"]) or "none")
+        rows.append(
+            (f"`{cmd['label']}`", cmd["median_ms"], cmd["median_max_rss_mib"], torch, plugins)
+        )
+    table = _table(
+        ("command", "median ms", "peak RSS MiB", "imports torch", "plugins imported"), rows
+    )
+    ratios = _table(("ratio", "value"), [(k, f"{v:g}x") for k, v in section["ratios"].items()])
+    return f"{table}\n\n{ratios}\n\n{_targets(section['targets'])}"
+
+
+def _scaling(section: dict[str, Any]) -> str:
+    sizes = section["sizes"]
+    commands = list(dict.fromkeys(row["command"] for row in section["rows"]))
+    cell = {(r["command"], r["extra_plugins"]): r for r in section["rows"]}
+    times = _table(
+        ("command", *(f"{n} extra" for n in sizes)),
+        [(f"`{c}`", *(cell[c, n]["median_ms"] for n in sizes)) for c in commands],
+    )
+    counts = _table(
+        ("command", *(f"{n} extra" for n in sizes)),
+        [(f"`{c}`", *(cell[c, n]["plugins_imported"] for n in sizes)) for c in commands],
+    )
+    memory = _table(
+        ("command", *(f"{n} extra" for n in sizes)),
+        [(f"`{c}`", *(cell[c, n]["median_max_rss_mib"] for n in sizes)) for c in commands],
+    )
+    torch_ms = section["import_torch"]["median_ms"]
+    return (
+        f"Median ms (`import torch` in the same run: {torch_ms} ms):\n\n{times}\n\n"
+        f"Plugins imported (every installed plugin counts, `cpu` included):\n\n{counts}\n\n"
+        f"Peak RSS MiB:\n\n{memory}\n\n{_targets(section['targets'])}"
+    )
+
+
+def _dispatch(section: dict[str, Any]) -> str:
+    rows = [
+        (r["plugin"], r["hook"], r["direct_us"], r["pluggy_us"], r["handle_us"], r["overhead_us"])
+        for r in section["rows"]
+    ]
+    return _table(
+        ("plugin", "hook", "direct µs", "pluggy hook µs", "handle µs", "handle - direct µs"), rows
+    )
+
+
+def _trainer(section: dict[str, Any]) -> str:
+    if "skipped" in section:
+        return f"_skipped: {section['skipped']}_"
+    if {"hand_loop_ms_per_step", "trainer_ms_per_step", "ratio"} <= set(section):
+        met = {True: "holds", False: "misses", None: "quick run, no verdict"}[section.get("met")]
+        table = _table(
+            ("device", "steps per run", "hand loop ms/step", "Trainer ms/step", "ratio", "target"),
+            [
+                (
+                    section.get("device"),
+                    section.get("steps_per_run"),
+                    section["hand_loop_ms_per_step"],
+                    section["trainer_ms_per_step"],
+                    f"{section['ratio']:g}x",
+                    f"<= {section.get('target')}x: {met}",
+                )
+            ],
+        )
+        return f"{section.get('model', '')}, medians of {section.get('repeats')} runs.\n\n{table}"
+    return "```json\n" + json.dumps(section, indent=2) + "\n```"
+
+
+def render(results: dict[str, Any]) -> str:
+    """All sections present in ``results`` as Markdown."""
+    parts = [f"## Machine\n\n{_machine(results['machine'])}"]
+    sections = results["sections"]
+    renderers = [
+        ("startup", "CLI start-up", _startup),
+        ("scaling", "Scaling with installed plugins", _scaling),
+        ("dispatch", "Hook dispatch", _dispatch),
+        ("trainer", "Trainer overhead", _trainer),
+    ]
+    for key, title, renderer in renderers:
+        if key not in sections:
+            continue
+        section = sections[key]
+        body = f"_failed: {section['error']}_" if "error" in section else renderer(section)
+        parts.append(f"## {title}\n\n{body}")
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the Markdown of the results file named on the command line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m bench.report RESULTS.json", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: cannot read results file {path}: {exc}", file=sys.stderr)
+        return 1
+    print(render(results), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The benchmark suite runs end to end (quick mode, tiny sizes, one repeat) and writes a
+well-formed results file. No timing is asserted: only that the figures exist, are sane in kind,
+and that the counts the targets rest on are what accelctl's lazy loading promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import accelctl
+from accelctl import hookspecs
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # `bench` is a folder of the repository, not an installed package
+
+from bench.fakeplugins import PREFIX, install_fake_plugins  # noqa: E402
+from bench.targets import Target  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """One quick run of every section, with its results file and plot in a temporary folder."""
+    out = tmp_path_factory.mktemp("bench")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--sizes",
+            "0,2",
+            "--output",
+            str(out / "results.json"),
+            "--plot",
+            str(out / "scaling.png"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "## CLI start-up" in proc.stdout  # the Markdown tables are printed
+    return json.loads((out / "results.json").read_text()), out
+
+
+def test_results_file_has_every_section_and_the_machine(quick_results: tuple[dict, Path]) -> None:
+    results, _ = quick_results
+    assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
+    assert set(results["sections"]) == {"startup", "scaling", "dispatch", "trainer"}
+    assert not any("error" in section for section in results["sections"].values())
+    machine = results["machine"]
+    assert machine["logical_cores"] >= 1 and machine["packages"]["accelctl"]
+
+
+def test_startup_section(quick_results: tuple[dict, Path]) -> None:
+    startup = quick_results[0]["sections"]["startup"]
+    labels = [command["label"] for command in startup["commands"]]
+    for label in ("python -c pass", "accelctl list --json", 'python -c "import torch"'):
+        assert label in labels
+    for command in startup["commands"]:
+        assert len(command["runs_ms"]) == 1 and command["median_ms"] > 0
+        assert command["median_max_rss_mib"] > 1
+    # The contract: `list` on a machine without a GPU imports no torch; `resolve cpu` must.
+    assert startup["imports"]["accelctl list --json"]["torch"] is False
+    assert startup["imports"]["accelctl resolve --accelerator cpu --json"]["torch"] is True
+    assert "cpu" in startup["imports"]["accelctl list --json"]["plugins"]
+    assert startup["imports"]["accelctl list --no-detect --json"]["plugins"] == []
+    assert {t["target"] for t in startup["targets"]} >= {"accelctl list / floor <= 1.5"}
+
+
+def test_scaling_counts_plugin_imports(quick_results: tuple[dict, Path]) -> None:
+    scaling = quick_results[0]["sections"]["scaling"]
+    assert scaling["sizes"] == [0, 2]
+    rows = {(row["command"], row["extra_plugins"]): row for row in scaling["rows"]}
+    assert len(rows) == 5 * 2
+    base = rows["list --json", 0]["plugins_imported"]
+    assert base >= 1  # cpu at least
+    assert rows["list --json", 2]["plugins_imported"] == base + 2
+    assert rows["list --json", 2]["generated_plugins_imported"] == 2
+    assert rows["resolve --json (auto)", 2]["generated_plugins_imported"] == 2
+    for size in (0, 2):
+        assert rows["list --no-detect --json", size]["plugins_imported"] == 0
+        assert rows['get_accelerator("cpu")', size]["plugins_imported"] == 1
+        assert rows["resolve --accelerator cpu --json", size]["plugins_imported"] == 1
+        assert rows["list --json", size]["torch_imported"] is False
+    named = [t for t in scaling["targets"] if "imported == 1" in t["target"]]
+    assert len(named) == 2 and all(t["holds"] for t in named)
+
+
+def test_dispatch_section_times_every_hook(quick_results: tuple[dict, Path]) -> None:
+    rows = quick_results[0]["sections"]["dispatch"]["rows"]
+    null_hooks = {row["hook"] for row in rows if row["plugin"].startswith("null")}
+    assert null_hooks == set(hookspecs.ALL_HOOKS)
+    assert {row["hook"] for row in rows if row["plugin"].startswith("cpu")} >= {"detect"}
+    for row in rows:
+        assert row["direct_us"] > 0 and row["handle_us"] > 0
+
+
+def test_plot_is_a_png_when_matplotlib_is_installed(quick_results: tuple[dict, Path]) -> None:
+    results, out = quick_results
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert results["plot"].startswith("skipped: matplotlib is not installed")
+        return
+    assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_renders_a_results_file(quick_results: tuple[dict, Path]) -> None:
+    _, out = quick_results
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report", str(out / "results.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| `accelctl list --json` |" in proc.stdout and "## Hook dispatch" in proc.stdout
+
+
+def test_bad_arguments_name_what_is_accepted() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--sections", "startup,nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "nope" in proc.stderr and "startup,scaling,dispatch,trainer" in proc.stderr
+
+
+def test_generated_plugins_are_real_installed_distributions(tmp_path: Path) -> None:
+    names = install_fake_plugins(tmp_path, 3)
+    assert names == [f"{PREFIX}0000", f"{PREFIX}0001", f"{PREFIX}0002"]
+    registry = accelctl.Registry(path=[str(tmp_path)])
+    assert registry.names() == names
+    sys.path.insert(0, str(tmp_path))
+    try:
+        handle = registry.get(names[1])
+        assert handle.detect() is False and handle.info.family == "gpu"
+        assert handle.unavailable_reason()
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in names:
+            sys.modules.pop(name, None)
+    with pytest.raises(ValueError, match="already holds generated plugins"):
+        install_fake_plugins(tmp_path, 1)
+
+
+def test_target_verdicts() -> None:
+    assert Target("t", 0.4, 0.5).verdict == "holds"
+    assert Target("t", 1.0, 0.5).verdict == "misses by 2.00x"
+    assert Target("n", 1, 1, "plugins", exact=True).holds
+    assert not Target("n", 0, 1, "plugins", exact=True).holds
