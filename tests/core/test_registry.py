@@ -342,7 +342,9 @@ def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite
 
 
 def test_lowercase_metadata_headers_fall_back_to_the_full_parser(fake_site: FakeSite) -> None:
-    info = fake_site.install("acme-lower", {"lower": "lower_mod"}, {"lower_mod": good_plugin("lower")})
+    info = fake_site.install(
+        "acme-lower", {"lower": "lower_mod"}, {"lower_mod": good_plugin("lower")}
+    )
     (info / "METADATA").write_text("metadata-version: 2.1\nname: acme-lower\nversion: 2.0\n")
     (entry,) = registry(fake_site).entries("lower")
     assert (entry.distribution, entry.version) == ("acme-lower", "2.0")
