@@ -22,11 +22,16 @@ from .devices import parse_indexed_devices, parse_process_count, parse_single_de
 from .errors import (
     AccelctlError,
     AcceleratorUnavailableError,
+    DataLoaderError,
     DeviceSpecError,
+    LaunchError,
     PluginConflictError,
     PluginHookError,
     PluginLoadError,
     PluginWarning,
+    PrecisionError,
+    ProcessSetupError,
+    TrainerError,
     UnknownAcceleratorError,
 )
 from .handle import AcceleratorHandle
@@ -46,6 +51,7 @@ from .selection import Selection, resolve
 _LAZY = {
     "Trainer": "accelctl.trainer",
     "launch": "accelctl.launcher",
+    "LaunchFailedError": "accelctl.launcher",
 }
 
 
@@ -74,19 +80,27 @@ __all__ = [
     "AcceleratorInfo",
     "AcceleratorRecord",
     "AcceleratorUnavailableError",
+    "DataLoaderError",
     "DeviceSpecError",
+    "LaunchError",
+    "LaunchFailedError",
     "PluginConflictError",
     "PluginHookError",
     "PluginLoadError",
     "PluginWarning",
+    "PrecisionError",
+    "ProcessSetupError",
     "Registry",
     "Selection",
+    "Trainer",
+    "TrainerError",
     "UnknownAcceleratorError",
     "__version__",
     "get_accelerator",
     "get_registry",
     "hookimpl",
     "hookspec",
+    "launch",
     "list_accelerators",
     "parse_indexed_devices",
     "parse_process_count",

@@ -81,5 +81,27 @@ class DeviceSpecError(AccelctlError, ValueError):
         self.accepted = accepted
 
 
+class LaunchError(AccelctlError):
+    """The processes could not be started as asked (bad multi-machine options, say)."""
+
+
+class DataLoaderError(AccelctlError, TypeError):
+    """A data loader the Trainer cannot shard across processes."""
+
+
+class PrecisionError(AccelctlError, ValueError):
+    """A ``precision`` the Trainer does not accept, or one the device cannot run."""
+
+
+class ProcessSetupError(AccelctlError):
+    """The devices asked for do not fit the processes that run: several devices outside a
+    launcher, an accelerator that runs in one process only, or a launcher that started another
+    number of processes than there are devices."""
+
+
+class TrainerError(AccelctlError, ValueError):
+    """A Trainer argument, or a model that does not follow the Trainer's protocol."""
+
+
 class PluginWarning(UserWarning):
     """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -28,7 +29,7 @@ class AcceleratorPluginManager(pluggy.PluginManager):
         super().__init__(PROJECT_NAME)
         self.add_hookspecs(hookspecs)
 
-    def parse_hookspec_opts(self, module_or_class: object, name: str) -> Any:
+    def parse_hookspec_opts(self, module_or_class: ModuleType | type, name: str) -> Any:
         # A manager per plugin parses the specs each time: look only at the hooks' own names
         # instead of every attribute of the hookspecs module (a third of the cost of a manager).
         if name not in hookspecs.ALL_HOOKS:

@@ -1,0 +1,119 @@
+"""``accelctl launch``: run a training script on one process per selected device (torchrun)."""
+
+from __future__ import annotations
+
+import click
+
+from ..launcher import LaunchFailedError, launch_script
+
+
+@click.command(
+    "launch",
+    context_settings={
+        # Everything after SCRIPT belongs to the script, options included.
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+    },
+)
+@click.option(
+    "--accelerator",
+    "-a",
+    default="auto",
+    show_default=True,
+    help='A name or alias, "gpu" or "auto".',
+)
+@click.option(
+    "--devices",
+    "-d",
+    default="auto",
+    show_default=True,
+    help='"auto", a count ("2"), or indices ("0,1"); one process per device.',
+)
+@click.option("--cpu", is_flag=True, help="Same as --accelerator cpu.")
+@click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Machines taking part; start the same command on each.",
+)
+@click.option(
+    "--node-rank",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="This machine's rank, 0 to NNODES-1 (0 hosts the rendezvous).",
+)
+@click.option(
+    "--master-addr",
+    default=None,
+    help="Address of the machine with --node-rank 0 (required with --nnodes > 1).",
+)
+@click.option(
+    "--master-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Rendezvous port on --master-addr [default: a free port on one machine, else 29500].",
+)
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def launch_command(
+    ctx: click.Context,
+    accelerator: str,
+    devices: str,
+    cpu: bool,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str | None,
+    master_port: int | None,
+    script: str,
+    script_args: tuple[str, ...],
+) -> None:
+    """Run SCRIPT [ARGS ...] on the selected accelerator, one process per device.
+
+    The selection is made once, here, and handed to every process (ACCELCTL_ACCELERATOR,
+    ACCELCTL_DEVICES), so that accelctl.Trainer() in SCRIPT runs on it. One device: SCRIPT runs
+    in one process. Several, or several machines: torchrun starts them. When a process fails
+    the others are stopped and launch exits with that process's status, naming its error.
+
+    \b
+    Examples:
+      accelctl launch --cpu --devices 2 train.py --epochs 3
+      accelctl launch --accelerator cuda --devices 0,1 train.py
+      accelctl launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --devices 8 train.py
+    """
+    if cpu:
+        if accelerator.strip().lower() not in ("auto", "cpu"):
+            raise click.UsageError(
+                f"--cpu means --accelerator cpu; it cannot be combined with "
+                f"--accelerator {accelerator}"
+            )
+        accelerator = "cpu"
+    if node_rank >= nnodes:
+        raise click.BadParameter(
+            f"{node_rank} is not below --nnodes {nnodes} (machines are numbered 0 to {nnodes - 1})",
+            param_hint="--node-rank",
+        )
+    if nnodes > 1 and not master_addr:
+        raise click.UsageError(
+            f"--nnodes {nnodes} needs --master-addr: the address of the machine started with "
+            f"--node-rank 0, the same on every machine"
+        )
+    debug = bool(ctx.find_root().params.get("debug"))
+    try:
+        launch_script(
+            script,
+            script_args,
+            accelerator=accelerator,
+            devices=devices,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            master_port=master_port,
+            quiet=not debug,
+        )
+    except LaunchFailedError as exc:
+        # The child printed its own traceback; the report is the line that names it.
+        click.echo(f"accelctl launch: {exc}", err=True)
+        ctx.exit(exc.exit_code)

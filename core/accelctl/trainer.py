@@ -1,0 +1,464 @@
+"""``accelctl.Trainer``: a small training loop on whatever accelerator the registry selects.
+
+The reference consumer of the registry: it resolves an accelerator by name, alias, ``"gpu"``,
+``"auto"`` or instance, and uses it through its handle (``setup_device``, ``device_stats``,
+``teardown``, ``distributed_backend``). It is deliberately small: one optimizer, epochs of
+``training_step`` and optional ``validation_step``, mixed precision, DDP under a launcher, and
+figures in ``<root_dir>/metrics.jsonl``. Reach for Lightning (``accelctl.integrations.lightning``)
+for callbacks, checkpoints, schedulers and the rest.
+
+.. code-block:: python
+
+    class Net(torch.nn.Module):
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            return {"accuracy": (self(x).argmax(1) == y).float().mean()}
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters())
+
+    trainer = accelctl.Trainer(accelerator="auto", max_epochs=3, precision="bf16-mixed")
+    trainer.fit(Net(), train_loader, val_loader)
+    print(trainer.metrics)  # {"train_loss": ..., "samples_per_second": ..., "val_accuracy": ...}
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from ._project import ENV_DEVICES
+from .errors import AccelctlError, PluginWarning, TrainerError
+from .handle import AcceleratorHandle
+from .launcher import devices_spec, launch_command
+from .selection import resolve
+from .training.data import batch_size, move_to_device, set_epoch, shard_loader
+from .training.metrics_log import METRICS_FILE, MetricsLog
+from .training.precision import Precision, parse_precision
+from .training.processes import (
+    ProcessEnvironment,
+    choose_device,
+    join_process_group,
+    script_argv,
+)
+from .training.progress import progress_bar
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+class _TrainingStep(torch.nn.Module):
+    """Runs ``model.training_step`` as a module's forward, so that DDP sees every step (DDP
+    prepares its gradient all-reduce in its own ``forward``, which ``training_step`` bypasses)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Any, batch_idx: int) -> Any:
+        return cast(Any, self.model).training_step(batch, batch_idx)
+
+
+class Trainer:
+    """Train a ``torch.nn.Module`` on the accelerator the registry selects.
+
+    :param accelerator: ``"auto"`` (``ACCELCTL_ACCELERATOR`` when set, else the available
+        accelerator of highest priority), ``"gpu"``, a name or alias, or an
+        :class:`accelctl.Accelerator` instance.
+    :param devices: a devices spec of that accelerator; ``"auto"`` means ``ACCELCTL_DEVICES`` when
+        set (by ``accelctl launch``), else, under a launcher, one device per process it started,
+        else the accelerator's ``auto_device_count``.
+    :param max_epochs: passes over the training data.
+    :param precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (``torch.autocast`` on the
+        device's type; float16 also scales the loss).
+    :param root_dir: where ``metrics.jsonl`` is written (created when missing).
+    :param log_every_n_steps: optimizer steps between lines of ``metrics.jsonl`` (each such step
+        waits for the device to read the loss; no other step does).
+    :param enable_progress_bar: None: a tqdm bar when standard output is a terminal.
+
+    The accelerator and devices are resolved here, so a wrong name fails at once. After
+    :meth:`fit`: :attr:`accelerator`, :attr:`devices`, :attr:`device`, :attr:`global_rank`,
+    :attr:`world_size` and :attr:`metrics`.
+    """
+
+    def __init__(
+        self,
+        accelerator: Any = "auto",
+        devices: Any = "auto",
+        max_epochs: int = 1,
+        precision: str | int = "32",
+        root_dir: str | os.PathLike[str] = ".",
+        log_every_n_steps: int = 50,
+        enable_progress_bar: bool | None = None,
+    ) -> None:
+        self.max_epochs = _positive_int("max_epochs", max_epochs)
+        self.log_every_n_steps = _positive_int("log_every_n_steps", log_every_n_steps)
+        self.precision = Precision(parse_precision(precision))
+        self.root_dir = Path(root_dir)
+        self.enable_progress_bar = enable_progress_bar
+        self._env = ProcessEnvironment.from_environ(os.environ)
+        if _is_auto(devices) and self._env.launched and not os.environ.get(ENV_DEVICES):
+            devices = self._env.local_world_size  # a plain torchrun: one device per process
+        selection = resolve(accelerator, devices)
+        #: The accelerator's handle.
+        self.accelerator: AcceleratorHandle = selection.accelerator
+        #: One device per process on this machine, in local-rank order.
+        self.devices: list[torch.device] = selection.devices
+        self._parsed = selection.parsed
+        #: This process's device (``devices[LOCAL_RANK]`` under a launcher).
+        local_rank = self._env.local_rank
+        self.device: torch.device = self.devices[
+            local_rank if local_rank < len(self.devices) else 0
+        ]
+        #: This process's rank among all processes (0 when alone).
+        self.global_rank: int = self._env.rank
+        #: Processes in the run (1 when alone).
+        self.world_size: int = self._env.world_size
+        #: The last epoch's figures: ``train_loss``, ``samples_per_second``, ``val_*``.
+        self.metrics: dict[str, float] = {}
+        #: Optimizer steps taken by :meth:`fit` so far.
+        self.global_step = 0
+        #: The epoch being trained (from 0).
+        self.current_epoch = 0
+
+    @property
+    def is_global_zero(self) -> bool:
+        """True in the process that writes files and shows the progress bar."""
+        return self.global_rank == 0
+
+    # -- fit --------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        model: nn.Module,
+        train_dataloader: Iterable[Any],
+        val_dataloader: Iterable[Any] | None = None,
+    ) -> None:
+        """Train ``model`` for ``max_epochs`` epochs, validating after each when
+        ``val_dataloader`` is given.
+
+        ``model`` defines ``training_step(batch, batch_idx) -> loss tensor`` and
+        ``configure_optimizers() -> optimizer``, and optionally
+        ``validation_step(batch, batch_idx) -> dict of figures`` (tensors or numbers, averaged
+        over samples into ``val_<name>``), and ``on_epoch_end(trainer)``, called on every process
+        after each epoch once :attr:`metrics` holds its figures (to print or save; check
+        :attr:`is_global_zero` to do it once). The model is trained in place.
+
+        :raises ProcessSetupError: several devices without a launcher (the message has the
+            ``accelctl launch`` command), or on an accelerator without a distributed backend.
+        """
+        _check_model(model, validating=val_dataloader is not None)
+        self.device = choose_device(
+            self.devices,
+            accelerator=self.accelerator.name,
+            backend=self.accelerator.info.distributed_backend,
+            env=self._env,
+            launch_command=self._launch_hint(),
+        )
+        autocast = self.precision.autocast(self.device)
+        scaler = self.precision.grad_scaler(self.device)
+        owns_group = False
+        log = MetricsLog(self.root_dir / METRICS_FILE if self.is_global_zero else None)
+        try:
+            self.accelerator.setup_device(self.device)
+            if self._env.distributed:
+                backend = self.accelerator.info.distributed_backend
+                assert backend is not None  # choose_device refused None
+                owns_group = join_process_group(backend, self._env, self.device)
+            model.to(self.device)
+            optimizer = _optimizer_of(model)
+            # One process: the model's own method. Several: through DDP's forward.
+            training_step: Callable[[Any, int], Any] = cast(Any, model).training_step
+            if self._env.distributed:
+                from torch.nn.parallel import DistributedDataParallel
+
+                training_step = DistributedDataParallel(_TrainingStep(model))
+            rank, world = self._env.rank, self._env.world_size
+            train_loader = shard_loader(train_dataloader, rank=rank, world_size=world, train=True)
+            val_loader = (
+                None
+                if val_dataloader is None
+                else shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
+            )
+            self.global_step = 0
+            for epoch in range(self.max_epochs):
+                self.current_epoch = epoch
+                set_epoch(train_loader, epoch)
+                model.train()
+                figures = self._train_epoch(
+                    epoch, training_step, optimizer, scaler, autocast, train_loader, log
+                )
+                if val_loader is not None:
+                    model.eval()
+                    with torch.no_grad():
+                        figures.update(self._validate(model, autocast, val_loader))
+                self.metrics = figures
+                log.write({"kind": "epoch", "epoch": epoch, "step": self.global_step, **figures})
+                on_epoch_end = getattr(model, "on_epoch_end", None)
+                if callable(on_epoch_end):
+                    on_epoch_end(self)
+        except BaseException:
+            self._finish(owns_group, log, quiet=True)
+            raise
+        self._finish(owns_group, log, quiet=False)
+
+    def _train_epoch(
+        self,
+        epoch: int,
+        training_step: Callable[[Any, int], Any],
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler | None,
+        autocast: Any,
+        loader: Iterable[Any],
+        log: MetricsLog,
+    ) -> dict[str, float]:
+        device, every = self.device, self.log_every_n_steps
+        bar = None
+        if self.is_global_zero:
+            description = f"epoch {epoch + 1}/{self.max_epochs}"
+            bar = progress_bar(
+                self.enable_progress_bar, total=_length(loader), description=description
+            )
+        # Losses stay on the device until a logging step: no per-step synchronisation.
+        window: list[torch.Tensor] = []
+        window_samples = 0
+        epoch_loss = torch.zeros((), device=device)
+        epoch_steps = epoch_samples = 0
+        started = window_started = time.perf_counter()
+        stats_ok = True
+        try:
+            for batch_idx, batch in enumerate(loader):
+                batch = move_to_device(batch, device)
+                with autocast:
+                    loss = training_step(batch, batch_idx)
+                if not isinstance(loss, torch.Tensor):
+                    raise TrainerError(
+                        f"training_step must return the loss as a tensor, returned "
+                        f"{type(loss).__name__} (batch {batch_idx})"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    _backward(scaler.scale(loss))
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    _backward(loss)
+                    optimizer.step()
+                window.append(loss.detach())
+                samples = batch_size(batch)
+                window_samples += samples
+                epoch_samples += samples
+                epoch_steps += 1
+                self.global_step += 1
+                if bar is not None:
+                    bar.update(1)
+                if self.global_step % every == 0:
+                    window_loss, mean, count = self._reduce_window(window, window_samples)
+                    epoch_loss += window_loss
+                    now = time.perf_counter()
+                    record: dict[str, Any] = {
+                        "kind": "step",
+                        "step": self.global_step,
+                        "epoch": epoch,
+                        "train_loss": mean,
+                        "samples_per_second": count / max(now - window_started, 1e-9),
+                    }
+                    if self.is_global_zero and stats_ok:
+                        stats, stats_ok = self._device_stats()
+                        record.update((k, v) for k, v in stats.items() if k not in record)
+                    log.write(record)
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
+                    window, window_samples, window_started = [], 0, now
+            if window:
+                epoch_loss += torch.stack(window).float().sum()
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - started
+        return self._epoch_figures(epoch_loss, epoch_steps, epoch_samples, elapsed)
+
+    def _reduce_window(
+        self, window: list[torch.Tensor], samples: int
+    ) -> tuple[torch.Tensor, float, int]:
+        """The window's loss sum in this process (a tensor, for the epoch's total), and across all
+        processes the window's mean loss and its samples (read here: a logging step syncs)."""
+        local = torch.stack(window).float().sum()
+        if not self._env.distributed:
+            return local, float(local) / len(window), samples
+        import torch.distributed as dist
+
+        figures = self._vector([local, len(window), samples])
+        dist.all_reduce(figures)
+        loss_sum, steps, count = figures.tolist()
+        return local, loss_sum / steps, int(count)
+
+    def _vector(self, values: list[torch.Tensor | float | int]) -> torch.Tensor:
+        """One float32 tensor on this process's device for a single all-reduce (float32: every
+        backend and device reduces it; counts stay exact below 2**24 per call)."""
+        return torch.stack(
+            [torch.as_tensor(value, dtype=torch.float32, device=self.device) for value in values]
+        )
+
+    def _epoch_figures(
+        self, loss_sum: torch.Tensor, steps: int, samples: int, elapsed: float
+    ) -> dict[str, float]:
+        if self._env.distributed:
+            import torch.distributed as dist
+
+            totals = self._vector([loss_sum, steps, samples])
+            dist.all_reduce(totals)
+            slowest = self._vector([elapsed])
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            loss_total, steps_f, samples_f = totals.tolist()
+            steps, samples, elapsed = int(steps_f), int(samples_f), float(slowest)
+        else:
+            loss_total = float(loss_sum)
+        return {
+            "train_loss": loss_total / steps if steps else float("nan"),
+            "samples_per_second": samples / elapsed if elapsed > 0 else 0.0,
+        }
+
+    def _validate(self, model: nn.Module, autocast: Any, loader: Iterable[Any]) -> dict[str, float]:
+        """Sample-weighted means of ``validation_step``'s figures over this process's shard,
+        summed across processes: every sample counts once, every rank gets the same figures."""
+        sums: dict[str, torch.Tensor] = {}
+        samples = 0
+        for batch_idx, batch in enumerate(loader):
+            batch = move_to_device(batch, self.device)
+            with autocast:
+                output = model.validation_step(batch, batch_idx)  # type: ignore[operator]
+            if output is None:
+                continue
+            if not isinstance(output, Mapping):
+                raise TrainerError(
+                    f"validation_step must return a dict of figures (or None), returned "
+                    f"{type(output).__name__} (batch {batch_idx})"
+                )
+            count = batch_size(batch)
+            samples += count
+            for key, value in output.items():
+                figure = torch.as_tensor(value, device=self.device).detach()
+                if figure.numel() != 1:
+                    raise TrainerError(
+                        f"validation_step's figure {key!r} must be a number or a one-element "
+                        f"tensor, got shape {tuple(figure.shape)}"
+                    )
+                weighted = figure.reshape(()).float() * count
+                sums[key] = sums[key] + weighted if key in sums else weighted
+        keys = sorted(sums)
+        if self._env.distributed:
+            import torch.distributed as dist
+
+            # A process whose shard is empty knows no keys: agree on them first (once per epoch).
+            gathered: list[list[str] | None] = [None] * self._env.world_size
+            dist.all_gather_object(gathered, keys)
+            keys = sorted({key for part in gathered for key in (part or [])})
+            vector = self._vector([sums.get(key, 0.0) for key in keys] + [samples])
+            dist.all_reduce(vector)
+            *values, total = vector.tolist()
+        else:
+            values = [float(sums[key]) for key in keys]
+            total = float(samples)
+        return {
+            (key if key.startswith("val_") else f"val_{key}"): (value / total if total else 0.0)
+            for key, value in zip(keys, values, strict=True)
+        }
+
+    def _device_stats(self) -> tuple[dict[str, int | float], bool]:
+        """Rank 0's device stats for a log line; a plugin whose hook breaks is warned about once
+        and not asked again (training goes on without the figures)."""
+        try:
+            return self.accelerator.device_stats(self.device), True
+        except AccelctlError as exc:
+            warnings.warn(f"device stats disabled for this fit: {exc}", PluginWarning, stacklevel=3)
+            return {}, False
+
+    def _finish(self, owns_group: bool, log: MetricsLog, *, quiet: bool) -> None:
+        """Close the log, leave the process group this fit created, and call the accelerator's
+        ``teardown``. After a failure (``quiet``) a cleanup error is only warned about, so that the
+        training error is the one that surfaces."""
+        log.close()
+        steps: list[Callable[[], object]] = []
+        if owns_group:
+            import torch.distributed as dist
+
+            steps.append(lambda: dist.destroy_process_group())
+        steps.append(self.accelerator.teardown)
+        for cleanup in steps:
+            try:
+                cleanup()
+            except Exception as exc:
+                if not quiet:
+                    raise
+                warnings.warn(f"cleanup after a failed fit also failed: {exc}", stacklevel=3)
+
+    def _launch_hint(self) -> str:
+        """The command that runs this script with one process per device."""
+        name = self.accelerator.name if self.accelerator.entry_point is not None else None
+        spec = devices_spec(self._parsed)
+        argv = script_argv()
+        if argv is None:
+            accelerator = repr(name) if name else "<your accelerator>"
+            return (
+                f"accelctl.launch(<your training function>, accelerator={accelerator}, "
+                f"devices={spec!r}) from Python, or `accelctl launch` with a script"
+            )
+        return launch_command(name, spec, argv)
+
+
+def _backward(loss: Any) -> None:
+    loss.backward()
+
+
+def _length(loader: Iterable[Any]) -> int | None:
+    """Batches in ``loader`` when it knows (an iterable dataset's loader may not)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _is_auto(devices: Any) -> bool:
+    return isinstance(devices, str) and devices.strip().lower() == "auto"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TrainerError(f"{name}={value!r} is not accepted: give a whole number >= 1")
+    return value
+
+
+def _check_model(model: Any, *, validating: bool) -> None:
+    import torch.nn
+
+    if not isinstance(model, torch.nn.Module):
+        raise TrainerError(f"fit() trains a torch.nn.Module, got {type(model).__name__}")
+    needed = ["training_step", "configure_optimizers"] + (["validation_step"] if validating else [])
+    missing = [name for name in needed if not callable(getattr(model, name, None))]
+    if missing:
+        raise TrainerError(
+            f"{type(model).__name__} lacks {', '.join(missing)}: the Trainer calls "
+            "training_step(batch, batch_idx) -> loss tensor, configure_optimizers() -> optimizer"
+            + (" and validation_step(batch, batch_idx) -> dict of figures" if validating else "")
+        )
+
+
+def _optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
+    optimizer = model.configure_optimizers()  # type: ignore[operator]
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TrainerError(
+            f"configure_optimizers must return one torch.optim.Optimizer, returned "
+            f"{type(optimizer).__name__}"
+        )
+    return optimizer

@@ -1,0 +1,145 @@
+"""Batches and data loaders: moving a batch to the device, sharding a loader across processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DataLoaderError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import DataLoader, Sampler
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor in it on ``device``: tensors, and lists, tuples (named ones
+    too) and mappings of them, nested; anything else is returned as it is."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to_device(item, device) for item in batch]
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+            return type(batch)(*moved)
+        return type(batch)(moved) if isinstance(batch, tuple) else moved
+    if isinstance(batch, Mapping):
+        return {key: move_to_device(value, device) for key, value in batch.items()}
+    return batch
+
+
+def batch_size(batch: Any) -> int:
+    """The samples in ``batch``: the leading size of its first tensor (depth first), else 1."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    items: Iterable[Any] = ()
+    if isinstance(batch, (list, tuple)):
+        items = batch
+    elif isinstance(batch, Mapping):
+        items = batch.values()
+    for item in items:
+        if isinstance(item, (torch.Tensor, list, tuple, Mapping)):
+            return batch_size(item)
+    return 1
+
+
+class ShardSampler:
+    """Every ``world_size``-th index from ``rank``, without padding: each sample is seen by exactly
+    one process, so figures summed across processes are exact (torch's ``DistributedSampler``
+    repeats samples to even out the shards, which is right for training, not for evaluation)."""
+
+    def __init__(self, length: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, length, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def shard_loader(
+    loader: Iterable[Any], *, rank: int, world_size: int, train: bool
+) -> Iterable[Any]:
+    """``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share.
+
+    Training: a ``DistributedSampler`` (shuffled when ``loader`` shuffled; the Trainer calls its
+    ``set_epoch`` every epoch). Evaluation: a :class:`ShardSampler` (no repeated samples). A loader
+    that the user shards already (a ``DistributedSampler`` of theirs, or an iterable dataset) is
+    returned unchanged, as is any loader when ``world_size`` is 1.
+
+    :raises DataLoaderError: for an iterable that is not a ``DataLoader``, a custom batch sampler
+        or sampler, with what to do instead.
+    """
+    if world_size == 1:
+        return loader
+    from torch.utils.data import (
+        DataLoader,
+        DistributedSampler,
+        IterableDataset,
+        RandomSampler,
+        SequentialSampler,
+    )
+
+    if not isinstance(loader, DataLoader):
+        raise DataLoaderError(
+            f"with several processes the Trainer shards a torch DataLoader, got "
+            f"{type(loader).__name__}; wrap the data in torch.utils.data.DataLoader"
+        )
+    if isinstance(loader.dataset, IterableDataset) or isinstance(
+        loader.sampler, DistributedSampler
+    ):
+        return loader  # the user shards it
+    if loader.batch_size is None:
+        raise DataLoaderError(
+            "with several processes the Trainer shards a DataLoader by its sampler; this one has "
+            "a custom batch_sampler. Give the DataLoader a batch_size instead, or shard it "
+            "yourself (a DistributedSampler inside your batch sampler)"
+        )
+    sampler: Sampler[int] | ShardSampler
+    if train:
+        if not isinstance(loader.sampler, (RandomSampler, SequentialSampler)):
+            raise DataLoaderError(
+                f"with several processes the Trainer shards a DataLoader's data; it cannot shard "
+                f"its {type(loader.sampler).__name__}. Pass "
+                f"sampler=DistributedSampler(dataset) yourself (the Trainer then leaves it alone)"
+            )
+        shuffle = isinstance(loader.sampler, RandomSampler)
+        sampler = DistributedSampler(
+            loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle
+        )
+    else:
+        sampler = ShardSampler(len(loader.dataset), rank, world_size)  # type: ignore[arg-type]
+    return _rebuild(loader, sampler)
+
+
+def _rebuild(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
+    """A DataLoader like ``loader`` (batching, workers, collation, pinning) on ``sampler``."""
+    from torch.utils.data import DataLoader
+
+    options: dict[str, Any] = {
+        "batch_size": loader.batch_size,
+        "drop_last": loader.drop_last,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+    }
+    if loader.num_workers > 0:
+        options["prefetch_factor"] = loader.prefetch_factor
+    return DataLoader(loader.dataset, sampler=sampler, **options)
+
+
+def set_epoch(loader: Iterable[Any], epoch: int) -> None:
+    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process)."""
+    sampler = getattr(loader, "sampler", None)
+    if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
+        sampler.set_epoch(epoch)

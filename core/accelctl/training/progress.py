@@ -1,0 +1,35 @@
+"""The progress bar: tqdm, on rank 0, when standard output is a terminal."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from ..errors import AccelctlError
+
+
+def progress_bar(enabled: bool | None, *, total: int | None, description: str) -> Any | None:
+    """A tqdm bar over ``total`` steps, or None when no bar is shown.
+
+    :param enabled: True: always (tqdm must be installed); False: never; None: when standard
+        output is a terminal and tqdm is installed.
+    """
+    if enabled is False or (enabled is None and not _is_terminal()):
+        return None
+    try:
+        tqdm = importlib.import_module("tqdm").tqdm
+    except ImportError:
+        if enabled:
+            raise AccelctlError(
+                "enable_progress_bar=True needs tqdm, which is not installed: pip install tqdm"
+            ) from None
+        return None
+    return tqdm(total=total, desc=description, unit="step", dynamic_ncols=True, leave=True)
+
+
+def _is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False

@@ -1,0 +1,69 @@
+"""The examples train for real (a few epochs, on the CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cv_example_learns_the_digits_on_the_cpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("sklearn")
+    cv = load_example("cv_example")
+    metrics = cv.main(["--cpu", "--epochs", "3", "--root-dir", str(tmp_path)])
+    assert metrics["val_accuracy"] > 0.85  # ten classes: chance is 0.1
+    out = capsys.readouterr().out
+    assert "training on scikit-learn digits: cpu (cpu), precision 32" in out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("epoch")] == [
+        "epoch 1/3",
+        "epoch 2/3",
+        "epoch 3/3",
+    ]
+    assert "final accuracy" in out and " s (wall time" in out
+    epochs = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in epochs if line["kind"] == "epoch"] == [0, 1, 2]
+
+
+def test_cv_example_synthetic_images_are_learnable_patterns() -> None:
+    cv = load_example("cv_example")
+    train, test = cv.synthetic(200, seed=0, size=16)
+    images, labels = train.tensors
+    assert images.shape == (160, 3, 16, 16) and len(test) == 40
+    # Images of one class are nearer their own class's mean than another's, most of the time.
+    means = torch.stack([images[labels == c].mean(0) for c in range(10)])
+    nearest = torch.cdist(images.flatten(1), means.flatten(1)).argmin(1)
+    assert (nearest == labels).float().mean() > 0.9
+
+
+def test_cv_example_refuses_cpu_with_another_accelerator() -> None:
+    cv = load_example("cv_example")
+    with pytest.raises(SystemExit):
+        cv.parse_args(["--cpu", "--accelerator", "cuda"])
+
+
+def test_custom_accelerator_example_trains_with_an_instance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("custom_accelerator")
+    metrics = example.main(epochs=5, root_dir=str(tmp_path))
+    y = example.data(512, seed=2).tensors[1]
+    assert metrics["val_mse"] < 0.2 * float(y.var())  # far better than predicting the mean
+    out = capsys.readouterr().out
+    assert "trained on 'cpu-custom' (1 process(es), device cpu)" in out
+    assert "hooks called on this process: setup_device(cpu), teardown()" in out

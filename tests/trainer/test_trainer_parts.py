@@ -1,0 +1,107 @@
+"""The Trainer's parts on their own: launcher variables, sharding, batches, the devices hand-off."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, WeightedRandomSampler
+
+import accelctl
+from accelctl.launcher import RankFailure, devices_spec, launch_command
+from accelctl.training.data import DataLoaderError, batch_size, move_to_device, shard_loader
+from accelctl.training.processes import ProcessEnvironment, ProcessSetupError
+
+
+def test_process_environment_reads_torchruns_variables() -> None:
+    assert ProcessEnvironment.from_environ({}) == ProcessEnvironment()
+    assert not ProcessEnvironment.from_environ({"LOCAL_RANK": "1"}).launched  # partial: alone
+    env = ProcessEnvironment.from_environ(
+        {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
+    )
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (5, 1, 8, 4)
+    assert env.launched and env.distributed
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='x' is not a whole number"),
+        ({"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "inconsistent launcher variables"),
+    ],
+)
+def test_bad_launcher_variables_are_named(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ProcessSetupError, match=message):
+        ProcessEnvironment.from_environ(environ)
+
+
+@pytest.mark.parametrize(("parsed", "spec"), [(2, "2"), ([0, 2], "0,2"), ([1], "1,"), ((3,), "3,")])
+def test_devices_spec_parses_back_to_the_same_devices(parsed: Any, spec: str) -> None:
+    assert devices_spec(parsed) == spec
+    if isinstance(parsed, int):
+        assert accelctl.parse_process_count(spec, accelerator="cpu") == parsed
+    else:
+        assert accelctl.parse_indexed_devices(spec, visible=4, accelerator="x") == list(parsed)
+
+
+def test_launch_command_quotes_arguments() -> None:
+    command = launch_command("cuda", "0,1", ["my train.py", "--name", "a b"])
+    assert command == "accelctl launch --accelerator cuda --devices 0,1 'my train.py' --name 'a b'"
+
+
+def _ids(loader: Any) -> list[int]:
+    return [int(i) for (batch,) in loader for i in batch]
+
+
+def test_training_shards_are_disjoint_reshuffled_per_epoch_and_keep_the_loader_options() -> None:
+    data = TensorDataset(torch.arange(20))
+    loader = DataLoader(data, batch_size=3, shuffle=True, drop_last=True)
+    shards = [shard_loader(loader, rank=r, world_size=2, train=True) for r in (0, 1)]
+    assert all(
+        isinstance(s, DataLoader) and isinstance(s.sampler, DistributedSampler) for s in shards
+    )
+    assert all(s.batch_size == 3 and s.drop_last for s in shards)  # type: ignore[attr-defined]
+    for shard in shards:
+        shard.sampler.set_epoch(0)  # type: ignore[attr-defined]
+    epoch0 = [_ids(s) for s in shards]
+    assert not set(epoch0[0]) & set(epoch0[1])
+    for shard in shards:
+        shard.sampler.set_epoch(1)  # type: ignore[attr-defined]
+    assert [_ids(s) for s in shards] != epoch0
+
+
+def test_evaluation_shards_see_every_sample_exactly_once() -> None:
+    loader = DataLoader(TensorDataset(torch.arange(7)), batch_size=2)
+    ids = [_ids(shard_loader(loader, rank=r, world_size=3, train=False)) for r in range(3)]
+    assert sorted(i for shard in ids for i in shard) == list(range(7))
+
+
+def test_loaders_that_cannot_be_sharded_say_what_to_do() -> None:
+    data = TensorDataset(torch.arange(8))
+    with pytest.raises(DataLoaderError, match="got list"):
+        shard_loader([1, 2], rank=0, world_size=2, train=True)
+    weighted = DataLoader(data, batch_size=2, sampler=WeightedRandomSampler([1.0] * 8, 8))
+    with pytest.raises(DataLoaderError, match=r"WeightedRandomSampler.*DistributedSampler"):
+        shard_loader(weighted, rank=0, world_size=2, train=True)
+    own = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, 2, 1))
+    assert shard_loader(own, rank=1, world_size=2, train=True) is own  # the user's: untouched
+    assert shard_loader(weighted, rank=0, world_size=1, train=True) is weighted  # alone
+
+
+def test_batches_move_whole_and_are_counted() -> None:
+    Pair = namedtuple("Pair", "x y")
+    batch = {"a": Pair(torch.zeros(5, 2), [torch.ones(5), "label"]), "n": 3}
+    moved = move_to_device(batch, torch.device("meta"))
+    assert isinstance(moved["a"], Pair) and moved["a"].x.device.type == "meta"
+    assert moved["a"].y[0].device.type == "meta" and moved["a"].y[1] == "label"
+    assert moved["n"] == 3
+    assert batch_size(batch) == 5
+    assert batch_size(("text", 4)) == 1
+
+
+def test_a_failure_without_an_error_file_reports_the_exit() -> None:
+    failure = RankFailure(rank=2, world_size=4, exitcode=-9, error="stopped by a signal")
+    assert failure.exit_code == 137
+    assert failure.describe() == "rank 2 of 4 failed (killed by SIGKILL): stopped by a signal"
