@@ -267,13 +267,15 @@ def test_the_launchers_variables_choose_accelerator_and_devices(
     ("step_returns", "expected"),
     [(1.5, "training_step must return the loss as a tensor, returned float")],
 )
-def test_a_step_that_returns_no_tensor_is_named(step_returns: Any, expected: str) -> None:
+def test_a_step_that_returns_no_tensor_is_named(
+    step_returns: Any, expected: str, tmp_path: Path
+) -> None:
     class Bad(Classifier):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             return step_returns
 
     with pytest.raises(TrainerError, match=expected):
-        accelctl.Trainer(enable_progress_bar=False).fit(Bad(), loaders()[0])
+        accelctl.Trainer(enable_progress_bar=False, root_dir=tmp_path).fit(Bad(), loaders()[0])
 
 
 def test_models_without_the_protocol_are_refused(tmp_path: Path) -> None:
