@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..launcher import LaunchFailedError, launch_script
+from ._options import accelerator_option, devices_option
 
 
 @click.command(
@@ -15,20 +16,8 @@ from ..launcher import LaunchFailedError, launch_script
         "allow_interspersed_args": False,
     },
 )
-@click.option(
-    "--accelerator",
-    "-a",
-    default="auto",
-    show_default=True,
-    help='A name or alias, "gpu" or "auto".',
-)
-@click.option(
-    "--devices",
-    "-d",
-    default="auto",
-    show_default=True,
-    help='"auto", a count ("2"), or indices ("0,1"); one process per device.',
-)
+@accelerator_option
+@devices_option("; one process per device")
 @click.option("--cpu", is_flag=True, help="Same as --accelerator cpu.")
 @click.option(
     "--nnodes",

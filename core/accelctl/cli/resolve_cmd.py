@@ -5,24 +5,13 @@ from __future__ import annotations
 import click
 
 from ..selection import resolve
+from ._options import accelerator_option, devices_option
 from ._output import emit_json
 
 
 @click.command("resolve")
-@click.option(
-    "--accelerator",
-    "-a",
-    default="auto",
-    show_default=True,
-    help='A name or alias, "gpu" or "auto".',
-)
-@click.option(
-    "--devices",
-    "-d",
-    default="auto",
-    show_default=True,
-    help='"auto", a count ("2"), or indices ("0,1").',
-)
+@accelerator_option
+@devices_option()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
     """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
