@@ -124,7 +124,8 @@ def _count_or_all(count: int, refuse: _Refusal) -> int | str:
     if count == -1:
         return _ALL
     if count == 0:
-        raise refuse('asks for no device (0); to run on the CPU use accelerator="cpu"')
+        hint = "" if refuse.accelerator == "cpu" else '; to run on the CPU use accelerator="cpu"'
+        raise refuse(f"asks for no device (0){hint}")
     if count < 0:
         raise refuse("is negative; the only negative spec is -1 (all visible devices)")
     return count

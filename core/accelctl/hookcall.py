@@ -115,7 +115,7 @@ def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
         value = caller(**kwargs)
     except _PASS_THROUGH.get(hook, ()):
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
         raise PluginHookError(
             f"{origin.describe()}: hook {hook}() raised {type(exc).__name__}: {exc}",
             name=origin.name,

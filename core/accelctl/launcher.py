@@ -137,12 +137,16 @@ class RankFailure:
         the crashing rank writes its file before its exit closes the connections.
         """
 
-        def when(item: tuple[int, ProcessFailure]) -> tuple[int, int]:
+        def when(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int, int]:
+            # A process that recorded its exception beats one that was only stopped: torchrun
+            # SIGTERMs the bystanders, and their whole-second timestamps would otherwise sort
+            # before an error file written later in the same second.
             rank, failure = item
+            signalled = failure.exitcode < 0
             try:
-                return os.stat(failure.error_file).st_mtime_ns, rank
+                return False, signalled, os.stat(failure.error_file).st_mtime_ns, rank
             except OSError:  # no error file (a signal, sys.exit): torch's own timestamp
-                return failure.timestamp * 1_000_000_000, rank
+                return True, signalled, failure.timestamp * 1_000_000_000, rank
 
         rank, failure = min(exc.failures.items(), key=when)
         return cls.from_process_failure(rank, world_size, failure)

@@ -80,7 +80,7 @@ def instantiate(obj: object, origin: PluginOrigin) -> object:
         return obj
     try:
         return obj()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
         raise PluginLoadError(
             f"{origin.describe()}: class {obj.__name__} could not be instantiated with no "
             f"arguments: {type(exc).__name__}: {exc}",

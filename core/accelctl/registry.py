@@ -185,7 +185,7 @@ class Registry:
             )
         try:
             obj = entry.load()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
             raise PluginLoadError(
                 f"{origin.describe()}: importing {entry.value!r} failed: "
                 f"{type(exc).__name__}: {_one_line(exc)}",
@@ -277,24 +277,29 @@ class Registry:
     def _unknown(self, asked: str, key: str) -> UnknownAcceleratorError:
         installed = self.names()
         close = difflib.get_close_matches(key, installed + self._aliases(), n=1, cutoff=0.6)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        if not close:
-            # A typo of a well-known accelerator that is not installed: point at its plugin.
-            known = difflib.get_close_matches(key, list(WELL_KNOWN), n=1, cutoff=0.6)
-            if known and known[0] != key:
-                key = known[0]
-                hint = f" Did you mean {key!r}?"
-        distribution = WELL_KNOWN.get(key, f"accelctl-{key}")
         shown = ", ".join(installed) if installed else "none"
         filters = ""
         if self.plugin_filter.allow is not None or self.plugin_filter.deny:
             filters = f" ({ENV_PLUGINS}/{ENV_DISABLE} are set)"
-        return UnknownAcceleratorError(
-            f"no accelerator named {asked!r} is installed (installed: {shown}){filters}.{hint} "
-            f"If a plugin provides it, install it: pip install {distribution}",
-            name=key,
-            installed=installed,
-        )
+        message = f"no accelerator named {asked!r} is installed (installed: {shown}){filters}."
+        if close:  # a typo of something installed: no package to install
+            message += f" Did you mean {close[0]!r}?"
+        else:
+            # A typo of a well-known accelerator that is not installed: point at its plugin.
+            known = difflib.get_close_matches(key, list(WELL_KNOWN), n=1, cutoff=0.6)
+            name = known[0] if known else key
+            if name != key:
+                message += f" Did you mean {name!r}?"
+            distribution = WELL_KNOWN.get(name, f"accelctl-{name}")
+            dists = {e.distribution for n in installed for e in self.entries(n)}
+            if distribution in dists:
+                message += (
+                    f" {distribution} is installed but offers no {name!r} on this machine "
+                    "(see `accelctl list`)"
+                )
+            else:
+                message += f" If a plugin provides it, install it: pip install {distribution}"
+        return UnknownAcceleratorError(message, name=key, installed=installed)
 
     # -- listing ----------------------------------------------------------------------------
 

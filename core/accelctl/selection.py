@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._project import ENV_ACCELERATOR, ENV_DEVICES
+from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS
 from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
 from .handle import AcceleratorHandle
 from .registry import Registry, get_registry
@@ -48,14 +49,17 @@ class Selection:
         }
 
 
-def _available(handle: AcceleratorHandle) -> bool:
-    """detect() for candidates of "auto"/"gpu": a plugin whose hook breaks is skipped, loudly."""
-    import warnings
+def _skip(exc: AccelctlError) -> None:
+    """A candidate of "auto"/"gpu" whose hook broke is skipped, never silently."""
+    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=5)
 
+
+def _available(handle: AcceleratorHandle) -> bool:
+    """detect() for candidates of "auto"/"gpu"; a plugin whose hook breaks is skipped, loudly."""
     try:
         return handle.detect()
     except AccelctlError as exc:
-        warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=4)
+        _skip(exc)
         return False
 
 
@@ -64,7 +68,8 @@ def _best(handles: list[AcceleratorHandle]) -> AcceleratorHandle | None:
     for handle in handles:
         try:
             priority = handle.info.priority
-        except AccelctlError:
+        except AccelctlError as exc:
+            _skip(exc)
             continue
         if _available(handle):
             candidates.append((-priority, handle.name, handle))
@@ -102,7 +107,15 @@ def select_accelerator(
     if key == "auto":
         override = environ.get(ENV_ACCELERATOR, "").strip()
         if override and override.lower() != "auto":
-            return select_accelerator(override, registry=registry, environ={})
+            try:
+                return select_accelerator(override, registry=registry, environ={})
+            except AccelctlError as exc:
+                # The user asked for "auto": say where the name came from, and the way out.
+                exc.args = (
+                    f'{ENV_ACCELERATOR}={override!r} sets what accelerator="auto" means, and: '
+                    f"{exc} Unset {ENV_ACCELERATOR} to choose automatically.",
+                )
+                raise
         return _select_auto(registry)
     if key == "gpu":
         return _select_gpu(registry)
@@ -124,9 +137,17 @@ def _select_auto(registry: Registry) -> AcceleratorHandle:
     best = _best(handles)
     if best is None:
         installed = ", ".join(f"{h.name} ({_why(h)})" for h in handles) or "none"
+        disabled = [n for n in registry.names() if registry.plugin_filter.blocked_reason(n)]
+        if disabled:
+            advice = (
+                f"disabled by {ENV_PLUGINS}/{ENV_DISABLE}: {', '.join(disabled)}; "
+                "enable one (cpu is the floor)"
+            )
+        else:
+            advice = "install the CPU plugin: pip install accelctl-cpu"
         raise AcceleratorUnavailableError(
             f'accelerator="auto" found no available accelerator (enabled and loadable: '
-            f"{installed}); install the CPU plugin: pip install accelctl-cpu",
+            f"{installed}); {advice}",
             name="auto",
         )
     return best
@@ -134,16 +155,18 @@ def _select_auto(registry: Registry) -> AcceleratorHandle:
 
 def _select_gpu(registry: Registry) -> AcceleratorHandle:
     gpus = []
+    broken = []
     for handle in registry.usable():
         try:
             if handle.info.family == "gpu":
                 gpus.append(handle)
-        except AccelctlError:
-            continue
+        except AccelctlError as exc:
+            _skip(exc)
+            broken.append(f"{handle.name}: broken: {exc}")
     best = _best(gpus)
     if best is None:
-        if gpus:
-            why = "; ".join(f"{h.name}: {_why(h)}" for h in gpus)
+        if gpus or broken:
+            why = "; ".join([f"{h.name}: {_why(h)}" for h in gpus] + broken)
             message = (
                 f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
                 'Use accelerator="cpu" to run on the CPU'

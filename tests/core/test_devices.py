@@ -153,6 +153,7 @@ def test_cpu_refusals_say_process_count(spec: object, problem: str) -> None:
     assert message.startswith(f"cpu: devices={spec!r}")
     assert problem in message
     assert "cpu takes a process count" in message
+    assert 'use accelerator="cpu"' not in message  # no advice to do what is being done
     assert 'Accepted: "auto" (1 process), k >= 1 or "k" (k processes)' in message
 
 

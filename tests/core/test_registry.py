@@ -143,6 +143,14 @@ BROKEN = {
         good_plugin("wrongtype").replace("return 2\n", "return '2'\n", 1),
         "hook auto_device_count() returned '2' (str); expected a non-negative int",
     ),
+    "exits": (
+        "import sys\nsys.exit('vendor runtime missing')",
+        "importing 'broken_exits' failed: SystemExit: vendor runtime missing",
+    ),
+    "detectexits": (
+        good_plugin("detectexits").replace("return True", "raise SystemExit(3)", 1),
+        "hook detect() raised SystemExit: 3",
+    ),
     "badinfo": (
         good_plugin("badinfo").replace('"priority": 10', '"priority": "high"'),
         "hook accelerator_info() returned",
@@ -348,3 +356,16 @@ def test_lowercase_metadata_headers_fall_back_to_the_full_parser(fake_site: Fake
     (info / "METADATA").write_text("metadata-version: 2.1\nname: acme-lower\nversion: 2.0\n")
     (entry,) = registry(fake_site).entries("lower")
     assert (entry.distribution, entry.version) == ("acme-lower", "2.0")
+
+
+def test_unknown_name_never_suggests_installing_what_is_installed(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "accelctl-cuda", {"cuda": "unk_cuda"}, {"unk_cuda": undetected_plugin("cuda")}
+    )
+    reg = registry(fake_site)
+    with pytest.raises(UnknownAcceleratorError) as info:
+        reg.get("cdua")
+    assert "Did you mean 'cuda'?" in str(info.value) and "pip install" not in str(info.value)
+    with pytest.raises(UnknownAcceleratorError) as info:
+        reg.get("rocm")  # the CUDA plugin offers the alias only where AMD GPUs are
+    assert "accelctl-cuda is installed but offers no 'rocm' on this machine" in str(info.value)

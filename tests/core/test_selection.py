@@ -182,3 +182,39 @@ def test_default_registry_sees_the_installed_cpu_plugin() -> None:
     assert selection.accelerator.distribution == "accelctl-cpu"
     assert selection.devices == [torch.device("cpu")] * 2
     assert "accelctl_cpu" in sys.modules
+
+
+def test_gpu_skips_a_broken_info_loudly_and_names_it(site: FakeSite) -> None:
+    broken = good_plugin("weird", priority=500, family="gpu").replace(
+        '"distributed_backend": "gloo"', '"distributed_backend": 7'
+    )
+    site.install("weird", {"weird": "sel_weird"}, {"sel_weird": broken})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(AcceleratorUnavailableError) as info:
+            resolve("gpu", registry=reg(site), environ={})
+        assert resolve("auto", registry=reg(site), environ={}).accelerator.name == "fast"
+    assert "weird: broken: accelerator 'weird'" in str(info.value)
+    skipped = [str(w.message) for w in caught if issubclass(w.category, PluginWarning)]
+    assert len([m for m in skipped if "'weird'" in m]) >= 2  # under "gpu" and under "auto"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("absentgpu", AcceleratorUnavailableError), ("bogus", UnknownAcceleratorError)],
+)
+def test_env_override_errors_name_the_variable(site: FakeSite, value: str, error: type) -> None:
+    with pytest.raises(error) as info:
+        resolve("auto", registry=reg(site), environ={"ACCELCTL_ACCELERATOR": value})
+    message = str(info.value)
+    assert message.startswith(f'ACCELCTL_ACCELERATOR={value!r} sets what accelerator="auto"')
+    assert message.endswith("Unset ACCELCTL_ACCELERATOR to choose automatically.")
+
+
+def test_auto_with_every_plugin_disabled_names_the_variables(site: FakeSite) -> None:
+    registry = Registry(path=site.path, environ={"ACCELCTL_PLUGINS": "absentgpu"})
+    with pytest.raises(AcceleratorUnavailableError) as info:
+        resolve("auto", registry=registry, environ={})
+    message = str(info.value)
+    assert "disabled by ACCELCTL_PLUGINS/ACCELCTL_DISABLE: fast, floor" in message
+    assert "pip install" not in message

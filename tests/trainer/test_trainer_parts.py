@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import namedtuple
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +106,37 @@ def test_a_failure_without_an_error_file_reports_the_exit() -> None:
     failure = RankFailure(rank=2, world_size=4, exitcode=-9, error="stopped by a signal")
     assert failure.exit_code == 137
     assert failure.describe() == "rank 2 of 4 failed (killed by SIGKILL): stopped by a signal"
+
+
+def test_the_process_that_recorded_an_exception_is_blamed_not_a_signalled_bystander(
+    tmp_path: Path,
+) -> None:
+    import json
+    import time
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    error_file = tmp_path / "rank1.json"
+    error_file.write_text(
+        json.dumps(
+            {
+                "message": {
+                    "message": "ValueError: boom in rank 1",
+                    "extraInfo": {
+                        "py_callstack": "Traceback ...",
+                        "timestamp": str(int(time.time())),
+                    },
+                }
+            }
+        )
+    )
+    # Rank 0 was SIGTERMed by torchrun after rank 1 failed: no error file, a whole-second stamp
+    # that sorts before rank 1's file written later in the same second.
+    bystander = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=str(tmp_path / "none"))
+    culprit = ProcessFailure(local_rank=1, pid=2, exitcode=1, error_file=str(error_file))
+    bystander.timestamp = culprit.timestamp - 1
+    failure = RankFailure.from_child_failed(
+        ChildFailedError("train", {0: bystander, 1: culprit}), 2
+    )
+    assert (failure.rank, failure.exitcode) == (1, 1)
+    assert failure.describe() == "rank 1 of 2 failed (exit code 1): ValueError: boom in rank 1"

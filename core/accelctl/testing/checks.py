@@ -305,7 +305,7 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
         # The registry refused it: find out whether the import or the registration failed.
         try:
             plugin = instantiate(entry.load(), origin)
-        except Exception:
+        except (Exception, SystemExit):
             assert load_error is not None
             run.failed("loads", _one_line(load_error), load_error)
             run.skip_rest("the plugin did not load")
