@@ -113,7 +113,7 @@ def select_accelerator(
                 # The user asked for "auto": say where the name came from, and the way out.
                 exc.args = (
                     f'{ENV_ACCELERATOR}={override!r} sets what accelerator="auto" means, and: '
-                    f"{exc} Unset {ENV_ACCELERATOR} to choose automatically.",
+                    f"{str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose automatically.",
                 )
                 raise
         return _select_auto(registry)
