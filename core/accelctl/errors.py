@@ -2,6 +2,11 @@
 
 Messages teach: what was asked, what exists, what to do next. The CLI prints ``str(error)`` as one
 line on stderr.
+
+Every class is constructible from a message alone, so a plugin raises them as it would a builtin
+(``raise accelctl.DeviceSpecError("npu: devices=5 asks for more than the 4 visible")``). The
+structured parts (``name``, ``spec``, ...) are optional keyword arguments, kept as attributes for
+programs; accelctl fills them in where it knows them, and they are ``None`` (or empty) otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ class AccelctlError(Exception):
 class UnknownAcceleratorError(AccelctlError, LookupError):
     """No installed plugin provides the accelerator asked for."""
 
-    def __init__(self, message: str, *, name: str, installed: Sequence[str] = ()) -> None:
+    def __init__(
+        self, message: str = "", *, name: str | None = None, installed: Sequence[str] = ()
+    ) -> None:
         super().__init__(message)
         self.name = name
         self.installed = tuple(installed)
@@ -25,7 +32,9 @@ class UnknownAcceleratorError(AccelctlError, LookupError):
 class AcceleratorUnavailableError(AccelctlError):
     """The accelerator is installed but cannot be used here (not detected, or disabled)."""
 
-    def __init__(self, message: str, *, name: str, reason: str | None = None) -> None:
+    def __init__(
+        self, message: str = "", *, name: str | None = None, reason: str | None = None
+    ) -> None:
         super().__init__(message)
         self.name = name
         self.reason = reason
@@ -34,7 +43,9 @@ class AcceleratorUnavailableError(AccelctlError):
 class PluginLoadError(AccelctlError):
     """A plugin failed to import or broke the contract; ``__cause__`` holds the original error."""
 
-    def __init__(self, message: str, *, name: str, distribution: str | None = None) -> None:
+    def __init__(
+        self, message: str = "", *, name: str | None = None, distribution: str | None = None
+    ) -> None:
         super().__init__(message)
         self.name = name
         self.distribution = distribution
@@ -44,7 +55,12 @@ class PluginHookError(PluginLoadError):
     """A plugin's hook raised, or returned something its specification does not allow."""
 
     def __init__(
-        self, message: str, *, name: str, hook: str, distribution: str | None = None
+        self,
+        message: str = "",
+        *,
+        name: str | None = None,
+        hook: str | None = None,
+        distribution: str | None = None,
     ) -> None:
         super().__init__(message, name=name, distribution=distribution)
         self.hook = hook
@@ -53,7 +69,9 @@ class PluginHookError(PluginLoadError):
 class PluginConflictError(PluginLoadError):
     """Two distributions claim the same accelerator name (or alias)."""
 
-    def __init__(self, message: str, *, name: str, distributions: Sequence[str]) -> None:
+    def __init__(
+        self, message: str = "", *, name: str | None = None, distributions: Sequence[str] = ()
+    ) -> None:
         super().__init__(message, name=name, distribution=None)
         self.distributions = tuple(distributions)
 
@@ -67,10 +85,10 @@ class DeviceSpecError(AccelctlError, ValueError):
 
     def __init__(
         self,
-        message: str,
+        message: str = "",
         *,
-        accelerator: str,
-        spec: object,
+        accelerator: str | None = None,
+        spec: object = None,
         visible: int | None = None,
         accepted: str = "",
     ) -> None:

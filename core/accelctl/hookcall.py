@@ -103,6 +103,15 @@ _PASS_THROUGH: dict[str, tuple[type[BaseException], ...]] = {
 }
 
 
+def _fill_parts(exc: BaseException, name: str, kwargs: dict[str, Any]) -> None:
+    """A plugin may raise ``DeviceSpecError("message")`` alone: fill in what accelctl knows."""
+    if isinstance(exc, DeviceSpecError):
+        if exc.accelerator is None:
+            exc.accelerator = name
+        if exc.spec is None:
+            exc.spec = kwargs.get("devices")
+
+
 def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
     """Call ``hook`` of this one plugin and return its checked value.
 
@@ -113,7 +122,8 @@ def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
     caller = getattr(plugin.manager.hook, hook)
     try:
         value = caller(**kwargs)
-    except _PASS_THROUGH.get(hook, ()):
+    except _PASS_THROUGH.get(hook, ()) as exc:
+        _fill_parts(exc, origin.name, kwargs)
         raise
     except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
         raise PluginHookError(

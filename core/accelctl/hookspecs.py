@@ -66,14 +66,18 @@ def detect() -> bool:
 
 @hookspec(firstresult=True)
 def auto_device_count() -> int:
-    """Return how many devices ``devices="auto"`` uses.
+    """Return how many devices of this accelerator are visible to this process.
 
-    Called when a devices spec is ``"auto"``, by ``accelctl list`` for its device column, and by the
-    shared device parser to know what is visible.
+    Called by ``accelctl list`` for its device column, by the shared device parser to know what
+    an explicit spec may index (``"1,"`` needs two visible devices), and when a devices spec is
+    ``"auto"``.
 
     :returns: a non-negative ``int``: ``0`` when :func:`detect` is ``False``. CPU returns ``1``.
 
-    Honour the vendor's visible-device variable (``CUDA_VISIBLE_DEVICES``,
+    This is the *visible* count, not a decision: how many devices ``devices="auto"`` then uses is
+    the core's rule, the same for every plugin: all visible ones for an accelerator with a
+    ``distributed_backend`` (one process each), the first one for an accelerator that runs in a
+    single process. Honour the vendor's visible-device variable (``CUDA_VISIBLE_DEVICES``,
     ``HABANA_VISIBLE_MODULES``, ...). The same fork-safety rule as :func:`detect` applies.
 
     .. code-block:: python

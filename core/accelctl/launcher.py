@@ -57,19 +57,21 @@ class LaunchFailedError(AccelctlError):
     process's own traceback when it raised a Python exception.
     """
 
-    def __init__(self, message: str, *, failure: RankFailure) -> None:
+    def __init__(self, message: str = "", *, failure: RankFailure | None = None) -> None:
         super().__init__(message)
+        #: The failed process, when known (None for an error raised from a message alone).
         self.failure = failure
 
     @property
     def exit_code(self) -> int:
-        """The exit status a launcher reports: the child's own, ``128 + N`` for signal ``N``."""
-        return self.failure.exit_code
+        """The exit status a launcher reports: the child's own, ``128 + N`` for signal ``N``
+        (1 when the failure is not known)."""
+        return self.failure.exit_code if self.failure is not None else 1
 
     @property
     def traceback(self) -> str | None:
         """The failing process's traceback, when it raised a Python exception."""
-        return self.failure.traceback
+        return self.failure.traceback if self.failure is not None else None
 
 
 @dataclass(frozen=True)

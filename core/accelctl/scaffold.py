@@ -214,9 +214,11 @@ def unavailable_reason() -> str | None:
 
 @accelctl.hookimpl
 def auto_device_count() -> int:
-    """The devices ``devices="auto"`` uses: 0 when not detected, at least 1 when detected.
+    """The devices visible to this process: 0 when not detected, at least 1 when detected.
 
-    Honour your vendor's visible-devices variable (like ``CUDA_VISIBLE_DEVICES``).
+    Honour your vendor's visible-devices variable (like ``CUDA_VISIBLE_DEVICES``). accelctl
+    decides how many of them ``devices="auto"`` uses (all of them with a distributed backend,
+    the first without).
     """
     if not detect():
         return 0

@@ -190,14 +190,27 @@ def resolve(
     """Choose the accelerator and its devices, as a Trainer does.
 
     :param accelerator: ``"auto"``, ``"gpu"``, a name or alias (any case), or an instance.
-    :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set.
+    :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set, else
+        every visible device of an accelerator with a distributed backend, and the first visible
+        device of one that runs in a single process.
     :returns: a :class:`Selection`.
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
     environ = os.environ if environ is None else environ
     handle = select_accelerator(accelerator, registry=registry, environ=environ)
-    if isinstance(devices, str) and devices.strip().lower() == "auto":
-        devices = environ.get(ENV_DEVICES, "").strip() or devices
+    automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
+    if automatic and environ.get(ENV_DEVICES, "").strip():
+        devices, automatic = environ[ENV_DEVICES].strip(), False
     parsed = handle.parse_devices(devices)
+    if automatic and handle.info.distributed_backend is None:
+        parsed = single_process(parsed)
     return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)
+
+
+def single_process(parsed: int | list[int]) -> int | list[int]:
+    """What ``devices="auto"`` keeps of a parse on an accelerator that runs in one process (no
+    ``distributed_backend``): its first device. Every visible device stays reachable by an
+    explicit spec (``"1,"``); only the automatic choice is bounded, so that "auto" never selects
+    a setup that cannot run."""
+    return min(parsed, 1) if isinstance(parsed, int) else parsed[:1]

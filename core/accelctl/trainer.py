@@ -86,7 +86,10 @@ class Trainer:
         waits for the device to read the loss; no other step does).
     :param enable_progress_bar: None: a tqdm bar when standard output is a terminal.
 
-    The accelerator and devices are resolved here, so a wrong name fails at once. After
+    The accelerator and devices are resolved here, and checked against the processes that run,
+    so a wrong name, a bad spec or a device/process mismatch fails at once: a
+    :class:`~accelctl.ProcessSetupError` for several devices outside a launcher (its message has
+    the ``accelctl launch`` command) or on an accelerator without a distributed backend. After
     :meth:`fit`: :attr:`accelerator`, :attr:`devices`, :attr:`device`, :attr:`global_rank`,
     :attr:`world_size` and :attr:`metrics`.
     """
@@ -115,11 +118,15 @@ class Trainer:
         #: One device per process on this machine, in local-rank order.
         self.devices: list[torch.device] = selection.devices
         self._parsed = selection.parsed
-        #: This process's device (``devices[LOCAL_RANK]`` under a launcher).
-        local_rank = self._env.local_rank
-        self.device: torch.device = self.devices[
-            local_rank if local_rank < len(self.devices) else 0
-        ]
+        #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
+        #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
+        self.device: torch.device = choose_device(
+            self.devices,
+            accelerator=self.accelerator.name,
+            backend=self.accelerator.info.distributed_backend,
+            env=self._env,
+            launch_command=self._launch_hint(),
+        )
         #: This process's rank among all processes (0 when alone).
         self.global_rank: int = self._env.rank
         #: Processes in the run (1 when alone).
@@ -154,17 +161,8 @@ class Trainer:
         after each epoch once :attr:`metrics` holds its figures (to print or save; check
         :attr:`is_global_zero` to do it once). The model is trained in place.
 
-        :raises ProcessSetupError: several devices without a launcher (the message has the
-            ``accelctl launch`` command), or on an accelerator without a distributed backend.
         """
         _check_model(model, validating=val_dataloader is not None)
-        self.device = choose_device(
-            self.devices,
-            accelerator=self.accelerator.name,
-            backend=self.accelerator.info.distributed_backend,
-            env=self._env,
-            launch_command=self._launch_hint(),
-        )
         autocast = self.precision.autocast(self.device)
         scaler = self.precision.grad_scaler(self.device)
         owns_group = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -218,3 +219,79 @@ def test_auto_with_every_plugin_disabled_names_the_variables(site: FakeSite) -> 
     message = str(info.value)
     assert "disabled by ACCELCTL_PLUGINS/ACCELCTL_DISABLE: fast, floor" in message
     assert "pip install" not in message
+
+
+# -- devices="auto" on an accelerator that runs in one process (no distributed backend) ---------
+
+SINGLE_PROCESS_TWO_VISIBLE = """
+    import accelctl
+
+    @accelctl.hookimpl
+    def detect():
+        return True
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return 2
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible=2, accelerator="solo")
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        import torch
+        return [torch.device("cpu", i) for i in devices]
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {}
+
+    @accelctl.hookimpl
+    def accelerator_info():
+        return {"priority": 300, "distributed_backend": None}
+"""
+
+
+def _solo_registry(fake_site: Any) -> accelctl.Registry:
+    fake_site.install(
+        "accelctl-solo", {"solo": "solo_plugin"}, {"solo_plugin": SINGLE_PROCESS_TWO_VISIBLE}
+    )
+    return accelctl.Registry(path=fake_site.path)
+
+
+def test_auto_devices_on_a_single_process_accelerator_is_one_device(fake_site: Any) -> None:
+    registry = _solo_registry(fake_site)
+    selection = accelctl.resolve("auto", "auto", registry=registry, environ={})
+    assert selection.accelerator.name == "solo"
+    assert [str(d) for d in selection.devices] == ["cpu:0"]
+    assert selection.accelerator.auto_device_count() == 2  # still two visible
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"), [("1,", ["cpu:1"]), ([1], ["cpu:1"]), (-1, ["cpu:0", "cpu:1"])]
+)
+def test_explicit_specs_still_reach_every_visible_device(
+    fake_site: Any, spec: Any, expected: list[str]
+) -> None:
+    registry = _solo_registry(fake_site)
+    selection = accelctl.resolve("solo", spec, registry=registry, environ={})
+    assert [str(d) for d in selection.devices] == expected
+
+
+def test_accelctl_devices_is_taken_as_given_on_a_single_process_accelerator(
+    fake_site: Any,
+) -> None:
+    registry = _solo_registry(fake_site)
+    selection = accelctl.resolve(
+        "solo", "auto", registry=registry, environ={"ACCELCTL_DEVICES": "1,"}
+    )
+    assert [str(d) for d in selection.devices] == ["cpu:1"]
+
+
+def test_auto_devices_with_a_distributed_backend_is_every_visible_device(fake_site: Any) -> None:
+    from fakedists import good_plugin
+
+    fake_site.install("accelctl-duo", {"duo": "duo_plugin"}, {"duo_plugin": good_plugin("duo")})
+    registry = accelctl.Registry(path=fake_site.path)
+    assert len(accelctl.resolve("duo", "auto", registry=registry, environ={}).devices) == 2

@@ -138,10 +138,8 @@ def test_several_devices_outside_a_launcher_print_the_launch_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3"])
-    trainer = accelctl.Trainer(accelerator="cpu", devices=2, root_dir=tmp_path)
-    assert trainer.devices == [torch.device("cpu")] * 2
-    with pytest.raises(ProcessSetupError) as info:
-        trainer.fit(Classifier(), loaders()[0])
+    with pytest.raises(ProcessSetupError) as info:  # refused when the Trainer is made
+        accelctl.Trainer(accelerator="cpu", devices=2, root_dir=tmp_path)
     assert "accelctl launch --accelerator cpu --devices 2 train.py --epochs 3" in str(info.value)
     assert not (tmp_path / "metrics.jsonl").exists()  # refused before any work
 
@@ -151,7 +149,7 @@ def test_several_devices_in_a_notebook_point_to_accelctl_launch(
 ) -> None:
     monkeypatch.setattr(sys, "argv", [""])
     with pytest.raises(ProcessSetupError, match=r"accelctl\.launch\(.*accelerator='cpu'"):
-        accelctl.Trainer(accelerator="cpu", devices="2").fit(Classifier(), loaders()[0])
+        accelctl.Trainer(accelerator="cpu", devices="2")
 
 
 class RecordingAccelerator(accelctl.Accelerator):
@@ -218,10 +216,28 @@ def test_teardown_runs_when_training_raises(tmp_path: Path) -> None:
 
 
 def test_a_backend_none_accelerator_refuses_several_devices(tmp_path: Path) -> None:
-    trainer = accelctl.Trainer(accelerator=SingleProcessAccelerator(), devices=2)
     with pytest.raises(ProcessSetupError, match="runs in a single process only") as info:
-        trainer.fit(Classifier(), loaders()[0])
+        accelctl.Trainer(accelerator=SingleProcessAccelerator(), devices=2)
     assert "distributed_backend is None" in str(info.value)
+
+
+def test_auto_on_a_backend_none_accelerator_takes_one_device(tmp_path: Path) -> None:
+    """Two devices visible, no distributed backend: "auto" is one device, and it trains."""
+
+    class TwoVisible(SingleProcessAccelerator):
+        def auto_device_count(self) -> int:
+            return 2
+
+        def parse_devices(self, devices: Any) -> list[int]:
+            return accelctl.parse_indexed_devices(devices, visible=2, accelerator=self.name)
+
+        def get_parallel_devices(self, devices: list[int]) -> list[torch.device]:
+            return [torch.device("cpu") for _ in devices]
+
+    trainer = accelctl.Trainer(accelerator=TwoVisible(), root_dir=tmp_path)
+    assert trainer.devices == [torch.device("cpu")]
+    trainer.fit(Classifier(), loaders()[0])
+    assert trainer.metrics["train_loss"] > 0
 
 
 def test_a_backend_none_accelerator_refuses_a_launcher_with_several_processes(
@@ -230,10 +246,8 @@ def test_a_backend_none_accelerator_refuses_a_launcher_with_several_processes(
     env = {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)  # two machines, one process each
-    trainer = accelctl.Trainer(accelerator=SingleProcessAccelerator())
-    assert (trainer.global_rank, trainer.world_size) == (1, 2)
     with pytest.raises(ProcessSetupError, match="2 processes"):
-        trainer.fit(Classifier(), loaders()[0])
+        accelctl.Trainer(accelerator=SingleProcessAccelerator())
 
 
 def test_a_launcher_with_other_process_count_than_devices_is_refused(
@@ -243,7 +257,7 @@ def test_a_launcher_with_other_process_count_than_devices_is_refused(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ProcessSetupError, match="started 2 process"):
-        accelctl.Trainer(accelerator="cpu", devices=1).fit(Classifier(), loaders()[0])
+        accelctl.Trainer(accelerator="cpu", devices=1)
     # devices="auto" under a plain torchrun takes one device per process
     assert len(accelctl.Trainer(accelerator="cpu").devices) == 2
 
