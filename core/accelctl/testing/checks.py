@@ -33,8 +33,9 @@ from .results import CheckResult, Status, ValidationReport
 if TYPE_CHECKING:
     import torch
 
-#: ``detect()``'s first call in a process may import the vendor's runtime (torch itself is
-#: imported before the clock starts, so its import time is not charged to the plugin).
+#: ``detect()``'s first call in a process may import the vendor's runtime, and is timed with
+#: that import (torch itself is imported before the clock starts, without its out-of-tree
+#: backends, which are loaded on the clock: they are the vendor's runtime).
 DETECT_FIRST_CALL_LIMIT_S = 5.0
 #: Every later ``detect()`` call: ``accelctl list`` and ``resolve("auto")`` call it for every
 #: plugin, so it must answer in milliseconds; this bound leaves room for a loaded CI machine.
@@ -95,8 +96,9 @@ CHECKS: tuple[Check, ...] = (
     Check("detect_returns_bool", "detect() returns a bool and does not raise"),
     Check(
         "detect_is_fast",
-        f"detect() returns within {DETECT_FIRST_CALL_LIMIT_S:g} s on its first call and "
-        f"{DETECT_CALL_LIMIT_S:g} s on later ones",
+        f"detect() returns within {DETECT_FIRST_CALL_LIMIT_S:g} s on its first call (the "
+        f"vendor runtime's import included, torch's own excluded) and {DETECT_CALL_LIMIT_S:g} s "
+        f"on later ones",
     ),
     Check(
         "detect_leaves_cuda_uninitialised",
@@ -132,6 +134,11 @@ CHECKS: tuple[Check, ...] = (
         "device_stats",
         f"where detected: device_stats(first device) is a flat dict of str to int/float with "
         f"common or '<name>.' keys, within {STATS_CALL_LIMIT_S:g} s",
+    ),
+    Check(
+        "distributed_backend",
+        "where detected and a distributed_backend is declared: torch.distributed has that "
+        "backend, registered for the devices' type",
     ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
@@ -382,11 +389,18 @@ def _run_checks(subject: _Subject, registry: Registry, run: _Run, probe_import: 
     _check_bad_specs(handle, run)
     if detected is not True:
         why = "detect() failed" if detected is None else _not_detected(handle)
-        for check in ("devices_auto", "devices_minus_one", "devices_one", "device_stats"):
+        for check in (
+            "devices_auto",
+            "devices_minus_one",
+            "devices_one",
+            "device_stats",
+            "distributed_backend",
+        ):
             run.skipped(check, f"needs the hardware: {why}")
         return
     first = _check_round_trips(handle, count, run)
     _check_stats(handle, first, run)
+    _check_backend(handle, first, run)
 
 
 def _not_detected(handle: AcceleratorHandle) -> str:
@@ -476,14 +490,33 @@ def _ms(seconds: float) -> str:
 def _check_detect(handle: AcceleratorHandle, run: _Run) -> bool | None:
     """detect()'s type, time and CUDA state; returns what it said (None when it broke)."""
     cuda_before = probes.cuda_initialized()
-    probes.import_torch()  # its import time is not the plugin's
+    load_backends = probes.import_torch_without_backends()  # torch's own import is not timed
+    backends: list[str] = []
+
+    def first_detect() -> bool:
+        # The vendor's runtime may come through torch's backend autoload: on the plugin's clock.
+        if load_backends is not None:
+            backends.extend(load_backends())
+        return handle.detect()
+
     try:
-        detected, first = _timed(handle.detect)
+        detected, first = _timed(first_detect)
         again, later = _timed(handle.detect)
     except AccelctlError as exc:
         run.failed("detect_returns_bool", _strip_subject(_one_line(exc), handle), exc)
         run.skipped("detect_is_fast", "detect() failed")
         run.skipped("detect_leaves_cuda_uninitialised", "detect() failed")
+        return None
+    except Exception as exc:  # a torch backend that fails to load breaks `import torch` too
+        run.failed(
+            "detect_returns_bool",
+            f"loading torch's out-of-tree backends failed before detect() ran: "
+            f"{_one_line(exc)}; `import torch` fails the same way here "
+            f"(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the autoload off)",
+            exc,
+        )
+        run.skipped("detect_is_fast", "detect() did not run")
+        run.skipped("detect_leaves_cuda_uninitialised", "detect() did not run")
         return None
     cuda_after = probes.cuda_initialized()
     if again != detected:
@@ -494,6 +527,13 @@ def _check_detect(handle: AcceleratorHandle, run: _Run) -> bool | None:
     else:
         run.passed("detect_returns_bool", f"detect() returned {detected}")
     timing = f"first call {_ms(first)}, next {_ms(later)}"
+    if load_backends is None:
+        timing += (
+            " (torch was imported before the check, with any vendor runtime it autoloads: run "
+            f"`accelctl validate {handle.name}` in a fresh process to time that import)"
+        )
+    elif backends:
+        timing += f" (the first includes loading torch backend(s) {', '.join(backends)})"
     if first > DETECT_FIRST_CALL_LIMIT_S:
         run.failed(
             "detect_is_fast",
@@ -730,6 +770,37 @@ def _check_stats(handle: AcceleratorHandle, device: torch.device | None, run: _R
     else:
         keys = ", ".join(sorted(stats)) or "none: {} (nothing readable, allowed)"
         run.passed(check, f"{len(stats)} figures on {device} in {_ms(seconds)}: {keys}")
+
+
+def _check_backend(handle: AcceleratorHandle, device: torch.device | None, run: _Run) -> None:
+    """The declared ``distributed_backend`` must exist in torch for the devices' type: a
+    backend that cannot carry these tensors passes ``validate`` otherwise and fails in every
+    rank of ``accelctl launch``."""
+    check = "distributed_backend"
+    try:
+        backend = handle.info.distributed_backend
+    except AccelctlError as exc:
+        run.skipped(check, f"accelerator_info() failed: {_one_line(exc)}")
+        return
+    if backend is None:
+        run.passed(check, "None declared: the accelerator runs in one process")
+        return
+    if device is None:
+        run.skipped(check, "needs a device from the devices_auto round trip, which failed")
+        return
+    problem = probes.backend_problem(backend, device.type)
+    if problem is None:
+        run.passed(check, f"{backend!r} is registered in torch.distributed for {device.type!r}")
+    elif problem.startswith("skip: "):
+        run.skipped(check, problem.removeprefix("skip: "))
+    else:
+        run.failed(
+            check,
+            f"distributed_backend={backend!r} {problem}; `accelctl launch --devices 2` would "
+            f"fail in every rank. Declare the backend your torch extension registers for "
+            f"{device.type!r} (torch.distributed.Backend.register_backend), or None for one "
+            f"process only",
+        )
 
 
 def _aliases(handle: AcceleratorHandle) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: Modules a plugin must not import at module level (the contract's "cheap imports" rule).
@@ -49,6 +50,11 @@ def cuda_initialized() -> bool | None:
     return bool(torch.cuda.is_initialized())
 
 
+#: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
+AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+TORCH_BACKENDS_GROUP = "torch.backends"
+
+
 def import_torch() -> None:
     """Import torch now (so a timing that follows does not pay for it); a no-op when it is not
     installed."""
@@ -56,6 +62,45 @@ def import_torch() -> None:
         import torch  # noqa: F401
     except ImportError:  # pragma: no cover - torch is a dependency of accelctl
         pass
+
+
+def import_torch_without_backends() -> Callable[[], list[str]] | None:
+    """Import torch itself now, but not its out-of-tree backends, and return what loads them.
+
+    A vendor's runtime may arrive through torch's backend autoload (a ``torch.backends`` entry
+    point, as ``torch_npu`` and ``torch_openreg`` do): that import is the plugin's cost, so a
+    timing of its first ``detect()`` must include it, while torch's own import must not count.
+    The returned function loads the backends as ``import torch`` would have (it does nothing when
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``) and returns their names.
+
+    :returns: None when torch was imported already: its backends were loaded with it and their
+        cost can no longer be measured in this process.
+    """
+    if "torch" in sys.modules:
+        return None
+    original = os.environ.get(AUTOLOAD_VARIABLE)
+    autoload = (original or "1") == "1"  # torch's own reading of the variable
+    os.environ[AUTOLOAD_VARIABLE] = "0"
+    try:
+        import_torch()
+    finally:
+        if original is None:
+            del os.environ[AUTOLOAD_VARIABLE]
+        else:
+            os.environ[AUTOLOAD_VARIABLE] = original
+
+    def load_backends() -> list[str]:
+        if not autoload:
+            return []
+        from importlib.metadata import entry_points
+
+        loaded = []
+        for backend in entry_points(group=TORCH_BACKENDS_GROUP):
+            backend.load()()  # what torch's own autoload does with each entry point
+            loaded.append(backend.name)
+        return loaded
+
+    return load_backends
 
 
 @dataclass(frozen=True)
@@ -104,3 +149,35 @@ def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
         unreachable = bool(missing) and (module == missing or module.startswith(f"{missing}."))
         return ImportProbe(module, error=str(data["error"]), unreachable=unreachable)
     return ImportProbe(module, seconds=float(data["seconds"]), heavy=tuple(data["heavy"]))
+
+
+def backend_problem(backend: str, device_type: str) -> str | None:
+    """Why the ``torch.distributed`` backend ``backend`` cannot carry ``device_type`` tensors here.
+
+    ``backend`` is a name (``"gloo"``) or torch's per-device form (``"cpu:gloo,cuda:nccl"``).
+
+    :returns: None when torch has the backend registered for that device type (and, for the
+        built-in ones, compiled in); ``"skip: <why>"`` when this torch cannot tell (no
+        ``torch.distributed``); otherwise a phrase saying what is wrong.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return "skip: this torch build has no torch.distributed"
+    name = backend.lower()
+    if ":" in name:  # "cpu:gloo,cuda:nccl": the entry for this device type
+        pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+        if device_type not in pairs:
+            return f"names no backend for device type {device_type!r}"
+        name = pairs[device_type]
+    capability: dict[str, list[str]] = dist.Backend.backend_capability
+    if name not in capability:
+        known = ", ".join(sorted(capability)) or "none"
+        return f"is not a torch.distributed backend this torch knows (registered: {known})"
+    if device_type not in capability[name]:
+        supported = ", ".join(capability[name]) or "no device type"
+        return f"does not support {device_type!r} tensors (it is registered for {supported})"
+    available = getattr(dist, f"is_{name}_available", None)
+    if callable(available) and not available():
+        return f"is not compiled into this torch build (torch.distributed.is_{name}_available())"
+    return None
