@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+# Tests see only what they set up: an out-of-tree torch backend installed in the environment
+# (the torch_openreg wheel the suite installs) would otherwise load on every `import torch` and
+# change what torch, and so "auto", sees in every test. Set before anything imports torch; the
+# tests under tests/openreg/ turn the autoload back on in the processes they start.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 import pytest
 
