@@ -21,6 +21,7 @@ from .accelerator import Accelerator
 from .devices import parse_indexed_devices, parse_process_count, parse_single_device
 from .errors import (
     AccelctlError,
+    AcceleratorTypeError,
     AcceleratorUnavailableError,
     DataLoaderError,
     DeviceSpecError,
@@ -79,6 +80,7 @@ __all__ = [
     "AcceleratorHandle",
     "AcceleratorInfo",
     "AcceleratorRecord",
+    "AcceleratorTypeError",
     "AcceleratorUnavailableError",
     "DataLoaderError",
     "DeviceSpecError",

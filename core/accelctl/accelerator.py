@@ -37,7 +37,8 @@ class Accelerator(abc.ABC):
 
     #: Canonical name; the entry point's name wins when the class is installed as a plugin.
     name: ClassVar[str] = ""
-    #: ``torch.device`` type of the default :meth:`get_parallel_devices`; defaults to :attr:`name`.
+    #: ``torch.device`` type of the default :meth:`get_parallel_devices`; defaults to :attr:`name`
+    #: (declared, never guessed from the class's or the entry point's name).
     device_type: ClassVar[str] = ""
     description: ClassVar[str] = ""
     family: ClassVar[str | None] = None
@@ -45,10 +46,24 @@ class Accelerator(abc.ABC):
     distributed_backend: ClassVar[str | None] = None
     aliases: ClassVar[tuple[str, ...]] = ()
 
+    #: The entry point's name, set by accelctl when the plugin is loaded from one.
+    _entry_point_name: str | None = None
+
     @property
     def accelerator_name(self) -> str:
-        """The name used in messages: :attr:`name`, else the class name without "Accelerator"."""
-        return self.name or type(self).__name__.removesuffix("Accelerator").lower() or "custom"
+        """The accelerator's name, in messages and errors: the entry point's name when the plugin
+        was installed through one, else :attr:`name`, else (an instance passed in directly) the
+        class name without "Accelerator"."""
+        return (
+            self._entry_point_name
+            or self.name
+            or type(self).__name__.removesuffix("Accelerator").lower()
+            or "custom"
+        )
+
+    def bind_entry_point(self, name: str) -> None:
+        """Record the entry point's name, which is the canonical name (called by the loader)."""
+        self._entry_point_name = name
 
     @abc.abstractmethod
     def detect(self) -> bool:
@@ -65,11 +80,18 @@ class Accelerator(abc.ABC):
         )
 
     def get_parallel_devices(self, devices: Any) -> list[torch.device]:
-        """Default: ``torch.device(device_type, i)`` for each index (or ``range(count)``)."""
+        """Default: ``torch.device(device_type, i)`` for each index (or ``range(count)``),
+        :attr:`device_type` defaulting to :attr:`name`."""
         import torch
 
+        device_type = self.device_type or self.name
+        if not device_type:
+            raise TypeError(
+                f"{type(self).__name__} declares neither device_type nor name, so the default "
+                f"get_parallel_devices cannot tell which torch.device to build; set the class "
+                f'attribute device_type (for example device_type = "hpu")'
+            )
         indices = range(devices) if isinstance(devices, int) else devices
-        device_type = self.device_type or self.accelerator_name
         return [torch.device(device_type, index) for index in indices]
 
     def device_stats(self, device: torch.device) -> dict[str, int | float]:

@@ -40,6 +40,20 @@ class AcceleratorUnavailableError(AccelctlError):
         self.reason = reason
 
 
+class AcceleratorTypeError(AccelctlError, TypeError):
+    """An ``accelerator`` argument of a type accelctl does not take (a ``torch.device``, None, a
+    number, a list): the message says what is accepted."""
+
+
+def fresh_copy(error: AccelctlError, message: str | None = None) -> AccelctlError:
+    """A new error of the same class and parts as ``error`` (optionally with another message),
+    so that an error kept in a cache is raised anew each time, never edited in place. The
+    caller raises it ``from error``."""
+    copied = type(error)(str(error) if message is None else message)
+    copied.__dict__.update(error.__dict__)
+    return copied
+
+
 class PluginLoadError(AccelctlError):
     """A plugin failed to import or broke the contract; ``__cause__`` holds the original error."""
 

@@ -171,5 +171,12 @@ def diagnose(manager: pluggy.PluginManager, plugin: object) -> HookDiagnosis:
 
 
 def load_object(obj: object, origin: PluginOrigin) -> LoadedPlugin:
-    """Instantiate (for a class) and register a plugin object."""
-    return register(instantiate(obj, origin), origin)
+    """Instantiate (for a class) and register a plugin object.
+
+    An :class:`~accelctl.Accelerator` learns its canonical name from ``origin``, so its default
+    hooks name the accelerator as the registry does (the entry point's name, not the class's).
+    """
+    plugin = instantiate(obj, origin)
+    if isinstance(plugin, Accelerator) and origin.entry_point is not None:
+        plugin.bind_entry_point(origin.name)
+    return register(plugin, origin)

@@ -23,6 +23,7 @@ from .errors import (
     PluginLoadError,
     PluginWarning,
     UnknownAcceleratorError,
+    fresh_copy,
 )
 from .handle import AcceleratorHandle
 from .loading import PluginOrigin, load_object
@@ -144,7 +145,10 @@ class Registry:
         if name in self._handles:
             return self._handles[name]
         if name in self._failures:
-            raise self._failures[name]
+            # Raised anew each time, chained to the first: the cached error is never handed out
+            # to be edited (a caller adding context must not change what the next one sees).
+            cached = self._failures[name]
+            raise fresh_copy(cached) from cached
         entries = self.entries(name)
         blocked = self.plugin_filter.blocked_reason(name)
         if blocked:

@@ -8,8 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS
-from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
+from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from .accelerator import Accelerator
+from .errors import (
+    AccelctlError,
+    AcceleratorTypeError,
+    AcceleratorUnavailableError,
+    PluginWarning,
+    fresh_copy,
+)
 from .handle import AcceleratorHandle
 from .registry import Registry, get_registry
 
@@ -102,6 +109,7 @@ def select_accelerator(
     registry = registry or get_registry()
     environ = os.environ if environ is None else environ
     if not isinstance(accelerator, str):
+        _check_plugin_object(accelerator)
         return AcceleratorHandle.from_object(accelerator)
     key = accelerator.strip().lower()
     if key == "auto":
@@ -111,11 +119,11 @@ def select_accelerator(
                 return select_accelerator(override, registry=registry, environ={})
             except AccelctlError as exc:
                 # The user asked for "auto": say where the name came from, and the way out.
-                exc.args = (
+                raise fresh_copy(
+                    exc,
                     f'{ENV_ACCELERATOR}={override!r} sets what accelerator="auto" means, and: '
                     f"{str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose automatically.",
-                )
-                raise
+                ) from exc
         return _select_auto(registry)
     if key == "gpu":
         return _select_gpu(registry)
@@ -130,6 +138,40 @@ def select_accelerator(
             reason=reason,
         )
     return handle
+
+
+#: What ``accelerator=`` accepts, for the error a wrong type gets.
+ACCEPTED_ACCELERATORS = (
+    '"auto", "gpu", an accelerator\'s name or alias (a str), an accelctl.Accelerator instance, '
+    "an AcceleratorHandle, or a plugin object with @accelctl.hookimpl functions"
+)
+
+
+def _check_plugin_object(accelerator: object) -> None:
+    """Refuse, as the caller's mistake, what is no plugin object at all (a ``torch.device``,
+    None, a number, a list): it would otherwise be loaded and blamed as a broken plugin."""
+    if isinstance(accelerator, (AcceleratorHandle, Accelerator)) or (
+        isinstance(accelerator, type) and issubclass(accelerator, Accelerator)
+    ):
+        return
+    if not isinstance(accelerator, (type(None), bool, int, float, complex, list, tuple, dict)):
+        if any(
+            hasattr(getattr(accelerator, attr, None), f"{PROJECT_NAME}_impl")
+            for attr in dir(accelerator)
+        ):
+            return  # a module or object with @accelctl.hookimpl functions
+    hint = ""
+    device_type = getattr(accelerator, "type", None)
+    if type(accelerator).__name__ == "device" and isinstance(device_type, str):
+        index = getattr(accelerator, "index", None)
+        devices = "" if index is None else f", devices=[{index}]"
+        hint = f" For a torch.device, pass its type: accelerator={device_type!r}{devices}."
+    shown = repr(accelerator)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise AcceleratorTypeError(
+        f"accelerator={shown} ({type(accelerator).__name__}) is not an accelerator; "
+        f"accepted: {ACCEPTED_ACCELERATORS}.{hint}"
+    )
 
 
 def _select_auto(registry: Registry) -> AcceleratorHandle:

@@ -295,3 +295,85 @@ def test_auto_devices_with_a_distributed_backend_is_every_visible_device(fake_si
     fake_site.install("accelctl-duo", {"duo": "duo_plugin"}, {"duo_plugin": good_plugin("duo")})
     registry = accelctl.Registry(path=fake_site.path)
     assert len(accelctl.resolve("duo", "auto", registry=registry, environ={}).devices) == 2
+
+
+# -- cached errors are raised anew; a class-based plugin's name; wrong argument types -----------
+
+
+def test_a_cached_load_error_is_never_edited_by_a_caller(fake_site: FakeSite) -> None:
+    fake_site.install(
+        "accelctl-brk", {"brk": "brk_plugin"}, {"brk_plugin": "import nothing_here\n"}
+    )
+    registry = Registry(path=fake_site.path)
+    environ = {"ACCELCTL_ACCELERATOR": "brk"}
+    seen = []
+    for _ in range(3):
+        with pytest.raises(PluginLoadError) as info:
+            resolve("auto", registry=registry, environ=environ)
+        seen.append(info.value)
+        assert str(info.value).count("ACCELCTL_ACCELERATOR='brk' sets what") == 1
+    with pytest.raises(PluginLoadError) as plain:
+        registry.get("brk")
+    assert "ACCELCTL_ACCELERATOR" not in str(plain.value)
+    assert str(plain.value).startswith("accelerator 'brk' (accelctl-brk")
+    # A fresh error each time, chained to the one the registry keeps.
+    assert len({id(error) for error in [*seen, plain.value]}) == 4
+    assert isinstance(plain.value.__cause__, PluginLoadError)
+
+
+GAUDI = """
+    import accelctl
+
+    class GaudiAccelerator(accelctl.Accelerator):
+        distributed_backend = "gloo"
+
+        def detect(self):
+            return True
+
+        def auto_device_count(self):
+            return 2
+
+    class DeclaredGaudiAccelerator(GaudiAccelerator):
+        device_type = "cpu"
+"""
+
+
+def test_a_class_plugin_is_named_by_its_entry_point_in_its_default_hooks(
+    fake_site: FakeSite,
+) -> None:
+    fake_site.install(
+        "accelctl-gaudi",
+        {"hpu2": "gaudi_plugin:DeclaredGaudiAccelerator", "hpu3": "gaudi_plugin:GaudiAccelerator"},
+        {"gaudi_plugin": GAUDI},
+    )
+    registry = Registry(path=fake_site.path)
+    with pytest.raises(DeviceSpecError) as info:
+        resolve("hpu2", devices=5, registry=registry, environ={})
+    assert str(info.value).startswith("hpu2: devices=5 asks for 5 devices")
+    assert info.value.accelerator == "hpu2"
+    selection = resolve("hpu2", devices="1,", registry=registry, environ={})
+    assert selection.devices == [torch.device("cpu", 1)]  # the declared device type
+    # Nothing declared: no torch.device("gaudi") guessed from the class name, an error instead.
+    with pytest.raises(PluginLoadError, match="declares neither device_type nor name"):
+        resolve("hpu3", devices=1, registry=registry, environ={})
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "hint"),
+    [
+        (torch.device("cuda", 0), "pass its type: accelerator='cuda', devices=[0]"),
+        (None, ""),
+        (1.5, ""),
+        (["cpu"], ""),
+        (object(), ""),
+    ],
+)
+def test_a_wrong_accelerator_type_is_the_callers_error(accelerator: object, hint: str) -> None:
+    with pytest.raises(accelctl.AcceleratorTypeError) as info:
+        resolve(accelerator, registry=Registry(path=[]), environ={})
+    message = str(info.value)
+    assert isinstance(info.value, TypeError)
+    assert not isinstance(info.value, PluginLoadError)
+    assert f"({type(accelerator).__name__}) is not an accelerator; accepted: " in message
+    assert hint in message
+    assert "hookimpl" in message  # the accepted forms are listed

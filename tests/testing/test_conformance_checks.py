@@ -366,7 +366,7 @@ def _with_backend(backend: str | None) -> str:
     ("backend", "problem"),
     [
         ("nccl", "does not support 'cpu' tensors (it is registered for cuda)"),
-        ("hccl", "is not a torch.distributed backend this torch knows"),
+        ("nosuchccl", "is not a torch.distributed backend this torch knows"),
         ("cuda:nccl", "names no backend for device type 'cpu'"),
     ],
 )

@@ -1,8 +1,8 @@
 """Fixtures of the HPU plugin's tests: a fake ``habana_frameworks`` package.
 
 The fake stands in for Habana's software only (the bridge module ``habana_frameworks.torch.hpu``
-with ``is_available``, ``device_count``, ``is_initialized`` and ``memory_stats``); the plugin
-under test is the real one.
+with ``is_available``, ``device_count``, ``is_initialized`` and ``memory_stats``, and the ``hccl``
+backend it registers in torch.distributed); the plugin under test is the real one.
 """
 
 from __future__ import annotations
@@ -65,7 +65,13 @@ def fake_habana(
     _forget_habana()
     sys.path.insert(0, str(root))
     try:
-        yield package
+        with pytest.MonkeyPatch.context() as patch:
+            # Habana's software registers its collective library for hpu tensors in
+            # torch.distributed; the fake does too, for the block only.
+            import torch.distributed as dist
+
+            patch.setitem(dist.Backend.backend_capability, "hccl", ["hpu"])
+            yield package
     finally:
         sys.path.remove(str(root))
         _forget_habana()
