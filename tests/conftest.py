@@ -29,23 +29,55 @@ _ACCELCTL_VARS = (
 )
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _project_distributions() -> list[str]:
+    """The plugin distributions this repository ships (plugins/*, examples/accelctl-*)."""
+    import tomllib
+
+    projects = [*ROOT.glob("plugins/*/pyproject.toml"), *ROOT.glob("examples/*/pyproject.toml")]
+    return sorted(tomllib.loads(p.read_text())["project"]["name"] for p in projects)
+
+
+@pytest.fixture(scope="session")
+def project_site(tmp_path_factory: pytest.TempPathFactory) -> FakeSite:
+    """The in-repo plugins as installed in this environment, and nothing else: another plugin
+    installed here (a vendor's ``accelctl-npu``, say) is not on it."""
+    site = FakeSite(tmp_path_factory.mktemp("project-site"))
+    for distribution in _project_distributions():
+        site.copy_installed(distribution)
+    return site
+
+
+def _use_default_registry(monkeypatch: pytest.MonkeyPatch, *sites: FakeSite) -> None:
+    """Make the process-wide registry (the CLI's, ``accelctl.resolve``'s) scan ``sites`` only."""
+    registry = accelctl.Registry(path=[str(site.root) for site in sites])
+    monkeypatch.setattr(accelctl.registry, "_default", registry)
+
+
 @pytest.fixture(autouse=True)
-def _clean_accelctl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No ACCELCTL_* variable from the caller's shell, and a fresh process-wide registry."""
+def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> Iterator[None]:
+    """No ACCELCTL_* variable from the caller's shell, and a fresh process-wide registry that
+    sees the in-repo plugins only: each test sees the plugins it sets up, whatever else is
+    installed."""
     for var in _ACCELCTL_VARS:
         monkeypatch.delenv(var, raising=False)
-    accelctl.reset_registry()
+    _use_default_registry(monkeypatch, project_site)
     yield
     accelctl.reset_registry()
 
 
 @pytest.fixture
-def fake_site(tmp_path: Path) -> Iterator[FakeSite]:
+def fake_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project_site: FakeSite
+) -> Iterator[FakeSite]:
     """A folder of fake installed distributions, put on ``sys.path`` so their modules import and
-    the default registry (CLI, ``accelctl.resolve``) sees them beside the real plugins. For a
+    the default registry (CLI, ``accelctl.resolve``) sees them beside the in-repo plugins. For a
     registry that sees *only* them: ``Registry(path=fake_site.path)``."""
     site = FakeSite(tmp_path / "site")
     sys.path.insert(0, str(site.root))  # so entry points can import the modules
+    _use_default_registry(monkeypatch, site, project_site)
     yield site
     sys.path.remove(str(site.root))
     site.forget_modules()

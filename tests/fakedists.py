@@ -48,6 +48,25 @@ class FakeSite:
             self.modules.append(module)
         return info
 
+    def copy_installed(self, distribution: str) -> bool:
+        """Copy what discovery reads of an installed distribution (its METADATA and
+        entry_points.txt) onto this site, so a registry over this site sees it; its modules stay
+        importable from where they are installed. False when it is not installed."""
+        from importlib import metadata
+
+        try:
+            dist = metadata.distribution(distribution)
+        except metadata.PackageNotFoundError:
+            return False
+        folder = re.sub(r"[-_.]+", "_", distribution)
+        info = self.root / f"{folder}-{dist.version}.dist-info"
+        info.mkdir()
+        for name in ("METADATA", "entry_points.txt"):
+            text = dist.read_text(name)
+            if text is not None:
+                (info / name).write_text(text)
+        return True
+
     def forget_modules(self) -> None:
         """Drop the fake modules from ``sys.modules`` so the next test imports them afresh."""
         for module in self.modules:

@@ -543,7 +543,6 @@ def test_pytest_face_turns_results_into_outcomes(fake_site: FakeSite) -> None:
         accelerator = "face"
         probe_import = False
 
-    accelctl.reset_registry()
     case = TestFace()
     case.test_loads()  # type: ignore[attr-defined]
     with pytest.raises(accelctl.testing.ConformanceFailure, match="no /dev/accel0") as info:
