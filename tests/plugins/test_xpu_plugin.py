@@ -145,7 +145,6 @@ def test_list_on_this_machine_imports_no_torch_and_says_why(tmp_path: Path):
         """
         import json, sys
         from accelctl.cli import cli
-from accelctl.testing import validate
         try:
             cli.main(["list", "--json"], standalone_mode=False)
         finally:
