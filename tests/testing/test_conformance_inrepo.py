@@ -43,3 +43,11 @@ class TestHPUConformance(AcceleratorConformance):
     @pytest.fixture(autouse=True)
     def _installed(self) -> None:
         pytest.importorskip("accelctl_hpu")
+
+
+class TestXPUConformance(AcceleratorConformance):
+    accelerator = "xpu"
+
+    @pytest.fixture(autouse=True)
+    def _installed(self) -> None:
+        pytest.importorskip("accelctl_xpu")
