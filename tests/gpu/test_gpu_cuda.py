@@ -18,16 +18,47 @@ from click.testing import CliRunner
 from accelctl.cli import cli
 
 
-def _visible_gpus() -> int:
-    try:
-        from accelctl_cuda.probe import probe
-    except ImportError:
+def _driver_gpus() -> int:
+    """GPUs as the NVIDIA driver itself reports them, independently of the code under test (a
+    probe that wrongly said 0 would otherwise turn every test here into a skip): the driver's
+    own ``/proc/driver/nvidia/gpus`` entries, else ``nvidia-smi -L``. Visible-device variables
+    are not applied: a machine with a driver and GPUs must run these tests."""
+    import shutil
+    from pathlib import Path
+
+    entries = Path("/proc/driver/nvidia/gpus")
+    if entries.is_dir():
+        return sum(1 for _ in entries.iterdir())
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
         return 0
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _visible_gpus() -> int:
+    """The code under test's count, compared with the driver's by the tests (never a gate)."""
+    from accelctl_cuda.probe import probe
+
     return probe().device_count
 
 
-GPUS = _visible_gpus()
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(GPUS == 0, reason="no CUDA GPU visible")]
+DRIVER_GPUS = _driver_gpus()
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(DRIVER_GPUS == 0, reason="no NVIDIA driver with a GPU on this machine"),
+]
+GPUS = _visible_gpus() if DRIVER_GPUS else 0
+
+
+def test_the_probe_sees_the_gpus_the_driver_reports():
+    """A probe that says 0 (or another count) on a GPU machine fails here instead of skipping."""
+    import os
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        assert GPUS == DRIVER_GPUS
+    else:
+        assert 0 < GPUS <= DRIVER_GPUS
 
 
 def run(*args: str):
