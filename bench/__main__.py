@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
-import importlib.util
 import json
 import sys
 import time
@@ -123,13 +121,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_trainer(repeats: int, quick: bool) -> dict[str, Any]:
-    """Section 4 through ``bench/trainer_overhead.py`` (``run(repeats, quick) -> dict``), skipped
-    when that module is not there."""
-    if importlib.util.find_spec(f"{__package__}.trainer_overhead") is None:
-        return {"skipped": "bench/trainer_overhead.py is not there yet"}
-    module = importlib.import_module(f"{__package__}.trainer_overhead")
-    result: dict[str, Any] = module.run(repeats=repeats, quick=quick)
-    return result
+    """Section 4 through ``bench/trainer_overhead.py``."""
+    from . import trainer_overhead
+
+    return trainer_overhead.run(repeats=repeats, quick=quick)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

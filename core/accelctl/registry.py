@@ -108,7 +108,6 @@ class Registry:
         self._filter: PluginFilter | None = None
         self._handles: dict[str, AcceleratorHandle] = {}
         self._failures: dict[str, AccelctlError] = {}
-        self._all_loaded = False
 
     # -- discovery --------------------------------------------------------------------------
 
@@ -212,7 +211,6 @@ class Registry:
                 handles.append(self._load(name))
             except AccelctlError as exc:
                 failures[name] = exc
-        self._all_loaded = True
         return handles, failures
 
     def usable(self) -> list[AcceleratorHandle]:

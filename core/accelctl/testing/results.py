@@ -4,7 +4,6 @@ each result into a passed, failed or skipped test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -100,8 +99,3 @@ _WORDS: tuple[tuple[Status, str], ...] = (
     ("pass", "passed"),
     ("skip", "skipped"),
 )
-
-
-def all_passed(reports: Iterable[ValidationReport]) -> bool:
-    """True when every report passed."""
-    return all(report.passed for report in reports)

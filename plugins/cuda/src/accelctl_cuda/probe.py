@@ -31,8 +31,6 @@ class Probe:
 
     vendor: str | None = None  # "nvidia", "amd" or None
     torch: TorchBuild | None = None
-    #: GPUs installed (before the visible-device variables).
-    physical_count: int = 0
     #: NVIDIA: the :class:`~accelctl_cuda.visible.VisibleGpu` of each cuda index; AMD: the
     #: physical (KFD) index of each cuda index, None where unknown.
     visible: tuple[object, ...] = field(default=())
@@ -100,7 +98,7 @@ def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
     except Exception as exc:  # an NVML error while listing: say so, never raise from detect
         return Probe(torch=build, reason=f"NVML could not list the GPUs: {exc}")
     driver = nvml.driver_versions(pynvml)
-    base = Probe(vendor="nvidia", torch=build, physical_count=len(gpus), driver=driver)
+    base = Probe(vendor="nvidia", torch=build, driver=driver)
     if not gpus:
         return _replace(base, reason="the NVIDIA driver reports no GPU")
     cpu_only = _cpu_only(build, "nvidia")
@@ -124,7 +122,7 @@ def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
 
 def _probe_amd(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
     found = amd.gpus()
-    base = Probe(vendor="amd", torch=build, physical_count=len(found))
+    base = Probe(vendor="amd", torch=build)
     if not found:
         return _replace(base, reason="/dev/kfd exists, but the KFD topology lists no AMD GPU")
     visible = visible_amd(len(found), environ)
