@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS
+from ._config import Settings
+from ._project import ENV_ACCELERATOR, ENV_DISABLE, ENV_PLUGINS
+from ._text import quote
 from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
 from .handle import AcceleratorHandle
 from .registry import Registry, get_registry
@@ -99,21 +100,24 @@ def select_accelerator(
     - a name or alias (any case): that accelerator, which must be available.
     - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
     """
-    registry = registry or get_registry()
-    environ = os.environ if environ is None else environ
+    return _select(accelerator, registry or get_registry(), Settings.from_environ(environ))
+
+
+def _select(accelerator: Any, registry: Registry, settings: Settings) -> AcceleratorHandle:
     if not isinstance(accelerator, str):
         return AcceleratorHandle.from_object(accelerator)
     key = accelerator.strip().lower()
     if key == "auto":
-        override = environ.get(ENV_ACCELERATOR, "").strip()
+        override = settings.accelerator
         if override and override.lower() != "auto":
             try:
-                return select_accelerator(override, registry=registry, environ={})
+                return _select(override, registry, Settings())
             except AccelctlError as exc:
                 # The user asked for "auto": say where the name came from, and the way out.
                 exc.args = (
-                    f'{ENV_ACCELERATOR}={override!r} sets what accelerator="auto" means, and: '
-                    f"{str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose automatically.",
+                    f'{ENV_ACCELERATOR}={quote(override)} sets what accelerator="auto" means, '
+                    f"and: {str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose "
+                    "automatically.",
                 )
                 raise
         return _select_auto(registry)
@@ -195,9 +199,9 @@ def resolve(
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
-    environ = os.environ if environ is None else environ
-    handle = select_accelerator(accelerator, registry=registry, environ=environ)
+    settings = Settings.from_environ(environ)  # now, before any plugin code runs
+    handle = _select(accelerator, registry or get_registry(), settings)
     if isinstance(devices, str) and devices.strip().lower() == "auto":
-        devices = environ.get(ENV_DEVICES, "").strip() or devices
+        devices = settings.devices or devices
     parsed = handle.parse_devices(devices)
     return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)
