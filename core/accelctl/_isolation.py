@@ -240,7 +240,7 @@ class watch_import:
             if value is None:
                 changes.append(f"removed {name} (was {quote(before or '')}); accelctl restored it")
             else:
-                was = "unset" if before is None else f"was {quote(before)}"
+                was = "was unset" if before is None else f"was {quote(before)}"
                 changes.append(f"set {name}={quote(value)} ({was}); accelctl restored it")
         return changes
 

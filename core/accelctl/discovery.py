@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from ._project import ENTRY_POINT_GROUP, ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
 from ._text import describe_exception, quote
+from .errors import PluginWarning
 from .info import is_valid_name
 
 
@@ -177,10 +179,12 @@ _SECTION_RE = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
 
 
 def _unreadable_entries(dist: metadata.Distribution, exc: Exception) -> Iterator[PluginEntry]:
-    """The accelerator entries of a distribution whose ``entry_points.txt`` does not parse:
-    none when it declares no ``[accelctl.accelerators]`` section (not ours to report), else the
-    ``name = value`` lines that section still has (or one entry named after the distribution),
-    each with the problem, so ``accelctl list`` shows them as broken and none is imported."""
+    """The accelerator entries of a distribution whose ``entry_points.txt`` does not parse.
+
+    None when it declares no ``[accelctl.accelerators]`` section (a warning says it is skipped);
+    else the ``name = value`` lines that section still has (or one entry named after the
+    distribution), each with the problem, so ``accelctl list`` shows them as broken and none is
+    imported."""
     try:
         text = dist.read_text("entry_points.txt") or ""
     except UnicodeDecodeError as decode_error:  # keep what can be read, to find the section
@@ -205,14 +209,17 @@ def _unreadable_entries(dist: metadata.Distribution, exc: Exception) -> Iterator
             bad_line = bad_line or f"line {number} ({quote(stripped, 60)}) is not 'name = value'"
         elif section == ENTRY_POINT_GROUP:
             names.append((name.strip(), value.strip()))
-    if not declared:
-        return
     dist_name = getattr(dist, "_normalized_name", None)
     why = bad_line or describe_exception(exc)
     problem = (
         f"cannot read the entry points of distribution {dist_name or '?'} "
         f"({_metadata_file(dist, 'entry_points.txt')}): {why}; {_reinstall_hint(dist_name)}"
     )
+    if not declared:
+        # Not a plugin, but worth a line: whatever reads every distribution's entry points
+        # fails on it (``import torch``, whose backend autoload does, among them).
+        warnings.warn(f"skipping a broken distribution: {problem}", PluginWarning, stacklevel=2)
+        return
     for name, value in names or [(dist_name or "unreadable", "")]:
         entry_point = metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
         yield PluginEntry(entry_point, dist=dist, unreadable=problem)

@@ -60,6 +60,9 @@ def test_list_survives_malformed_distributions(malformed_site: FakeSite, args: t
     assert rows["cpu"]["state"] in ("available", "not-run")
     assert rows["latin"]["state"] == "broken"
     assert "acme_latin-1.0.dist-info/METADATA" in rows["latin"]["error"]
+    assert "warning: skipping a broken distribution: cannot read the entry points of " in (
+        result.stderr
+    )
     table = run(*args)
     assert table.exit_code == 0 and "latin: error: accelerator 'latin'" in table.stdout
 
@@ -164,6 +167,21 @@ def test_base_exceptions_are_named_never_a_traceback(
     auto = run("resolve", "--json")  # "auto" skips it, loudly
     assert auto.exit_code == 0 and strict_json(auto.stdout)["accelerator"] == "cpu"
     assert "warning: skipping accelerator 'odd'" in auto.stderr
+
+
+def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(fake_site: FakeSite):
+    source = good_plugin("slow").replace(
+        "return True",
+        "import os, signal, time\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(30)  # interrupted by the signal at once\n"
+        "        return True",
+        1,
+    )
+    fake_site.install("acme-slow", {"slow": "hostile_cli_slow"}, {"hostile_cli_slow": source})
+    result = run("resolve", "--accelerator", "slow")
+    assert result.exit_code == 1 and "Aborted!" in result.output
+    assert "error:" not in result.output  # the user's Ctrl-C, not the plugin's failure
 
 
 # -- 4. strict JSON ----------------------------------------------------------------------------

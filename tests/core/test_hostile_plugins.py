@@ -28,9 +28,16 @@ def test_malformed_entry_points_of_an_unrelated_distribution_are_skipped(fake_si
     fake_site.install_raw("unrelated", {"entry_points.txt": "[console_scripts]\nno-equals-sign\n"})
     fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
     for detect in (True, False):
-        rows = _rows(fake_site, detect)
+        with pytest.warns(PluginWarning) as record:
+            rows = _rows(fake_site, detect)
         assert list(rows) == ["good"]
     assert rows["good"].state == "not-run"
+    # Not a plugin, but named: `import torch` (its backend autoload) fails on it too.
+    assert str(record[0].message) == (
+        "skipping a broken distribution: cannot read the entry points of distribution unrelated "
+        f"({fake_site.root}/unrelated-1.0.dist-info/entry_points.txt): line 2 ('no-equals-sign') "
+        "is not 'name = value'; reinstall it (pip install --force-reinstall unrelated)"
+    )
     assert Registry(path=fake_site.path).get("good").detect() is True
 
 
