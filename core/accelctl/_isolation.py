@@ -96,9 +96,11 @@ def _count_sigint(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-# -- stdout -------------------------------------------------------------------------------------
-
-_stdout_to_stderr = 0  # > 0 while plugin_output_to_stderr() is in force
+def _restore_default_handler(swapped: bool) -> None:
+    # Only where the counting handler is still in place: a handler that plugin code (a vendor's
+    # runtime) installed meanwhile is left alone.
+    if swapped and _getsignal(signal.SIGINT) is _count_sigint:
+        _setsignal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextmanager
@@ -115,8 +117,12 @@ def counting_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        if swapped:
-            _setsignal(signal.SIGINT, signal.default_int_handler)
+        _restore_default_handler(swapped)
+
+
+# -- stdout -------------------------------------------------------------------------------------
+
+_stdout_to_stderr = 0  # > 0 while plugin_output_to_stderr() is in force
 
 
 @contextmanager
@@ -171,8 +177,7 @@ class plugin_code:
     ) -> None:
         if self._stdout is not None:
             sys.stdout = self._stdout  # also undoes a plugin's own replacement of sys.stdout
-        if self._swapped:
-            _setsignal(signal.SIGINT, signal.default_int_handler)
+        _restore_default_handler(self._swapped)
         if exc is None or isinstance(exc, Exception):
             return
         if isinstance(exc, KeyboardInterrupt) and self._users_interrupt():
