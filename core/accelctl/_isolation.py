@@ -17,8 +17,9 @@ call) runs inside :class:`plugin_code`:
   own, accelctl cannot tell and lets every ``KeyboardInterrupt`` through.
 - While :func:`plugin_output_to_stderr` is in force (the CLI turns it on for each command),
   what plugin code writes to ``sys.stdout`` goes to ``sys.stderr``, so ``--json`` output stays
-  one clean document. **Choice:** this is the CLI's, not the library's: ``sys.stdout`` belongs
-  to the whole process, and a library that swapped it during every hook call would move the
+  one clean document; so does whatever threads other than the command's write (hooks run in
+  worker threads, threads a plugin started). **Choice:** this is the CLI's, not the library's:
+  ``sys.stdout`` belongs to the whole process, and a library that rerouted it would move the
   prints of the program's other threads too.
 
 :class:`watch_import` wraps a plugin's import: a plugin whose import changes ``sys.path`` or one
@@ -26,7 +27,7 @@ of accelctl's ``ACCELCTL_*`` variables is named in a :class:`~accelctl.errors.Pl
 the change is undone (see its docstring).
 
 What no in-process guard can stop: ``os._exit()``, a crash in native code, writes to file
-descriptor 1 that bypass ``sys.stdout``, and threads the plugin starts.
+descriptor 1 that bypass ``sys.stdout``, and what threads the plugin starts do besides printing.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 from ._project import ENV_VARIABLES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
@@ -122,18 +123,61 @@ def counting_interrupts() -> Iterator[None]:
 
 # -- stdout -------------------------------------------------------------------------------------
 
-_stdout_to_stderr = 0  # > 0 while plugin_output_to_stderr() is in force
+_local = threading.local()  # .depth: how many plugin_code sections this thread is inside
+
+
+def _in_plugin_code() -> bool:
+    return bool(getattr(_local, "depth", 0))
+
+
+class _StdoutRouter:
+    """``sys.stdout`` while :func:`plugin_output_to_stderr` is in force: what the thread that
+    turned it on writes outside plugin code goes to the real stdout; what plugin code writes,
+    and whatever any other thread writes (a hook run in a worker thread under a deadline, a
+    thread the plugin started, one left running past its deadline), goes to stderr."""
+
+    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
+        self._stdout = stdout
+        self._stderr = stderr  # kept: a plugin that rebinds sys.stderr cannot loop it back here
+        self._owner = threading.get_ident()
+
+    def _target(self) -> TextIO:
+        if threading.get_ident() == self._owner and not _in_plugin_code():
+            return self._stdout
+        return self._stderr
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self._target().writelines(lines)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, buffer, fileno...
+        return getattr(self._target(), name)
+
+
+_router: _StdoutRouter | None = None
 
 
 @contextmanager
 def plugin_output_to_stderr() -> Iterator[None]:
-    """While in force, what plugin code writes to ``sys.stdout`` goes to ``sys.stderr``."""
-    global _stdout_to_stderr
-    _stdout_to_stderr += 1
+    """While in force, what plugin code writes to ``sys.stdout`` goes to ``sys.stderr`` (see
+    :class:`_StdoutRouter`); ``sys.stdout`` is put back afterwards."""
+    global _router
+    if _router is not None:  # already in force
+        yield
+        return
+    stdout = sys.stdout
+    _router = _StdoutRouter(stdout, sys.stderr)
+    sys.stdout = cast(TextIO, _router)
     try:
         yield
     finally:
-        _stdout_to_stderr -= 1
+        _router = None
+        sys.stdout = stdout
 
 
 class plugin_code:
@@ -146,14 +190,13 @@ class plugin_code:
         (its ``KeyboardInterrupt`` included); a real Ctrl-C passes through unchanged.
     """
 
-    __slots__ = ("_interrupts", "_sigints_before", "_stdout", "_swapped")
+    __slots__ = ("_interrupts", "_sigints_before", "_swapped")
 
     def __enter__(self) -> None:
         # Whose is a KeyboardInterrupt: "counted" (the user's when a SIGINT was counted),
         # "plugin" (no signal can raise one here) or "unknown" (the program's own handler).
         self._interrupts = "plugin"
         self._swapped = False
-        self._stdout: TextIO | None = None
         if threading.current_thread() is threading.main_thread():
             handler = _getsignal(signal.SIGINT)
             if handler is signal.default_int_handler:
@@ -165,9 +208,7 @@ class plugin_code:
             elif handler not in (signal.SIG_IGN, signal.SIG_DFL, None):
                 self._interrupts = "unknown"
         self._sigints_before = _sigints
-        if _stdout_to_stderr:
-            self._stdout = sys.stdout
-            sys.stdout = sys.stderr
+        _local.depth = getattr(_local, "depth", 0) + 1
 
     def __exit__(
         self,
@@ -175,8 +216,9 @@ class plugin_code:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._stdout is not None:
-            sys.stdout = self._stdout  # also undoes a plugin's own replacement of sys.stdout
+        _local.depth -= 1
+        if _router is not None and sys.stdout is not _router:
+            sys.stdout = cast(TextIO, _router)  # undo a plugin's own replacement of sys.stdout
         _restore_default_handler(self._swapped)
         if exc is None or isinstance(exc, Exception):
             return

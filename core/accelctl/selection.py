@@ -99,6 +99,9 @@ def select_accelerator(
     - ``"gpu"``: the available accelerator of family ``"gpu"`` with the highest priority.
     - a name or alias (any case): that accelerator, which must be available.
     - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
+
+    ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) when the call
+    starts, before any plugin code runs, so no plugin can change what this call selects.
     """
     return _select(accelerator, registry or get_registry(), Settings.from_environ(environ))
 
@@ -195,6 +198,8 @@ def resolve(
 
     :param accelerator: ``"auto"``, ``"gpu"``, a name or alias (any case), or an instance.
     :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set.
+    :param environ: where ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` are read (default:
+        ``os.environ``), once, when the call starts: before any plugin code runs.
     :returns: a :class:`Selection`.
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.

@@ -112,6 +112,24 @@ def test_json_stays_valid_when_a_plugin_prints(chatty_site: FakeSite, args: tupl
     assert "hello" not in result.stdout
 
 
+def test_what_a_plugins_own_thread_prints_stays_off_stdout(fake_site: FakeSite):
+    source = good_plugin("threaded").replace(
+        "return True",
+        "import threading\n"
+        "        thread = threading.Thread(target=print, args=('hello from a thread',))\n"
+        "        thread.start()\n"
+        "        thread.join()\n"
+        "        return True",
+        1,
+    )
+    fake_site.install("acme-t", {"threaded": "hostile_cli_t"}, {"hostile_cli_t": source})
+    result = run("list", "--json", env={"ACCELCTL_PLUGINS": "threaded"})
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in strict_json(result.stdout)}
+    assert rows["threaded"]["state"] == "available"
+    assert "hello from a thread" in result.stderr
+
+
 @pytest.mark.slow  # validate probes the plugin's import in a fresh interpreter
 def test_validate_json_stays_valid_when_a_plugin_prints(chatty_site: FakeSite):
     result = run("validate", "chatty", "--json")
