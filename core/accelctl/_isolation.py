@@ -90,6 +90,11 @@ except ImportError:  # another Python implementation
 _sigints = 0  # SIGINTs received while the counting handler was in place
 
 
+def _in_main_thread() -> bool:
+    # Where Python runs signal handlers, and the only thread that may install one.
+    return threading.get_ident() == threading.main_thread().ident
+
+
 def _count_sigint(signum: int, frame: FrameType | None) -> None:
     """Python's default SIGINT behaviour (raise ``KeyboardInterrupt``), counted."""
     global _sigints
@@ -110,7 +115,7 @@ def counting_interrupts() -> Iterator[None]:
     :class:`plugin_code` need not put it in and take it out around each call. Does nothing
     outside the main thread or where the program has a SIGINT handler of its own."""
     swapped = (
-        threading.current_thread() is threading.main_thread()
+        _in_main_thread()
         and _getsignal(signal.SIGINT) is signal.default_int_handler
     )
     if swapped:
@@ -197,7 +202,7 @@ class plugin_code:
         # "plugin" (no signal can raise one here) or "unknown" (the program's own handler).
         self._interrupts = "plugin"
         self._swapped = False
-        if threading.current_thread() is threading.main_thread():
+        if _in_main_thread():
             handler = _getsignal(signal.SIGINT)
             if handler is signal.default_int_handler:
                 _setsignal(signal.SIGINT, _count_sigint)
