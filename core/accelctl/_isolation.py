@@ -114,10 +114,7 @@ def counting_interrupts() -> Iterator[None]:
     """Keep the counting SIGINT handler in place for a while (the CLI: a whole command), so that
     :class:`plugin_code` need not put it in and take it out around each call. Does nothing
     outside the main thread or where the program has a SIGINT handler of its own."""
-    swapped = (
-        _in_main_thread()
-        and _getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    swapped = _in_main_thread() and _getsignal(signal.SIGINT) is signal.default_int_handler
     if swapped:
         _setsignal(signal.SIGINT, _count_sigint)
     try:
