@@ -38,7 +38,8 @@ def test_malformed_entry_points_of_an_unrelated_distribution_are_skipped(fake_si
         f"({fake_site.root}/unrelated-1.0.dist-info/entry_points.txt): line 2 ('no-equals-sign') "
         "is not 'name = value'; reinstall it (pip install --force-reinstall unrelated)"
     )
-    assert Registry(path=fake_site.path).get("good").detect() is True
+    with pytest.warns(PluginWarning, match="skipping a broken distribution"):
+        assert Registry(path=fake_site.path).get("good").detect() is True
 
 
 def test_malformed_entry_points_declaring_our_group_are_a_broken_row(fake_site: FakeSite):
@@ -92,7 +93,8 @@ def test_entry_points_that_are_not_utf8_are_a_broken_row(fake_site: FakeSite):
     text = b"[accelctl.accelerators]\nwild = hostile_wild\n# caf\xe9\n"
     fake_site.install_raw("acme-wild", {"entry_points.txt": text})
     fake_site.install_raw("other", {"entry_points.txt": b"[console_scripts]\nx = y\n# \xff\n"})
-    rows = _rows(fake_site, detect=False)
+    with pytest.warns(PluginWarning, match="distribution other .*UnicodeDecodeError"):
+        rows = _rows(fake_site, detect=False)
     assert list(rows) == ["wild"]
     assert "UnicodeDecodeError" in (rows["wild"].error or "")
 
