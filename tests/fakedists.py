@@ -67,6 +67,31 @@ class FakeSite:
                 (info / name).write_text(text)
         return True
 
+    def install_raw(
+        self,
+        distribution: str,
+        files: Mapping[str, str | bytes],
+        modules: Mapping[str, str] | None = None,
+        version: str = "1.0",
+    ) -> Path:
+        """Install ``distribution`` with its dist-info files written exactly as given (``str`` or
+        ``bytes``): a malformed ``entry_points.txt``, a ``METADATA`` that is not UTF-8... A
+        ``METADATA`` is written for it unless ``files`` has one."""
+        folder = re.sub(r"[-_.]+", "_", distribution)
+        info = self.root / f"{folder}-{version}.dist-info"
+        info.mkdir()
+        files = {
+            "METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n",
+            **files,
+        }
+        for filename, content in files.items():
+            data = content.encode() if isinstance(content, str) else content
+            (info / filename).write_bytes(data)
+        for module, source in (modules or {}).items():
+            (self.root / f"{module}.py").write_text(textwrap.dedent(source))
+            self.modules.append(module)
+        return info
+
     def forget_modules(self) -> None:
         """Drop the fake modules from ``sys.modules`` so the next test imports them afresh."""
         for module in self.modules:

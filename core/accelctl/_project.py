@@ -16,3 +16,7 @@ ENV_DEVICES = "ACCELCTL_DEVICES"
 
 #: Selector words that can never be an accelerator's canonical name.
 RESERVED_NAMES = frozenset({"auto", "gpu"})
+
+#: accelctl's own settings: read before any plugin code runs, restored if a plugin's import
+#: changes them.
+ENV_VARIABLES = (ENV_ACCELERATOR, ENV_PLUGINS, ENV_DISABLE, ENV_DEVICES)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from ._project import ENTRY_POINT_GROUP, ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
+from ._text import describe_exception, quote
+from .errors import PluginWarning
 from .info import is_valid_name
 
 
@@ -21,14 +24,41 @@ def _normalise_dist_name(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+def _dist_key(dist: metadata.Distribution) -> str:
+    """The distribution's normalised name: from its folder's name where it has one (what
+    :func:`importlib.metadata.entry_points` itself relies on), else from its metadata."""
+    key = getattr(dist, "_normalized_name", None)
+    if key:
+        return str(key)
+    try:
+        return _normalise_dist_name(dist.metadata["Name"] or "")
+    except Exception:  # unreadable metadata: keyed by its place instead, never merged
+        return f"<unreadable {_metadata_file(dist, '')}>"
+
+
+def _metadata_file(dist: metadata.Distribution, filename: str) -> str:
+    """Where ``filename`` of ``dist`` lives, for messages (the folder of a path distribution)."""
+    folder = getattr(dist, "_path", None)
+    return str(folder / filename) if folder is not None and filename else str(folder or filename)
+
+
+def _reinstall_hint(name: str | None) -> str:
+    return f"reinstall it (pip install --force-reinstall {name})" if name else "reinstall it"
+
+
 @dataclass(eq=False)
 class PluginEntry:
     """One entry point of the group ``accelctl.accelerators``, as installed.
 
-    ``distribution`` and ``version`` are read from the package's metadata on first use.
+    ``distribution`` and ``version`` are read from the package's metadata on first use. An entry
+    whose distribution's metadata cannot be read has a :attr:`problem` and is never imported.
     """
 
     entry_point: metadata.EntryPoint = field(repr=False)
+    #: The declaring distribution, when ``entry_point`` does not carry it.
+    dist: metadata.Distribution | None = field(default=None, repr=False)
+    #: Why the distribution's entry points could not be read (set by the scan).
+    unreadable: str | None = None
 
     @property
     def name(self) -> str:
@@ -41,19 +71,37 @@ class PluginEntry:
         return self.entry_point.value
 
     @cached_property
-    def _name_and_version(self) -> tuple[str | None, str | None]:
-        dist = self.entry_point.dist
-        return (None, None) if dist is None else _read_name_and_version(dist)
+    def _metadata(self) -> tuple[str | None, str | None, str | None]:
+        """(name, version, why the metadata could not be read)."""
+        dist = self.dist or self.entry_point.dist
+        if dist is None:
+            return None, None, None
+        try:
+            return (*_read_name_and_version(dist), None)
+        except Exception as exc:  # a broken METADATA: named, never fatal to the others
+            name = getattr(dist, "_normalized_name", None)
+            problem = (
+                f"cannot read the metadata of distribution {name or '?'} "
+                f"({_metadata_file(dist, 'METADATA')}): {describe_exception(exc)}; "
+                f"{_reinstall_hint(name)}"
+            )
+            return name, None, problem
 
     @property
     def distribution(self) -> str | None:
         """The distribution (``pip`` package) that declares the entry point."""
-        return self._name_and_version[0]
+        return self._metadata[0]
 
     @property
     def version(self) -> str | None:
         """The declaring distribution's version."""
-        return self._name_and_version[1]
+        return self._metadata[1]
+
+    @property
+    def problem(self) -> str | None:
+        """Why the entry cannot be loaded whatever its code: its distribution's metadata (entry
+        points or METADATA) cannot be read. None when it can."""
+        return self.unreadable or self._metadata[2]
 
     def name_problem(self) -> str | None:
         """Why the entry point's name cannot be an accelerator name, or None when it can."""
@@ -64,7 +112,7 @@ class PluginEntry:
             )
         if not is_valid_name(self.name):
             return (
-                f"entry point name {self.name!r} is not a valid accelerator name; "
+                f"entry point name {quote(self.name)} is not a valid accelerator name; "
                 "use lowercase letters, digits, '_' and '-'"
             )
         return None
@@ -100,7 +148,10 @@ def scan_entry_points(path: Sequence[str] | None = None) -> list[PluginEntry]:
     """Every accelerator entry point installed on ``path`` (default: ``sys.path``).
 
     A distribution installed twice on the path counts once (the first wins, as for imports), the
-    rule :func:`importlib.metadata.entry_points` follows.
+    rule :func:`importlib.metadata.entry_points` follows. A distribution whose entry points
+    cannot be read is skipped; when it declares the group ``accelctl.accelerators``, its
+    entries come back with a :attr:`PluginEntry.problem` naming the distribution and the file
+    (see :func:`_unreadable_entries`).
     """
     return list(_iter_entries(path))
 
@@ -111,17 +162,67 @@ def _iter_entries(path: Sequence[str] | None) -> Iterator[PluginEntry]:
         metadata.distributions(path=list(path)) if path is not None else metadata.distributions()
     )
     for dist in dists:
-        # The folder name gives the normalised name without parsing METADATA (what
-        # importlib.metadata.entry_points() itself relies on); parse only where it is missing.
-        key = getattr(dist, "_normalized_name", None) or _normalise_dist_name(
-            dist.metadata["Name"] or ""
-        )
+        key = _dist_key(dist)
         if key in seen:
             continue
         seen.add(key)
-        for ep in dist.entry_points:
-            if ep.group == ENTRY_POINT_GROUP:
-                yield PluginEntry(ep)
+        try:
+            entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+        except Exception as exc:  # a malformed entry_points.txt: that distribution alone
+            yield from _unreadable_entries(dist, exc)
+            continue
+        for ep in entry_points:
+            yield PluginEntry(ep)
+
+
+_SECTION_RE = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
+
+
+def _unreadable_entries(dist: metadata.Distribution, exc: Exception) -> Iterator[PluginEntry]:
+    """The accelerator entries of a distribution whose ``entry_points.txt`` does not parse.
+
+    None when it declares no ``[accelctl.accelerators]`` section (a warning says it is skipped);
+    else the ``name = value`` lines that section still has (or one entry named after the
+    distribution), each with the problem, so ``accelctl list`` shows them as broken and none is
+    imported."""
+    try:
+        text = dist.read_text("entry_points.txt") or ""
+    except UnicodeDecodeError as decode_error:  # keep what can be read, to find the section
+        text = bytes(decode_error.object).decode("utf-8", "replace")
+    except Exception:
+        return
+    section: str | None = None
+    names: list[tuple[str, str]] = []
+    declared = False
+    bad_line = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", ";")):
+            continue
+        match = _SECTION_RE.match(line)
+        if match:
+            section = match.group("name")
+            declared = declared or section == ENTRY_POINT_GROUP
+            continue
+        name, sep, value = stripped.partition("=")
+        if not sep:
+            bad_line = bad_line or f"line {number} ({quote(stripped, 60)}) is not 'name = value'"
+        elif section == ENTRY_POINT_GROUP:
+            names.append((name.strip(), value.strip()))
+    dist_name = getattr(dist, "_normalized_name", None)
+    why = bad_line or describe_exception(exc)
+    problem = (
+        f"cannot read the entry points of distribution {dist_name or '?'} "
+        f"({_metadata_file(dist, 'entry_points.txt')}): {why}; {_reinstall_hint(dist_name)}"
+    )
+    if not declared:
+        # Not a plugin, but worth a line: whatever reads every distribution's entry points
+        # fails on it (``import torch``, whose backend autoload does, among them).
+        warnings.warn(f"skipping a broken distribution: {problem}", PluginWarning, stacklevel=2)
+        return
+    for name, value in names or [(dist_name or "unreadable", "")]:
+        entry_point = metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
+        yield PluginEntry(entry_point, dist=dist, unreadable=problem)
 
 
 def _split_names(value: str) -> frozenset[str]:

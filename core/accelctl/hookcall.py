@@ -1,6 +1,7 @@
 """The one place that calls a plugin's hook and checks what it returns.
 
-A plugin's exception, or a value its hook specification does not allow, becomes a
+A plugin's exception (any ``BaseException`` but a real Ctrl-C: see :mod:`accelctl._isolation`),
+or a value its hook specification does not allow, becomes a
 :class:`~accelctl.errors.PluginHookError` naming the plugin, its distribution and the hook. A
 :class:`~accelctl.DeviceSpecError` from ``parse_devices`` / ``get_parallel_devices`` is the
 contract's own answer to a bad spec and passes through unchanged.
@@ -11,14 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._isolation import failure_text, original, plugin_code
+from ._text import clean, safe_repr, safe_str
 from .errors import DeviceSpecError, PluginHookError
 from .info import AcceleratorInfo
 from .loading import LoadedPlugin
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_int(value: object) -> bool:
@@ -61,10 +59,10 @@ def _check_stats(value: Any) -> dict[str, int | float]:
         raise TypeError("expected a flat dict of str to int or float")
     for key, figure in value.items():
         if not isinstance(key, str):
-            raise TypeError(f"expected str keys, found {_short(key)}")
+            raise TypeError(f"expected str keys, found {safe_repr(key)}")
         if isinstance(figure, bool) or not isinstance(figure, (int, float)):
             raise TypeError(
-                f"expected int or float figures, found {key!r}: {_short(figure)} "
+                f"expected int or float figures, found {safe_repr(key)}: {safe_repr(figure)} "
                 f"({type(figure).__name__})"
             )
     return value
@@ -73,7 +71,7 @@ def _check_stats(value: Any) -> dict[str, int | float]:
 def _check_reason(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError("expected a str or None")
-    return None if value is None else " ".join(value.split()) or None
+    return None if value is None else clean(value) or None
 
 
 def _check_info(value: Any) -> AcceleratorInfo:
@@ -121,23 +119,24 @@ def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
     origin = plugin.origin
     caller = getattr(plugin.manager.hook, hook)
     try:
-        value = caller(**kwargs)
+        with plugin_code():
+            value = caller(**kwargs)
     except _PASS_THROUGH.get(hook, ()) as exc:
         _fill_parts(exc, origin.name, kwargs)
         raise
-    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
+    except Exception as exc:  # anything the plugin raised, its sys.exit() included
         raise PluginHookError(
-            f"{origin.describe()}: hook {hook}() raised {type(exc).__name__}: {exc}",
+            f"{origin.describe()}: hook {hook}() raised {failure_text(exc)}",
             name=origin.name,
             hook=hook,
             distribution=origin.distribution,
-        ) from exc
+        ) from original(exc)
     try:
         return RETURN_CHECKS[hook](value)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # TypeError/ValueError from the checks, or the value's own
         raise PluginHookError(
-            f"{origin.describe()}: hook {hook}() returned {_short(value)} "
-            f"({type(value).__name__}); {exc}",
+            f"{origin.describe()}: hook {hook}() returned {safe_repr(value)} "
+            f"({type(value).__name__}); {clean(safe_str(exc))}",
             name=origin.name,
             hook=hook,
             distribution=origin.distribution,

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._text import safe_repr
+
 #: Families the core knows; ``"gpu"`` is what ``accelerator="gpu"`` chooses from.
 KNOWN_FAMILIES = frozenset({"gpu"})
 
@@ -52,7 +54,9 @@ class AcceleratorInfo:
         normalised = []
         for alias in aliases:
             if not isinstance(alias, str) or not is_valid_name(alias.strip().lower()):
-                raise ValueError(f"alias {alias!r} is not a lowercase name matching [a-z0-9_-]+")
+                raise ValueError(
+                    f"alias {safe_repr(alias)} is not a lowercase name matching [a-z0-9_-]+"
+                )
             normalised.append(alias.strip().lower())
         object.__setattr__(self, "aliases", tuple(dict.fromkeys(normalised)))
         if self.family is not None:

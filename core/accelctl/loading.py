@@ -16,7 +16,9 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from ._isolation import failure_text, original, plugin_code
 from ._project import PROJECT_NAME
+from ._text import FIELD_LIMIT, clean
 from .accelerator import Accelerator
 from .errors import PluginLoadError
 
@@ -79,14 +81,15 @@ def instantiate(obj: object, origin: PluginOrigin) -> object:
     if not inspect.isclass(obj):
         return obj
     try:
-        return obj()
-    except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
+        with plugin_code():
+            return obj()
+    except Exception as exc:  # anything the plugin raised, its sys.exit() included
         raise PluginLoadError(
-            f"{origin.describe()}: class {obj.__name__} could not be instantiated with no "
-            f"arguments: {type(exc).__name__}: {exc}",
+            f"{origin.describe()}: class {clean(obj.__name__, FIELD_LIMIT)} could not be "
+            f"instantiated with no arguments: {failure_text(exc)}",
             name=origin.name,
             distribution=origin.distribution,
-        ) from exc
+        ) from original(exc)
 
 
 def register(plugin: object, origin: PluginOrigin) -> LoadedPlugin:
@@ -109,13 +112,16 @@ def register(plugin: object, origin: PluginOrigin) -> LoadedPlugin:
         return error
 
     try:
-        manager.register(plugin, name=origin.name)
+        # pluggy reads every attribute of the plugin, and so may run its code (a property)
+        with plugin_code():
+            manager.register(plugin, name=origin.name)
+            diagnosis = diagnose(manager, plugin)
     except pluggy.PluginValidationError as exc:
-        raise fail(" ".join(str(exc).split()), exc) from exc
+        raise fail(clean(str(exc)), exc) from exc
     except ValueError as exc:  # pluggy: already registered
-        raise fail(str(exc), exc) from exc
-
-    diagnosis = diagnose(manager, plugin)
+        raise fail(clean(str(exc)), exc) from exc
+    except Exception as exc:  # the plugin's attributes raised while pluggy read them
+        raise fail(f"registering it failed: {failure_text(exc)}") from original(exc)
     if diagnosis.unknown:
         raise fail(diagnosis.unknown_message())
     if diagnosis.missing:

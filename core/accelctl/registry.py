@@ -8,13 +8,15 @@ plugin. A plugin that fails to load is recorded with its error and never takes a
 from __future__ import annotations
 
 import difflib
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._config import Settings
+from ._isolation import failure_text, original, plugin_code, watch_import
 from ._project import ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
+from ._text import one_line, quote
 from .discovery import PluginEntry, PluginFilter, scan_entry_points
 from .errors import (
     AccelctlError,
@@ -26,6 +28,7 @@ from .errors import (
     fresh_copy,
 )
 from .handle import AcceleratorHandle
+from .info import is_valid_name
 from .loading import PluginOrigin, load_object
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
@@ -40,6 +43,10 @@ WELL_KNOWN = {
     "npu": "accelctl-npu",
     "tpu": "accelctl-tpu",
 }
+
+
+#: Longer names get no "pip install accelctl-<name>" hint: no plugin package is called so.
+_LONGEST_HINTED_NAME = 64
 
 
 @dataclass
@@ -87,8 +94,13 @@ class AcceleratorRecord:
         }
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+def _origin(entry: PluginEntry) -> PluginOrigin:
+    return PluginOrigin(
+        name=entry.name,
+        distribution=entry.distribution,
+        version=entry.version,
+        entry_point=entry.value,
+    )
 
 
 class Registry:
@@ -117,9 +129,7 @@ class Registry:
             for entry in scan_entry_points(self._path):
                 by_name.setdefault(entry.name.lower(), []).append(entry)
             self._entries = by_name
-            self._filter = PluginFilter.from_environ(
-                os.environ if self._environ is None else self._environ
-            )
+            self._filter = Settings.from_environ(self._environ).plugin_filter
         return self._entries
 
     @property
@@ -175,26 +185,21 @@ class Registry:
                 distributions=distributions,
             )
         entry = entries[0]
-        origin = PluginOrigin(
-            name=entry.name,
-            distribution=entry.distribution,
-            version=entry.version,
-            entry_point=entry.value,
-        )
-        problem = entry.name_problem()
+        origin = _origin(entry)
+        problem = entry.problem or entry.name_problem()
         if problem:
             raise PluginLoadError(
                 f"{origin.describe()}: {problem}", name=name, distribution=entry.distribution
             )
         try:
-            obj = entry.load()
-        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its failure too
+            with watch_import(origin.describe()), plugin_code():
+                obj = entry.load()
+        except Exception as exc:  # anything the plugin raised, its sys.exit() included
             raise PluginLoadError(
-                f"{origin.describe()}: importing {entry.value!r} failed: "
-                f"{type(exc).__name__}: {_one_line(exc)}",
+                f"{origin.describe()}: importing {quote(entry.value)} failed: {failure_text(exc)}",
                 name=name,
                 distribution=entry.distribution,
-            ) from exc
+            ) from original(exc)
         return AcceleratorHandle(load_object(obj, origin))
 
     def load_all(self) -> tuple[list[AcceleratorHandle], dict[str, AccelctlError]]:
@@ -283,7 +288,7 @@ class Registry:
         filters = ""
         if self.plugin_filter.allow is not None or self.plugin_filter.deny:
             filters = f" ({ENV_PLUGINS}/{ENV_DISABLE} are set)"
-        message = f"no accelerator named {asked!r} is installed (installed: {shown}){filters}."
+        message = f"no accelerator named {quote(asked)} is installed (installed: {shown}){filters}."
         if close:  # a typo of something installed: no package to install
             message += f" Did you mean {close[0]!r}?"
         else:
@@ -292,6 +297,11 @@ class Registry:
             name = known[0] if known else key
             if name != key:
                 message += f" Did you mean {name!r}?"
+            if not is_valid_name(name):  # no package can be named after it
+                message += " Accelerator names are lowercase letters, digits, '_' and '-'."
+                return UnknownAcceleratorError(message, name=key, installed=installed)
+            if len(name) > _LONGEST_HINTED_NAME:
+                return UnknownAcceleratorError(message, name=key, installed=installed)
             distribution = WELL_KNOWN.get(name, f"accelctl-{name}")
             dists = {e.distribution for n in installed for e in self.entries(n)}
             if distribution in dists:
@@ -330,6 +340,12 @@ class Registry:
         if blocked:
             row.state, row.reason = "disabled", blocked
             return row
+        if entry.problem:  # known from the metadata alone, so --no-detect shows it too
+            row.state, row.error = (
+                "broken",
+                one_line(f"{_origin(entry).describe()}: {entry.problem}"),
+            )
+            return row
         if not detect:
             return row
         try:
@@ -344,7 +360,7 @@ class Registry:
             row.available = available
             row.state = "available" if available else "unavailable"
         except AccelctlError as exc:
-            row.state, row.error = "broken", _one_line(exc)
+            row.state, row.error = "broken", one_line(exc)
             row.available = row.device_count = None
             row.reason = None
         return row

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from ._config import Settings
+from ._project import ENV_ACCELERATOR, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from ._text import quote, safe_repr
 from .accelerator import Accelerator
 from .errors import (
     AccelctlError,
@@ -105,24 +106,30 @@ def select_accelerator(
     - ``"gpu"``: the available accelerator of family ``"gpu"`` with the highest priority.
     - a name or alias (any case): that accelerator, which must be available.
     - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
+
+    ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) when the call
+    starts, before any plugin code runs, so no plugin can change what this call selects.
     """
-    registry = registry or get_registry()
-    environ = os.environ if environ is None else environ
+    return _select(accelerator, registry or get_registry(), Settings.from_environ(environ))
+
+
+def _select(accelerator: Any, registry: Registry, settings: Settings) -> AcceleratorHandle:
     if not isinstance(accelerator, str):
         _check_plugin_object(accelerator)
         return AcceleratorHandle.from_object(accelerator)
     key = accelerator.strip().lower()
     if key == "auto":
-        override = environ.get(ENV_ACCELERATOR, "").strip()
+        override = settings.accelerator
         if override and override.lower() != "auto":
             try:
-                return select_accelerator(override, registry=registry, environ={})
+                return _select(override, registry, Settings())
             except AccelctlError as exc:
                 # The user asked for "auto": say where the name came from, and the way out.
                 raise fresh_copy(
                     exc,
-                    f'{ENV_ACCELERATOR}={override!r} sets what accelerator="auto" means, and: '
-                    f"{str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose automatically.",
+                    f'{ENV_ACCELERATOR}={quote(override)} sets what accelerator="auto" means, '
+                    f"and: {str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose "
+                    "automatically.",
                 ) from exc
         return _select_auto(registry)
     if key == "gpu":
@@ -166,10 +173,9 @@ def _check_plugin_object(accelerator: object) -> None:
         index = getattr(accelerator, "index", None)
         devices = "" if index is None else f", devices=[{index}]"
         hint = f" For a torch.device, pass its type: accelerator={device_type!r}{devices}."
-    shown = repr(accelerator)
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
     raise AcceleratorTypeError(
-        f"accelerator={shown} ({type(accelerator).__name__}) is not an accelerator; "
+        f"accelerator={safe_repr(accelerator)} ({type(accelerator).__name__}) is not an "
+        "accelerator; "
         f"accepted: {ACCEPTED_ACCELERATORS}.{hint}"
     )
 
@@ -235,15 +241,17 @@ def resolve(
     :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set, else
         every visible device of an accelerator with a distributed backend, and the first visible
         device of one that runs in a single process.
+    :param environ: where ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` are read (default:
+        ``os.environ``), once, when the call starts: before any plugin code runs.
     :returns: a :class:`Selection`.
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
-    environ = os.environ if environ is None else environ
-    handle = select_accelerator(accelerator, registry=registry, environ=environ)
+    settings = Settings.from_environ(environ)  # now, before any plugin code runs
+    handle = _select(accelerator, registry or get_registry(), settings)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
-    if automatic and environ.get(ENV_DEVICES, "").strip():
-        devices, automatic = environ[ENV_DEVICES].strip(), False
+    if automatic and settings.devices:
+        devices, automatic = settings.devices, False
     parsed = handle.parse_devices(devices)
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)

@@ -1,22 +1,60 @@
-"""Shared output helpers of the CLI: JSON on stdout, aligned tables for people."""
+"""Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people.
+
+Both carry text from others (plugins' descriptions and errors, package metadata, the user's
+input): table cells are made one escaped line of bounded length (:func:`accelctl._text.clean`),
+and JSON strings are bounded (JSON escapes control characters itself).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from .._text import FIELD_LIMIT, JSON_STRING_LIMIT, LINE_LIMIT, bound, clean, printable_line
+
+
+def strict_json_data(data: Any) -> Any:
+    """``data`` made fit for strict JSON: a float that is not finite (NaN, infinity) becomes
+    None (``null``), as the Trainer writes its metrics, and every string (keys too) is bounded
+    to :data:`~accelctl._text.JSON_STRING_LIMIT` characters."""
+    if isinstance(data, str):
+        return bound(data, JSON_STRING_LIMIT)
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {
+            (bound(key, JSON_STRING_LIMIT) if isinstance(key, str) else key): strict_json_data(
+                value
+            )
+            for key, value in data.items()
+        }
+    if isinstance(data, (list, tuple)):
+        return [strict_json_data(value) for value in data]
+    return data
+
+
+def json_text(data: Any, indent: int | None = 2) -> str:
+    """``data`` as a strict JSON document: no ``NaN`` or ``Infinity``, which strict parsers
+    reject (see :func:`strict_json_data`)."""
+    return json.dumps(strict_json_data(data), indent=indent, sort_keys=False, allow_nan=False)
+
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout (one document)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    """Print ``data`` as indented, strict JSON on stdout (one document)."""
+    click.echo(json_text(data))
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """An aligned plain-text table; None shows as "-"."""
-    cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
+    """An aligned plain-text table; None shows as "-"; each cell is one escaped line of at most
+    about :data:`~accelctl._text.FIELD_LIMIT` characters."""
+    cells = [
+        [("-" if value is None else clean(str(value), FIELD_LIMIT)) for value in row]
+        for row in rows
+    ]
     widths = [len(header) for header in headers]
     for row in cells:
         widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
@@ -25,6 +63,12 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
     ]
     return "\n".join(lines)
+
+
+def echo_line(text: str, err: bool = False) -> None:
+    """Print one line that carries others' text: escaped, bounded, alignment kept (see
+    :func:`accelctl._text.printable_line`)."""
+    click.echo(printable_line(text, LINE_LIMIT), err=err)
 
 
 def yes_no(value: bool | None) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from .._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from .._text import printable_line
 from ..registry import list_accelerators
 from ._output import emit_json
 
@@ -206,7 +207,7 @@ def render(env: Environment) -> str:
     lines += [f"  {name}: {value}" for name, value in env.drivers.items()] or ["  none found"]
     lines.append("variables:")
     lines += [f"  {name}={value}" for name, value in env.variables.items()] or ["  none set"]
-    return "\n".join(lines)
+    return "\n".join(printable_line(line) for line in lines)  # plugins' text: escaped, bounded
 
 
 @click.command("env")

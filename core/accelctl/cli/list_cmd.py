@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..registry import AcceleratorRecord, list_accelerators
-from ._output import emit_json, format_table, yes_no
+from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")
 
@@ -58,4 +58,4 @@ def list_command(as_json: bool, no_detect: bool) -> None:
     if notes:
         click.echo("")
         for name, note in notes:
-            click.echo(f"{name}: {note}")
+            echo_line(f"{name}: {note}")

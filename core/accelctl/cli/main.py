@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from .._isolation import counting_interrupts, plugin_output_to_stderr
+from .._text import one_line, safe_str
 from ..errors import AccelctlError, PluginWarning
 
 #: command name -> "module:attribute" of its click command. A new command adds one line here.
@@ -45,7 +47,10 @@ class AccelctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
-        with warnings.catch_warnings():
+        # Plugins' prints go to stderr while their code runs, so stdout stays the command's own
+        # (a --json document stays one valid document); a Ctrl-C is told from a plugin's own
+        # KeyboardInterrupt by a handler kept in place for the whole command.
+        with warnings.catch_warnings(), plugin_output_to_stderr(), counting_interrupts():
             default_show = warnings.showwarning
 
             def show(
@@ -57,9 +62,10 @@ class AccelctlGroup(click.Group):
                 line: str | None = None,
             ) -> None:
                 if issubclass(category, PluginWarning):  # ours: one plain line
-                    click.echo(f"warning: {message}", err=True)
+                    click.echo(f"warning: {one_line(safe_str(message))}", err=True)
                 else:
-                    default_show(message, category, filename, lineno, file, line)
+                    text = one_line(safe_str(message))  # may be a plugin's: escaped, bounded
+                    default_show(text, category, filename, lineno, file, line)
 
             warnings.showwarning = show
             try:
@@ -75,7 +81,7 @@ class AccelctlGroup(click.Group):
 def _fail(exc: BaseException, debug: bool, prefix: str) -> None:
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    message = one_line(exc)  # plugins' and users' text in it: escaped, bounded
     hint = "" if debug else " (run with --debug for the traceback)"
     click.echo(f"{prefix}: {message}" + (hint if prefix != "error" else ""), err=True)
     sys.exit(1)

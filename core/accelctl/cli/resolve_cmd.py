@@ -6,7 +6,7 @@ import click
 
 from ..selection import resolve
 from ._options import accelerator_option, devices_option
-from ._output import emit_json
+from ._output import echo_line, emit_json
 
 
 @click.command("resolve")
@@ -22,6 +22,6 @@ def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
         return
     data = selection.to_dict()
     plugin = " ".join(filter(None, [data["distribution"], data["version"]]))
-    click.echo(f"accelerator:         {data['accelerator']}" + (f" ({plugin})" if plugin else ""))
-    click.echo(f"devices:             {', '.join(data['devices'])}")
-    click.echo(f"distributed backend: {data['distributed_backend'] or 'none (one process only)'}")
+    echo_line(f"accelerator:         {data['accelerator']}" + (f" ({plugin})" if plugin else ""))
+    echo_line(f"devices:             {', '.join(data['devices'])}")
+    echo_line(f"distributed backend: {data['distributed_backend'] or 'none (one process only)'}")

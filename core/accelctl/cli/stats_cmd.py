@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -11,11 +11,12 @@ from typing import Any
 
 import click
 
+from .._text import one_line, printable_line
 from ..errors import AccelctlError
 from ..handle import AcceleratorHandle
 from ..registry import list_accelerators
 from ..selection import select_accelerator
-from ._output import emit_json, format_table
+from ._output import echo_line, emit_json, format_table, json_text
 
 #: Table columns for the contract's common keys: (header, keys that fill it).
 _COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -50,10 +51,6 @@ class DeviceReading:
         }
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def _targets(name: str | None) -> list[AcceleratorHandle]:
     """The accelerators to read: NAME (which must be available) or every available one.
 
@@ -64,7 +61,7 @@ def _targets(name: str | None) -> list[AcceleratorHandle]:
     handles = []
     for record in list_accelerators():
         if record.state == "broken":
-            click.echo(f"warning: skipping {record.name}: {record.error}", err=True)
+            echo_line(f"warning: skipping {record.name}: {record.error}", err=True)
         elif record.available and record.handle is not None:
             handles.append(record.handle)
     return handles
@@ -84,13 +81,13 @@ def read_all(handles: list[AcceleratorHandle]) -> list[DeviceReading]:
         try:
             devices = _devices(handle)
         except AccelctlError as exc:
-            readings.append(DeviceReading(handle.name, "?", error=_one_line(exc)))
+            readings.append(DeviceReading(handle.name, "?", error=one_line(exc)))
             continue
         for device in devices:
             try:
                 readings.append(DeviceReading(handle.name, device, handle.device_stats(device)))
             except AccelctlError as exc:
-                readings.append(DeviceReading(handle.name, device, error=_one_line(exc)))
+                readings.append(DeviceReading(handle.name, device, error=one_line(exc)))
     return readings
 
 
@@ -103,6 +100,7 @@ def _size(value: float) -> str:
 
 
 def _cell(header: str, stats: dict[str, int | float]) -> str | None:
+    stats = {key: value for key, value in stats.items() if math.isfinite(value)}  # NaN: "-"
     if header == "MEMORY USED/TOTAL":
         used, total = stats.get("memory_used_bytes"), stats.get("memory_total_bytes")
         if used is None or total is None:
@@ -143,7 +141,7 @@ def render_table(readings: list[DeviceReading]) -> str:
             )
             notes.append(f"{reading.device}: {shown}")
     if notes:
-        lines += ["", *notes]
+        lines += ["", *(printable_line(note) for note in notes)]
     return "\n".join(lines)
 
 
@@ -178,7 +176,7 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
         while True:
             readings = read_all(handles)
             if as_json:
-                click.echo(json.dumps([reading.to_dict() for reading in readings]))
+                click.echo(json_text([reading.to_dict() for reading in readings], indent=None))
             else:
                 if sys.stdout.isatty():
                     click.clear()

@@ -8,7 +8,7 @@ import traceback
 import click
 
 from ..testing import ValidationReport, validate_installed
-from ._output import emit_json
+from ._output import echo_line, emit_json
 
 _LABELS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 
@@ -19,7 +19,7 @@ def _heading(report: ValidationReport) -> str:
 
 
 def _print_report(report: ValidationReport) -> None:
-    click.echo(_heading(report))
+    echo_line(_heading(report))
     width = max(len(result.check) for result in report.checks)
     results = list(report.checks)
     index = 0
@@ -34,10 +34,10 @@ def _print_report(report: ValidationReport) -> None:
             end += 1
         if end - index >= 3:  # one line for a run of checks skipped for the same reason
             span = f"{end - index} checks, {result.check} to {results[end - 1].check}"
-            click.echo(f"  {_LABELS['skip']}  {span}: {result.detail}")
+            echo_line(f"  {_LABELS['skip']}  {span}: {result.detail}")
         else:
             for each in results[index:end]:
-                click.echo(f"  {_LABELS[each.status]}  {each.check.ljust(width)}  {each.detail}")
+                echo_line(f"  {_LABELS[each.status]}  {each.check.ljust(width)}  {each.detail}")
         index = end
 
 
@@ -78,7 +78,7 @@ def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) 
         failed = [report.name for report in reports if not report.passed]
         click.echo("")
         verdict = f"failed: {', '.join(failed)}" if failed else "all passed"
-        click.echo(f"{len(reports)} accelerator(s) validated, {verdict}")
+        echo_line(f"{len(reports)} accelerator(s) validated, {verdict}")
     root = ctx.find_root()
     if root.params.get("debug"):
         _print_tracebacks(reports)

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
 from .. import hookspecs
+from .._isolation import original, plugin_code
 from .._project import RESERVED_NAMES
+from .._text import one_line, safe_repr
 from ..accelerator import Accelerator
 from ..errors import AccelctlError, DeviceSpecError, PluginLoadError
 from ..handle import AcceleratorHandle
@@ -197,10 +197,6 @@ class _Subject:
     load_error: AccelctlError | None = None
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def _strip_subject(message: str, handle: AcceleratorHandle) -> str:
     prefix = f"{handle.loaded.origin.describe()}: "
     return message[len(prefix) :] if message.startswith(prefix) else message
@@ -277,7 +273,7 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
         try:  # an alias (loads every enabled plugin), or nothing at all
             key = registry.get(key).name
         except AccelctlError as exc:
-            run.failed("loads", _one_line(exc), exc)
+            run.failed("loads", one_line(exc), exc)
             run.skip_rest("nothing to check: no installed accelerator has this name")
             return None
         run.name = key
@@ -303,7 +299,7 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
         load_error = exc
     if len(entries) > 1:
         assert load_error is not None
-        run.failed("loads", _one_line(load_error), load_error)
+        run.failed("loads", one_line(load_error), load_error)
         run.skip_rest("the plugin did not load")
         return None
     if handle is not None:
@@ -311,10 +307,12 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
     else:
         # The registry refused it: find out whether the import or the registration failed.
         try:
-            plugin = instantiate(entry.load(), origin)
-        except (Exception, SystemExit):
+            with plugin_code():
+                loaded = entry.load()
+            plugin = instantiate(loaded, origin)
+        except Exception:  # anything the plugin raised, its sys.exit() included
             assert load_error is not None
-            run.failed("loads", _one_line(load_error), load_error)
+            run.failed("loads", one_line(load_error), load_error)
             run.skip_rest("the plugin did not load")
             return None
     module = entry.value.partition(":")[0].strip() or None
@@ -337,11 +335,11 @@ def _subject_from_object(obj: object, run: _Run) -> _Subject | None:
     try:
         plugin = instantiate(obj, PluginOrigin(name=name))
     except PluginLoadError as exc:
-        run.failed("loads", _one_line(exc), exc)
+        run.failed("loads", one_line(exc), exc)
         run.skip_rest("the plugin did not load")
         return None
     kind = "class" if inspect.isclass(obj) else "object"
-    return _Subject(name, plugin, _module_of(plugin), f"{kind} {_short(obj)} (no entry point)")
+    return _Subject(name, plugin, _module_of(plugin), f"{kind} {safe_repr(obj)} (no entry point)")
 
 
 def _object_name(obj: object) -> str:
@@ -359,11 +357,6 @@ def _module_of(plugin: object) -> str | None:
     return None if module in ("__main__", "builtins") else module
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 # -- the checks -----------------------------------------------------------------------------
 
 
@@ -378,7 +371,7 @@ def _run_checks(subject: _Subject, registry: Registry, run: _Run, probe_import: 
             raise subject.load_error
         handle = AcceleratorHandle.from_object(subject.plugin, name=subject.name)
     except AccelctlError as exc:  # not expected once the hooks passed; reported, never raised
-        run.failed("loads", _one_line(exc), exc)
+        run.failed("loads", one_line(exc), exc)
         run.skip_rest("the plugin did not load")
         return
     run.passed("loads", f"imported {subject.describe}")
@@ -448,9 +441,10 @@ def _check_hooks(subject: _Subject, run: _Run) -> bool:
     """pluggy's validation and the required hooks, on a manager of its own; True when both pass."""
     manager = AcceleratorPluginManager()
     try:
-        manager.register(subject.plugin, name=subject.name)
-    except (pluggy.PluginValidationError, ValueError) as exc:
-        run.failed("hooks_match_specs", _one_line(exc), exc)
+        with plugin_code():  # pluggy reads the plugin's attributes: its code may run
+            manager.register(subject.plugin, name=subject.name)
+    except Exception as exc:  # pluggy's validation, or the plugin's attributes raising
+        run.failed("hooks_match_specs", one_line(exc), original(exc))
         run.skipped("required_hooks", "the hooks do not match the specs")
         return False
     try:
@@ -503,7 +497,7 @@ def _check_detect(handle: AcceleratorHandle, run: _Run) -> bool | None:
         detected, first = _timed(first_detect)
         again, later = _timed(handle.detect)
     except AccelctlError as exc:
-        run.failed("detect_returns_bool", _strip_subject(_one_line(exc), handle), exc)
+        run.failed("detect_returns_bool", _strip_subject(one_line(exc), handle), exc)
         run.skipped("detect_is_fast", "detect() failed")
         run.skipped("detect_leaves_cuda_uninitialised", "detect() failed")
         return None
@@ -511,7 +505,7 @@ def _check_detect(handle: AcceleratorHandle, run: _Run) -> bool | None:
         run.failed(
             "detect_returns_bool",
             f"loading torch's out-of-tree backends failed before detect() ran: "
-            f"{_one_line(exc)}; `import torch` fails the same way here "
+            f"{one_line(exc)}; `import torch` fails the same way here "
             f"(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the autoload off)",
             exc,
         )
@@ -575,7 +569,7 @@ def _check_count(handle: AcceleratorHandle, detected: bool | None, run: _Run) ->
     try:
         count = handle.auto_device_count()
     except AccelctlError as exc:
-        run.failed(check, _strip_subject(_one_line(exc), handle), exc)
+        run.failed(check, _strip_subject(one_line(exc), handle), exc)
         return None
     if detected is False and count != 0:
         run.failed(check, f"returned {count} while detect() is False; return 0 when not detected")
@@ -601,7 +595,7 @@ def _check_reason(handle: AcceleratorHandle, detected: bool | None, run: _Run) -
     try:
         reason = handle.unavailable_reason()
     except AccelctlError as exc:
-        run.failed(check, _strip_subject(_one_line(exc), handle), exc)
+        run.failed(check, _strip_subject(one_line(exc), handle), exc)
         return
     run.passed(check, f"{reason!r}" if reason else "None (accelctl list shows no reason)")
 
@@ -614,7 +608,7 @@ def _check_info(handle: AcceleratorHandle, registry: Registry, run: _Run) -> Non
     try:
         info = handle.accelerator_info()
     except AccelctlError as exc:
-        run.failed(check, _strip_subject(_one_line(exc), handle), exc)
+        run.failed(check, _strip_subject(one_line(exc), handle), exc)
         return
     problems = []
     if info.family is not None and info.family not in KNOWN_FAMILIES:
@@ -673,7 +667,7 @@ def _check_bad_specs(handle: AcceleratorHandle, run: _Run) -> None:
             continue
         except AccelctlError as exc:
             error = error or exc
-            problems.append(f"devices={spec!r}: {_strip_subject(_one_line(exc), handle)}")
+            problems.append(f"devices={spec!r}: {_strip_subject(one_line(exc), handle)}")
             continue
         problems.append(f"devices={spec!r} was accepted as {value!r}")
     if problems:
@@ -728,10 +722,10 @@ def _check_round_trips(
             if spec == -1 and isinstance(auto, int):
                 run.passed(check, "refused with DeviceSpecError (a process-count accelerator)")
             else:
-                run.failed(check, f"devices={spec!r} was refused: {_one_line(exc)}", exc)
+                run.failed(check, f"devices={spec!r} was refused: {one_line(exc)}", exc)
             continue
         except (AccelctlError, ValueError) as exc:
-            run.failed(check, _strip_subject(_one_line(exc), handle), exc)
+            run.failed(check, _strip_subject(one_line(exc), handle), exc)
             continue
         if spec == "auto":
             auto, first = parsed, devices[0]
@@ -751,7 +745,7 @@ def _check_stats(handle: AcceleratorHandle, device: torch.device | None, run: _R
     try:
         stats, seconds = _timed(handle.device_stats, device)
     except AccelctlError as exc:
-        run.failed(check, _strip_subject(_one_line(exc), handle), exc)
+        run.failed(check, _strip_subject(one_line(exc), handle), exc)
         return
     prefixes = tuple(f"{name}." for name in (handle.name, *_aliases(handle)))
     stray = sorted(
@@ -780,7 +774,7 @@ def _check_backend(handle: AcceleratorHandle, device: torch.device | None, run: 
     try:
         backend = handle.info.distributed_backend
     except AccelctlError as exc:
-        run.skipped(check, f"accelerator_info() failed: {_one_line(exc)}")
+        run.skipped(check, f"accelerator_info() failed: {one_line(exc)}")
         return
     if backend is None:
         run.passed(check, "None declared: the accelerator runs in one process")

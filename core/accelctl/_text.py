@@ -1,0 +1,121 @@
+"""Making text from others (plugins, package metadata, the user's input) safe to print.
+
+Whatever a plugin says (a description, an error message, a ``repr``) and whatever a user typed
+reaches a terminal or a log through accelctl. Before it does, it is made one line (runs of
+white space, newlines included, become one space), its other control characters are escaped
+the way :func:`repr` escapes them (``ESC`` shows as ``\\x1b``, so no escape sequence reaches
+the terminal), and it is bounded: the middle of a longer text is replaced by a marker saying
+how many characters were cut, keeping the start (usually the point) and the end (usually the
+advice).
+"""
+
+from __future__ import annotations
+
+#: A table cell or a single field (a description, a reason, a name).
+FIELD_LIMIT = 200
+#: A plugin's own message embedded in one of accelctl's (an exception's text, say).
+MESSAGE_LIMIT = 1000
+#: A whole line accelctl prints (an error, a warning): the last safety net.
+LINE_LIMIT = 4000
+#: A string inside a ``--json`` document (JSON escapes control characters itself).
+JSON_STRING_LIMIT = 4000
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every non-printable character (control, format, separator other than the
+    space, surrogate) written as its escape, as :func:`repr` shows it."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def bound(text: str, limit: int) -> str:
+    """``text``, or its start and end around a ``[... N characters cut ...]`` marker so that the
+    result is about ``limit`` characters long."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 2)  # room for the marker
+    head = keep * 2 // 3
+    tail = keep - head
+    cut = len(text) - head - tail
+    return f"{text[:head]} [... {cut} characters cut ...] {text[len(text) - tail :]}"
+
+
+def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """One printable line of about ``limit`` characters at most (see the module's docstring).
+
+    The bound applies to the text before escaping, so an escaped result can be longer (at most
+    four times, for text made only of control characters); what matters is that it is bounded.
+    """
+    if len(text) <= limit and text.isprintable() and "  " not in text:
+        return text  # the common case, at C speed
+    return escape_controls(bound(" ".join(text.split()), limit))
+
+
+def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """A line composed by accelctl, made safe as a last resort: each white-space character
+    becomes a space (alignment is kept: runs are not collapsed), other control characters are
+    escaped, the length is bounded. Others' text inside it should have gone through
+    :func:`clean` already."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    spaced = "".join(" " if char.isspace() else char for char in bound(text, limit))
+    return escape_controls(spaced)
+
+
+def quote(value: str, limit: int = 100) -> str:
+    """``repr(value)`` for a message, bounded: a user's 100,000-character input is quoted by its
+    start and a count of the rest."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r} (and {len(value) - limit} more characters)"
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a placeholder when the object's ``__str__`` itself fails."""
+    try:
+        text = str(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a plugin's object whose __str__ raises (even SystemExit)
+        return f"<str() failed: {type(exc).__name__}>"
+    return text if isinstance(text, str) else f"<{type(value).__name__}>"
+
+
+def safe_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cleaned and bounded, or a placeholder when ``__repr__`` fails."""
+    try:
+        text = repr(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a plugin's object whose __repr__ raises (even SystemExit)
+        return f"<{type(value).__name__} object, repr() failed: {type(exc).__name__}>"
+    if not isinstance(text, str):
+        return f"<{type(value).__name__} object>"
+    if len(text) <= limit:
+        return escape_controls(" ".join(text.split()))
+    return escape_controls(" ".join(text[: limit - 3].split())) + "..."
+
+
+def describe_exception(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
+    """``"TypeName: message"`` in one clean, bounded line; just the type's name when the
+    message is empty or cannot be read."""
+    name = type(exc).__name__
+    message = clean(safe_str(exc), limit)
+    return f"{name}: {message}" if message else name
+
+
+def one_line(message: BaseException | str, limit: int = LINE_LIMIT) -> str:
+    """A message (an exception's) in one clean, bounded line; an exception's type's name when
+    its message is empty."""
+    text = clean(message if isinstance(message, str) else safe_str(message), limit)
+    return text or type(message).__name__
