@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._deadline import run_all
 from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS
 from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
 from .handle import AcceleratorHandle
@@ -51,27 +53,26 @@ class Selection:
 
 def _skip(exc: AccelctlError) -> None:
     """A candidate of "auto"/"gpu" whose hook broke is skipped, never silently."""
-    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=5)
+    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=4)
 
 
-def _available(handle: AcceleratorHandle) -> bool:
-    """detect() for candidates of "auto"/"gpu"; a plugin whose hook breaks is skipped, loudly."""
-    try:
-        return handle.detect()
-    except AccelctlError as exc:
-        _skip(exc)
-        return False
+def _rank(handle: AcceleratorHandle) -> tuple[int, bool]:
+    """A candidate's priority and whether it is detected (run in a worker, see _best)."""
+    return handle.info.priority, handle.detect()
 
 
 def _best(handles: list[AcceleratorHandle]) -> AcceleratorHandle | None:
+    """The detected candidate of highest priority. The candidates are asked concurrently, each
+    hook call under the deadline; a plugin whose hook breaks (or does not answer) is skipped,
+    loudly."""
     candidates = []
-    for handle in handles:
-        try:
-            priority = handle.info.priority
-        except AccelctlError as exc:
-            _skip(exc)
+    outcomes = run_all([functools.partial(_rank, handle) for handle in handles])
+    for handle, outcome in zip(handles, outcomes, strict=True):
+        if isinstance(outcome.error, AccelctlError):
+            _skip(outcome.error)
             continue
-        if _available(handle):
+        priority, available = outcome.unwrap()
+        if available:
             candidates.append((-priority, handle.name, handle))
     return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
