@@ -153,7 +153,7 @@ def run_all(functions: Sequence[Callable[[], T]]) -> list[Outcome[T]]:
 def _run_inline(function: Callable[[], T]) -> Outcome[T]:
     try:
         return Outcome(value=function())
-    except BaseException as exc:  # noqa: BLE001 - handed to the caller, as a worker would
+    except BaseException as exc:  # handed to the caller, as a worker would
         return Outcome(error=exc)
 
 

@@ -113,6 +113,7 @@ class AcceleratorHandle:
         # torch is imported here, before the hook's deadline starts: its first import can take
         # seconds on a loaded machine and is not the plugin's time.
         import torch  # noqa: F401
+
         result: list[torch.device] = self._call("get_parallel_devices", devices=devices)
         return result
 

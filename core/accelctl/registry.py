@@ -321,9 +321,9 @@ class Registry:
             # Several entries under one name are a conflict: a row each, in a stable order.
             for entry in sorted(self.entries(name), key=lambda e: e.distribution or ""):
                 rows.append(self._record(name, entry, detect))
-        probed = [row for row in rows if row.handle is not None]
-        outcomes = run_all([functools.partial(_probe, row.handle) for row in probed])
-        for row, outcome in zip(probed, outcomes, strict=True):
+        probed = [(row, row.handle) for row in rows if row.handle is not None]
+        outcomes = run_all([functools.partial(_probe, handle) for _, handle in probed])
+        for (row, _), outcome in zip(probed, outcomes, strict=True):
             if isinstance(outcome.error, AccelctlError):
                 _mark_broken(row, outcome.error)
             else:
