@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._deadline import guard
+from .devices import MAX_DEVICE_COUNT
 from .errors import DeviceSpecError, PluginHookError
 from .info import AcceleratorInfo
 from .loading import LoadedPlugin
@@ -36,17 +37,24 @@ def _check_bool(value: Any) -> bool:
 
 
 def _check_count(value: Any) -> int:
-    if not _is_int(value) or value < 0:
-        raise TypeError("expected a non-negative int")
+    if not _is_int(value) or not 0 <= value <= MAX_DEVICE_COUNT:
+        raise TypeError(f"expected an int from 0 to {MAX_DEVICE_COUNT}")
     return int(value)
 
 
 def _check_parsed(value: Any) -> int | list[int]:
-    if _is_int(value) and value >= 1:
+    if _is_int(value) and 1 <= value <= MAX_DEVICE_COUNT:
         return int(value)
-    if isinstance(value, list) and value and all(_is_int(i) and i >= 0 for i in value):
+    if (
+        isinstance(value, list)
+        and 0 < len(value) <= MAX_DEVICE_COUNT
+        and all(_is_int(i) and 0 <= i < MAX_DEVICE_COUNT for i in value)
+    ):
         return value
-    raise TypeError("expected an int >= 1 or a non-empty list of non-negative ints")
+    raise TypeError(
+        f"expected an int from 1 to {MAX_DEVICE_COUNT} or a non-empty list of indices "
+        f"from 0 to {MAX_DEVICE_COUNT - 1}"
+    )
 
 
 def _check_devices(value: Any) -> list[Any]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._deadline import run_all
 from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS
-from .errors import AccelctlError, AcceleratorUnavailableError, PluginWarning
+from .errors import AccelctlError, AcceleratorUnavailableError, DeviceSpecError, PluginWarning
 from .handle import AcceleratorHandle
 from .registry import Registry, get_registry
 
@@ -198,7 +198,17 @@ def resolve(
     """
     environ = os.environ if environ is None else environ
     handle = select_accelerator(accelerator, registry=registry, environ=environ)
+    from_environ = ""
     if isinstance(devices, str) and devices.strip().lower() == "auto":
-        devices = environ.get(ENV_DEVICES, "").strip() or devices
-    parsed = handle.parse_devices(devices)
+        from_environ = environ.get(ENV_DEVICES, "").strip()
+        devices = from_environ or devices
+    try:
+        parsed = handle.parse_devices(devices)
+    except DeviceSpecError as exc:
+        if from_environ:  # the user asked for "auto": say where the spec came from
+            exc.args = (
+                f'{ENV_DEVICES}={from_environ[:80]!r} sets what devices="auto" means, and: '
+                f"{str(exc).rstrip('.')}. Unset {ENV_DEVICES} or give it an accepted spec.",
+            )
+        raise
     return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)
