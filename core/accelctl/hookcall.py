@@ -38,7 +38,7 @@ def _check_bool(value: Any) -> bool:
 
 def _check_count(value: Any) -> int:
     if not _is_int(value) or not 0 <= value <= MAX_DEVICE_COUNT:
-        raise TypeError(f"expected an int from 0 to {MAX_DEVICE_COUNT}")
+        raise TypeError(f"expected a non-negative int (at most {MAX_DEVICE_COUNT})")
     return int(value)
 
 
@@ -52,8 +52,8 @@ def _check_parsed(value: Any) -> int | list[int]:
     ):
         return value
     raise TypeError(
-        f"expected an int from 1 to {MAX_DEVICE_COUNT} or a non-empty list of indices "
-        f"from 0 to {MAX_DEVICE_COUNT - 1}"
+        f"expected an int >= 1 or a non-empty list of non-negative ints (at most "
+        f"{MAX_DEVICE_COUNT} devices, indices below {MAX_DEVICE_COUNT})"
     )
 
 
