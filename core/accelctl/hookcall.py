@@ -139,7 +139,7 @@ def _run(plugin: LoadedPlugin, hook: str, caller: Any, kwargs: dict[str, Any]) -
     """The hook call itself: under the deadline, except for the per-thread ones."""
     if hook in _IN_CALLER_THREAD:
         return caller(**kwargs)
-    stuck = _UNANSWERED.get(plugin.manager)
+    stuck = _UNANSWERED.get(plugin.manager) if _UNANSWERED else None
     if stuck is not None:  # its thread is still busy: do not stack up another one
         raise PluginHookError(
             f"{stuck}; {hook}() was not called",
