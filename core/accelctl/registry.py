@@ -251,13 +251,13 @@ class Registry:
 
     def _by_alias(self, key: str) -> AcceleratorHandle | None:
         handles, _ = self.load_all()
+        # Every plugin's info, asked concurrently (each call under the deadline).
+        outcomes = run_all([functools.partial(_aliases_of, handle) for handle in handles])
         owners = []
-        for handle in handles:
-            try:
-                aliases = handle.info.aliases
-            except AccelctlError:
+        for handle, outcome in zip(handles, outcomes, strict=True):
+            if isinstance(outcome.error, AccelctlError):
                 continue
-            if key in aliases:
+            if key in outcome.unwrap():
                 owners.append(handle)
         if len(owners) > 1:
             claimants = [f"{h.name} ({h.distribution or 'no distribution'})" for h in owners]
@@ -351,6 +351,10 @@ class Registry:
         except AccelctlError as exc:
             _mark_broken(row, exc)
         return row
+
+
+def _aliases_of(handle: AcceleratorHandle) -> tuple[str, ...]:
+    return handle.info.aliases
 
 
 def _mark_broken(row: AcceleratorRecord, error: AccelctlError) -> None:
