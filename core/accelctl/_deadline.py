@@ -37,12 +37,17 @@ MAX_WORKERS = 8
 _DISABLED = frozenset({"0", "none", "off"})
 
 
+class HookTimeoutError(AccelctlError, ValueError):
+    """``ACCELCTL_HOOK_TIMEOUT`` holds something that is not a deadline (the user's error, never
+    blamed on a plugin)."""
+
+
 def hook_timeout(environ: Mapping[str, str] | None = None) -> float | None:
     """The deadline of one hook call in seconds, from ``ACCELCTL_HOOK_TIMEOUT``; None: no deadline.
 
     Unset or empty: :data:`DEFAULT_HOOK_TIMEOUT_S`. ``0``, ``none`` or ``off``: wait forever.
 
-    :raises AccelctlError: for a value that is not a positive, finite number of seconds.
+    :raises HookTimeoutError: for a value that is not a positive, finite number of seconds.
     """
     raw = (os.environ if environ is None else environ).get(ENV_HOOK_TIMEOUT, "").strip()
     if not raw:
@@ -55,7 +60,7 @@ def hook_timeout(environ: Mapping[str, str] | None = None) -> float | None:
         seconds = math.nan
     # threading's waits overflow past about 9e9 s (their C limit); a year is "forever" enough.
     if not (0 < seconds <= 366 * 24 * 3600):
-        raise AccelctlError(
+        raise HookTimeoutError(
             f"{ENV_HOOK_TIMEOUT}={raw[:40]!r} is not a deadline: give the seconds a plugin's hook "
             f"may take (a number above 0, at most a year; default {DEFAULT_HOOK_TIMEOUT_S:g}), "
             f"or 'none' to wait forever"

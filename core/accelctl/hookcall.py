@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ._deadline import guard
+from ._deadline import HookTimeoutError, guard
 from .devices import MAX_DEVICE_COUNT
 from .errors import DeviceSpecError, PluginHookError
 from .info import AcceleratorInfo
@@ -161,7 +161,7 @@ def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
     caller = getattr(plugin.manager.hook, hook)
     try:
         value = _run(plugin, hook, caller, kwargs)
-    except PluginHookError:  # the deadline's (a plugin's own would name its plugin too)
+    except (PluginHookError, HookTimeoutError):  # the deadline's, or its setting's
         raise
     except _PASS_THROUGH.get(hook, ()):
         raise

@@ -66,6 +66,15 @@ def test_bad_timeout_is_one_error_for_list(gate: FakeSite, monkeypatch) -> None:
         Registry(path=gate.path).records()
 
 
+def test_bad_timeout_is_the_users_error_for_a_named_plugin(gate: FakeSite, monkeypatch) -> None:
+    gate.install("acme-good", {"good": "dl_good"}, {"dl_good": good_plugin("good")})
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "soon")
+    with pytest.raises(AccelctlError) as caught:
+        resolve("good", registry=Registry(path=gate.path), environ={})
+    assert not isinstance(caught.value, PluginHookError)
+    assert str(caught.value).startswith("ACCELCTL_HOOK_TIMEOUT='soon' is not a deadline")
+
+
 # -- the mechanism --------------------------------------------------------------------------
 
 
