@@ -74,7 +74,11 @@ def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil) ->
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "1e-9", "0.01", "1e6"])
-def test_watch_refuses_non_finite_and_absurd_intervals(value: str) -> None:
+def test_watch_refuses_non_finite_and_absurd_intervals(value: str, monkeypatch) -> None:
+    def sleep(seconds: float) -> None:  # a refused interval must not get as far as sleeping
+        raise AssertionError(f"slept {seconds}")
+
+    monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
     result = CliRunner().invoke(cli, ["stats", "--watch", value])
     assert result.exit_code == 2
     assert "Invalid value for '--watch'" in result.stderr
