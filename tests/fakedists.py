@@ -174,3 +174,24 @@ def undetected_plugin(
 ) -> str:
     """Source of a working module plugin whose hardware is absent."""
     return UNDETECTED_PLUGIN.format(name=name, priority=priority, family=family, aliases=aliases)
+
+
+#: A module for the fake site that holds what hooks of :func:`waiting_plugin` wait on.
+GATE_MODULE = """
+    import threading
+
+    #: Set by the test when it ends, so that a hook left waiting past its deadline returns.
+    OPEN = threading.Event()
+"""
+
+
+def waiting_plugin(name: str, hook: str, wait: str = "gate.OPEN.wait()", priority: int = 10) -> str:
+    """Source of :func:`good_plugin` whose ``hook`` first runs ``wait`` (a statement using the
+    module ``gate``, which the fake site must hold: :data:`GATE_MODULE`); by default it waits
+    until the test opens the gate, that is, past any deadline."""
+    source = good_plugin(name, priority)
+    marker = f"    def {hook}("
+    head, found, tail = source.partition(marker)
+    assert found, f"good_plugin has no hook {hook}"
+    signature, newline, body = tail.partition("\n")
+    return "    import gate\n" + head + found + signature + newline + f"        {wait}\n" + body

@@ -13,6 +13,7 @@ ENV_ACCELERATOR = "ACCELCTL_ACCELERATOR"
 ENV_PLUGINS = "ACCELCTL_PLUGINS"
 ENV_DISABLE = "ACCELCTL_DISABLE"
 ENV_DEVICES = "ACCELCTL_DEVICES"
+ENV_HOOK_TIMEOUT = "ACCELCTL_HOOK_TIMEOUT"
 
 #: Selector words that can never be an accelerator's canonical name.
 RESERVED_NAMES = frozenset({"auto", "gpu"})

@@ -4,6 +4,9 @@ Indexed accelerators (CUDA, HPU, XPU, ...) use :func:`parse_indexed_devices`; th
 processes with :func:`parse_process_count`; single-device accelerators (MPS) use
 :func:`parse_single_device`. Every refusal is a :class:`~accelctl.DeviceSpecError` whose message
 names the accelerator, repeats the spec as given, says what is visible and lists the accepted forms.
+
+Counts and indices are bounded by :data:`MAX_DEVICE_COUNT`, far above any machine, so that a
+spec such as ``10**10`` is refused here instead of exhausting memory further on.
 """
 
 from __future__ import annotations
@@ -22,8 +25,20 @@ INDEXED_FORMS = (
 PROCESS_COUNT_FORMS = '"auto" (1 process), k >= 1 or "k" (k processes)'
 SINGLE_DEVICE_FORMS = '"auto", -1, 1, "1", [0] or "0," (the one device)'
 
+#: The most devices (or processes) a spec may ask for, and the bound of a device index: far above
+#: any machine (the largest have a few dozen accelerators or a few hundred cores), low enough that
+#: building one ``torch.device`` per process stays cheap.
+MAX_DEVICE_COUNT = 65536
+
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _ALL = "all"
+#: Digits that can still be a count or index (anything longer is refused before ``int()``, whose
+#: own limit on digits would otherwise raise a bare ValueError).
+_MAX_DIGITS = len(str(MAX_DEVICE_COUNT))
+_TOO_LARGE = (
+    f"is too large: accelctl accepts at most {MAX_DEVICE_COUNT} devices (or processes) and "
+    f"indices below {MAX_DEVICE_COUNT}"
+)
 
 
 def _visible_phrase(accelerator: str, visible: int) -> str:
@@ -53,7 +68,7 @@ class _Refusal:
 
     def __call__(self, problem: str) -> DeviceSpecError:
         message = (
-            f"{self.accelerator}: devices={self.spec!r} {problem}; {self.visible_phrase}. "
+            f"{self.accelerator}: devices={_shown(self.spec)} {problem}; {self.visible_phrase}. "
             f"Accepted: {self.accepted}."
         )
         return DeviceSpecError(
@@ -65,21 +80,47 @@ class _Refusal:
         )
 
 
-def _as_int(value: Any) -> int | None:
-    """An int for ints and int-likes (numpy integers), None for everything else (bools included)."""
+def _shown(spec: object) -> str:
+    """The spec for a message: its repr, shortened (a huge int's repr itself can fail)."""
+    try:
+        text = repr(spec)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<an int of {spec.bit_length()} bits>" if isinstance(spec, int) else "<?>"
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
+
+
+def _is_bool(value: Any) -> bool:
+    """True for bools and boolean scalars of numpy or torch (``torch.tensor(True)`` converts to
+    an index, so its dtype is read: torch is not imported here)."""
     if isinstance(value, bool):
+        return True
+    scalar = getattr(value, "ndim", None) == 0
+    return scalar and str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _as_int(value: Any) -> int | None:
+    """An int for ints and int-likes (numpy integers, 0-d integer tensors), None for everything
+    else (bools included)."""
+    if _is_bool(value):
         return None
     try:
         return operator.index(value)
-    except TypeError:
+    except (TypeError, ValueError, RuntimeError):  # torch says "only integer tensors ..." so
         return None
+
+
+def _parse_int(text: str, refuse: _Refusal) -> int:
+    """``int(text)`` for a text that matched ``_INT_RE``, refusing one too long to be a count."""
+    if len(text.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+        raise refuse(_TOO_LARGE)
+    return int(text)
 
 
 def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
     """Turn any accepted spelling into ``"all"``, an ``int`` count or a ``list`` of indices."""
     if spec is None:
         raise refuse('is not a device spec (use "auto" for all visible devices)')
-    if isinstance(spec, bool):
+    if _is_bool(spec):
         raise refuse("is a bool, not a device spec")
     if isinstance(spec, str):
         text = spec.strip()
@@ -88,6 +129,8 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
         if text.lower() == "auto":
             return _ALL
         if "," in text:
+            if text.count(",") > MAX_DEVICE_COUNT:
+                raise refuse(_TOO_LARGE)
             parts = [part.strip() for part in text.split(",")]
             if parts[-1] == "":
                 parts.pop()  # "0," is the one-index list [0]
@@ -97,10 +140,10 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
             for part in parts:
                 if not _INT_RE.match(part):
                     raise refuse(f"has {part!r} in its list, which is not a device index")
-                indices.append(int(part))
+                indices.append(_index(_parse_int(part, refuse), refuse))
             return indices
         if _INT_RE.match(text):
-            return _count_or_all(int(text), refuse)
+            return _count_or_all(_parse_int(text, refuse), refuse)
         raise refuse('is not "auto", a number or a comma-separated list of indices')
     count = _as_int(spec)
     if count is not None:
@@ -108,19 +151,31 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
     if isinstance(spec, (list, tuple)):
         if not spec:
             raise refuse("is an empty list, which selects no device")
+        if len(spec) > MAX_DEVICE_COUNT:
+            raise refuse(_TOO_LARGE)
         indices = []
         for item in spec:
             index = _as_int(item)
             if index is None:
-                raise refuse(f"holds {item!r} ({type(item).__name__}), which is not a device index")
-            indices.append(index)
+                raise refuse(
+                    f"holds {_shown(item)} ({type(item).__name__}), which is not a device index"
+                )
+            indices.append(_index(index, refuse))
         return indices
     if isinstance(spec, float):
         raise refuse("is a float; use an int count or a list of indices")
     raise refuse(f"has type {type(spec).__name__}, which is not a device spec")
 
 
+def _index(index: int, refuse: _Refusal) -> int:
+    if index >= MAX_DEVICE_COUNT:
+        raise refuse(_TOO_LARGE)
+    return index
+
+
 def _count_or_all(count: int, refuse: _Refusal) -> int | str:
+    if count > MAX_DEVICE_COUNT:
+        raise refuse(_TOO_LARGE)
     if count == -1:
         return _ALL
     if count == 0:

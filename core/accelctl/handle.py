@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .accelerator import Accelerator
@@ -25,6 +24,7 @@ class AcceleratorHandle:
 
     def __init__(self, loaded: LoadedPlugin) -> None:
         self._loaded = loaded
+        self._info: AcceleratorInfo | None = None
 
     @classmethod
     def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
@@ -73,10 +73,15 @@ class AcceleratorHandle:
         """The registered plugin behind the handle (for the conformance checks)."""
         return self._loaded
 
-    @cached_property
+    @property
     def info(self) -> AcceleratorInfo:
-        """The plugin's :class:`AcceleratorInfo` (defaults when it has no ``accelerator_info``)."""
-        return self.accelerator_info()
+        """The plugin's :class:`AcceleratorInfo` (defaults when it has no ``accelerator_info``),
+        read once."""
+        # Not functools.cached_property: up to Python 3.11 it holds one lock for every instance,
+        # so a plugin whose accelerator_info() hangs would stall the others' (listed concurrently).
+        if self._info is None:
+            self._info = self.accelerator_info()
+        return self._info
 
     def implements(self, hook: str) -> bool:
         """True when the plugin implements ``hook`` (optional hooks may be absent)."""
@@ -105,14 +110,18 @@ class AcceleratorHandle:
 
     def get_parallel_devices(self, devices: Any) -> list[torch.device]:
         """One ``torch.device`` per process for what :meth:`parse_devices` returned."""
+        # torch is imported here, before the hook's deadline starts: its first import can take
+        # seconds on a loaded machine and is not the plugin's time.
+        import torch  # noqa: F401
+
         result: list[torch.device] = self._call("get_parallel_devices", devices=devices)
         return result
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Flat figures for one device."""
-        if isinstance(device, str):
-            import torch
+        import torch  # before the hook's deadline starts, as in get_parallel_devices
 
+        if isinstance(device, str):
             device = torch.device(device)
         result: dict[str, int | float] = self._call("device_stats", device=device)
         return result

@@ -4,16 +4,21 @@ A plugin's exception (any ``BaseException`` but a real Ctrl-C: see :mod:`accelct
 or a value its hook specification does not allow, becomes a
 :class:`~accelctl.errors.PluginHookError` naming the plugin, its distribution and the hook. A
 :class:`~accelctl.DeviceSpecError` from ``parse_devices`` / ``get_parallel_devices`` is the
-contract's own answer to a bad spec and passes through unchanged.
+contract's own answer to a bad spec and passes through unchanged. A hook that does not answer
+within the deadline (``ACCELCTL_HOOK_TIMEOUT``, see :mod:`accelctl._deadline`) is a
+``PluginHookError`` too, and the plugin's later hook calls fail at once with it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ._deadline import HookTimeoutError, guard
 from ._isolation import failure_text, original, plugin_code
 from ._text import clean, safe_repr, safe_str
+from .devices import MAX_DEVICE_COUNT
 from .errors import DeviceSpecError, PluginHookError
 from .info import AcceleratorInfo
 from .loading import LoadedPlugin
@@ -30,17 +35,24 @@ def _check_bool(value: Any) -> bool:
 
 
 def _check_count(value: Any) -> int:
-    if not _is_int(value) or value < 0:
-        raise TypeError("expected a non-negative int")
+    if not _is_int(value) or not 0 <= value <= MAX_DEVICE_COUNT:
+        raise TypeError(f"expected a non-negative int (at most {MAX_DEVICE_COUNT})")
     return int(value)
 
 
 def _check_parsed(value: Any) -> int | list[int]:
-    if _is_int(value) and value >= 1:
+    if _is_int(value) and 1 <= value <= MAX_DEVICE_COUNT:
         return int(value)
-    if isinstance(value, list) and value and all(_is_int(i) and i >= 0 for i in value):
+    if (
+        isinstance(value, list)
+        and 0 < len(value) <= MAX_DEVICE_COUNT
+        and all(_is_int(i) and 0 <= i < MAX_DEVICE_COUNT for i in value)
+    ):
         return value
-    raise TypeError("expected an int >= 1 or a non-empty list of non-negative ints")
+    raise TypeError(
+        f"expected an int >= 1 or a non-empty list of non-negative ints (at most "
+        f"{MAX_DEVICE_COUNT} devices, indices below {MAX_DEVICE_COUNT})"
+    )
 
 
 def _check_devices(value: Any) -> list[Any]:
@@ -110,17 +122,55 @@ def _fill_parts(exc: BaseException, name: str, kwargs: dict[str, Any]) -> None:
             exc.spec = kwargs.get("devices")
 
 
+#: Hooks that act on the calling thread's device state (a current device is per thread), so they
+#: run in the caller's thread, without a deadline.
+_IN_CALLER_THREAD = frozenset({"setup_device", "teardown"})
+#: Plugins (by their manager) with a hook call still running past its deadline, and that error.
+_UNANSWERED: weakref.WeakKeyDictionary[object, PluginHookError] = weakref.WeakKeyDictionary()
+
+
+def _unanswered(plugin: LoadedPlugin, hook: str, seconds: float) -> PluginHookError:
+    origin = plugin.origin
+    error = PluginHookError(
+        f"{origin.describe()}: {hook}() did not answer within {seconds:g} s (the deadline of a "
+        f"hook call; ACCELCTL_HOOK_TIMEOUT changes it); the plugin is treated as broken",
+        name=origin.name,
+        hook=hook,
+        distribution=origin.distribution,
+    )
+    _UNANSWERED.setdefault(plugin.manager, error)
+    return error
+
+
+def _run(plugin: LoadedPlugin, hook: str, caller: Any, kwargs: dict[str, Any]) -> Any:
+    """The hook call itself: under the deadline, except for the per-thread ones."""
+    if hook in _IN_CALLER_THREAD:
+        return caller(**kwargs)
+    stuck = _UNANSWERED.get(plugin.manager) if _UNANSWERED else None
+    if stuck is not None:  # its thread is still busy: do not stack up another one
+        raise PluginHookError(
+            f"{stuck}; {hook}() was not called",
+            name=stuck.name,
+            hook=hook,
+            distribution=stuck.distribution,
+        )
+    return guard(lambda: caller(**kwargs), on_timeout=lambda s: _unanswered(plugin, hook, s))
+
+
 def call_hook(plugin: LoadedPlugin, hook: str, **kwargs: Any) -> Any:
     """Call ``hook`` of this one plugin and return its checked value.
 
-    :raises PluginHookError: when the hook raised or returned a value its spec does not allow.
+    :raises PluginHookError: when the hook raised, returned a value its spec does not allow, or
+        did not answer within the deadline.
     :raises DeviceSpecError: from ``parse_devices`` / ``get_parallel_devices``, unchanged.
     """
     origin = plugin.origin
     caller = getattr(plugin.manager.hook, hook)
     try:
         with plugin_code():
-            value = caller(**kwargs)
+            value = _run(plugin, hook, caller, kwargs)
+    except (PluginHookError, HookTimeoutError):  # the deadline's, or its setting's
+        raise
     except _PASS_THROUGH.get(hook, ()) as exc:
         _fill_parts(exc, origin.name, kwargs)
         raise

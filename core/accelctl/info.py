@@ -17,7 +17,7 @@ _NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 
 def is_valid_name(name: str) -> bool:
     """True when ``name`` has the form of a canonical accelerator name or alias."""
-    return bool(_NAME_RE.match(name))
+    return bool(_NAME_RE.fullmatch(name))  # not match(): "$" also matches before a final "\n"
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ plugin. A plugin that fails to load is recorded with its error and never takes a
 from __future__ import annotations
 
 import difflib
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._config import Settings
+from ._deadline import run_all
 from ._isolation import failure_text, original, plugin_code, watch_import
 from ._project import ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
 from ._text import one_line, quote
@@ -28,7 +30,7 @@ from .errors import (
     fresh_copy,
 )
 from .handle import AcceleratorHandle
-from .info import is_valid_name
+from .info import AcceleratorInfo, is_valid_name
 from .loading import PluginOrigin, load_object
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
@@ -255,13 +257,13 @@ class Registry:
 
     def _by_alias(self, key: str) -> AcceleratorHandle | None:
         handles, _ = self.load_all()
+        # Every plugin's info, asked concurrently (each call under the deadline).
+        outcomes = run_all([functools.partial(_aliases_of, handle) for handle in handles])
         owners = []
-        for handle in handles:
-            try:
-                aliases = handle.info.aliases
-            except AccelctlError:
+        for handle, outcome in zip(handles, outcomes, strict=True):
+            if isinstance(outcome.error, AccelctlError):
                 continue
-            if key in aliases:
+            if key in outcome.unwrap():
                 owners.append(handle)
         if len(owners) > 1:
             claimants = [f"{h.name} ({h.distribution or 'no distribution'})" for h in owners]
@@ -318,6 +320,10 @@ class Registry:
     def records(self, detect: bool = True) -> list[AcceleratorRecord]:
         """A row per installed accelerator; never raises for a broken plugin.
 
+        Plugins are imported one after the other, then their hooks run concurrently, each call
+        under the deadline (``ACCELCTL_HOOK_TIMEOUT``): a plugin that does not answer shows as
+        broken, and the listing costs about the slowest plugin, not the sum.
+
         :param detect: run each plugin's ``detect`` (and so import it); False reads package
             metadata only and runs no plugin code.
         """
@@ -326,9 +332,18 @@ class Registry:
             # Several entries under one name are a conflict: a row each, in a stable order.
             for entry in sorted(self.entries(name), key=lambda e: e.distribution or ""):
                 rows.append(self._record(name, entry, detect))
+        probed = [(row, row.handle) for row in rows if row.handle is not None]
+        outcomes = run_all([functools.partial(_probe, handle) for _, handle in probed])
+        for (row, _), outcome in zip(probed, outcomes, strict=True):
+            if isinstance(outcome.error, AccelctlError):
+                _mark_broken(row, outcome.error)
+            else:
+                outcome.unwrap().apply(row)
         return rows
 
     def _record(self, name: str, entry: PluginEntry, detect: bool) -> AcceleratorRecord:
+        """The row from metadata, with the plugin loaded (its ``handle`` set) when it is to be
+        probed; a plugin that fails to load is a broken row."""
         row = AcceleratorRecord(
             name=name,
             distribution=entry.distribution,
@@ -349,21 +364,48 @@ class Registry:
         if not detect:
             return row
         try:
-            handle = self._load(name)
-            info = handle.info
-            row.handle = handle
-            row.family, row.priority, row.description = info.family, info.priority, info.description
-            row.distributed_backend, row.aliases = info.distributed_backend, info.aliases
-            available = handle.detect()
-            row.device_count = handle.auto_device_count() if available else 0
-            row.reason = None if available else handle.unavailable_reason()
-            row.available = available
-            row.state = "available" if available else "unavailable"
+            row.handle = self._load(name)
         except AccelctlError as exc:
-            row.state, row.error = "broken", one_line(exc)
-            row.available = row.device_count = None
-            row.reason = None
+            _mark_broken(row, exc)
         return row
+
+
+def _aliases_of(handle: AcceleratorHandle) -> tuple[str, ...]:
+    return handle.info.aliases
+
+
+def _mark_broken(row: AcceleratorRecord, error: AccelctlError) -> None:
+    row.state, row.error = "broken", one_line(error)
+    row.available = row.device_count = row.reason = None
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """What a plugin's hooks said, for its row (built in a worker thread, applied by the caller:
+    a worker abandoned past its deadline must not write into the row later)."""
+
+    info: AcceleratorInfo
+    available: bool
+    device_count: int
+    reason: str | None
+
+    def apply(self, row: AcceleratorRecord) -> None:
+        info = self.info
+        row.family, row.priority, row.description = info.family, info.priority, info.description
+        row.distributed_backend, row.aliases = info.distributed_backend, info.aliases
+        row.available, row.device_count, row.reason = self.available, self.device_count, self.reason
+        row.state = "available" if self.available else "unavailable"
+
+
+def _probe(handle: AcceleratorHandle) -> _Probed:
+    info = handle.info
+    available = handle.detect()
+    return _Probed(
+        info=info,
+        available=available,
+        device_count=handle.auto_device_count() if available else 0,
+        reason=None if available else handle.unavailable_reason(),
+    )
 
 
 _default: Registry | None = None

@@ -9,6 +9,7 @@ teaches it to find the hardware.
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -51,8 +52,18 @@ class PluginNames:
         }
 
 
+#: The longest name ``new-plugin`` accepts: it names a distribution, a module and files, whose
+#: names file systems bound (255 bytes is common), and no accelerator needs more.
+MAX_NAME_LENGTH = 64
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a new accelerator's canonical name, or None when it can."""
+    if len(name) > MAX_NAME_LENGTH:
+        return (
+            f"{name[:20]!r}... is {len(name)} characters long: an accelerator name has at most "
+            f"{MAX_NAME_LENGTH} (it names a package, a module and files)"
+        )
     if not is_valid_name(name):
         lower = name.strip().lower()
         hint = f" (did you mean {lower!r}?)" if is_valid_name(lower) else ""
@@ -91,15 +102,20 @@ def write(names: PluginNames, parent: Path) -> tuple[Path, list[Path]]:
 
     :returns: the package folder and the files written.
     :raises FileExistsError: when the package folder exists already (nothing is overwritten).
+    :raises OSError: when it cannot be written; what was written of it is removed.
     """
     root = parent / names.distribution
-    root.mkdir(parents=True, exist_ok=False)
+    root.mkdir(exist_ok=False)
     written = []
-    for relative, content in render(names).items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-        written.append(path)
+    try:
+        for relative, content in render(names).items():
+            path = root / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+            written.append(path)
+    except BaseException:  # a full disk, or Ctrl-C: no half-written package is left behind
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return root, written
 
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._config import Settings
-from ._project import ENV_ACCELERATOR, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from ._deadline import run_all
+from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
 from ._text import quote, safe_repr
 from .accelerator import Accelerator
 from .errors import (
     AccelctlError,
     AcceleratorTypeError,
     AcceleratorUnavailableError,
+    DeviceSpecError,
     PluginWarning,
     fresh_copy,
 )
@@ -59,27 +62,26 @@ class Selection:
 
 def _skip(exc: AccelctlError) -> None:
     """A candidate of "auto"/"gpu" whose hook broke is skipped, never silently."""
-    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=5)
+    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=4)
 
 
-def _available(handle: AcceleratorHandle) -> bool:
-    """detect() for candidates of "auto"/"gpu"; a plugin whose hook breaks is skipped, loudly."""
-    try:
-        return handle.detect()
-    except AccelctlError as exc:
-        _skip(exc)
-        return False
+def _rank(handle: AcceleratorHandle) -> tuple[int, bool]:
+    """A candidate's priority and whether it is detected (run in a worker, see _best)."""
+    return handle.info.priority, handle.detect()
 
 
 def _best(handles: list[AcceleratorHandle]) -> AcceleratorHandle | None:
+    """The detected candidate of highest priority. The candidates are asked concurrently, each
+    hook call under the deadline; a plugin whose hook breaks (or does not answer) is skipped,
+    loudly."""
     candidates = []
-    for handle in handles:
-        try:
-            priority = handle.info.priority
-        except AccelctlError as exc:
-            _skip(exc)
+    outcomes = run_all([functools.partial(_rank, handle) for handle in handles])
+    for handle, outcome in zip(handles, outcomes, strict=True):
+        if isinstance(outcome.error, AccelctlError):
+            _skip(outcome.error)
             continue
-        if _available(handle):
+        priority, available = outcome.unwrap()
+        if available:
             candidates.append((-priority, handle.name, handle))
     return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
 
@@ -250,9 +252,21 @@ def resolve(
     settings = Settings.from_environ(environ)  # now, before any plugin code runs
     handle = _select(accelerator, registry or get_registry(), settings)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
+    from_environ = ""
     if automatic and settings.devices:
-        devices, automatic = settings.devices, False
-    parsed = handle.parse_devices(devices)
+        devices = from_environ = settings.devices
+        automatic = False
+    try:
+        parsed = handle.parse_devices(devices)
+    except DeviceSpecError as exc:
+        if not from_environ:
+            raise
+        # The user asked for "auto": say where the spec came from, on a copy of the error.
+        raise fresh_copy(
+            exc,
+            f'{ENV_DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
+            f"{str(exc).rstrip('.')}. Unset {ENV_DEVICES} or give it an accepted spec.",
+        ) from exc
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)
     return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)

@@ -141,14 +141,14 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(monkeypatch):
 
     def sleep(seconds: float) -> None:
         sleeps.append(seconds)
-        if len(sleeps) == 3:
+        if len(sleeps) == 4:  # the pause after the reading thrown away, then three
             raise KeyboardInterrupt
 
     monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
     result = run("stats", "--json", "--watch", "0.5")
     assert result.exit_code == 0
     documents = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(documents) == 3 and sleeps == [0.5, 0.5, 0.5]
+    assert len(documents) == 3 and sleeps == [stats_cmd.FIRST_READING_WAIT_S, 0.5, 0.5, 0.5]
     assert all(doc[0]["accelerator"] == "cpu" for doc in documents)
     sleeps.clear()
     result = run("stats", "--watch", "2")

@@ -117,7 +117,8 @@ def test_default_validates_every_enabled_plugin_and_skips_disabled_ones(site: Fa
     assert (reports["good"]["passed"], reports["npu"]["passed"]) == (True, True)
     assert reports["broken"]["passed"] is False
     raiser = reports["raiser"]  # disabled: not imported, every check skipped with the variable
-    assert raiser["passed"] is True
+    assert raiser["passed"] is None
+    assert raiser["disabled"] == "disabled: ACCELCTL_PLUGINS=broken,good,npu does not list it"
     assert {c["status"] for c in raiser["checks"]} == {"skip"}
     assert raiser["checks"][0]["detail"] == (
         "disabled: ACCELCTL_PLUGINS=broken,good,npu does not list it; not imported"

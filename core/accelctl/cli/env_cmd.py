@@ -19,7 +19,14 @@ from typing import Any
 
 import click
 
-from .._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from .._project import (
+    ENV_ACCELERATOR,
+    ENV_DEVICES,
+    ENV_DISABLE,
+    ENV_HOOK_TIMEOUT,
+    ENV_PLUGINS,
+    PROJECT_NAME,
+)
 from .._text import printable_line
 from ..registry import list_accelerators
 from ._output import emit_json
@@ -30,6 +37,7 @@ DEVICE_VARIABLES = (
     ENV_PLUGINS,
     ENV_DISABLE,
     ENV_DEVICES,
+    ENV_HOOK_TIMEOUT,
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
     "HIP_VISIBLE_DEVICES",

@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+
 import click
 
 from ..launcher import LaunchFailedError, launch_script
 from ._options import accelerator_option, devices_option
+
+#: One label of a host name (RFC 1123): letters, digits and inner hyphens, 63 at most.
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def _check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--master-addr must be a host name or an IP address (torch's rendezvous accepts nothing
+    else, and says so only once the processes start)."""
+    if value is None:
+        return None
+    given = value.strip()
+    host = given[1:-1] if given.startswith("[") and given.endswith("]") else given  # [IPv6]
+    try:
+        ipaddress.ip_address(host)
+        return given
+    except ValueError:
+        pass
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if 0 < len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return given
+    shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+    raise click.BadParameter(
+        f"{shown} is not a host name or an IP address: give the address of the machine "
+        "started with --node-rank 0, such as node0.cluster, 10.0.0.1 or fd00::1",
+        ctx=ctx,
+        param=param,
+    )
 
 
 @click.command(
@@ -36,6 +66,7 @@ from ._options import accelerator_option, devices_option
 @click.option(
     "--master-addr",
     default=None,
+    callback=_check_address,
     help="Address of the machine with --node-rank 0 (required with --nnodes > 1).",
 )
 @click.option(

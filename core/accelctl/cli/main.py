@@ -7,6 +7,7 @@ Sub-command modules are imported only when their command runs (or ``--help`` lis
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 import warnings
@@ -14,6 +15,7 @@ from typing import Any
 
 import click
 
+from .._deadline import abandoned_threads
 from .._isolation import counting_interrupts, plugin_output_to_stderr
 from .._text import one_line, safe_str
 from ..errors import AccelctlError, PluginWarning
@@ -72,6 +74,8 @@ class AccelctlGroup(click.Group):
                 return super().invoke(ctx)
             except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
                 raise
+            except BrokenPipeError:  # the reader went away (`| head`): click ends quietly, exit 1
+                raise
             except AccelctlError as exc:
                 _fail(exc, debug, prefix="error")
             except Exception as exc:  # a bug, ours or a plugin's: still one line without --debug
@@ -99,5 +103,27 @@ def cli(debug: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="accelctl")
+    """Console-script entry point.
+
+    A plugin's hook left running past its deadline cannot be stopped: when one is, the process
+    ends with ``os._exit`` once the output is flushed, so that nothing (a thread the stuck hook
+    started, an exit handler) can hold the exit up.
+    """
+    try:
+        cli(prog_name="accelctl")
+    except SystemExit as exc:
+        if abandoned_threads():
+            _exit_now(exc.code)
+        raise
+
+
+def _exit_now(code: object) -> None:
+    if code is not None and not isinstance(code, int):
+        click.echo(str(code), err=True)  # what sys.exit("message") would print
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+            pass
+    os._exit(code or 0)

@@ -24,10 +24,10 @@ def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     "--path",
     "-p",
     "parent",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, writable=True, path_type=Path),
     default=".",
     show_default=True,
-    help="Folder in which the package folder accelctl-NAME is created.",
+    help="Existing folder in which the package folder accelctl-NAME is created.",
 )
 def new_plugin_command(name: str, parent: Path) -> None:
     """Write a ready plugin package for a new accelerator called NAME.
@@ -52,6 +52,11 @@ def new_plugin_command(name: str, parent: Path) -> None:
         raise AccelctlError(
             f"{folder} exists already; nothing was written. Remove it, or choose another --path"
         ) from None
+    except OSError as exc:
+        raise AccelctlError(
+            f"cannot write the package {names.distribution} into {parent}: "
+            f"{exc.strerror or exc}; nothing was left behind. Choose another --path"
+        ) from exc
     click.echo(f"created {root}/ for the accelerator {name!r}:")
     for path in files:
         click.echo(f"  {path.relative_to(root)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import AccelctlError
 from ..selection import resolve
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json
@@ -15,8 +16,13 @@ from ._output import echo_line, emit_json
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
     """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
-    the selection is impossible."""
-    selection = resolve(accelerator, devices)
+    the selection is impossible (with --json, also as {"error", "error_type"} on stdout)."""
+    try:
+        selection = resolve(accelerator, devices)
+    except AccelctlError as exc:
+        if as_json:  # a program reading stdout gets a document either way
+            emit_json({"error": " ".join(str(exc).split()), "error_type": type(exc).__name__})
+        raise  # and the one line on stderr, exit 1
     if as_json:
         emit_json(selection.to_dict())
         return

@@ -145,6 +145,28 @@ def render_table(readings: list[DeviceReading]) -> str:
     return "\n".join(lines)
 
 
+#: The shortest and longest ``--watch`` intervals: shorter would read the devices in a busy loop,
+#: longer (a day) is no watch.
+WATCH_MIN_S = 0.1
+WATCH_MAX_S = 86400.0
+#: Between the reading thrown away and the first one shown (psutil needs 0.1 s or more).
+FIRST_READING_WAIT_S = 0.2
+
+
+def _check_interval(
+    ctx: click.Context, param: click.Parameter, value: float | None
+) -> float | None:
+    # click's FloatRange lets nan through (every comparison with nan is False).
+    if value is not None and not (math.isfinite(value) and WATCH_MIN_S <= value <= WATCH_MAX_S):
+        raise click.BadParameter(
+            f"{value:g} is not an interval: give the seconds between two readings, from "
+            f"{WATCH_MIN_S:g} to {WATCH_MAX_S:g} (a day)",
+            ctx=ctx,
+            param=param,
+        )
+    return value
+
+
 @click.command("stats")
 @click.argument("name", required=False)
 @click.option(
@@ -152,9 +174,11 @@ def render_table(readings: list[DeviceReading]) -> str:
 )
 @click.option(
     "--watch",
-    type=click.FloatRange(min=0, min_open=True),
+    type=float,
+    callback=_check_interval,
     metavar="SECONDS",
-    help="Read again every SECONDS until Ctrl-C (with --json: one JSON array per line).",
+    help=f"Read again every SECONDS ({WATCH_MIN_S:g} to {WATCH_MAX_S:g}) until Ctrl-C "
+    "(with --json: one JSON array per line).",
 )
 def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
     """Show device figures (memory, utilisation, temperature, power) of every device of the
@@ -163,6 +187,12 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
     Exits 1 when NAME is unknown or unavailable, or when a device's figures could not be read.
     """
     handles = _targets(name)
+    if handles:
+        # Some figures are rates since the previous reading (the CPU's cpu_percent through
+        # psutil), so a process's first reading has nothing to compare with and says 0: take one
+        # to throw away, and let a short while pass (hooks may not sleep; the CLI may).
+        read_all(handles)
+        time.sleep(FIRST_READING_WAIT_S)
     if watch is None:
         readings = read_all(handles)
         if as_json:

@@ -20,6 +20,8 @@ def _heading(report: ValidationReport) -> str:
 
 def _print_report(report: ValidationReport) -> None:
     echo_line(_heading(report))
+    if report.disabled:  # one line: no check ran
+        return
     width = max(len(result.check) for result in report.checks)
     results = list(report.checks)
     index = 0
@@ -75,10 +77,15 @@ def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) 
             if index:
                 click.echo("")
             _print_report(report)
-        failed = [report.name for report in reports if not report.passed]
+        validated = [report for report in reports if not report.disabled]
+        failed = [report.name for report in validated if not report.passed]
+        disabled = [report.name for report in reports if report.disabled]
         click.echo("")
         verdict = f"failed: {', '.join(failed)}" if failed else "all passed"
-        echo_line(f"{len(reports)} accelerator(s) validated, {verdict}")
+        line = f"{len(validated)} accelerator(s) validated, {verdict}" if validated else ""
+        if disabled:
+            line += ("; " if line else "") + f"disabled, not validated: {', '.join(disabled)}"
+        echo_line(line)
     root = ctx.find_root()
     if root.params.get("debug"):
         _print_tracebacks(reports)

@@ -11,6 +11,7 @@ skipped and says why.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Iterable, Sequence
@@ -256,7 +257,7 @@ def validate_installed(
                 entry = registry.entries(name)[0]
                 run.distribution, run.version = entry.distribution, entry.version
                 run.skip_rest(f"{blocked}; not imported")
-                reports.append(run.report())
+                reports.append(dataclasses.replace(run.report(), disabled=blocked))
             else:
                 reports.append(validate(name, registry=registry, probe_import=probe_import))
         return reports

@@ -46,12 +46,15 @@ class ValidationReport:
     :param distribution: the distribution that installed the plugin; None for an object passed in
         directly or a name that matched nothing.
     :param version: that distribution's version.
+    :param disabled: why the plugin was not validated (``"disabled by ACCELCTL_DISABLE"``) when
+        ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` kept it out; every check is then skipped.
     """
 
     name: str
     checks: tuple[CheckResult, ...]
     distribution: str | None = None
     version: str | None = None
+    disabled: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -79,15 +82,20 @@ class ValidationReport:
         raise KeyError(f"no check {check!r} in the report of {self.name!r} (checks: {known})")
 
     def summary(self) -> str:
-        """``"passed (12 passed, 4 skipped)"`` or ``"FAILED (2 failed, 10 passed, 4 skipped)"``."""
+        """``"passed (12 passed, 4 skipped)"``, ``"FAILED (2 failed, 10 passed, 4 skipped)"`` or
+        ``"disabled by ACCELCTL_DISABLE; not imported, not validated"``."""
+        if self.disabled:
+            return f"{self.disabled}; not imported, not validated"
         parts = [f"{self.count(s)} {word}" for s, word in _WORDS if self.count(s)]
         return f"{'passed' if self.passed else 'FAILED'} ({', '.join(parts) or 'no checks'})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"name", "passed", "distribution", "version", "checks": [...]}`` for ``--json``."""
+        """``{"name", "passed", "disabled", "distribution", "version", "checks": [...]}`` for
+        ``--json``; ``passed`` is null for a disabled plugin (nothing was validated)."""
         return {
             "name": self.name,
-            "passed": self.passed,
+            "passed": None if self.disabled else self.passed,
+            "disabled": self.disabled,
             "distribution": self.distribution,
             "version": self.version,
             "checks": [result.to_dict() for result in self.checks],

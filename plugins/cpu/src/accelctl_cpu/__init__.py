@@ -6,6 +6,7 @@ imports stay light (no torch, no psutil): the hooks import what they need.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import accelctl
@@ -49,13 +50,41 @@ def device_stats(device: torch.device) -> dict[str, int | float]:
 
     memory = psutil.virtual_memory()
     return {
-        # interval=None compares with the previous call instead of sleeping; the first call of a
-        # process has no previous sample and reports 0.0.
-        "cpu_percent": float(psutil.cpu_percent(interval=None)),
+        "cpu_percent": _cpu_percent(psutil.cpu_times()),
         "memory_used_bytes": int(memory.total - memory.available),
         "memory_total_bytes": int(memory.total),
         "swap_percent": float(psutil.swap_memory().percent),
     }
+
+
+_previous_times: Any = None
+_previous_lock = threading.Lock()
+
+
+def _cpu_percent(now: Any) -> float:
+    """Machine-wide CPU use since the previous reading of this process, from ``cpu_times()``.
+
+    Not ``psutil.cpu_percent(interval=None)``: it keeps its previous sample per *thread*, and the
+    core calls hooks in worker threads (so that it can stop waiting for one), so every reading
+    would be a first one, 0.0. The first reading of a process has nothing to compare with and
+    says 0.0 too; ``accelctl stats`` takes one to throw away first.
+    """
+    global _previous_times
+    with _previous_lock:
+        before, _previous_times = _previous_times, now
+    if before is None:
+        return 0.0
+    busy, total = _busy_and_total(now)
+    busy_before, total_before = _busy_and_total(before)
+    if total <= total_before:
+        return 0.0
+    return round(min(100.0, max(0.0, 100.0 * (busy - busy_before) / (total - total_before))), 1)
+
+
+def _busy_and_total(times: Any) -> tuple[float, float]:
+    # Linux counts guest time inside user and nice already; idle and iowait are not busy.
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 @accelctl.hookimpl

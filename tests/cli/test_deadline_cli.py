@@ -1,0 +1,120 @@
+"""The CLI and a plugin whose hook never answers: reported as broken, and the command ends.
+
+The subprocess tests run the real ``accelctl`` with the deadline at 1 s; their ``timeout`` is a
+hang guard (a stuck CLI fails the test instead of hanging the run), far above what they take.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from accelctl.cli import cli
+
+from fakedists import GATE_MODULE, FakeSite, good_plugin, waiting_plugin
+
+HANG_GUARD_S = 120
+
+#: detect() that never returns, and that started a thread of its own that never ends either
+#: (a non-daemon one, which the interpreter's exit would wait for).
+FOREVER_DETECT = """
+    import threading, time
+    threading.Thread(target=time.sleep, args=(10**6,), daemon=False).start()
+    time.sleep(10**6)
+"""
+
+
+@pytest.fixture
+def hung_site(fake_site: FakeSite) -> FakeSite:
+    source = good_plugin("hung", priority=500).replace(
+        "def detect():\n        return True",
+        "def detect():" + FOREVER_DETECT.replace("\n    ", "\n        ").rstrip(),
+    )
+    fake_site.install("acme-hung", {"hung": "cli_hung"}, {"cli_hung": source})
+    fake_site.install("acme-good", {"good": "cli_good"}, {"cli_good": good_plugin("good")})
+    return fake_site
+
+
+def accelctl(site: FakeSite, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join([*site.path, env.get("PYTHONPATH", "")]),
+        ACCELCTL_HOOK_TIMEOUT="1",
+        ACCELCTL_PLUGINS="cpu,hung,good",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "accelctl", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD_S,
+    )
+
+
+@pytest.mark.slow
+def test_list_json_ends_with_the_hung_plugin_broken(hung_site: FakeSite) -> None:
+    done = accelctl(hung_site, "list", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert rows["good"]["available"] is True and rows["cpu"]["available"] is True
+    assert rows["hung"]["available"] is None
+    assert "detect() did not answer within 1 s" in rows["hung"]["error"]
+
+
+@pytest.mark.slow
+def test_resolve_auto_skips_the_hung_plugin_and_ends(hung_site: FakeSite) -> None:
+    done = accelctl(hung_site, "resolve", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["accelerator"] == "good"
+    assert "warning: skipping accelerator 'hung'" in done.stderr
+    assert "detect() did not answer within 1 s" in done.stderr
+
+
+@pytest.mark.slow
+def test_resolve_of_the_hung_plugin_is_a_one_line_error(hung_site: FakeSite) -> None:
+    done = accelctl(hung_site, "resolve", "--accelerator", "hung")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "error: accelerator 'hung' (acme-hung 1.0): detect() did not answer" in done.stderr
+
+
+@pytest.fixture
+def gate(fake_site: FakeSite) -> Iterator[FakeSite]:
+    (fake_site.root / "gate.py").write_text(GATE_MODULE.replace("\n    ", "\n"))
+    fake_site.modules.append("gate")
+    yield fake_site
+    module = sys.modules.get("gate")
+    if module is not None:
+        module.OPEN.set()
+
+
+@pytest.mark.slow
+def test_stats_reports_a_device_that_does_not_answer(gate: FakeSite, monkeypatch) -> None:
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "1")
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,hung")
+    gate.install(
+        "acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "device_stats")}
+    )
+    result = CliRunner().invoke(cli, ["stats", "--json"], catch_exceptions=False)
+    assert result.exit_code == 1
+    readings = {entry["accelerator"]: entry for entry in json.loads(result.stdout)}
+    assert readings["cpu"]["error"] is None and readings["cpu"]["stats"]
+    assert "device_stats() did not answer within 1 s" in readings["hung"]["error"]
+
+
+@pytest.mark.slow
+def test_validate_fails_a_detect_that_does_not_answer(gate: FakeSite, monkeypatch) -> None:
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "1")
+    gate.install("acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "detect")})
+    result = CliRunner().invoke(cli, ["validate", "hung", "--json"], catch_exceptions=False)
+    assert result.exit_code == 1
+    [report] = json.loads(result.stdout)
+    checks = {check["check"]: check for check in report["checks"]}
+    assert checks["detect_returns_bool"]["status"] == "fail"
+    assert "detect() did not answer within 1 s" in checks["detect_returns_bool"]["detail"]

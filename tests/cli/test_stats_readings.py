@@ -1,0 +1,112 @@
+"""``accelctl stats``: real first readings, sane --watch intervals, and a reader that goes away."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+from click.testing import CliRunner
+
+import accelctl
+from accelctl.cli import cli, stats_cmd
+
+#: Hang guard of the subprocess test: far above what it takes.
+HANG_GUARD_S = 120
+
+
+class StepPsutil(types.ModuleType):
+    """psutil whose cpu_times() steps through known samples, and whose cpu_percent() says 0.0,
+    as psutil's does on a thread's first call (it keeps its previous sample per thread)."""
+
+    def __init__(self, real: types.ModuleType, samples: list[tuple[float, float]]) -> None:
+        super().__init__("psutil")
+        self._real = real
+        self._samples = iter(samples)
+
+    def cpu_times(self) -> object:
+        user, idle = next(self._samples)
+        return Times(user=user, system=0.0, idle=idle)
+
+    def cpu_percent(self, interval: float | None = None) -> float:
+        return 0.0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+Times = collections.namedtuple("Times", "user system idle")
+
+
+@pytest.fixture
+def step_psutil(monkeypatch) -> None:
+    import psutil
+
+    import accelctl_cpu
+
+    # Busy 10 of 100 s, then 40 of 150 s: 30 busy of the 50 s between the two, 60 %.
+    monkeypatch.setitem(sys.modules, "psutil", StepPsutil(psutil, [(10, 90), (40, 110)]))
+    monkeypatch.setattr(accelctl_cpu, "_previous_times", None)
+
+
+def test_one_shot_cpu_percent_is_a_real_reading(step_psutil, monkeypatch) -> None:
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
+    sleeps: list[float] = []
+    monkeypatch.setattr(stats_cmd.time, "sleep", sleeps.append)
+    result = CliRunner().invoke(cli, ["stats", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [reading] = json.loads(result.stdout)
+    assert reading["stats"]["cpu_percent"] == 60.0
+    # The reading thrown away is followed by a pause long enough for psutil to measure.
+    assert sleeps == [stats_cmd.FIRST_READING_WAIT_S] and sleeps[0] >= 0.1
+
+
+def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil) -> None:
+    # The core calls each hook in a worker thread of its own: psutil.cpu_percent() would say
+    # 0.0 every time.
+    cpu = accelctl.get_accelerator("cpu")
+    assert cpu.device_stats("cpu")["cpu_percent"] == 0.0  # nothing to compare with yet
+    assert cpu.device_stats("cpu")["cpu_percent"] == 60.0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "1e-9", "0.01", "1e6"])
+def test_watch_refuses_non_finite_and_absurd_intervals(value: str, monkeypatch) -> None:
+    def sleep(seconds: float) -> None:  # a refused interval must not get as far as sleeping
+        raise AssertionError(f"slept {seconds}")
+
+    monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
+    result = CliRunner().invoke(cli, ["stats", "--watch", value])
+    assert result.exit_code == 2
+    assert "Invalid value for '--watch'" in result.stderr
+    assert "from 0.1 to 86400" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["0.1", "2", "86400"])
+def test_watch_accepts_sane_intervals(value: str) -> None:
+    assert stats_cmd._check_interval(None, None, float(value)) == float(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_watch_into_a_closed_pipe_ends_quietly() -> None:
+    # `accelctl stats --watch 0.2 | head -1`: the reader leaves after one line.
+    env = dict(os.environ, ACCELCTL_PLUGINS="cpu")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "accelctl", "stats", "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline()
+    process.stdout.close()
+    try:
+        stderr = process.stderr.read().decode()
+        code = process.wait(timeout=HANG_GUARD_S)
+    finally:
+        process.kill()
+    assert stderr == ""
+    assert code == 1  # click's answer to a closed pipe, as documented
