@@ -109,11 +109,8 @@ class AcceleratorHandle:
         return result
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Flat figures for one device."""
-        if isinstance(device, str):
-            import torch
-
-            device = torch.device(device)
+        """Flat figures for one device, given as a ``torch.device`` or as its string form
+        (``"cuda:0"``), passed to the plugin as it is: no torch import here."""
         result: dict[str, int | float] = self._call("device_stats", device=device)
         return result
 

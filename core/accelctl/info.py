@@ -11,6 +11,7 @@ from typing import Any
 KNOWN_FAMILIES = frozenset({"gpu"})
 
 _NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+_DEVICE_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def is_valid_name(name: str) -> bool:
@@ -20,7 +21,8 @@ def is_valid_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class AcceleratorInfo:
-    """Description, family, priority, distributed backend and aliases of one accelerator.
+    """Description, family, priority, distributed backend, aliases and device type of one
+    accelerator.
 
     Returned by the optional ``accelerator_info`` hook (a dict of these fields is accepted too)
     and exposed as :attr:`AcceleratorHandle.info`. Fields are checked and normalised on creation:
@@ -33,6 +35,11 @@ class AcceleratorInfo:
     priority: int = 0
     distributed_backend: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    #: torch's device type of this accelerator's devices where it differs from the canonical
+    #: name (a plugin ``privateuse1`` whose devices are ``openreg:i``); None: the name itself.
+    #: ``accelctl stats``, which runs without torch, asks ``device_stats`` for
+    #: ``"<device_type>:<index>"``.
+    device_type: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.description, str):
@@ -55,6 +62,12 @@ class AcceleratorInfo:
                 raise ValueError(f"alias {alias!r} is not a lowercase name matching [a-z0-9_-]+")
             normalised.append(alias.strip().lower())
         object.__setattr__(self, "aliases", tuple(dict.fromkeys(normalised)))
+        kind = self.device_type
+        if kind is not None and (not isinstance(kind, str) or not _DEVICE_TYPE_RE.match(kind)):
+            raise ValueError(
+                f"device_type {kind!r} is not a torch device type (lowercase [a-z0-9_], such "
+                "as 'cuda'), or None for the accelerator's own name"
+            )
         if self.family is not None:
             object.__setattr__(self, "family", self.family.lower())
 

@@ -18,6 +18,7 @@ def test_info_normalises() -> None:
         "priority": 0,
         "distributed_backend": None,
         "aliases": ["gaudi", "hpu2"],
+        "device_type": None,
     }
 
 
@@ -30,6 +31,8 @@ def test_info_normalises() -> None:
         ({"aliases": ("no spaces",)}, "alias 'no spaces' is not a lowercase name"),
         ({"distributed_backend": 3}, "distributed_backend must be a str or None"),
         ({"description": None}, "description must be a str"),
+        ({"device_type": "Open Reg"}, "device_type 'Open Reg' is not a torch device type"),
+        ({"device_type": 3}, "device_type 3 is not a torch device type"),
     ],
 )
 def test_info_rejects_bad_fields(fields: dict[str, object], message: str) -> None:
