@@ -34,7 +34,7 @@ def get_parallel_devices(devices):
 
 @accelctl.hookimpl
 def device_stats(device):
-    if device.index == 1:
+    if accelctl.split_device(device) == ("meta", 1):  # a str from `accelctl stats`
         raise RuntimeError("sensor offline")
     return {"memory_used_bytes": 1 << 30, "memory_total_bytes": 2 << 30,
             "memory_allocated_bytes": 512 << 20, "utilization_percent": 50.0,
@@ -42,7 +42,7 @@ def device_stats(device):
 
 @accelctl.hookimpl
 def accelerator_info():
-    return {"family": "gpu", "priority": 100}
+    return {"family": "gpu", "priority": 100, "device_type": "meta"}
 """
 
 
