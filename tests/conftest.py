@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+# torch loads every installed out-of-tree backend (the torch.backends entry-point group) on
+# `import torch`; the test environment installs torch_openreg for the tests that need it. Off for
+# the test process and its children, set before anything can import torch: a test that needs
+# the backend opts in by running a subprocess without this variable (see
+# tests/plugins/test_torch_backend_openreg.py).
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
 import sys
 from collections.abc import Iterator
 from pathlib import Path
