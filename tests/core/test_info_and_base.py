@@ -64,7 +64,9 @@ class XAccelerator(accelctl.Accelerator):
 
 def test_base_class_defaults_cover_the_other_hooks() -> None:
     handle = accelctl.AcceleratorHandle.from_object(XAccelerator())
-    assert handle.info == AcceleratorInfo(priority=42, family="gpu", aliases=("ex",))
+    assert handle.info == AcceleratorInfo(
+        priority=42, family="gpu", aliases=("ex",), device_type="cpu"
+    )
     assert handle.parse_devices("-1") == [0, 1]
     assert handle.get_parallel_devices([1]) == [torch.device("cpu", 1)]
     assert handle.device_stats("cpu") == {}
