@@ -229,3 +229,16 @@ def good_plugin_named(name: str, priority: int) -> str:
     from fakedists import good_plugin
 
     return good_plugin(name, priority=priority)
+
+
+def test_autoload_off_but_the_backend_imported_by_hand_is_found() -> None:
+    code = """
+        import json, sys
+        import torch_openreg  # what a script does where autoloading is off
+        import accelctl
+        handle = accelctl.get_accelerator("openreg")
+        print(json.dumps([handle.name, handle.detect(), handle.auto_device_count()]))
+    """
+    result = python(code, with_backend(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["privateuse1", True, 2]

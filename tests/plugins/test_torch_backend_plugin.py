@@ -153,3 +153,10 @@ def test_list_row_without_a_backend_imports_no_torch(fake_site: FakeSite) -> Non
     assert (row["available"], row["device_count"], row["priority"]) == (False, 0, 50)
     assert row["distribution"] == "accelctl-torch-backend"
     assert row["reason"]  # which of the no-torch reasons depends on what is installed here
+
+
+def test_distributed_backend_is_the_one_torch_maps_the_device_type_to() -> None:
+    from accelctl_torch_backend.probe import _distributed_backend
+
+    assert _distributed_backend("cuda") == "nccl"  # torch's own map, no device needed
+    assert _distributed_backend("openreg") is None  # nothing registered: one process only
