@@ -45,7 +45,8 @@ def unavailable_reason() -> str | None:
 @accelctl.hookimpl
 def auto_device_count() -> int:
     """The backend's devices (``torch.<name>.device_count()``); 0 when not detected."""
-    return probe().device_count if detect() else 0
+    found = probe()
+    return found.device_count if found.available else 0
 
 
 def _name() -> str:
@@ -99,7 +100,9 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
         return {}
     import torch
 
-    accelerator = torch.accelerator
+    accelerator = _accelerator_api(torch, found.name)
+    if accelerator is None:  # torch.accelerator serves another device here
+        return {}
     if index is None:
         index = int(accelerator.current_device_index())
     figures: dict[str, int | float] = {}
@@ -125,22 +128,43 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
     return figures
 
 
+def _accelerator_api(torch: Any, name: str) -> Any:
+    """``torch.accelerator`` where it serves this backend (torch makes a registered PrivateUse1
+    backend the current accelerator), else None."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return None
+    current = accelerator.current_accelerator()
+    return accelerator if current is not None and current.type == name else None
+
+
 @accelctl.hookimpl
 def setup_device(device: torch.device) -> None:
-    """Make ``device`` current: ``torch.accelerator.set_device_index``."""
+    """Make ``device`` current: the backend module's ``set_device``, else
+    ``torch.accelerator.set_device_index``."""
     import torch
 
-    index = accelctl.split_device(device)[1]
-    torch.accelerator.set_device_index(0 if index is None else index)
+    found = probe()
+    index = accelctl.split_device(device)[1] or 0
+    module = getattr(torch, found.name or "", None)
+    if callable(getattr(module, "set_device", None)):
+        module.set_device(index)
+        return
+    accelerator = _accelerator_api(torch, found.name or "")
+    if accelerator is not None:
+        accelerator.set_device_index(index)
 
 
 @accelctl.hookimpl
 def teardown() -> None:
     """Return the allocator's cached memory (only where the backend is in use)."""
-    if _in_use(probe()):
+    found = probe()
+    if _in_use(found):
         import torch
 
-        torch.accelerator.empty_cache()
+        accelerator = _accelerator_api(torch, found.name or "")
+        if accelerator is not None and hasattr(accelerator, "empty_cache"):
+            accelerator.empty_cache()
 
 
 @accelctl.hookimpl
