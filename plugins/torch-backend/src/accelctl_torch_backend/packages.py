@@ -1,11 +1,11 @@
 """What is installed, read from package metadata only (no import): the packages that declare a
-torch backend, and the accelctl plugins by name.
+torch backend, and, once a backend is loaded, the accelctl plugins by name.
 
 torch loads out-of-tree backends on ``import torch`` through the ``torch.backends`` entry-point
 group (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD`` is not ``1``), so where no distribution declares
-that group no backend can be loaded, and the plugin says no without importing torch. One pass
-over the installed distributions reads both groups; it costs a few milliseconds and is made once
-per process and search path (torch too reads its group once, at import).
+that group no backend can be loaded, and the plugin says no without importing torch. Each scan
+looks at the text of every distribution's entry_points.txt and parses only those that declare the
+group; it is made once per process and search path.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata as metadata
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 TORCH_BACKENDS_GROUP = "torch.backends"
 ACCELCTL_GROUP = "accelctl.accelerators"
@@ -37,11 +37,10 @@ class BackendPackage:
 
 @dataclass(frozen=True)
 class Installed:
-    """The torch backend packages, and the accelctl plugins by entry-point name."""
+    """The torch backend packages on a search path, and a lookup of accelctl plugins there."""
 
     backends: tuple[BackendPackage, ...] = ()
-    #: Entry-point name (lower case) -> the distributions that declare it.
-    plugins: dict[str, tuple[metadata.Distribution, ...]] = field(default_factory=dict)
+    path: tuple[str, ...] | None = None
 
     def backends_text(self) -> str:
         """``"torch_openreg 0.0.1"`` (several: joined with "and")."""
@@ -49,7 +48,7 @@ class Installed:
 
     def plugin_distributions(self, name: str) -> list[str]:
         """The distributions whose ``accelctl.accelerators`` entry point is called ``name``."""
-        return [name_and_version(dist)[0] for dist in self.plugins.get(name.lower(), ())]
+        return list(_plugins(self.path).get(name.lower(), ()))
 
 
 def _key(name: str) -> str:
@@ -70,35 +69,51 @@ def name_and_version(dist: metadata.Distribution) -> tuple[str, str]:
     return fields.get("Name", "?"), fields.get("Version", "?")
 
 
+def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Distribution]:
+    """The distributions on ``path`` whose entry_points.txt has a section ``group``, each once
+    (installed twice on the path: the first wins, as for imports)."""
+    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
+    seen: set[str] = set()
+    header = f"[{group}]"
+    for dist in dists:
+        # The folder name gives the normalised name without parsing METADATA.
+        key = getattr(dist, "_normalized_name", None) or _key(dist.metadata["Name"] or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        # Most distributions declare no such group: a look at the text spares parsing it.
+        if header in (dist.read_text("entry_points.txt") or ""):
+            yield dist
+
+
 def scan(path: Sequence[str] | None = None) -> Installed:
-    """The distributions on ``path`` (default: ``sys.path``), read once per process and path."""
+    """The torch backend packages on ``path`` (default: ``sys.path``), read once per process and
+    path: torch, too, reads its group once, at import."""
     return _scan(None if path is None else tuple(path))
 
 
 @functools.lru_cache(maxsize=8)
 def _scan(path: tuple[str, ...] | None) -> Installed:
-    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
-    seen: set[str] = set()
     backends: list[BackendPackage] = []
-    plugins: dict[str, list[metadata.Distribution]] = {}
-    for dist in dists:
-        # The folder name gives the normalised name without parsing METADATA.
-        key = getattr(dist, "_normalized_name", None) or _key(dist.metadata["Name"] or "")
-        if key in seen:  # installed twice on the path: the first wins, as for imports
-            continue
-        seen.add(key)
-        for ep in dist.entry_points:
-            if ep.group == TORCH_BACKENDS_GROUP:
-                name, version = name_and_version(dist)
-                backends.append(BackendPackage(name, version, ep.module.partition(".")[0]))
-            elif ep.group == ACCELCTL_GROUP:
-                plugins.setdefault(ep.name.lower(), []).append(dist)
-    return Installed(
-        backends=tuple(dict.fromkeys(backends)),
-        plugins={name: tuple(owners) for name, owners in plugins.items()},
-    )
+    for dist in _declaring(path, TORCH_BACKENDS_GROUP):
+        for ep in dist.entry_points.select(group=TORCH_BACKENDS_GROUP):
+            name, version = name_and_version(dist)
+            backends.append(BackendPackage(name, version, ep.module.partition(".")[0]))
+    return Installed(backends=tuple(dict.fromkeys(backends)), path=path)
+
+
+@functools.lru_cache(maxsize=8)
+def _plugins(path: tuple[str, ...] | None) -> dict[str, tuple[str, ...]]:
+    """Entry-point name (lower case) -> distributions, for the ``accelctl.accelerators`` group;
+    read only once a backend is loaded (to see whether a dedicated plugin claims it)."""
+    found: dict[str, list[str]] = {}
+    for dist in _declaring(path, ACCELCTL_GROUP):
+        for ep in dist.entry_points.select(group=ACCELCTL_GROUP):
+            found.setdefault(ep.name.lower(), []).append(name_and_version(dist)[0])
+    return {name: tuple(owners) for name, owners in found.items()}
 
 
 def forget() -> None:
     """Scan again on the next call (after a ``pip install`` in a running process; tests)."""
     _scan.cache_clear()
+    _plugins.cache_clear()
