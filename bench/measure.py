@@ -70,12 +70,17 @@ class ChildFailed(RuntimeError):
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of every child: this one, with bytecode caching on (as for a user whose
-    packages pip compiled at install time) and no ``ACCELCTL_*`` choice leaking in."""
+    packages pip compiled at install time), no ``ACCELCTL_*`` choice leaking in, and torch's
+    autoloading of out-of-tree backends off unless the caller set it."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith("ACCELCTL_") and key != "PYTHONDONTWRITEBYTECODE"
     }
+    # torch loads every installed out-of-tree backend on import (the torch.backends group); the
+    # test environment installs one (torch_openreg) for its own tests. Off, so that the figures
+    # are those of a machine without one, `import torch` included.
+    env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     env.update(extra or {})
     return env
 

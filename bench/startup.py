@@ -1,8 +1,11 @@
-"""Section 1, CLI start-up: ``accelctl list`` and ``resolve`` against bare Python, the floor of a
-pluggy + click CLI, ``import torch`` and (where installed) Lightning's own accelerator listing.
+"""Section 1, CLI start-up: ``accelctl list``, ``resolve``, ``stats`` and ``env`` against bare
+Python, the floor of a pluggy + click CLI, ``import torch`` and (where installed) Lightning's own
+accelerator listing.
 
-Targets (issue 2, on a machine without a GPU): ``accelctl list`` imports no torch, costs at most
-0.10x an ``import torch`` and at most 1.5x the floor.
+Targets, on a machine without a GPU: ``accelctl list`` imports no torch, costs at most 0.10x an
+``import torch`` and at most 1.5x the floor (issue 2); ``accelctl stats --json`` and ``accelctl env
+--json`` import no torch, cost at most 0.15x an ``import torch`` and peak at most 2x the resident
+memory of ``list`` (issue 13).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from .targets import Target, ratio
 LIST = "accelctl list --json"
 LIST_NO_DETECT = "accelctl list --no-detect --json"
 RESOLVE_CPU = "accelctl resolve --accelerator cpu --json"
+STATS = "accelctl stats --json"
+ENV = "accelctl env --json"
 BARE = "python -c pass"
 IMPORT_TORCH = 'python -c "import torch"'
 FLOOR = "floor (click + pluggy + scan)"
@@ -30,6 +35,8 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
         commands.accelctl(LIST, "list", "--json"),
         commands.accelctl(LIST_NO_DETECT, "list", "--no-detect", "--json"),
         commands.accelctl(RESOLVE_CPU, "resolve", "--accelerator", "cpu", "--json"),
+        commands.accelctl(STATS, "stats", "--json"),
+        commands.accelctl(ENV, "env", "--json"),
         commands.python_code(IMPORT_TORCH, "import torch"),
     ]
     # Lightning's import alone takes seconds: quick runs (which only check the suite works) skip it.
@@ -38,6 +45,7 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
         cmds.append(peer)
     timings = {t.label: t for t in measure(cmds, repeats, warmup=not quick)}
     median = {label: t.median_s for label, t in timings.items()}
+    rss = {label: t.median_rss_mib for label, t in timings.items()}
 
     plugins = commands.plugin_modules()
     imports: dict[str, dict[str, Any]] = {}
@@ -56,6 +64,12 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
         "list / bare python": ratio(list_s, median[BARE]),
         "list --no-detect / floor": ratio(median[LIST_NO_DETECT], floor_s),
         "resolve cpu / import torch": ratio(median[RESOLVE_CPU], torch_s),
+        "stats / import torch": ratio(median[STATS], torch_s),
+        "env / import torch": ratio(median[ENV], torch_s),
+        "stats / list": ratio(median[STATS], list_s),
+        "env / list": ratio(median[ENV], list_s),
+        "stats peak RSS / list": ratio(rss[STATS], rss[LIST]),
+        "env peak RSS / list": ratio(rss[ENV], rss[LIST]),
     }
     if peer is not None:
         ratios["Lightning listing / accelctl list"] = ratio(median[LIGHTNING], list_s)
@@ -64,6 +78,12 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
         Target("accelctl list / import torch <= 0.10", ratios["list / import torch"], 0.10),
         Target("accelctl list / floor <= 1.5", ratios["list / floor"], 1.5),
     ]
+    for label, short in ((STATS, "stats"), (ENV, "env")):
+        targets += [
+            Target(f"{label} imports torch (0 = no)", float(imports[label]["torch"]), 0, "bool"),
+            Target(f"{label} / import torch <= 0.15", ratios[f"{short} / import torch"], 0.15),
+            Target(f"{label} peak RSS / list <= 2", ratios[f"{short} peak RSS / list"], 2.0),
+        ]
     return {
         "commands": [t.to_dict() for t in timings.values()],
         "imports": imports,

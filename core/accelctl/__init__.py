@@ -8,8 +8,8 @@ Public API (everything else is private)::
     accelctl.get_accelerator("cuda")          # a handle on one (imports that plugin alone)
     accelctl.resolve("auto", devices="auto")  # what a Trainer runs on
 
-Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo` and the shared
-device parsers; the hooks are documented in :mod:`accelctl.hookspecs`.
+Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
+device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from ._project import ENTRY_POINT_GROUP, PROJECT_NAME
 from .accelerator import Accelerator
+from .device_string import split_device
 from .devices import parse_indexed_devices, parse_process_count, parse_single_device
 from .errors import (
     AccelctlError,
@@ -109,4 +110,5 @@ __all__ = [
     "parse_single_device",
     "reset_registry",
     "resolve",
+    "split_device",
 ]

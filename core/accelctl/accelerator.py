@@ -94,8 +94,8 @@ class Accelerator(abc.ABC):
         indices = range(devices) if isinstance(devices, int) else devices
         return [torch.device(device_type, index) for index in indices]
 
-    def device_stats(self, device: torch.device) -> dict[str, int | float]:
-        """Default: nothing can be read."""
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """Default: nothing can be read (``device``: a ``torch.device`` or ``"<type>:<i>"``)."""
         return {}
 
     def accelerator_info(self) -> AcceleratorInfo:
@@ -106,4 +106,6 @@ class Accelerator(abc.ABC):
             priority=self.priority,
             distributed_backend=self.distributed_backend,
             aliases=tuple(self.aliases),
+            # accelctl stats names devices "<device_type>:<i>" without torch.
+            device_type=self.device_type or None,
         )

@@ -118,11 +118,8 @@ class AcceleratorHandle:
         return result
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Flat figures for one device."""
-        import torch  # before the hook's deadline starts, as in get_parallel_devices
-
-        if isinstance(device, str):
-            device = torch.device(device)
+        """Flat figures for one device, given as a ``torch.device`` or as its string form
+        (``"cuda:0"``), passed to the plugin as it is: no torch import here."""
         result: dict[str, int | float] = self._call("device_stats", device=device)
         return result
 

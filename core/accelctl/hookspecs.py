@@ -138,12 +138,18 @@ def get_parallel_devices(devices: Any) -> list[torch.device]:
 
 
 @hookspec(firstresult=True)
-def device_stats(device: torch.device) -> dict[str, int | float]:
+def device_stats(device: torch.device | str) -> dict[str, int | float]:
     """Return flat figures for one device.
 
-    Called by ``accelctl stats`` and by the Trainer every ``log_every_n_steps`` steps.
+    Called by the Trainer every ``log_every_n_steps`` steps with its ``torch.device``, and by
+    ``accelctl stats``, which imports no torch, with the device's string form.
 
-    :param device: one of the devices :func:`get_parallel_devices` returned.
+    :param device: one of the devices :func:`get_parallel_devices` returned, as a
+        ``torch.device`` or as its string ``"<type>:<index>"`` (``"<type>"`` for a device without
+        an index, such as ``"cpu"``), the type being :attr:`AcceleratorInfo.device_type` or else
+        the accelerator's name. Accept both: :func:`accelctl.split_device` gives
+        ``(type, index)`` for either without importing torch. Import torch yourself where you need
+        it.
     :returns: a flat ``dict`` of ``str`` to ``int`` or ``float``, the unit in the key. Use the
         common keys where the figure exists: ``memory_allocated_bytes``, ``memory_reserved_bytes``,
         ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_percent``,
@@ -157,8 +163,9 @@ def device_stats(device: torch.device) -> dict[str, int | float]:
 
         @accelctl.hookimpl
         def device_stats(device):
+            kind, index = accelctl.split_device(device)  # torch.device or "hpu:0"
             import habana_frameworks.torch.hpu as hpu
-            return {"memory_allocated_bytes": hpu.memory_allocated(device)}
+            return {"memory_allocated_bytes": hpu.memory_allocated(index or 0)}
     """
     raise NotImplementedError
 
@@ -196,7 +203,9 @@ def accelerator_info() -> AcceleratorInfo | dict[str, Any]:
     ``family="gpu"`` puts the accelerator under ``accelerator="gpu"``. The available accelerator of
     highest ``priority`` wins under ``"auto"`` (CPU 0; CUDA, MPS 100; a specialised chip 200).
     ``distributed_backend`` names the ``torch.distributed`` backend for several processes;
-    ``None`` restricts the accelerator to one process.
+    ``None`` restricts the accelerator to one process. ``device_type`` is torch's name for the
+    devices where it differs from the accelerator's name (``accelctl stats`` builds
+    ``"<device_type>:<index>"`` from it without importing torch).
 
     .. code-block:: python
 

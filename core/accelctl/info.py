@@ -13,6 +13,7 @@ from ._text import safe_repr
 KNOWN_FAMILIES = frozenset({"gpu"})
 
 _NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+_DEVICE_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def is_valid_name(name: str) -> bool:
@@ -22,7 +23,8 @@ def is_valid_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class AcceleratorInfo:
-    """Description, family, priority, distributed backend and aliases of one accelerator.
+    """Description, family, priority, distributed backend, aliases and device type of one
+    accelerator.
 
     Returned by the optional ``accelerator_info`` hook (a dict of these fields is accepted too)
     and exposed as :attr:`AcceleratorHandle.info`. Fields are checked and normalised on creation:
@@ -35,6 +37,11 @@ class AcceleratorInfo:
     priority: int = 0
     distributed_backend: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    #: torch's device type of this accelerator's devices where it differs from the canonical
+    #: name (a plugin ``privateuse1`` whose devices are ``openreg:i``); None: the name itself.
+    #: ``accelctl stats``, which runs without torch, asks ``device_stats`` for
+    #: ``"<device_type>:<index>"``.
+    device_type: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.description, str):
@@ -59,6 +66,12 @@ class AcceleratorInfo:
                 )
             normalised.append(alias.strip().lower())
         object.__setattr__(self, "aliases", tuple(dict.fromkeys(normalised)))
+        kind = self.device_type
+        if kind is not None and (not isinstance(kind, str) or not _DEVICE_TYPE_RE.match(kind)):
+            raise ValueError(
+                f"device_type {kind!r} is not a torch device type (lowercase [a-z0-9_], such "
+                "as 'cuda'), or None for the accelerator's own name"
+            )
         if self.family is not None:
             object.__setattr__(self, "family", self.family.lower())
 

@@ -76,6 +76,11 @@ def test_startup_section(quick_results: tuple[dict, Path]) -> None:
     assert startup["imports"]["accelctl resolve --accelerator cpu --json"]["torch"] is True
     assert "cpu" in startup["imports"]["accelctl list --json"]["plugins"]
     assert startup["imports"]["accelctl list --no-detect --json"]["plugins"] == []
+    # stats and env answer without torch where the plugins can (issue 13).
+    for label in ("accelctl stats --json", "accelctl env --json"):
+        assert startup["imports"][label]["torch"] is False
+        assert "cpu" in startup["imports"][label]["plugins"]
+    assert {"stats / import torch", "env peak RSS / list"} <= set(startup["ratios"])
     assert {t["target"] for t in startup["targets"]} >= {"accelctl list / floor <= 1.5"}
 
 

@@ -34,7 +34,7 @@ def get_parallel_devices(devices):
 
 @accelctl.hookimpl
 def device_stats(device):
-    if device.index == 1:
+    if accelctl.split_device(device) == ("meta", 1):  # a str from `accelctl stats`
         raise RuntimeError("sensor offline")
     return {"memory_used_bytes": 1 << 30, "memory_total_bytes": 2 << 30,
             "memory_allocated_bytes": 512 << 20, "utilization_percent": 50.0,
@@ -42,7 +42,7 @@ def device_stats(device):
 
 @accelctl.hookimpl
 def accelerator_info():
-    return {"family": "gpu", "priority": 100}
+    return {"family": "gpu", "priority": 100, "device_type": "meta"}
 """
 
 
@@ -161,3 +161,52 @@ def test_watch_needs_a_positive_number(value: str):
     result = run("stats", "--watch", value)
     assert result.exit_code == 2
     assert "--watch" in result.stderr
+
+
+COUNTING_PLUGIN = """
+import accelctl
+
+@accelctl.hookimpl
+def detect():
+    return True
+
+@accelctl.hookimpl
+def auto_device_count():
+    return 3
+
+@accelctl.hookimpl
+def parse_devices(devices):
+    return {parsed}
+
+@accelctl.hookimpl
+def get_parallel_devices(devices):
+    raise AssertionError("accelctl stats must not need torch.device objects")
+
+@accelctl.hookimpl
+def device_stats(device):
+    assert isinstance(device, str)
+    return {{"memory_used_bytes": 1}}
+
+@accelctl.hookimpl
+def accelerator_info():
+    return {info}
+"""
+
+
+@pytest.mark.parametrize(
+    ("parsed", "info", "devices"),
+    [
+        ("[0, 2]", "{}", ["procs:0", "procs:2"]),  # indices: "<name>:<i>"
+        ("3", "{}", ["procs"]),  # a process count: the one device they share
+        ("[1]", '{"device_type": "openreg"}', ["openreg:1"]),  # torch's type, not the name
+    ],
+)
+def test_devices_are_strings_built_from_parse_devices(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch, parsed: str, info: str, devices: list[str]
+) -> None:
+    source = COUNTING_PLUGIN.format(parsed=parsed, info=info)
+    fake_site.install("acme-procs", {"procs": "stats_procs"}, {"stats_procs": source})
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "procs")
+    result = run("stats", "--json")
+    assert result.exit_code == 0, result.output
+    assert [entry["device"] for entry in json.loads(result.stdout)] == devices

@@ -18,6 +18,7 @@ def test_info_normalises() -> None:
         "priority": 0,
         "distributed_backend": None,
         "aliases": ["gaudi", "hpu2"],
+        "device_type": None,
     }
 
 
@@ -30,6 +31,8 @@ def test_info_normalises() -> None:
         ({"aliases": ("no spaces",)}, "alias 'no spaces' is not a lowercase name"),
         ({"distributed_backend": 3}, "distributed_backend must be a str or None"),
         ({"description": None}, "description must be a str"),
+        ({"device_type": "Open Reg"}, "device_type 'Open Reg' is not a torch device type"),
+        ({"device_type": 3}, "device_type 3 is not a torch device type"),
     ],
 )
 def test_info_rejects_bad_fields(fields: dict[str, object], message: str) -> None:
@@ -61,7 +64,9 @@ class XAccelerator(accelctl.Accelerator):
 
 def test_base_class_defaults_cover_the_other_hooks() -> None:
     handle = accelctl.AcceleratorHandle.from_object(XAccelerator())
-    assert handle.info == AcceleratorInfo(priority=42, family="gpu", aliases=("ex",))
+    assert handle.info == AcceleratorInfo(
+        priority=42, family="gpu", aliases=("ex",), device_type="cpu"
+    )
     assert handle.parse_devices("-1") == [0, 1]
     assert handle.get_parallel_devices([1]) == [torch.device("cpu", 1)]
     assert handle.device_stats("cpu") == {}

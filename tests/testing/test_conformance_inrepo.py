@@ -51,3 +51,14 @@ class TestXPUConformance(AcceleratorConformance):
     @pytest.fixture(autouse=True)
     def _installed(self) -> None:
         pytest.importorskip("accelctl_xpu")
+
+
+class TestTorchBackendConformance(AcceleratorConformance):
+    """Without a loaded backend here (autoloading is off in tests), the device checks skip; the
+    real backend is validated in tests/plugins/test_torch_backend_openreg.py."""
+
+    accelerator = "privateuse1"
+
+    @pytest.fixture(autouse=True)
+    def _installed(self) -> None:
+        pytest.importorskip("accelctl_torch_backend")

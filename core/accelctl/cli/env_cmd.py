@@ -4,8 +4,10 @@ Platform, Python, torch and the GPU runtimes it was built for, accelctl and ever
 distribution version, each accelerator's availability and device count, driver versions where the
 machine tells them, and the environment variables that steer device selection.
 
-torch is imported inside the command (its MPS build can only be asked that way), never at module
-level, and no device runtime is initialised: a CUDA context is never created here.
+torch's facts come from ``torch/version.py`` read as text (:mod:`accelctl.torch_build`): the command
+imports no torch where the plugins need none (a machine without a GPU), and no device runtime is
+initialised: a CUDA context is never created here. On macOS torch is imported to ask whether it
+has MPS.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .._project import (
 )
 from .._text import printable_line
 from ..registry import list_accelerators
+from ..torch_build import cudnn_version, mps_built, read_torch_build
 from ._output import emit_json
 
 #: Variables that steer which devices torch and the runtimes expose, shown when set.
@@ -77,23 +80,24 @@ class Environment:
 
 
 def _torch_info() -> dict[str, Any]:
-    """torch's version and builds; ``{"error": ...}`` when it is missing or fails to import."""
+    """torch's version and builds, read from ``torch/version.py`` without importing torch;
+    ``{"version": None, "error": ...}`` when it is missing or broken."""
     try:
-        import torch
-    except Exception as exc:  # not installed, or a broken install: that is the report
+        build = read_torch_build()
+        if build is None:
+            return {"version": None, "error": "torch is not installed (pip install torch)"}
+        info: dict[str, Any] = {
+            "version": build.version,
+            "path": build.path,
+            "cuda": build.cuda,
+            "hip": build.hip,
+            "xpu": build.xpu,
+            "mps_built": mps_built(build),
+            "cudnn": cudnn_version(build),
+            "source": build.source,
+        }
+    except Exception as exc:  # a broken install: that is the report
         return {"version": None, "error": f"{type(exc).__name__}: {exc}"}
-    info: dict[str, Any] = {
-        "version": str(torch.__version__),
-        "path": str(Path(torch.__file__).parent),
-        "cuda": torch.version.cuda,
-        "hip": getattr(torch.version, "hip", None),
-        "mps_built": bool(torch.backends.mps.is_built()),
-    }
-    try:  # the cuDNN library's version: read from the library, no CUDA context
-        cudnn = torch.backends.cudnn
-        info["cudnn"] = cudnn.version() if torch.version.cuda else None  # type: ignore[no-untyped-call]
-    except Exception:
-        info["cudnn"] = None
     return info
 
 
@@ -160,7 +164,7 @@ def _accelctl_version() -> str:
 
 
 def collect() -> Environment:
-    """Gather the report (imports torch, initialises no device)."""
+    """Gather the report (no torch import where the plugins need none; no device initialised)."""
     variables = {name: os.environ[name] for name in DEVICE_VARIABLES if name in os.environ}
     return Environment(
         platform=platform.platform(),
@@ -187,7 +191,8 @@ def render(env: Environment) -> str:
     else:
         torch_line = (
             f"{torch['version']} (CUDA: {_yes(torch['cuda'])}, HIP: {_yes(torch['hip'])}, "
-            f"MPS: {'yes' if torch['mps_built'] else 'no'}"
+            + (f"XPU: {torch['xpu']}, " if torch.get("xpu") else "")
+            + f"MPS: {'yes' if torch['mps_built'] else 'no'}"
             + (f", cuDNN: {torch['cudnn']}" if torch.get("cudnn") else "")
             + f") at {torch['path']}"
         )

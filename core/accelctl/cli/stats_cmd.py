@@ -1,4 +1,8 @@
-"""``accelctl stats``: the device figures of the available accelerators, once or every N seconds."""
+"""``accelctl stats``: the device figures of the available accelerators, once or every N seconds.
+
+No torch import of its own: devices are named by their strings (``"cuda:0"``) and each plugin's
+``device_stats`` takes that form, importing torch only where it needs it (a device in use).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 import click
 
 from .._text import one_line, printable_line
+from ..device_string import device_string
 from ..errors import AccelctlError
 from ..handle import AcceleratorHandle
 from ..registry import list_accelerators
@@ -68,9 +73,18 @@ def _targets(name: str | None) -> list[AcceleratorHandle]:
 
 
 def _devices(handle: AcceleratorHandle) -> list[str]:
-    """Every device ``devices="auto"`` gives, each once (the CPU's processes share one)."""
-    devices = handle.get_parallel_devices(handle.parse_devices("auto"))
-    return list(dict.fromkeys(str(device) for device in devices))
+    """Every device ``devices="auto"`` gives, as strings, without importing torch.
+
+    ``parse_devices("auto")`` gives indices (``"<type>:<i>"`` each) or, for a process-count
+    accelerator such as the CPU, a count of processes that share the one device (``"<type>"``
+    once). The type is the plugin's ``device_type``, else its name. ``get_parallel_devices``
+    would give the same devices as ``torch.device`` objects, at the cost of importing torch.
+    """
+    parsed = handle.parse_devices("auto")
+    kind = handle.info.device_type or handle.name
+    if isinstance(parsed, int):
+        return [device_string(kind)]
+    return list(dict.fromkeys(device_string(kind, index) for index in parsed))
 
 
 def read_all(handles: list[AcceleratorHandle]) -> list[DeviceReading]:

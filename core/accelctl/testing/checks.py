@@ -133,8 +133,9 @@ CHECKS: tuple[Check, ...] = (
     Check("devices_one", "where detected: 1 gives exactly one torch.device"),
     Check(
         "device_stats",
-        f"where detected: device_stats(first device) is a flat dict of str to int/float with "
-        f"common or '<name>.' keys, within {STATS_CALL_LIMIT_S:g} s",
+        f"where detected: device_stats(first device), given as a torch.device and as its str "
+        f"'<type>:<index>', is a flat dict of str to int/float with common or '<name>.' keys "
+        f"(the same keys for both forms), within {STATS_CALL_LIMIT_S:g} s",
     ),
     Check(
         "distributed_backend",
@@ -743,14 +744,36 @@ def _check_stats(handle: AcceleratorHandle, device: torch.device | None, run: _R
     if device is None:
         run.skipped(check, "needs a device from the devices_auto round trip, which failed")
         return
+    # `accelctl stats` runs without torch: it asks for "<device_type or name>:<index>", which
+    # should name the device the Trainer passes. Test plugins often stand in for hardware with
+    # cpu devices, so a mismatch is a note in the detail rather than a failure.
     try:
-        stats, seconds = _timed(handle.device_stats, device)
-    except AccelctlError as exc:
-        run.failed(check, _strip_subject(one_line(exc), handle), exc)
-        return
+        kind = handle.info.device_type or handle.name
+    except AccelctlError:
+        kind = handle.name  # a broken accelerator_info() fails its own check
+    text = str(device)
+    note = ""
+    if device.type != kind:
+        note = (
+            f"; note: accelctl stats (without torch) asks for {kind!r} devices, not "
+            f"{device.type!r}: set AcceleratorInfo(device_type={device.type!r})"
+        )
+    readings = []
+    for form in (device, text):  # both forms of the contract: torch.device and "<type>:<index>"
+        try:
+            stats, seconds = _timed(handle.device_stats, form)
+        except AccelctlError as exc:
+            shown = f"{text!r} (a str)" if isinstance(form, str) else f"torch.device({text!r})"
+            run.failed(check, f"{shown}: {_strip_subject(one_line(exc), handle)}", exc)
+            return
+        readings.append((stats, seconds))
     prefixes = tuple(f"{name}." for name in (handle.name, *_aliases(handle)))
+    (stats, seconds), (by_text, text_seconds) = readings
+    seconds = max(seconds, text_seconds)
     stray = sorted(
-        key for key in stats if key not in COMMON_STATS_KEYS and not key.startswith(prefixes)
+        key
+        for key in {*stats, *by_text}
+        if key not in COMMON_STATS_KEYS and not key.startswith(prefixes)
     )
     if stray:
         run.failed(
@@ -758,13 +781,23 @@ def _check_stats(handle: AcceleratorHandle, device: torch.device | None, run: _R
             f"key(s) {', '.join(map(repr, stray))} are neither common keys "
             f"({', '.join(sorted(COMMON_STATS_KEYS))}) nor prefixed with {prefixes[0]!r}",
         )
+    elif set(stats) != set(by_text):
+        run.failed(
+            check,
+            f"torch.device({text!r}) and the str {text!r} give different keys: "
+            f"{', '.join(sorted(set(stats) ^ set(by_text)))}; both forms name the same device",
+        )
     elif seconds > STATS_CALL_LIMIT_S:
         run.failed(
             check, f"took {seconds:.2f} s (limit {STATS_CALL_LIMIT_S:g} s): never sample or sleep"
         )
     else:
         keys = ", ".join(sorted(stats)) or "none: {} (nothing readable, allowed)"
-        run.passed(check, f"{len(stats)} figures on {device} in {_ms(seconds)}: {keys}")
+        run.passed(
+            check,
+            f"{len(stats)} figures on {device} (torch.device and str alike) in {_ms(seconds)}: "
+            f"{keys}{note}",
+        )
 
 
 def _check_backend(handle: AcceleratorHandle, device: torch.device | None, run: _Run) -> None:

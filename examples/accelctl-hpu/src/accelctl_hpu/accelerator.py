@@ -141,12 +141,16 @@ class HPUAccelerator(accelctl.Accelerator):
         indices = range(devices) if isinstance(devices, int) else devices
         return [torch.device("hpu", index) for index in indices]
 
-    def device_stats(self, device: torch.device) -> dict[str, int | float]:
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Habana's allocator figures (``memory_stats``) where the bridge has them.
 
-        ``{}`` when Habana's runtime is not initialised in this process yet: reading stats must
-        not start it.
+        ``device`` is a ``torch.device`` or its string (``"hpu:0"``, as ``accelctl stats``
+        passes it); the bridge takes the string as it is. ``{}`` when Habana's runtime is not
+        initialised in this process yet: reading stats must not start it.
         """
+        kind, _ = accelctl.split_device(device)
+        if kind != self.name:
+            raise ValueError(f"{self.name}: device_stats takes an hpu device, not {str(device)!r}")
         bridge = _bridge()
         if not isinstance(bridge, ModuleType) or not hasattr(bridge, "memory_stats"):
             return {}

@@ -44,8 +44,11 @@ def get_parallel_devices(devices: int) -> list[torch.device]:
 
 
 @accelctl.hookimpl
-def device_stats(device: torch.device) -> dict[str, int | float]:
-    """Machine-wide CPU, memory and swap figures (psutil; never sleeps)."""
+def device_stats(device: torch.device | str) -> dict[str, int | float]:
+    """Machine-wide CPU, memory and swap figures (psutil; never sleeps) for ``cpu`` (a
+    ``torch.device`` or the string ``"cpu"``: no torch import)."""
+    if accelctl.split_device(device)[0] != NAME:
+        raise ValueError(f"{NAME}: device_stats takes a cpu device, not {str(device)!r}")
     import psutil
 
     memory = psutil.virtual_memory()

@@ -98,14 +98,19 @@ def _nvidia_figures(found: Probe, index: int, in_use: bool) -> dict[str, int | f
 
 
 @accelctl.hookimpl
-def device_stats(device: torch.device) -> dict[str, int | float]:
+def device_stats(device: torch.device | str) -> dict[str, int | float]:
     """Allocator figures (only where this process already uses CUDA: never initialised here),
-    then the device's own from NVML (NVIDIA) or the amdgpu files (AMD)."""
-    if device.type != NAME:
+    then the device's own from NVML (NVIDIA) or the amdgpu files (AMD).
+
+    ``device`` is a ``torch.device`` or its string (``"cuda:0"``): ``accelctl stats`` passes the
+    string and imports no torch, and neither does this hook where CUDA is not in use.
+    """
+    kind, given_index = accelctl.split_device(device)
+    if kind != NAME:
         raise ValueError(f"{NAME}: device_stats takes a cuda device, not {str(device)!r}")
     in_use = _cuda_in_use()
-    if device.index is not None:
-        index = device.index
+    if given_index is not None:
+        index = given_index
     else:
         index = int(sys.modules["torch"].cuda.current_device()) if in_use else 0
     figures: dict[str, int | float] = _allocator_figures(index) if in_use else {}

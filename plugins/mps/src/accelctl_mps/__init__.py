@@ -76,12 +76,16 @@ def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
 
 
 @accelctl.hookimpl
-def device_stats(device: torch.device) -> dict[str, int | float]:
+def device_stats(device: torch.device | str) -> dict[str, int | float]:
     """torch's MPS allocator figures where this torch has them, and the unified (system) memory
-    that the GPU shares with the CPU under the common keys."""
+    that the GPU shares with the CPU under the common keys.
+
+    ``device`` is a ``torch.device`` or its string ``"mps:0"``; torch is imported here only where
+    MPS is available (``detect``), as the allocator figures need it.
+    """
     import psutil
 
-    if device.type != NAME:
+    if accelctl.split_device(device)[0] != NAME:
         raise ValueError(f"{NAME}: device_stats takes an mps device, not {str(device)!r}")
     figures: dict[str, int | float] = {}
     if detect():

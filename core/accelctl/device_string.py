@@ -1,0 +1,39 @@
+"""A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch.
+
+``accelctl stats`` has no ``torch.device`` to hand a plugin's ``device_stats`` (importing torch
+would cost it seconds), so it passes the device's string form; plugins take either form and split
+it with :func:`split_device`, which reads a ``torch.device`` through its ``type`` and ``index``
+attributes, never importing torch.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_DEVICE_RE = re.compile(r"^([a-z][a-z0-9_]*)(?::(\d+))?$")
+_FORMS = "a torch.device, or a str '<type>' or '<type>:<index>' such as 'cpu' or 'cuda:0'"
+
+
+def split_device(device: Any) -> tuple[str, int | None]:
+    """The type and index of ``device``: ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give
+    ``("cuda", 1)``; ``"cpu"`` gives ``("cpu", None)``.
+
+    :raises TypeError: ``device`` is neither a ``torch.device`` nor a ``str``.
+    :raises ValueError: a string that is not of the form ``"<type>"`` or ``"<type>:<index>"``.
+    """
+    if isinstance(device, str):
+        match = _DEVICE_RE.match(device.strip())
+        if match is None:
+            raise ValueError(f"device {device!r} is not a device name; expected {_FORMS}")
+        index = match.group(2)
+        return match.group(1), None if index is None else int(index)
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if isinstance(kind, str) and (index is None or isinstance(index, int)):
+        return kind, index
+    raise TypeError(f"device must be {_FORMS}; got {type(device).__name__} {device!r}")
+
+
+def device_string(device_type: str, index: int | None = None) -> str:
+    """``"cuda:0"`` (or ``"cpu"`` without an index): what ``str(torch.device(...))`` gives."""
+    return device_type if index is None else f"{device_type}:{index}"

@@ -1,0 +1,244 @@
+"""The torch-backend plugin on a real out-of-tree backend: PyTorch's own torch_openreg.
+
+The test process keeps torch's backend autoloading off (tests/conftest.py), so these tests opt in
+by running a fresh interpreter without ``TORCH_DEVICE_BACKEND_AUTOLOAD``: there ``import torch``
+loads torch_openreg, which renames PrivateUse1 to ``openreg`` with 2 emulated devices and no
+distributed backend. The wheel is ../shared/backends/torch_openreg-*.whl; where it is not
+installed these tests skip, except under CI=true, where a missing wheel is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fakedists import FakeSite
+
+pytestmark = [pytest.mark.openreg, pytest.mark.slow]
+
+#: `import torch` with the backend takes seconds on a loaded machine; only a hang guard.
+HANG_GUARD_S = 300
+
+
+@pytest.fixture(autouse=True)
+def _openreg_installed() -> None:
+    if importlib.util.find_spec("torch_openreg") is None:
+        message = (
+            "torch_openreg is not installed: pip install "
+            "../shared/backends/torch_openreg-0.0.1-cp311-cp311-linux_x86_64.whl "
+            "(CPython 3.11, torch 2.13.0 only)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def with_backend(extra_path: list[str] | None = None, **variables: str) -> dict[str, str]:
+    """This environment with torch's backend autoloading back on (and no ACCELCTL_* choice)."""
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "TORCH_DEVICE_BACKEND_AUTOLOAD" and not key.startswith("ACCELCTL_")
+    }
+    if extra_path:
+        environ["PYTHONPATH"] = os.pathsep.join(
+            [*extra_path, *filter(None, [environ.get("PYTHONPATH")])]
+        )
+    environ.update(variables)
+    return environ
+
+
+def accelctl(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accelctl", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=HANG_GUARD_S,
+    )
+
+
+def python(code: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=HANG_GUARD_S,
+    )
+
+
+def test_list_shows_openreg_available_with_two_devices() -> None:
+    result = accelctl("list", "--json", environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1"))
+    assert result.returncode == 0, result.stderr
+    row = next(r for r in json.loads(result.stdout) if r["name"] == "privateuse1")
+    assert (row["available"], row["device_count"], row["state"]) == (True, 2, "available")
+    assert row["aliases"] == ["openreg"]
+    assert row["description"] == "PrivateUse1 backend 'openreg' (torch_openreg 0.0.1)"
+    assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, None)
+    table = accelctl("list", environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")).stdout
+    line = next(line for line in table.splitlines() if line.startswith("privateuse1"))
+    assert line.split()[:3] == ["privateuse1", "yes", "2"] and "'openreg'" in line
+
+
+def test_validate_passes_with_the_device_checks_run() -> None:
+    result = accelctl("validate", "privateuse1", "openreg", "--json", environ=with_backend())
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = json.loads(result.stdout)
+    assert [report["name"] for report in reports] == ["privateuse1", "privateuse1"]
+    checks = {c["check"]: c for c in reports[0]["checks"]}
+    for check in ("devices_auto", "devices_minus_one", "devices_one", "device_stats"):
+        assert checks[check]["status"] == "pass", checks[check]
+    assert checks["devices_auto"]["detail"] == "'auto' -> [0, 1] -> [openreg:0, openreg:1]"
+    everything = accelctl("validate", "--json", environ=with_backend())
+    assert everything.returncode == 0, everything.stdout  # and every other installed plugin
+
+
+def test_resolve_by_the_backend_name_and_auto_prefers_it_over_the_cpu() -> None:
+    environ = with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")
+    named = accelctl(
+        "resolve", "--accelerator", "OpenReg", "--devices", "1,", "--json", environ=environ
+    )
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["devices"] == ["openreg:1"]
+    auto = json.loads(accelctl("resolve", "--json", environ=environ).stdout)
+    assert (auto["accelerator"], auto["devices"][0]) == ("privateuse1", "openreg:0")
+    too_many = accelctl("resolve", "--accelerator", "openreg", "--devices", "3", environ=environ)
+    assert too_many.returncode == 1
+    assert "openreg: devices='3' asks for 3 devices, more than are visible" in too_many.stderr
+
+
+def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
+    tmp_path: Path,
+) -> None:
+    code = """
+        import json, sys
+        import torch
+        import accelctl
+        from torch import nn
+        from torch.nn import functional as F
+        from torch.utils.data import DataLoader, TensorDataset
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = nn.Linear(8, 2)
+            def forward(self, x):
+                return self.linear(x)
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                assert x.device.type == DEVICE_TYPE
+                return F.cross_entropy(self(x), y)
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.5)
+
+        def fit(accelerator, root):
+            global DEVICE_TYPE
+            DEVICE_TYPE = "openreg" if accelerator == "openreg" else "cpu"
+            torch.manual_seed(0)
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(128, 8, generator=g)
+            data = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=32)
+            trainer = accelctl.Trainer(
+                accelerator=accelerator, devices=1, max_epochs=2, root_dir=root,
+                log_every_n_steps=2,
+            )
+            trainer.fit(Model(), data)
+            lines = [json.loads(l) for l in open(root + "/metrics.jsonl")]
+            stats = [l for l in lines if any(k.startswith("memory_") for k in l)]
+            return {"name": trainer.accelerator.name, "device": str(trainer.device),
+                    "loss": trainer.metrics["train_loss"], "stats": stats[-1] if stats else None}
+
+        print(json.dumps({"openreg": fit("openreg", sys.argv[1]), "cpu": fit("cpu", sys.argv[2])}))
+    """
+    (tmp_path / "openreg").mkdir()
+    (tmp_path / "cpu").mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(code),
+            str(tmp_path / "openreg"),
+            str(tmp_path / "cpu"),
+        ],
+        capture_output=True,
+        text=True,
+        env=with_backend(),
+        timeout=HANG_GUARD_S,
+    )
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)
+    assert (runs["openreg"]["name"], runs["openreg"]["device"]) == ("privateuse1", "openreg:0")
+    assert runs["openreg"]["loss"] == pytest.approx(runs["cpu"]["loss"], rel=1e-5, abs=1e-6)
+    # In use by the Trainer, so the allocator's figures are read (never initialised for it).
+    assert runs["openreg"]["stats"]["memory_allocated_bytes"] > 0
+
+
+def test_device_stats_reads_the_allocator_only_once_the_backend_is_in_use() -> None:
+    code = """
+        import json
+        import torch
+        import accelctl
+        handle = accelctl.get_accelerator("openreg")
+        before = handle.device_stats("openreg:1")
+        initialised_by_stats = torch.openreg.is_initialized()
+        x = torch.ones(1024, device="openreg:1")
+        print(json.dumps({
+            "before": before, "initialised_by_stats": initialised_by_stats,
+            "str": handle.device_stats("openreg:1"),
+            "device": handle.device_stats(torch.device("openreg", 1)),
+            "other": handle.device_stats("openreg:0"),
+        }))
+    """
+    result = python(code, with_backend())
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["before"] == {} and found["initialised_by_stats"] is False
+    assert found["str"] == found["device"]
+    assert found["str"]["memory_allocated_bytes"] == 4096
+    assert found["str"]["memory_reserved_bytes"] >= 4096
+    assert found["other"]["memory_allocated_bytes"] == 0
+
+
+def test_a_dedicated_plugin_wins_by_name_and_under_auto(fake_site: FakeSite) -> None:
+    # Priority 10, below this plugin's 50: the dedicated plugin still wins.
+    source = good_plugin_named("openreg", priority=10)
+    fake_site.install("accelctl-openreg", {"openreg": "openreg_plugin"}, {"openreg_plugin": source})
+    environ = with_backend([str(fake_site.root)], ACCELCTL_PLUGINS="cpu,privateuse1,openreg")
+    rows = {r["name"]: r for r in json.loads(accelctl("list", "--json", environ=environ).stdout)}
+    assert rows["privateuse1"]["available"] is False
+    assert rows["privateuse1"]["reason"] == (
+        "the dedicated plugin accelctl-openreg provides 'openreg'"
+    )
+    assert rows["privateuse1"]["aliases"] == []  # the name is the dedicated plugin's
+    for args in (("--accelerator", "openreg"), ()):
+        result = accelctl("resolve", *args, "--json", environ=environ)
+        assert json.loads(result.stdout)["accelerator"] == "openreg", result.stderr
+    validated = accelctl("validate", "privateuse1", "--json", environ=environ)
+    assert validated.returncode == 0, validated.stdout
+
+
+def good_plugin_named(name: str, priority: int) -> str:
+    from fakedists import good_plugin
+
+    return good_plugin(name, priority=priority)
+
+
+def test_autoload_off_but_the_backend_imported_by_hand_is_found() -> None:
+    code = """
+        import json, sys
+        import torch_openreg  # what a script does where autoloading is off
+        import accelctl
+        handle = accelctl.get_accelerator("openreg")
+        print(json.dumps([handle.name, handle.detect(), handle.auto_device_count()]))
+    """
+    result = python(code, with_backend(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == ["privateuse1", True, 2]
