@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from accelctl.testing import write_distribution
+
 #: Prefix of every generated distribution, module and accelerator name.
 PREFIX = "benchplug"
 
@@ -78,17 +80,13 @@ def install_fake_plugins(root: Path, count: int, version: str = "1.0") -> list[s
     names = []
     for index in range(count):
         name = plugin_name(index)
-        info = root / f"{name}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-            f"Summary: accelctl benchmark plugin {index}\n"
+        write_distribution(
+            root,
+            name,
+            {name: name},
+            version=version,
+            modules={name: _MODULE.format(name=name, index=index)},
+            record=True,
         )
-        (info / "entry_points.txt").write_text(f"[accelctl.accelerators]\n{name} = {name}\n")
-        (info / "RECORD").write_text(
-            f"{name}.py,,\n{info.name}/METADATA,,\n{info.name}/entry_points.txt,,\n"
-            f"{info.name}/RECORD,,\n"
-        )
-        (root / f"{name}.py").write_text(_MODULE.format(name=name, index=index))
         names.append(name)
     return names

@@ -1,16 +1,18 @@
 """Real installed distributions for tests: ``*.dist-info`` folders and modules on a path.
 
 Discovery tests use these instead of mocking ``importlib.metadata``: a folder made here is what
-``pip install`` leaves in site-packages (METADATA, entry_points.txt, the plugin's module).
+``pip install`` leaves in site-packages (METADATA, entry_points.txt, the plugin's module), written
+by :func:`accelctl.testing.write_distribution`, the one builder the benchmark uses too.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
+
+from accelctl.testing import write_distribution
 
 
 class FakeSite:
@@ -35,17 +37,10 @@ class FakeSite:
     ) -> Path:
         """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``
         and ``modules`` (module name -> source, dedented)."""
-        folder = re.sub(r"[-_.]+", "_", distribution)
-        info = self.root / f"{folder}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+        info = write_distribution(
+            self.root, distribution, entry_points, version=version, group=group, modules=modules
         )
-        lines = [f"[{group}]"] + [f"{name} = {value}" for name, value in entry_points.items()]
-        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
-        for module, source in (modules or {}).items():
-            (self.root / f"{module}.py").write_text(textwrap.dedent(source))
-            self.modules.append(module)
+        self.modules.extend(modules or {})
         return info
 
     def copy_installed(self, distribution: str) -> bool:
@@ -77,19 +72,10 @@ class FakeSite:
         """Install ``distribution`` with its dist-info files written exactly as given (``str`` or
         ``bytes``): a malformed ``entry_points.txt``, a ``METADATA`` that is not UTF-8... A
         ``METADATA`` is written for it unless ``files`` has one."""
-        folder = re.sub(r"[-_.]+", "_", distribution)
-        info = self.root / f"{folder}-{version}.dist-info"
-        info.mkdir()
-        files = {
-            "METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n",
-            **files,
-        }
-        for filename, content in files.items():
-            data = content.encode() if isinstance(content, str) else content
-            (info / filename).write_bytes(data)
-        for module, source in (modules or {}).items():
-            (self.root / f"{module}.py").write_text(textwrap.dedent(source))
-            self.modules.append(module)
+        info = write_distribution(
+            self.root, distribution, version=version, modules=modules, files=files
+        )
+        self.modules.extend(modules or {})
         return info
 
     def forget_modules(self) -> None:

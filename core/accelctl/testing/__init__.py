@@ -19,10 +19,14 @@ or call them from code: ``accelctl.testing.validate("hpu")`` returns a
 :class:`ValidationReport` of :class:`CheckResult` (``check``, ``status``, ``detail``).
 :data:`CHECKS` lists what is checked; a check that needs hardware that is absent is skipped, so a
 correct plugin passes on a machine without its device.
+
+:func:`write_distribution` installs a fake plugin distribution into a folder (a ``.dist-info``
+and its modules, as pip leaves them), for tests of what several installed plugins do together.
 """
 
 from __future__ import annotations
 
+from ._distributions import write_distribution
 from .checks import (
     BAD_DEVICE_SPECS,
     CHECK_IDS,
@@ -57,4 +61,5 @@ __all__ = [
     "assert_conforms",
     "validate",
     "validate_installed",
+    "write_distribution",
 ]

@@ -1,0 +1,63 @@
+"""Installed distributions written by hand: what ``pip install`` leaves in site-packages.
+
+A plugin's tests (and accelctl's own, and its benchmark) install fake plugins this way instead of
+mocking ``importlib.metadata``: a ``<name>-<version>.dist-info`` folder with ``METADATA`` and
+``entry_points.txt`` (and, when asked, ``RECORD``), and the plugin's modules beside it. Put the
+folder on ``sys.path`` (so the modules import) and give it to ``accelctl.Registry(path=[...])``.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+from .._project import ENTRY_POINT_GROUP
+
+
+def dist_info_name(distribution: str, version: str) -> str:
+    """The folder name pip gives a distribution's metadata (``accelctl_npu-1.0.dist-info``)."""
+    return f"{re.sub(r'[-_.]+', '_', distribution)}-{version}.dist-info"
+
+
+def write_distribution(
+    root: Path,
+    distribution: str,
+    entry_points: Mapping[str, str] | None = None,
+    *,
+    version: str = "1.0",
+    group: str = ENTRY_POINT_GROUP,
+    modules: Mapping[str, str] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
+    record: bool = False,
+) -> Path:
+    """Install ``distribution`` into the folder ``root`` (created if needed).
+
+    :param entry_points: name -> ``"module:attr"`` in ``group`` (default: accelctl's group).
+    :param modules: module name -> source (dedented), written as ``root/<module>.py``.
+    :param files: dist-info files written exactly as given (``str`` or ``bytes``), replacing the
+        generated ``METADATA`` / ``entry_points.txt``: a malformed file, a non-UTF-8 one...
+    :param record: also write a ``RECORD`` listing what was written, as pip does.
+    :returns: the ``.dist-info`` folder.
+    :raises FileExistsError: the distribution is installed in ``root`` already.
+    """
+    info = root / dist_info_name(distribution, version)
+    info.mkdir(parents=True)
+    generated: dict[str, str | bytes] = {
+        "METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"
+    }
+    if entry_points is not None:
+        lines = [f"[{group}]"] + [f"{name} = {value}" for name, value in entry_points.items()]
+        generated["entry_points.txt"] = "\n".join(lines) + "\n"
+    generated.update(files or {})
+    for filename, content in generated.items():
+        data = content.encode() if isinstance(content, str) else content
+        (info / filename).write_bytes(data)
+    for module, source in (modules or {}).items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    if record:
+        listed = [f"{module}.py" for module in modules or {}]
+        listed += [f"{info.name}/{filename}" for filename in [*generated, "RECORD"]]
+        (info / "RECORD").write_text("".join(f"{path},,\n" for path in listed))
+    return info
