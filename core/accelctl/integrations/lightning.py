@@ -150,7 +150,14 @@ class LightningAccelerator(_LightningAcceleratorBase):
     #: The plugin this class is bound to; None on ``LightningAccelerator`` itself.
     _handle: ClassVar[AcceleratorHandle | None] = None
 
-    def __new__(cls, name_or_handle: object = None) -> LightningAccelerator:
+    def __new__(cls, *args: Any, **kwargs: Any) -> LightningAccelerator:
+        if cls._handle is not None and cls is not _BOUND.get(cls._handle):
+            # A user's subclass of a bound class: its own __init__ takes its own arguments.
+            return super().__new__(cls)
+        return cls._new_bound(*args, **kwargs)
+
+    @classmethod
+    def _new_bound(cls, name_or_handle: object = None) -> LightningAccelerator:
         if cls._handle is None:
             if name_or_handle is None:
                 raise TypeError(f"LightningAccelerator() needs the accelerator: {_ACCEPTED}")
