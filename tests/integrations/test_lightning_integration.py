@@ -254,6 +254,84 @@ def test_torch_distributed_without_a_backend_is_refused_when_the_trainer_is_made
         lightning.Trainer(accelerator=LightningAccelerator(MetaPair()), **options)
 
 
+def test_a_cpu_device_named_for_a_non_cpu_accelerator_is_refused_before_training() -> None:
+    # The run-time backstop (the only check on a Lightning version the adaptation skips).
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator(MetaAccelerator()),
+        strategy=SingleDeviceStrategy(device=torch.device("cpu")),
+        max_epochs=1,
+        **quiet_trainer_options(),
+    )
+    model = TinyRegression()
+    with pytest.raises(lightning.fabric.utilities.exceptions.MisconfigurationException) as info:
+        trainer.fit(model, tiny_loader())
+    message = str(info.value)
+    assert "'metaacc'" in message and "'cpu'" in message
+    assert "SingleDeviceStrategy(device='meta:0')" in message
+    assert model.losses == []
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [("2.6.0", True), ("2.6.6", True), ("2.6.0rc1", True), ("2.5.9", False), ("2.7.0", False)],
+)
+def test_the_adaptation_applies_to_the_tested_lightning_versions(
+    version: str, tested: bool
+) -> None:
+    from accelctl.integrations import _lightning_connector
+
+    assert _lightning_connector.is_tested(version) is tested
+    assert _lightning_connector.tested_range() == ">=2.6,<2.7"
+
+
+UNTESTED_LIGHTNING = """
+import json, warnings
+import lightning
+lightning.__version__ = "2.7.0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from accelctl.integrations import lightning as bridge
+import accelctl
+from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+
+class Meta(accelctl.Accelerator):
+    name = "metaacc"
+    device_type = "meta"
+
+    def detect(self):
+        return True
+
+    def auto_device_count(self):
+        return 1
+
+
+trainer = lightning.Trainer(accelerator=bridge.LightningAccelerator(Meta()), devices=1)
+print(json.dumps({
+    "adapted": bridge.ADAPTED,
+    "wrapped": hasattr(_AcceleratorConnector._choose_strategy, "__accelctl_adapted__"),
+    "root": str(trainer.strategy.root_device),
+    "warnings": [str(w.message) for w in caught],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_an_untested_lightning_is_left_alone_with_a_warning() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNTESTED_LIGHTNING],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a hang guard: one import of torch and Lightning
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["adapted"], result["wrapped"], result["root"]) == (False, False, "cpu")
+    (warning,) = [w for w in result["warnings"] if "tested with" in w]
+    assert "lightning>=2.6,<2.7, not 2.7.0" in warning
+    assert "SingleDeviceStrategy(device=...)" in warning
+
+
 def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:
     with pytest.raises(accelctl.DeviceSpecError) as info:
         lightning.Trainer(accelerator=LightningAccelerator("cpu"), devices="0,1")
@@ -291,6 +369,8 @@ def test_mixed_precision_autocasts_on_the_plugins_device_type(testnpu: Any, by_n
     model = _RecordDtype()
     trainer.fit(model, tiny_loader())
     assert set(model.dtypes) == {torch.bfloat16}
+    fabric = lightning.Fabric(accelerator=accelerator, devices=1, precision="16-mixed")
+    assert fabric._precision.device == "cpu"
 
 
 def test_a_users_mixed_precision_plugin_is_kept_and_a_wrong_device_is_warned() -> None:
@@ -448,6 +528,32 @@ def test_ddp_spawn_workers_unpickle_a_lazily_registered_device_type(
         )
         assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["lazynpu:0", "lazynpu:1"]
+
+
+class Vanishing(accelctl.Accelerator):
+    """Available where it is made; ``GONE`` stands for a spawned process without the hardware."""
+
+    name = "vanishing"
+    device_type = "cpu"
+    GONE = False
+
+    def detect(self) -> bool:
+        return not type(self).GONE
+
+    def auto_device_count(self) -> int:
+        return 1
+
+    def unavailable_reason(self) -> str:
+        return "no vanishing driver"
+
+
+def test_a_spawned_process_without_the_accelerator_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = pickle.dumps(LightningAccelerator(Vanishing()))
+    monkeypatch.setattr(Vanishing, "GONE", True)
+    with pytest.raises(accelctl.AcceleratorUnavailableError, match="no vanishing driver"):
+        pickle.loads(data)
 
 
 def test_a_plugin_whose_detect_breaks_counts_as_unavailable_with_a_warning() -> None:
