@@ -307,7 +307,13 @@ class Meta(accelctl.Accelerator):
 
 
 trainer = lightning.Trainer(accelerator=bridge.LightningAccelerator(Meta()), devices=1)
+try:
+    trainer.accelerator.setup_device(trainer.strategy.root_device)  # what fit() calls first
+    refused = None
+except lightning.fabric.utilities.exceptions.MisconfigurationException as error:
+    refused = str(error)
 print(json.dumps({
+    "refused": refused,
     "adapted": bridge.ADAPTED,
     "wrapped": hasattr(_AcceleratorConnector._choose_strategy, "__accelctl_adapted__"),
     "root": str(trainer.strategy.root_device),
@@ -330,6 +336,8 @@ def test_an_untested_lightning_is_left_alone_with_a_warning() -> None:
     (warning,) = [w for w in result["warnings"] if "tested with" in w]
     assert "lightning>=2.6,<2.7, not 2.7.0" in warning
     assert "SingleDeviceStrategy(device=...)" in warning
+    assert "accelctl adapts that choice for lightning>=2.6,<2.7 only" in result["refused"]
+    assert "SingleDeviceStrategy(device='meta:0')" in result["refused"]
 
 
 def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:

@@ -294,15 +294,18 @@ class LightningAccelerator(_LightningAcceleratorBase):
         """
         expected = type(self).device_type()
         if expected is not None and device.type != expected:
-            name = self.name()
+            why = ""
+            if not _lightning_connector.is_active():
+                why = (
+                    f" (Lightning {_lightning_connector.lightning_version()} places one device of "
+                    f"an accelerator it does not know on 'cpu'; accelctl adapts that choice for "
+                    f"lightning{_lightning_connector.tested_range()} only)"
+                )
             raise MisconfigurationException(
-                f"accelctl accelerator {name!r} was asked to set up device {str(device)!r}, but "
-                f"its devices are {expected!r} devices. Pass the device yourself: "
-                f"Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
-                f"SingleDeviceStrategy(device='{expected}:0')). (Lightning "
-                f"{_lightning_connector.lightning_version()} places one device of an accelerator "
-                f"it does not know on 'cpu'; accelctl adapts that choice for "
-                f"lightning{_lightning_connector.tested_range()} only.)"
+                f"accelctl accelerator {self.name()!r} was asked to set up device "
+                f"{str(device)!r}, but its devices are {expected!r} devices{why}. Pass one of its "
+                f"devices: Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
+                f"SingleDeviceStrategy(device='{expected}:0')), or leave strategy='auto'"
             )
         self.accelctl_handle().setup_device(device)
 
@@ -311,9 +314,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
         its optimizers. Does what Lightning does by accelerator type for its own CPU
         accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
         module = trainer.lightning_module
-        if module is not None and trainer.strategy.root_device.type == "cpu":
-            if trainer.world_size > 1:
-                _unshare_module_memory(module)
+        cpu = trainer.strategy.root_device.type == "cpu"
+        if module is not None and cpu and trainer.world_size > 1:
+            _unshare_module_memory(module)
 
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
         """The plugin's ``device_stats`` (flat figures, units in the keys); an int is an index of
