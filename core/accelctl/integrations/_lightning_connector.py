@@ -39,6 +39,9 @@ TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
 
+#: The warning of a GradScaler made for "cuda" on a machine without CUDA (torch's wording).
+_CUDA_SCALER_WARNING = r".*GradScaler is enabled, but CUDA is not available"
+
 #: Attribute set on each wrapped method, so that installing twice wraps once.
 _MARK = "__accelctl_adapted__"
 
@@ -140,9 +143,13 @@ def _wrap(
             _check_strategy(self, kinds)
 
     def _check_and_init_precision(self: Any) -> Any:
-        precision = init_precision(self)
         if not is_bridge(self.accelerator):
-            return precision
+            return init_precision(self)
+        with warnings.catch_warnings():
+            # For "16-mixed" Lightning makes a GradScaler for "cuda", which warns that CUDA is
+            # missing; that plugin is replaced below by one for the plugin's device type.
+            warnings.filterwarnings("ignore", _CUDA_SCALER_WARNING, UserWarning)
+            precision = init_precision(self)
         return _precision(self.accelerator, precision, getattr(self, precision_flag), kinds)
 
     for name, function in (
