@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,19 +168,177 @@ def test_an_accelctl_accelerator_instance_works_without_an_entry_point() -> None
     assert accelerator.get_device_stats(0) == {}
 
 
-def test_lightning_single_device_default_is_refused_for_non_cpu_devices() -> None:
-    # Lightning's strategy="auto" gives an accelerator it does not know the device "cpu".
+class MetaPair(MetaAccelerator):
+    """Two ``meta`` devices and no distributed backend, as torch_openreg has."""
+
+    name = "metapair"
+
+    def auto_device_count(self) -> int:
+        return 2
+
+
+def test_strategy_auto_puts_one_device_on_the_plugins_device_not_cpu() -> None:
+    # Item 4: Lightning's own rule gives an accelerator it does not know the device "cpu".
+    bound = LightningAccelerator.bind(MetaAccelerator())
+    bound.register_accelerators(TRAINER_REGISTRY)
+    bound.register_accelerators(FABRIC_REGISTRY)
+    for accelerator in (bound(), "metaacc"):
+        trainer = lightning.Trainer(accelerator=accelerator, devices=1, **quiet_trainer_options())
+        assert type(trainer.strategy) is SingleDeviceStrategy
+        assert trainer.strategy.root_device == torch.device("meta", 0)
+        fabric = lightning.Fabric(accelerator=accelerator, devices=1)
+        assert fabric.device == torch.device("meta", 0)
+    # An explicit index reaches the second visible device.
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator(MetaPair()), devices=[1], **quiet_trainer_options()
+    )
+    assert trainer.strategy.root_device == torch.device("meta", 1)
+
+
+def test_lightnings_own_accelerators_keep_lightnings_choice() -> None:
+    # The adaptation is for accelctl's accelerators only.
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, **quiet_trainer_options())
+    assert trainer.strategy.root_device == torch.device("cpu")
+    trainer = lightning.Trainer(
+        accelerator="cpu", devices=1, precision="bf16-mixed", **quiet_trainer_options()
+    )
+    assert trainer.precision_plugin.device == "cpu"
+
+
+def test_devices_auto_is_one_device_without_a_distributed_backend() -> None:
+    # accelctl's rule for devices="auto" (docs/concepts.md), as Lightning sees it.
+    pair = LightningAccelerator(MetaPair())
+    assert type(pair).auto_device_count() == 1
+    trainer = lightning.Trainer(accelerator=pair, devices="auto", **quiet_trainer_options())
+    assert trainer.num_devices == 1 and trainer.strategy.root_device == torch.device("meta", 0)
+
+
+def test_devices_auto_is_every_device_with_a_distributed_backend(testnpu: Any) -> None:
+    accelerator = LightningAccelerator("testnpu")
+    assert type(accelerator).auto_device_count() == 2
+    trainer = lightning.Trainer(accelerator=accelerator, devices="auto", **quiet_trainer_options())
+    assert trainer.num_devices == 2
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"devices": 2}, {"devices": "0,1"}, {"devices": -1}],
+    ids=["two", "indices", "all"],
+)
+def test_several_devices_without_a_backend_are_refused_when_the_trainer_is_made(
+    options: dict[str, Any],
+) -> None:
+    # Item 5: refused by accelctl, not by torch in every rank.
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        lightning.Trainer(accelerator=LightningAccelerator(MetaPair()), **options)
+    message = str(info.value)
+    assert "'metapair' runs in a single process only" in message
+    assert "distributed_backend is None" in message and "devices=1" in message
+    with pytest.raises(accelctl.ProcessSetupError):
+        lightning.Fabric(accelerator=LightningAccelerator(MetaPair()), **options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"devices": 1, "strategy": "ddp"},
+        {"devices": 1, "strategy": "ddp_spawn"},
+        {"devices": 1, "strategy": DDPStrategy()},
+        {"devices": 1, "num_nodes": 2},
+    ],
+    ids=["ddp", "ddp_spawn", "ddp-instance", "two-nodes"],
+)
+def test_torch_distributed_without_a_backend_is_refused_when_the_trainer_is_made(
+    options: dict[str, Any],
+) -> None:
+    with pytest.raises(accelctl.ProcessSetupError, match=r"starts torch\.distributed"):
+        lightning.Trainer(accelerator=LightningAccelerator(MetaPair()), **options)
+
+
+def test_a_cpu_device_named_for_a_non_cpu_accelerator_is_refused_before_training() -> None:
+    # The run-time backstop (the only check on a Lightning version the adaptation skips).
     trainer = lightning.Trainer(
         accelerator=LightningAccelerator(MetaAccelerator()),
-        devices=1,
+        strategy=SingleDeviceStrategy(device=torch.device("cpu")),
         max_epochs=1,
         **quiet_trainer_options(),
     )
+    model = TinyRegression()
     with pytest.raises(lightning.fabric.utilities.exceptions.MisconfigurationException) as info:
-        trainer.fit(TinyRegression(), tiny_loader())
+        trainer.fit(model, tiny_loader())
     message = str(info.value)
     assert "'metaacc'" in message and "'cpu'" in message
     assert "SingleDeviceStrategy(device='meta:0')" in message
+    assert model.losses == []
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [("2.6.0", True), ("2.6.6", True), ("2.6.0rc1", True), ("2.5.9", False), ("2.7.0", False)],
+)
+def test_the_adaptation_applies_to_the_tested_lightning_versions(
+    version: str, tested: bool
+) -> None:
+    from accelctl.integrations import _lightning_connector
+
+    assert _lightning_connector.is_tested(version) is tested
+    assert _lightning_connector.tested_range() == ">=2.6,<2.7"
+
+
+UNTESTED_LIGHTNING = """
+import json, warnings
+import lightning
+lightning.__version__ = "2.7.0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from accelctl.integrations import lightning as bridge
+import accelctl
+from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+
+class Meta(accelctl.Accelerator):
+    name = "metaacc"
+    device_type = "meta"
+
+    def detect(self):
+        return True
+
+    def auto_device_count(self):
+        return 1
+
+
+trainer = lightning.Trainer(accelerator=bridge.LightningAccelerator(Meta()), devices=1)
+try:
+    trainer.accelerator.setup_device(trainer.strategy.root_device)  # what fit() calls first
+    refused = None
+except lightning.fabric.utilities.exceptions.MisconfigurationException as error:
+    refused = str(error)
+print(json.dumps({
+    "refused": refused,
+    "adapted": bridge.ADAPTED,
+    "wrapped": hasattr(_AcceleratorConnector._choose_strategy, "__accelctl_adapted__"),
+    "root": str(trainer.strategy.root_device),
+    "warnings": [str(w.message) for w in caught],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_an_untested_lightning_is_left_alone_with_a_warning() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNTESTED_LIGHTNING],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a hang guard: one import of torch and Lightning
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["adapted"], result["wrapped"], result["root"]) == (False, False, "cpu")
+    (warning,) = [w for w in result["warnings"] if "tested with" in w]
+    assert "lightning>=2.6,<2.7, not 2.7.0" in warning
+    assert "SingleDeviceStrategy(device=...)" in warning
+    assert "accelctl adapts that choice for lightning>=2.6,<2.7 only" in result["refused"]
+    assert "SingleDeviceStrategy(device='meta:0')" in result["refused"]
 
 
 def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:
@@ -188,50 +348,101 @@ def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:
     assert "'0,1'" in str(info.value) and "Accepted" in str(info.value)
 
 
-@pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")
-def test_mixed_precision_on_another_device_type_is_warned_and_the_fix_works() -> None:
-    # Lightning autocasts on "cuda" for any accelerator object but its own CPU/MPS ones.
-    with pytest.warns(UserWarning, match=r"MixedPrecision\('bf16-mixed', device='cpu'\)"):
-        _fit(LightningAccelerator("cpu"), epochs=1, devices=1, precision="bf16-mixed")
+class _RecordDtype(TinyRegression):
+    """Records the dtype of the layer's output in every training step."""
 
-    dtypes: list[torch.dtype] = []
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: list[torch.dtype] = []
 
-    class Recording(TinyRegression):
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            dtypes.append(self.layer(batch[0]).dtype)
-            return super().training_step(batch, batch_idx)
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.dtypes.append(self.layer(batch[0]).dtype)
+        return super().training_step(batch, batch_idx)
 
+
+@pytest.mark.parametrize("by_name", [False, True], ids=["instance", "name"])
+def test_mixed_precision_autocasts_on_the_plugins_device_type(testnpu: Any, by_name: bool) -> None:
+    # Item 8: Lightning autocasts on "cuda" for any accelerator but its own "cpu" and "mps".
+    if by_name:
+        register_all()
+    accelerator = "testnpu" if by_name else LightningAccelerator("testnpu")
     trainer = lightning.Trainer(
-        accelerator=LightningAccelerator("cpu"),
+        accelerator=accelerator,
         devices=1,
         max_epochs=1,
-        plugins=[MixedPrecision("bf16-mixed", device="cpu")],
+        precision="bf16-mixed",
         **quiet_trainer_options(),
     )
-    trainer.fit(Recording(), tiny_loader())
-    assert set(dtypes) == {torch.bfloat16}
+    assert type(trainer.precision_plugin) is MixedPrecision
+    assert trainer.precision_plugin.device == "cpu"  # testnpu's devices are CPUs
+    model = _RecordDtype()
+    trainer.fit(model, tiny_loader())
+    assert set(model.dtypes) == {torch.bfloat16}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no GradScaler made for "cuda" along the way
+        fabric = lightning.Fabric(accelerator=accelerator, devices=1, precision="16-mixed")
+    assert fabric._precision.device == "cpu"
 
 
-def test_a_ddp_backend_other_than_the_plugins_is_warned() -> None:
-    class CclAccelerator(accelctl.Accelerator):
-        name = "cclacc"
-        device_type = "cpu"
-        distributed_backend = "fakeccl"
+def test_a_users_mixed_precision_plugin_is_kept_and_a_wrong_device_is_warned() -> None:
+    with pytest.warns(UserWarning, match=r"MixedPrecision\('bf16-mixed', device='cpu'\)"):
+        trainer = lightning.Trainer(
+            accelerator=LightningAccelerator("cpu"),
+            devices=1,
+            plugins=[MixedPrecision("bf16-mixed", device="cuda")],
+            **quiet_trainer_options(),
+        )
+    assert trainer.precision_plugin.device == "cuda"
 
-        def detect(self) -> bool:
-            return True
 
-        def auto_device_count(self) -> int:
-            return 2
+def test_mixed_precision_on_a_device_type_without_autocast_is_refused() -> None:
+    assert not torch.amp.is_autocast_available("meta")
+    with pytest.raises(accelctl.PrecisionError, match="no autocast for 'meta' devices"):
+        lightning.Trainer(
+            accelerator=LightningAccelerator(MetaAccelerator()), precision="bf16-mixed"
+        )
 
-    trainer = lightning.Trainer(
-        accelerator=LightningAccelerator(CclAccelerator()),
-        devices=2,
-        strategy=DDPStrategy(process_group_backend="gloo"),
-        **quiet_trainer_options(),
-    )
-    with pytest.warns(UserWarning, match=r"DDPStrategy\(process_group_backend='fakeccl'\)"):
-        trainer.accelerator.setup(trainer)  # what the strategy calls in each rank
+
+class CclAccelerator(accelctl.Accelerator):
+    """CPU devices whose plugin declares a backend torch does not default to for them."""
+
+    name = "cclacc"
+    device_type = "cpu"
+    distributed_backend = "fakeccl"
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ddp", "ddp_spawn", "ddp_fork", "instance"])
+def test_ddp_uses_the_plugins_distributed_backend(strategy: str) -> None:
+    # Item 5: Lightning picks torch's default for the device type ("gloo" for cpu).
+    from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDPStrategy
+
+    for make, ddp in ((lightning.Trainer, DDPStrategy), (lightning.Fabric, FabricDDPStrategy)):
+        chosen: Any = ddp(timeout=None) if strategy == "instance" else strategy
+        options = quiet_trainer_options() if make is lightning.Trainer else {}
+        made = make(
+            accelerator=LightningAccelerator(CclAccelerator()),
+            devices=2,
+            strategy=chosen,
+            **options,
+        )
+        assert made.strategy.process_group_backend == "fakeccl", (make, strategy)
+
+
+def test_a_ddp_backend_other_than_the_plugins_is_kept_and_warned() -> None:
+    with pytest.warns(UserWarning, match=r"over 'fakeccl', but the strategy names 'gloo'"):
+        trainer = lightning.Trainer(
+            accelerator=LightningAccelerator(CclAccelerator()),
+            devices=2,
+            strategy=DDPStrategy(process_group_backend="gloo"),
+            **quiet_trainer_options(),
+        )
+    assert trainer.strategy.process_group_backend == "gloo"
 
 
 def test_the_constructor_teaches_what_it_accepts() -> None:
@@ -261,6 +472,99 @@ def test_accelerators_pickle_for_spawned_processes(testnpu: Any) -> None:
     copy = pickle.loads(pickle.dumps(direct))
     assert isinstance(copy.accelctl_handle().plugin, testnpu.TestNPU)
     assert copy.accelctl_handle().entry_point is None
+
+
+LAZY_NPU = """
+import torch
+import accelctl
+
+
+class LazyNPU(accelctl.Accelerator):
+    \"\"\"Registers its torch.device type only when detect() imports the "runtime", as the
+    author guide allows (here: PrivateUse1 renamed, in this process only).\"\"\"
+
+    name = "lazynpu"
+    device_type = "lazynpu"
+    distributed_backend = "gloo"
+
+    def detect(self):
+        if torch._C._get_privateuse1_backend_name() != "lazynpu":
+            torch.utils.rename_privateuse1_backend("lazynpu")
+        return True
+
+    def auto_device_count(self):
+        return 2
+"""
+
+SPAWN_PAYLOAD = """
+import pickle, sys
+import lightning
+from accelctl.integrations.lightning import LightningAccelerator
+
+trainer = lightning.Trainer(
+    accelerator=LightningAccelerator("lazynpu"), devices=2, strategy="ddp_spawn", logger=False
+)
+# What torch.multiprocessing's spawn sends each worker (torch.multiprocessing.spawn._wrap's
+# args), in the same order; plain pickle, so that no tensor is shared through this process.
+launcher = trainer.strategy.launcher
+payload = (launcher._wrapping_function, 0, (trainer, None, (), {}, None), None)
+open(sys.argv[1], "wb").write(pickle.dumps(payload))
+"""
+
+WORKER = """
+import json, pickle, sys
+function, rank, (trainer, *_), _ = pickle.load(open(sys.argv[1], "rb"))
+print(json.dumps([str(d) for d in trainer.strategy.parallel_devices]))
+"""
+
+
+@pytest.mark.slow
+def test_ddp_spawn_workers_unpickle_a_lazily_registered_device_type(
+    fake_site: Any, tmp_path: Path
+) -> None:
+    # Item 8: a spawned worker is a fresh process where the plugin has not run yet; the
+    # accelerator, unpickled first, lets the plugin register its device type there.
+    fake_site.install(
+        "accelctl-lazynpu", {"lazynpu": "accelctl_lazynpu:LazyNPU"}, {"accelctl_lazynpu": LAZY_NPU}
+    )
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake_site.root), *sys.path])}
+    payload = tmp_path / "payload.pickle"
+    for code in (SPAWN_PAYLOAD, WORKER):
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(payload)],
+            capture_output=True,
+            text=True,
+            env=environ,
+            timeout=180,  # a hang guard: two imports of torch and Lightning
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["lazynpu:0", "lazynpu:1"]
+
+
+class Vanishing(accelctl.Accelerator):
+    """Available where it is made; ``GONE`` stands for a spawned process without the hardware."""
+
+    name = "vanishing"
+    device_type = "cpu"
+    GONE = False
+
+    def detect(self) -> bool:
+        return not type(self).GONE
+
+    def auto_device_count(self) -> int:
+        return 1
+
+    def unavailable_reason(self) -> str:
+        return "no vanishing driver"
+
+
+def test_a_spawned_process_without_the_accelerator_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = pickle.dumps(LightningAccelerator(Vanishing()))
+    monkeypatch.setattr(Vanishing, "GONE", True)
+    with pytest.raises(accelctl.AcceleratorUnavailableError, match="no vanishing driver"):
+        pickle.loads(data)
 
 
 def test_a_plugin_whose_detect_breaks_counts_as_unavailable_with_a_warning() -> None:
@@ -316,7 +620,7 @@ def test_register_all_then_training_by_name(testnpu: Any) -> None:
     _assert_trained(model, steps=3 * 4)
     assert isinstance(trainer.accelerator, LightningAccelerator)
     assert trainer.accelerator.name() == "testnpu"
-    assert ("setup_device", "cpu") in testnpu.CALLS
+    assert ("setup_device", "cpu:0") in testnpu.CALLS  # the plugin's own device
     assert testnpu.CALLS[-1] == ("teardown",)
 
     # Fabric by name too.
@@ -384,25 +688,18 @@ def test_register_all_does_not_import_disabled_plugins(testnpu: Any, fake_site: 
     assert "accelctl_exploding" not in sys.modules
 
 
-def test_hpu_needs_the_instance_form_or_an_explicit_strategy(fake_site: Any) -> None:
+def test_hpu_by_name_trains(fake_site: Any) -> None:
+    # Lightning refuses the name "hpu" in its automatic strategy choice, for its own removed HPU
+    # accelerator; accelctl's "hpu" takes the plugin's device instead.
     source = TEST_NPU.replace('name = "testnpu"', 'name = "hpu"')
     fake_site.install(
         "accelctl-fakehpu", {"hpu": "accelctl_fakehpu:TestNPU"}, {"accelctl_fakehpu": source}
     )
     registry = _only(fake_site)
     assert register_all(registry=registry).registered == ["hpu"]
-    with pytest.raises(
-        lightning.fabric.utilities.exceptions.MisconfigurationException,
-        match="HPU is currently not supported",
-    ):
-        lightning.Trainer(accelerator="hpu", devices=1, **quiet_trainer_options())
-
-    trainer, model = _fit(LightningAccelerator(registry.get("hpu")), epochs=1, devices=1)
+    trainer, model = _fit("hpu", epochs=1, devices=1)
     assert trainer.accelerator.name() == "hpu" and len(model.losses) == 4
-
-    single = SingleDeviceStrategy(device=torch.device("cpu"))
-    trainer, model = _fit("hpu", epochs=1, devices=1, strategy=single)
-    assert trainer.accelerator.name() == "hpu" and len(model.losses) == 4
+    assert trainer.strategy.root_device == torch.device("cpu", 0)
 
 
 # -- DDP ----------------------------------------------------------------------------------------
@@ -419,6 +716,14 @@ DDP_SCRIPT = '''
     from accelctl.integrations.lightning import LightningAccelerator
 
 
+    class UserCPU(LightningAccelerator.bind("cpu")):
+        """A user's subclass of a bound accelerator, with state of its own."""
+
+        def __init__(self, tag="default"):
+            super().__init__()
+            self.tag = tag
+
+
     class Report(lightning.pytorch.Callback):
         """Written by every rank at the end of its own fit (spawned workers included)."""
 
@@ -430,6 +735,7 @@ DDP_SCRIPT = '''
                 "rank": trainer.global_rank,
                 "world_size": trainer.world_size,
                 "accelerator": type(trainer.accelerator).__qualname__,
+                "tag": trainer.accelerator.tag,
                 "backend": trainer.strategy.process_group_backend,
                 "device": str(trainer.strategy.root_device),
                 "initial": self.initial,
@@ -442,7 +748,7 @@ DDP_SCRIPT = '''
 
     if __name__ == "__main__":
         trainer = lightning.Trainer(
-            accelerator=LightningAccelerator("cpu"), devices=2, strategy=sys.argv[2],
+            accelerator=UserCPU(tag="mine"), devices=2, strategy=sys.argv[2],
             max_epochs=4, callbacks=[Report()], **quiet_trainer_options(),
         )
         trainer.fit(TinyRegression(), tiny_loader())
@@ -471,7 +777,8 @@ def test_ddp_on_two_cpu_processes_through_lightnings_own_strategies(
     assert [r["rank"] for r in reports] == [0, 1]
     for report in reports:
         assert report["world_size"] == 2
-        assert report["accelerator"] == "LightningAccelerator[cpu]"
+        # ddp_spawn pickles the accelerator: a user's subclass comes back as itself.
+        assert (report["accelerator"], report["tag"]) == ("UserCPU", "mine")
         assert report["backend"] == "gloo" and report["device"] == "cpu"
         assert len(report["losses"]) == 4 * 2  # 64 samples / 2 ranks / 16 per batch, 4 epochs
         assert report["params"] != report["initial"]

@@ -19,10 +19,12 @@ registry builds accelerators with no arguments, so plugin state cannot live on a
 plugin's :class:`~accelctl.AcceleratorHandle` (one subclass per handle, made once), whose
 class methods delegate to the handle. That subclass is what :func:`register_all` registers.
 
-What Lightning still decides itself (strategy, DDP backend, mixed precision) is described in
-``docs/lightning.md``; :meth:`LightningAccelerator.setup_device` and
-:meth:`LightningAccelerator.setup` turn the cases it gets wrong for a non-CPU accelerator into
-a clear error or warning.
+Lightning chooses the strategy, the DDP backend and the autocast device by accelerator type or
+name; for accelctl's accelerators those choices follow the plugin instead (its device, its
+``distributed_backend``, its device type), through one version-checked adaptation of Lightning's
+connectors in :mod:`accelctl.integrations._lightning_connector`, installed when this module is
+imported. A device/process mismatch known when the Trainer is made is refused then, with
+accelctl's error. ``docs/lightning.md`` lists each case.
 """
 
 from __future__ import annotations
@@ -48,9 +50,17 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     ) from exc
 
 from ..accelerator import Accelerator as _AccelctlAccelerator
-from ..errors import AccelctlError, PluginHookError, PluginWarning
+from ..errors import (
+    AccelctlError,
+    AcceleratorUnavailableError,
+    PluginHookError,
+    PluginWarning,
+    ProcessSetupError,
+)
 from ..handle import AcceleratorHandle
 from ..registry import Registry, get_accelerator, get_registry
+from ..selection import single_process
+from . import _lightning_connector
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -82,9 +92,32 @@ def _to_handle(name_or_handle: object) -> AcceleratorHandle:
     )
 
 
-def _rebuild(spec: object) -> LightningAccelerator:
-    """Unpickle (``ddp_spawn`` children): look the plugin up again in this process."""
-    return LightningAccelerator(spec)
+def _rebuild(
+    spec: object,
+    subclass: type[LightningAccelerator] | None = None,
+    state: dict[str, Any] | None = None,
+) -> LightningAccelerator:
+    """Unpickle (``ddp_spawn`` workers): look the plugin up again in this process, and let it
+    detect its hardware before anything else of the Trainer is unpickled.
+
+    A plugin may register its ``torch.device`` type only when its runtime is imported (in
+    ``detect()``, say); the strategy's devices, unpickled after the accelerator, need that type.
+    ``subclass`` is a user's subclass of a bound class, rebuilt as itself (it is importable by
+    name, and its definition binds the plugin again in this process); ``state`` its attributes.
+    """
+    accelerator = LightningAccelerator(spec) if subclass is None else subclass()
+    handle = accelerator.accelctl_handle()
+    if not handle.detect():
+        reason = handle.unavailable_reason() or "its detect() is False"
+        raise AcceleratorUnavailableError(
+            f"accelctl accelerator {handle.name!r} is not available in this spawned process "
+            f"({reason}), so the Trainer sent to it cannot be rebuilt here",
+            name=handle.name,
+            reason=reason,
+        )
+    if state:
+        accelerator.__dict__.update(state)
+    return accelerator
 
 
 class LightningAccelerator(_LightningAcceleratorBase):
@@ -117,7 +150,14 @@ class LightningAccelerator(_LightningAcceleratorBase):
     #: The plugin this class is bound to; None on ``LightningAccelerator`` itself.
     _handle: ClassVar[AcceleratorHandle | None] = None
 
-    def __new__(cls, name_or_handle: object = None) -> LightningAccelerator:
+    def __new__(cls, *args: Any, **kwargs: Any) -> LightningAccelerator:
+        if cls._handle is not None and cls is not _BOUND.get(cls._handle):
+            # A user's subclass of a bound class: its own __init__ takes its own arguments.
+            return super().__new__(cls)
+        return cls._new_bound(*args, **kwargs)
+
+    @classmethod
+    def _new_bound(cls, name_or_handle: object = None) -> LightningAccelerator:
         if cls._handle is None:
             if name_or_handle is None:
                 raise TypeError(f"LightningAccelerator() needs the accelerator: {_ACCEPTED}")
@@ -162,12 +202,14 @@ class LightningAccelerator(_LightningAcceleratorBase):
             )
         return cls._handle
 
-    def __reduce__(self) -> tuple[Any, tuple[object]]:
+    def __reduce__(self) -> tuple[Any, tuple[object, ...]]:
         # The bound class is made at run time, so pickle (ddp_spawn) by what rebuilds it: the
-        # name for an installed plugin, the plugin object itself for one passed in directly.
+        # name for an installed plugin, the plugin object itself for one passed in directly. A
+        # user's subclass of a bound class is a module-level class: it travels by reference.
         handle = self.accelctl_handle()
         spec = handle.name if handle.entry_point is not None else handle.plugin
-        return (_rebuild, (spec,))
+        subclass = None if type(self) is _BOUND.get(handle) else type(self)
+        return (_rebuild, (spec, subclass, dict(self.__dict__) or None))
 
     def __repr__(self) -> str:
         return f"<{type(self).__qualname__} {self.accelctl_handle()!r}>"
@@ -194,8 +236,16 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def auto_device_count(cls) -> int:
-        """The plugin's ``auto_device_count()``: what ``devices="auto"`` means."""
-        return cls.accelctl_handle().auto_device_count()
+        """What ``devices="auto"`` means, by accelctl's rule: every device the plugin's
+        ``auto_device_count()`` gives when it has a distributed backend, one device when it runs
+        in a single process (``distributed_backend`` None). Explicit specs still reach every
+        visible device (``devices=[1]``)."""
+        handle = cls.accelctl_handle()
+        count = handle.auto_device_count()
+        if handle.info.distributed_backend is None:
+            limited = single_process(count)  # the rule accelctl.resolve applies
+            return limited if isinstance(limited, int) else len(limited)
+        return count
 
     @classmethod
     def parse_devices(cls, devices: Any) -> int | list[int]:
@@ -205,8 +255,24 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def get_parallel_devices(cls, devices: Any) -> list[torch.device]:
-        """The plugin's ``get_parallel_devices``: one ``torch.device`` per process."""
-        return cls.accelctl_handle().get_parallel_devices(devices)
+        """The plugin's ``get_parallel_devices``: one ``torch.device`` per process.
+
+        Lightning calls it when the Trainer (or Fabric) is made: several devices of a plugin
+        without a distributed backend are refused here, before any process starts.
+
+        :raises accelctl.ProcessSetupError: several devices, and no distributed backend.
+        """
+        handle = cls.accelctl_handle()
+        parallel = handle.get_parallel_devices(devices)
+        if len(parallel) > 1 and handle.info.distributed_backend is None:
+            listed = ", ".join(str(device) for device in parallel)
+            raise ProcessSetupError(
+                f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+                f"distributed_backend is None), but devices={devices!r} asks for "
+                f"{len(parallel)} ({listed}), one process each. Use devices=1 (or "
+                f"devices=[i] for another device), or an accelerator with a distributed backend"
+            )
+        return parallel
 
     @classmethod
     def device_type(cls) -> str | None:
@@ -221,57 +287,36 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def setup_device(self, device: torch.device) -> None:
         """The plugin's ``setup_device``, after checking Lightning picked one of its devices.
 
-        Lightning's ``strategy="auto"`` with one device gives any accelerator it does not know
-        the device ``cpu``; for an accelerator whose devices are not CPUs, that is refused here
-        with the strategy to pass instead.
+        With the connector adaptation active, ``strategy="auto"`` gives the plugin's own device.
+        On a Lightning version it is not tested with, Lightning's ``strategy="auto"`` places a
+        single device on ``cpu``; for an accelerator whose devices are not CPUs that is refused
+        here, before training, with the strategy to pass instead.
         """
         expected = type(self).device_type()
         if expected is not None and device.type != expected:
-            name = self.name()
+            why = ""
+            if not _lightning_connector.is_active():
+                why = (
+                    f" (Lightning {_lightning_connector.lightning_version()} places one device of "
+                    f"an accelerator it does not know on 'cpu'; accelctl adapts that choice for "
+                    f"lightning{_lightning_connector.tested_range()} only)"
+                )
             raise MisconfigurationException(
-                f"accelctl accelerator {name!r} was asked to set up device {str(device)!r}, but "
-                f"its devices are {expected!r} devices. Lightning's strategy='auto' places a "
-                f"single device on 'cpu' for accelerators it does not know; pass the device "
-                f"yourself: Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
-                f"SingleDeviceStrategy(device='{expected}:0'))"
+                f"accelctl accelerator {self.name()!r} was asked to set up device "
+                f"{str(device)!r}, but its devices are {expected!r} devices{why}. Pass one of its "
+                f"devices: Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
+                f"SingleDeviceStrategy(device='{expected}:0')), or leave strategy='auto'"
             )
         self.accelctl_handle().setup_device(device)
 
     def setup(self, trainer: pl.Trainer) -> None:
         """Called by the strategy in each process before the model is moved, wrapped and given
         its optimizers. Does what Lightning does by accelerator type for its own CPU
-        accelerator only (un-share CPU weights that ``ddp_spawn`` put in shared memory), and
-        warns where Lightning chose by device type something else than the plugin says: the DDP
-        process-group backend, and the device type of mixed-precision autocast."""
-        from lightning.pytorch.plugins.precision import MixedPrecision
-        from lightning.pytorch.strategies import DDPStrategy
-
-        name = self.name()
-        expected = type(self).device_type()
-        backend = self.accelctl_handle().info.distributed_backend
-        strategy = trainer.strategy
+        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
         module = trainer.lightning_module
-        if module is not None and strategy.root_device.type == "cpu" and trainer.world_size > 1:
+        cpu = trainer.strategy.root_device.type == "cpu"
+        if module is not None and cpu and trainer.world_size > 1:
             _unshare_module_memory(module)
-        if isinstance(strategy, DDPStrategy) and backend and strategy.process_group_backend:
-            if strategy.process_group_backend != backend:
-                warnings.warn(
-                    f"accelctl accelerator {name!r} runs several processes over {backend!r}, but "
-                    f"Lightning chose {strategy.process_group_backend!r}; pass "
-                    f"strategy=DDPStrategy(process_group_backend={backend!r})",
-                    UserWarning,
-                    stacklevel=2,
-                )
-        precision = strategy.precision_plugin
-        if isinstance(precision, MixedPrecision) and expected and precision.device != expected:
-            warnings.warn(
-                f"precision={precision.precision!r} autocasts on {precision.device!r}, but "
-                f"accelctl accelerator {name!r} runs on {expected!r} devices, so autocast has no "
-                f"effect there; pass plugins=[MixedPrecision({precision.precision!r}, "
-                f"device={expected!r})] instead of precision=",
-                UserWarning,
-                stacklevel=2,
-            )
 
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
         """The plugin's ``device_stats`` (flat figures, units in the keys); an int is an index of
@@ -402,3 +447,11 @@ def register_all(override: bool = False, *, registry: Registry | None = None) ->
             bound.register_accelerators(target)
         result.registered.append(name)
     return result
+
+
+def _is_bridge_accelerator(accelerator: object) -> bool:
+    return isinstance(accelerator, LightningAccelerator)
+
+
+#: Whether Lightning's connectors follow the plugins' choices here (see the module docstring).
+ADAPTED: bool = _lightning_connector.install(_is_bridge_accelerator)

@@ -1,0 +1,246 @@
+"""The one adaptation of Lightning's internals that the bridge makes (``docs/lightning.md``).
+
+Lightning's connectors (``_AcceleratorConnector`` for the Trainer, ``_Connector`` for Fabric)
+make three choices by accelerator *type* or *name*, and offer an accelerator no public way to take
+part in them:
+
+1. ``strategy="auto"`` with one device: ``SingleDeviceStrategy(device="cpu")`` for any
+   accelerator that is not Lightning's own CUDA or MPS one (and an error for the name "hpu");
+2. the DDP process-group backend: torch's default for the device type, never the backend the
+   plugin declares, and a DDP strategy even where the plugin has no backend at all;
+3. ``precision="16-mixed"`` / ``"bf16-mixed"``: autocast on ``"cuda"`` for every accelerator but
+   Lightning's ``"cpu"`` and ``"mps"``.
+
+For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
+methods that make these choices, so that they follow the plugin: its device, its
+``distributed_backend``, autocast on its device type. Every other accelerator goes through
+Lightning's code unchanged. The wrapped methods are private, so the adaptation is applied only
+to the Lightning versions it is tested with (:data:`TESTED`); on any other version
+:func:`install` changes nothing and says so, and the bridge's run-time checks
+(``LightningAccelerator.setup_device``) still refuse the wrong device before training.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import PrecisionError, ProcessSetupError
+
+#: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
+TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))
+
+#: What :func:`install` found: None before it ran, then whether the adaptation is active.
+_installed: bool | None = None
+
+#: The warning of a GradScaler made for "cuda" on a machine without CUDA (torch's wording).
+_CUDA_SCALER_WARNING = r".*GradScaler is enabled, but CUDA is not available"
+
+#: Attribute set on each wrapped method, so that installing twice wraps once.
+_MARK = "__accelctl_adapted__"
+
+
+def lightning_version() -> str:
+    """The installed Lightning's version string."""
+    import lightning
+
+    return str(lightning.__version__)
+
+
+def is_tested(version: str) -> bool:
+    """True when ``version`` is in :data:`TESTED` (pre-releases of a tested minor included)."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        return False
+    found = (int(match.group(1)), int(match.group(2)))
+    return TESTED[0] <= found < TESTED[1]
+
+
+def tested_range() -> str:
+    """:data:`TESTED` for messages: ``">=2.6,<2.7"``."""
+    (low_major, low_minor), (high_major, high_minor) = TESTED
+    return f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+
+
+def is_active() -> bool:
+    """True when the adaptation is installed in this process."""
+    return bool(_installed)
+
+
+def install(is_bridge: Callable[[object], bool]) -> bool:
+    """Wrap the Trainer's and Fabric's connector methods for accelerators where ``is_bridge``
+    holds. Idempotent. Returns whether the adaptation is active; on an untested Lightning
+    version it is not, and a ``UserWarning`` says what that leaves to Lightning."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    version = lightning_version()
+    if not is_tested(version):
+        _installed = False
+        warnings.warn(
+            f"accelctl.integrations.lightning is tested with lightning{tested_range()}, not "
+            f"{version}: Lightning's own choices apply to accelctl accelerators (strategy='auto' "
+            "places one device on 'cpu', DDP uses torch's default backend for the device type, "
+            "precision='*-mixed' autocasts on 'cuda'). Name them yourself: "
+            "strategy=SingleDeviceStrategy(device=...), DDPStrategy(process_group_backend=...), "
+            "plugins=[MixedPrecision(..., device=...)]; or install a tested Lightning",
+            UserWarning,
+            stacklevel=3,
+        )
+        return False
+    from lightning.fabric import connector as fabric_connector
+    from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
+    from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDP
+    from lightning.fabric.strategies.parallel import ParallelStrategy as FabricParallel
+    from lightning.fabric.strategies.single_device import SingleDeviceStrategy as FabricSingle
+    from lightning.pytorch.plugins.precision import MixedPrecision
+    from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy, SingleDeviceStrategy
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+
+    trainer = _Kinds(SingleDeviceStrategy, DDPStrategy, ParallelStrategy, MixedPrecision, "Trainer")
+    fabric = _Kinds(FabricSingle, FabricDDP, FabricParallel, FabricMixedPrecision, "Fabric")
+    _wrap(accelerator_connector._AcceleratorConnector, trainer, "_precision_plugin_flag", is_bridge)
+    _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
+    _installed = True
+    return True
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """The classes one connector (the Trainer's or Fabric's) builds its choices from."""
+
+    single: Any
+    ddp: Any
+    parallel: Any
+    mixed: Any
+    owner: str
+
+
+def _wrap(
+    connector: type, kinds: _Kinds, precision_flag: str, is_bridge: Callable[[object], bool]
+) -> None:
+    choose = connector._choose_strategy  # type: ignore[attr-defined]
+    init_strategy = connector._init_strategy  # type: ignore[attr-defined]
+    init_precision = connector._check_and_init_precision  # type: ignore[attr-defined]
+    if getattr(choose, _MARK, False):
+        return
+    interactive = sys.modules[connector.__module__]
+
+    def _choose_strategy(self: Any) -> Any:
+        if not is_bridge(self.accelerator):
+            return choose(self)
+        return _auto_strategy(self, kinds, bool(getattr(interactive, "_IS_INTERACTIVE", False)))
+
+    def _init_strategy(self: Any) -> None:
+        init_strategy(self)
+        if is_bridge(self.accelerator):
+            _check_strategy(self, kinds)
+
+    def _check_and_init_precision(self: Any) -> Any:
+        if not is_bridge(self.accelerator):
+            return init_precision(self)
+        with warnings.catch_warnings():
+            # For "16-mixed" Lightning makes a GradScaler for "cuda", which warns that CUDA is
+            # missing; that plugin is replaced below by one for the plugin's device type.
+            warnings.filterwarnings("ignore", _CUDA_SCALER_WARNING, UserWarning)
+            precision = init_precision(self)
+        return _precision(self.accelerator, precision, getattr(self, precision_flag), kinds)
+
+    for name, function in (
+        ("_choose_strategy", _choose_strategy),
+        ("_init_strategy", _init_strategy),
+        ("_check_and_init_precision", _check_and_init_precision),
+    ):
+        setattr(function, _MARK, True)
+        function.__doc__ = (
+            f"accelctl's adaptation of Lightning's {name} for accelctl accelerators "
+            "(accelctl.integrations._lightning_connector)."
+        )
+        setattr(connector, name, function)
+
+
+def _is(obj: object, kind: Any) -> bool:
+    # isinstance without mypy's narrowing to ``object`` (the kinds are typed Any).
+    return isinstance(obj, kind)
+
+
+def _auto_strategy(connector: Any, kinds: _Kinds, interactive: bool) -> Any:
+    """Lightning's rule for ``strategy="auto"`` with the plugin's own device for one device
+    (Lightning gives unknown accelerators ``"cpu"``), and without Lightning's refusal of the name
+    ``"hpu"``, which is aimed at Lightning's own, removed HPU accelerator."""
+    devices = list(connector._parallel_devices)
+    if connector._num_nodes_flag > 1:
+        return "ddp"
+    if len(devices) <= 1:
+        return kinds.single(device=devices[0] if devices else "cpu")
+    return "ddp_fork" if interactive else "ddp"
+
+
+def _check_strategy(connector: Any, kinds: _Kinds) -> None:
+    """A strategy that starts ``torch.distributed`` is refused for a plugin without a backend
+    (torch has none for its devices: every rank would die in ``init_process_group``); a DDP
+    strategy with no backend named takes the plugin's."""
+    strategy = connector.strategy
+    if not _is(strategy, kinds.parallel):
+        return
+    accelerator = connector.accelerator
+    handle = type(accelerator).accelctl_handle()
+    backend = handle.info.distributed_backend
+    if backend is None:
+        devices = list(connector._parallel_devices)
+        processes = max(len(devices), 1) * connector._num_nodes_flag
+        raise ProcessSetupError(
+            f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+            f"distributed_backend is None), but {kinds.owner}(strategy=...) chose "
+            f"{type(strategy).__name__}, which starts torch.distributed for {processes} "
+            f"process(es) over {connector._num_nodes_flag} node(s); torch has no backend for its "
+            f"devices. Use devices=1, num_nodes=1 and strategy='auto', or an accelerator with a "
+            f"distributed backend"
+        )
+    if _is(strategy, kinds.ddp):
+        chosen = strategy.process_group_backend
+        if chosen is None:
+            # DDPStrategy keeps the backend it was given here and falls back to torch's
+            # default for the device type only when it is None (DDPStrategy.setup_distributed).
+            strategy._process_group_backend = backend
+        elif chosen != backend:
+            warnings.warn(
+                f"accelctl accelerator {handle.name!r} runs several processes over {backend!r}, "
+                f"but the strategy names {chosen!r}; leave process_group_backend unset to use "
+                f"the plugin's",
+                UserWarning,
+                stacklevel=5,
+            )
+
+
+def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> Any:
+    """Mixed precision autocasts on the plugin's device type (Lightning picks ``"cuda"`` for
+    every accelerator it does not know); a device type torch has no autocast for is refused."""
+    if not _is(precision, kinds.mixed):
+        return precision
+    device_type = type(accelerator).device_type()
+    if device_type is None or precision.device == device_type:
+        return precision
+    name = type(accelerator).name()
+    if given is not None:  # the user's own plugin: theirs to choose, but say what it does
+        warnings.warn(
+            f"MixedPrecision autocasts on {precision.device!r}, but accelctl accelerator "
+            f"{name!r} runs on {device_type!r} devices, so autocast has no effect there; use "
+            f"MixedPrecision({precision.precision!r}, device={device_type!r})",
+            UserWarning,
+            stacklevel=5,
+        )
+        return precision
+    if not torch.amp.is_autocast_available(device_type):
+        raise PrecisionError(
+            f"precision={precision.precision!r} needs torch.autocast on the devices of accelctl "
+            f"accelerator {name!r}, and torch has no autocast for {device_type!r} devices. Use "
+            "precision='32-true', or 'bf16-true' / '16-true' (no autocast)"
+        )
+    return kinds.mixed(precision.precision, device=device_type)
