@@ -225,6 +225,9 @@ class Trainer:
             checkpointer = Checkpointer(
                 self.checkpointing,
                 self.root_dir / CHECKPOINT_DIR,
+                model=model,
+                optimizer=optimizer,
+                scaler=scaler,
                 rank=self._env.rank,
                 world_size=self._env.world_size,
                 device=self.device,
@@ -234,7 +237,7 @@ class Trainer:
             resume: Resume | None = None
             if resume_from is not None:
                 # Before DDP wraps the model: every rank loads the same file.
-                resume = checkpointer.restore(resume_from, model, optimizer, scaler)
+                resume = checkpointer.restore(resume_from)
                 self.global_step, self.metrics = resume.global_step, resume.metrics
                 if not resume.batches_done and resume.rng is not None:
                     set_rng_state(resume.rng, self.device)
@@ -271,20 +274,8 @@ class Trainer:
                         epoch_rng = epoch_rng_state(train_loader, self.device)
                     batches = enumerate(train_loader)
 
-                def save_mid_epoch(
-                    batches_done: int, epoch: int = epoch, start: Any = epoch_rng
-                ) -> None:
-                    checkpointer.save(
-                        model=model,
-                        optimizer=optimizer,
-                        scaler=scaler,
-                        epoch=epoch,
-                        batches_done=batches_done,
-                        global_step=self.global_step,
-                        epoch_rng=start,
-                        metrics=self.metrics,
-                        epoch_end=False,
-                    )
+                def save_mid_epoch(done: int, epoch: int = epoch, start: Any = epoch_rng) -> None:
+                    checkpointer.save(epoch, done, self.global_step, start, self.metrics)
 
                 figures = self._train_epoch(
                     epoch,
@@ -308,17 +299,7 @@ class Trainer:
                 if callable(on_epoch_end):
                     on_epoch_end(self)
                 if saving:  # after on_epoch_end: the states are those the next epoch starts with
-                    checkpointer.save(
-                        model=model,
-                        optimizer=optimizer,
-                        scaler=scaler,
-                        epoch=epoch + 1,
-                        batches_done=0,
-                        global_step=self.global_step,
-                        epoch_rng=None,
-                        metrics=figures,
-                        epoch_end=True,
-                    )
+                    checkpointer.save(epoch + 1, 0, self.global_step, None, figures, epoch_end=True)
         except BaseException as exc:
             self._finish(owns_group, log, quiet=True)
             if self._env.distributed:

@@ -380,7 +380,8 @@ class Resume:
 
 
 class Checkpointer:
-    """Writes and reads the checkpoints of one ``fit`` (rank 0 writes; every rank reads).
+    """Writes and reads the checkpoints of one ``fit``'s model, optimizer and gradient scaler
+    (rank 0 writes; every rank reads).
 
     :param folder: ``<root_dir>/checkpoints``.
     :param rank: this process's rank; ``world_size``: the processes (random states are gathered
@@ -392,6 +393,9 @@ class Checkpointer:
         config: CheckpointConfig,
         folder: Path,
         *,
+        model: Any,
+        optimizer: Any,
+        scaler: Any | None,
         rank: int,
         world_size: int,
         device: torch.device,
@@ -399,13 +403,15 @@ class Checkpointer:
     ) -> None:
         self.config = config
         self.folder = folder
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.rank, self.world_size, self.device, self.run = rank, world_size, device, run
         self.best = BestCheckpoints(config)
         #: Seconds spent writing checkpoints in this fit (rank 0; the gather included).
         self.seconds = 0.0
 
-    def restore(self, path: Path, model: Any, optimizer: Any, scaler: Any | None) -> Resume:
+    def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
+        model, optimizer, scaler = self.model, self.optimizer, self.scaler
         state = load(path, self.device)
         try:
             model.load_state_dict(state["model"])
@@ -434,16 +440,13 @@ class Checkpointer:
 
     def save(
         self,
-        *,
-        model: Any,
-        optimizer: Any,
-        scaler: Any | None,
         epoch: int,
         batches_done: int,
         global_step: int,
         epoch_rng: Mapping[str, Any] | None,
         metrics: Mapping[str, float],
-        epoch_end: bool,
+        *,
+        epoch_end: bool = False,
     ) -> None:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks). Called on every
         rank at the same point: the random states of all ranks go into rank 0's file.
@@ -466,9 +469,9 @@ class Checkpointer:
             return
         state = {
             "format": FORMAT,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scaler": None if scaler is None else scaler.state_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "epoch": epoch,
             "batches_done": batches_done,
             "global_step": global_step,
