@@ -125,15 +125,15 @@ def _faults(section: dict[str, Any]) -> str:
     )
     ckpt = section["checkpoints"]
     checkpoints = _table(
-        ("model", "checkpoint MiB", "epoch s", "epoch + checkpoint s", "write s", "overhead"),
+        ("model", "checkpoint MiB", "epoch s", "write s", "write / epoch", "read (resume) s"),
         [
             (
                 ckpt["model"],
                 ckpt["checkpoint_mib"],
                 ckpt["epoch_s"],
-                ckpt["epoch_with_checkpoint_s"],
-                ckpt["checkpoint_s_per_epoch"],
+                ckpt["checkpoint_write_s"],
                 f"{ckpt['overhead_percent']}%",
+                ckpt["checkpoint_read_s"],
             )
         ],
     )

@@ -21,7 +21,8 @@ the children alike.
 
 Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]`` (what ``accelctl launch`` starts), this
 module runs SCRIPT as ``__main__`` and records an exception it raises in torchrun's error file,
-so that the launcher can name the failing process's own error.
+so that the launcher can name the failing process's own error. Every child dies with its
+launcher, and a signal to the launcher stops them all (:mod:`accelctl.supervision`).
 """
 
 from __future__ import annotations

@@ -41,7 +41,12 @@ def launcher(
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
-    _, stderr = process.communicate(timeout=LAUNCH_TIMEOUT_S)  # hang guard
+    try:
+        _, stderr = process.communicate(timeout=LAUNCH_TIMEOUT_S)  # hang guard
+    except subprocess.TimeoutExpired:
+        process.kill()  # its workers die with it
+        process.communicate()
+        raise
     return process.returncode, stderr
 
 
