@@ -25,6 +25,8 @@ from accelctl.training.checkpoint import CheckpointError
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_models import Classifier, separable
 
+pytestmark = pytest.mark.slow  # every test here trains
+
 
 class Stop(Exception):
     """Stands for a kill: the fit ends at a step, with whatever was on disk."""
