@@ -408,8 +408,6 @@ class Checkpointer:
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.rank, self.world_size, self.device, self.run = rank, world_size, device, run
         self.best = BestCheckpoints(config)
-        #: Seconds spent writing checkpoints in this fit (rank 0; the gather included).
-        self.seconds = 0.0
 
     def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
@@ -455,9 +453,6 @@ class Checkpointer:
 
         :param epoch: the epoch to resume in; ``batches_done``: its batches already trained.
         """
-        import time
-
-        started = time.perf_counter()
         rng = [rng_state(self.device)]
         epoch_rngs = [epoch_rng]
         if self.world_size > 1:
@@ -467,6 +462,8 @@ class Checkpointer:
             dist.all_gather_object(gathered, (rng[0], epoch_rng))
             rng = [item[0] for item in gathered]
             epoch_rngs = [item[1] for item in gathered]
+        # Every rank checks the figure (they agree on the figures), so that all of them stop.
+        score = self.best.score_of(metrics) if epoch_end and self.config.keep_best else None
         if self.rank != 0:
             return
         state = {
@@ -484,8 +481,7 @@ class Checkpointer:
             "run": self.run,
             "world_size": self.world_size,
         }
-        if epoch_end and self.config.keep_best:
-            score = self.best.score_of(metrics)
+        if score is not None:
             name = best_name(epoch - 1, self.config.best_metric, score)
             kept, dropped = self.best.offer(score, name)
             state["best"] = self.best.kept
@@ -495,4 +491,3 @@ class Checkpointer:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
-        self.seconds += time.perf_counter() - started
