@@ -5,6 +5,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench                     # everything, ~5 minutes on 2 cores
     python -m bench --quick             # tiny sizes, one repeat: checks that it runs
     python -m bench --sections scaling --sizes 0,1000 --repeats 5
+    python -m bench --sections faults   # launch's fault reports and checkpoint costs
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -21,13 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import dispatch, scaling, startup
+from . import dispatch, faults, scaling, startup
 from .machine import describe_machine
 from .plot import plot_scaling
 from .report import render
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "scaling", "dispatch", "trainer")
+SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults")
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
@@ -136,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scaling": lambda: scaling.run(args.repeats, args.quick, args.sizes),
         "dispatch": lambda: dispatch.run(args.repeats, args.quick),
         "trainer": lambda: run_trainer(args.repeats, args.quick),
+        "faults": lambda: faults.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

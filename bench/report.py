@@ -107,6 +107,44 @@ def _trainer(section: dict[str, Any]) -> str:
     return "```json\n" + json.dumps(section, indent=2) + "\n```"
 
 
+def _faults(section: dict[str, Any]) -> str:
+    launches = section["launches_per_case"]
+    timeout = section["hang_timeout_s"]
+    reports = _table(
+        ("fault (2 CPU processes)", "until reported / stopped", "exit status"),
+        [
+            ("rank 1 SIGKILLed", f"{section['killed_rank_s']} s", section["killed_rank_exit_code"]),
+            (
+                f"rank 1 hangs (collective timeout {timeout:g} s)",
+                f"{section['hung_rank_s']} s ({section['hung_rank_beyond_timeout_s']:+} s "
+                f"beyond the timeout)",
+                1,
+            ),
+            ("launcher SIGKILLed: both workers gone", f"{section['killed_launcher_s']} s", ""),
+        ],
+    )
+    ckpt = section["checkpoints"]
+    checkpoints = _table(
+        ("model", "checkpoint MiB", "epoch s", "write s", "write / epoch", "read (resume) s"),
+        [
+            (
+                ckpt["model"],
+                ckpt["checkpoint_mib"],
+                ckpt["epoch_s"],
+                ckpt["checkpoint_write_s"],
+                f"{ckpt['overhead_percent']}%",
+                ckpt["checkpoint_read_s"],
+            )
+        ],
+    )
+    return (
+        f"Medians of {launches} launch(es) per case; the reports:\n\n"
+        f"- `{section['killed_rank_report']}`\n- `{section['hung_rank_report']}`\n\n"
+        f"{reports}\n\nCheckpoint at every epoch end ({ckpt['steps_per_epoch']} steps an "
+        f"epoch, medians):\n\n{checkpoints}"
+    )
+
+
 def render(results: dict[str, Any]) -> str:
     """All sections present in ``results`` as Markdown."""
     parts = [f"## Machine\n\n{_machine(results['machine'])}"]
@@ -116,6 +154,7 @@ def render(results: dict[str, Any]) -> str:
         ("scaling", "Scaling with installed plugins", _scaling),
         ("dispatch", "Hook dispatch", _dispatch),
         ("trainer", "Trainer overhead", _trainer),
+        ("faults", "Faults and checkpoints", _faults),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -21,7 +21,8 @@ the children alike.
 
 Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]`` (what ``accelctl launch`` starts), this
 module runs SCRIPT as ``__main__`` and records an exception it raises in torchrun's error file,
-so that the launcher can name the failing process's own error.
+so that the launcher can name the failing process's own error. Every child dies with its
+launcher, and a signal to the launcher stops them all (:mod:`accelctl.supervision`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import contextlib
 import logging
 import os
 import shlex
+import signal
 import sys
 import tempfile
 import uuid
@@ -40,6 +42,12 @@ from typing import TYPE_CHECKING, Any
 from ._project import ENV_ACCELERATOR, ENV_DEVICES
 from .errors import AccelctlError, LaunchError
 from .selection import Selection, resolve
+from .supervision import (
+    LaunchInterruptedError,
+    die_with_launcher,
+    launcher_environment,
+    wait_forwarding_signals,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
@@ -133,25 +141,50 @@ class RankFailure:
     def from_child_failed(cls, exc: ChildFailedError, world_size: int) -> RankFailure:
         """The root cause of torchrun's ``ChildFailedError``: the first process that failed.
 
-        torch orders failures by a timestamp in whole seconds, so a rank that failed *because*
-        another one crashed (gloo's "Connection closed by peer") often ties with it and wins by
-        its lower rank. The error files' modification times (nanoseconds) order them causally:
-        the crashing rank writes its file before its exit closes the connections.
+        torch's agent polls its processes (every 0.1 s); at the first poll that finds a failure
+        it records the failed ones, SIGTERMs the others and records them too, in that order. So,
+        in order of blame:
+
+        1. a process that failed by itself beats one torchrun stopped (SIGTERM, recorded after
+           the first) even when the stopped one recorded an exception: a rank killed by SIGKILL
+           or ended by ``sys.exit`` writes no error file, its survivor does (gloo's "Connection
+           closed by peer"), and is then stopped;
+        2. an error that only says a peer went away (a lost connection) comes after any other;
+        3. then time: the error file's modification time (nanoseconds: the crashing rank writes
+           its file before its exit closes the connections), else torch's whole-second stamp.
         """
+        import signal
 
-        def when(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int, int]:
-            # A process that recorded its exception beats one that was only stopped: torchrun
-            # SIGTERMs the bystanders, and their whole-second timestamps would otherwise sort
-            # before an error file written later in the same second.
+        detected = list(exc.failures)  # in the order torch's agent recorded them
+
+        def blame(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int, int]:
             rank, failure = item
-            signalled = failure.exitcode < 0
+            stopped = failure.exitcode == -signal.SIGTERM and detected.index(rank) > 0
+            lost_peer = _says_peer_lost(failure)
             try:
-                return False, signalled, os.stat(failure.error_file).st_mtime_ns, rank
+                when = os.stat(failure.error_file).st_mtime_ns
             except OSError:  # no error file (a signal, sys.exit): torch's own timestamp
-                return True, signalled, failure.timestamp * 1_000_000_000, rank
+                when = failure.timestamp * 1_000_000_000
+            return stopped, lost_peer, when, rank
 
-        rank, failure = min(exc.failures.items(), key=when)
+        rank, failure = min(exc.failures.items(), key=blame)
         return cls.from_process_failure(rank, world_size, failure)
+
+
+#: What the communication libraries say when a process's peer died (gloo, NCCL, the store).
+_PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote worker crash",
+    "remote process exited",
+)
+
+
+def _says_peer_lost(failure: ProcessFailure) -> bool:
+    message = failure.message
+    text = str(message.get("message", "")) if isinstance(message, Mapping) else str(message)
+    return any(marker in text.lower() for marker in _PEER_LOST)
 
 
 # -- the selection, handed to children -------------------------------------------------------
@@ -201,35 +234,44 @@ def launch_script(
     master_addr: str | None = None,
     master_port: int | None = None,
     quiet: bool = True,
+    max_restarts: int = 0,
 ) -> Selection:
     """Run ``script`` on one process per device of the selection; what ``accelctl launch`` does.
 
-    One device on one machine: ``python script args`` in a child process. Otherwise torchrun
-    starts ``nproc_per_node = len(devices)`` processes on this machine, ``nnodes`` machines in
-    all (rendezvous at ``master_addr:master_port``, node 0 hosts it).
+    One device on one machine, without restarts: ``python script args`` in a child process.
+    Otherwise torchrun starts ``nproc_per_node = len(devices)`` processes on this machine,
+    ``nnodes`` machines in all (rendezvous at ``master_addr:master_port``, node 0 hosts it).
 
     :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
+    :param max_restarts: when a process fails, restart the whole group up to this many times
+        (torchrun's elastic restarts; the Trainer resumes from its last checkpoint by itself).
+        With restarts, a single process runs under torchrun too.
     :returns: the selection the children ran on, when every process exited with status 0.
     :raises LaunchFailedError: when a child failed, naming it and its error.
+    :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
     :raises LaunchError: for impossible multi-machine options.
     """
     _check_nodes(nnodes, node_rank, master_addr)
+    if max_restarts < 0:
+        raise LaunchError(f"max_restarts={max_restarts}: give a number of restarts >= 0")
     selection = resolve(accelerator, devices)
     nproc = len(selection.devices)
     _check_backend(selection, nproc * nnodes)
-    child_env = selection_environment(selection)
-    if nproc == 1 and nnodes == 1:
+    child_env = {**selection_environment(selection), **launcher_environment()}
+    if nproc == 1 and nnodes == 1 and not max_restarts:
         _run_single(script, script_args, child_env)
         return selection
 
     import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     # torchrun's own parser and runner: every option it has keeps its meaning and defaults.
     parse_args: Callable[[list[str]], Any] = torchrun.parse_args
     run: Callable[[Any], None] = torchrun.run
 
-    argv = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--max-restarts", "0"]
+    argv = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes)]
+    argv += ["--max-restarts", str(max_restarts)]
     if nnodes == 1 and master_addr is None and master_port is None:
         argv.append("--standalone")  # a free port on localhost: two launches never collide
     else:
@@ -237,6 +279,11 @@ def launch_script(
         argv += ["--master-port", str(master_port or 29500)]
     argv += ["--module", _CHILD_MODULE, script, *script_args]
     env = dict(child_env)
+    if max_restarts and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
+        # The rendezvous store torchrun shares with its workers outlives a restart, and the
+        # restarted workers read the killed ones' stale gloo addresses from it (the group never
+        # forms): a store per attempt, hosted by rank 0, is what a restart needs.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if not os.environ.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(_cores_per_process(nproc))
     try:
@@ -245,9 +292,15 @@ def launch_script(
             run(parse_args(argv))
     except ChildFailedError as exc:
         failure = RankFailure.from_child_failed(exc, nproc * nnodes)
+        restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""
         raise LaunchFailedError(
-            failure.describe() + "; the other processes were stopped", failure=failure
+            failure.describe() + "; the other processes were stopped" + restarts,
+            failure=failure,
         ) from None
+    except SignalException as exc:  # torchrun passed the signal on to its workers and waited
+        raise LaunchInterruptedError(int(exc.sigval)) from None
+    except KeyboardInterrupt:  # before torchrun's handlers were installed (rendezvous)
+        raise LaunchInterruptedError(signal.SIGINT) from None
     return selection
 
 
@@ -260,10 +313,7 @@ def _run_single(script: str, script_args: Sequence[str], child_env: Mapping[str,
         env = {**os.environ, **child_env, _ERROR_FILE_VARIABLE: error_file}
         command = [sys.executable, "-m", _CHILD_MODULE, script, *script_args]
         process = subprocess.Popen(command, env=env)
-        try:
-            exitcode = process.wait()
-        except KeyboardInterrupt:  # the child got the same SIGINT: let it finish and report
-            exitcode = process.wait()
+        exitcode = wait_forwarding_signals(process)
         if exitcode == 0:
             return
         from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
@@ -395,7 +445,7 @@ def launch(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     # NVML-based device counting keeps a later fork usable (LaunchConfig counts CUDA devices).
-    env = {**child_env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    env = {**child_env, **launcher_environment(), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
     if method != "fork" and not os.environ.get("OMP_NUM_THREADS"):
         # Fresh interpreters read it at start-up: an equal share of the cores each.
         env["OMP_NUM_THREADS"] = str(_cores_per_process(nproc))
@@ -427,6 +477,7 @@ def launch(
 def _run_in_child(threads: int, function: Callable[..., Any], *args: Any) -> Any:
     """Each launched process's entry point: ``function(*args)`` on ``threads`` CPU threads (0:
     as configured). A module-level function, so that ``spawn`` can pickle it."""
+    die_with_launcher()
     if threads:
         import torch
 
@@ -462,6 +513,7 @@ def run_script(argv: Sequence[str]) -> None:
 
     if not argv:
         raise SystemExit("usage: python -m accelctl.launcher SCRIPT [ARGS ...]")
+    die_with_launcher()  # before the script: a SIGKILLed launcher takes its children along
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))

@@ -3,9 +3,9 @@
 The reference consumer of the registry: it resolves an accelerator by name, alias, ``"gpu"``,
 ``"auto"`` or instance, and uses it through its handle (``setup_device``, ``device_stats``,
 ``teardown``, ``distributed_backend``). It is deliberately small: one optimizer, epochs of
-``training_step`` and optional ``validation_step``, mixed precision, DDP under a launcher, and
-figures in ``<root_dir>/metrics.jsonl``. Reach for Lightning (``accelctl.integrations.lightning``)
-for callbacks, checkpoints, schedulers and the rest.
+``training_step`` and optional ``validation_step``, mixed precision, DDP under a launcher,
+checkpoints that resume exactly, and figures in ``<root_dir>/metrics.jsonl``. Reach for Lightning
+(``accelctl.integrations.lightning``) for callbacks, schedulers and the rest.
 
 .. code-block:: python
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -42,6 +43,18 @@ from .errors import AccelctlError, PluginWarning, TrainerError
 from .handle import AcceleratorHandle
 from .launcher import devices_spec, launch_command
 from .selection import resolve
+from .training.checkpoint import (
+    CHECKPOINT_DIR,
+    CheckpointConfig,
+    Checkpointer,
+    Resume,
+    epoch_rng_state,
+    resolve_ckpt_path,
+    restart_count,
+    resumed_batches,
+    set_epoch_rng_state,
+    set_rng_state,
+)
 from .training.data import batch_size, move_to_device, set_epoch, shard_loader
 from .training.metrics_log import METRICS_FILE, MetricsLog
 from .training.precision import Precision, parse_precision
@@ -52,6 +65,7 @@ from .training.processes import (
     script_argv,
 )
 from .training.progress import progress_bar
+from .training.timeouts import collective_timeout, explain_timeout
 
 if TYPE_CHECKING:
     from torch import nn
@@ -85,6 +99,13 @@ class Trainer:
     :param log_every_n_steps: optimizer steps between lines of ``metrics.jsonl`` (each such step
         waits for the device to read the loss; no other step does).
     :param enable_progress_bar: None: a tqdm bar when standard output is a terminal.
+    :param enable_checkpointing: write ``<root_dir>/checkpoints/last.ckpt`` at the end of every
+        epoch (rank 0, atomically), for :meth:`fit`'s ``ckpt_path`` to resume from.
+    :param checkpoint_every_n_steps: also write it every this many optimizer steps (None: at
+        epoch ends only).
+    :param keep_best: also keep the best this many epoch-end checkpoints, ranked by
+        ``best_metric`` (a key of :attr:`metrics`, such as ``"val_loss"``), lower is better with
+        ``best_mode="min"``, higher with ``"max"``.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -103,12 +124,21 @@ class Trainer:
         root_dir: str | os.PathLike[str] = ".",
         log_every_n_steps: int = 50,
         enable_progress_bar: bool | None = None,
+        enable_checkpointing: bool = True,
+        checkpoint_every_n_steps: int | None = None,
+        keep_best: int = 0,
+        best_metric: str = "val_loss",
+        best_mode: str = "min",
     ) -> None:
         self.max_epochs = _positive_int("max_epochs", max_epochs)
         self.log_every_n_steps = _positive_int("log_every_n_steps", log_every_n_steps)
         self.precision = Precision(parse_precision(precision))
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
+        #: When :meth:`fit` writes checkpoints and which it keeps.
+        self.checkpointing = CheckpointConfig(
+            enable_checkpointing, checkpoint_every_n_steps, keep_best, best_metric, best_mode
+        )
         self._env = ProcessEnvironment.from_environ(os.environ)
         if _is_auto(devices) and self._env.launched and not os.environ.get(ENV_DEVICES):
             devices = self._env.local_world_size  # a plain torchrun: one device per process
@@ -150,6 +180,7 @@ class Trainer:
         model: nn.Module,
         train_dataloader: Iterable[Any],
         val_dataloader: Iterable[Any] | None = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
     ) -> None:
         """Train ``model`` for ``max_epochs`` epochs, validating after each when
         ``val_dataloader`` is given.
@@ -161,20 +192,53 @@ class Trainer:
         after each epoch once :attr:`metrics` holds its figures (to print or save; check
         :attr:`is_global_zero` to do it once). The model is trained in place.
 
+        :param ckpt_path: resume from a checkpoint: ``"last"`` for
+            ``<root_dir>/checkpoints/last.ckpt`` (training from the start, with a warning, when
+            there is none yet), or a checkpoint's path. None: from the start, except in a group
+            that torchrun restarted (``accelctl launch --max-restarts``), which resumes from
+            ``"last"`` by itself. A resumed fit continues exactly where the checkpoint was
+            written: same weights, optimizer and random states, the rest of the epoch's batches
+            in the same order (the trained ones are read again and dropped).
         """
         _check_model(model, validating=val_dataloader is not None)
         autocast = self.precision.autocast(self.device)
         scaler = self.precision.grad_scaler(self.device)
+        restarts = restart_count()
+        resume_from = resolve_ckpt_path(ckpt_path, self.root_dir / CHECKPOINT_DIR, restarts)
+        # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
+        run = os.environ.get("TORCHELASTIC_RUN_ID") or uuid.uuid4().hex[:12]
         owns_group = False
-        log = MetricsLog(self.root_dir / METRICS_FILE if self.is_global_zero else None)
+        timeout = collective_timeout()
+        log = MetricsLog(
+            self.root_dir / METRICS_FILE if self.is_global_zero else None, run=run, restart=restarts
+        )
         try:
             self.accelerator.setup_device(self.device)
             if self._env.distributed:
                 backend = self.accelerator.info.distributed_backend
                 assert backend is not None  # choose_device refused None
-                owns_group = join_process_group(backend, self._env, self.device)
+                owns_group = join_process_group(backend, self._env, self.device, timeout)
             model.to(self.device)
             optimizer = _optimizer_of(model)
+            checkpointer = Checkpointer(
+                self.checkpointing,
+                self.root_dir / CHECKPOINT_DIR,
+                model=model,
+                optimizer=optimizer,
+                scaler=scaler,
+                rank=self._env.rank,
+                world_size=self._env.world_size,
+                device=self.device,
+                run=run,
+            )
+            self.global_step = 0
+            resume: Resume | None = None
+            if resume_from is not None:
+                # Before DDP wraps the model: every rank loads the same file.
+                resume = checkpointer.restore(resume_from)
+                self.global_step, self.metrics = resume.global_step, resume.metrics
+                if not resume.batches_done and resume.rng is not None:
+                    set_rng_state(resume.rng, self.device)
             # One process: the model's own method. Several: through DDP's forward.
             training_step: Callable[[Any, int], Any] = cast(Any, model).training_step
             if self._env.distributed:
@@ -188,13 +252,40 @@ class Trainer:
                 if val_dataloader is None
                 else shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
             )
-            self.global_step = 0
-            for epoch in range(self.max_epochs):
+            saving = self.checkpointing.enabled
+            every = self.checkpointing.every_n_steps if saving else None
+            for epoch in range(resume.epoch if resume else 0, self.max_epochs):
                 self.current_epoch = epoch
                 set_epoch(train_loader, epoch)
                 model.train()
+                epoch_rng = None
+                if resume is not None and resume.batches_done and epoch == resume.epoch:
+                    # Replay the epoch's data order, skip what was trained, then go on.
+                    if resume.epoch_rng is not None:
+                        set_epoch_rng_state(resume.epoch_rng, train_loader, self.device)
+                    epoch_rng = resume.epoch_rng
+                    batches = resumed_batches(
+                        train_loader, resume.batches_done, resume.rng, self.device
+                    )
+                else:
+                    if every is not None:  # a mid-epoch checkpoint needs the epoch's start
+                        epoch_rng = epoch_rng_state(train_loader, self.device)
+                    batches = enumerate(train_loader)
+
+                def save_mid_epoch(done: int, epoch: int = epoch, start: Any = epoch_rng) -> None:
+                    checkpointer.save(epoch, done, self.global_step, start, self.metrics)
+
                 figures = self._train_epoch(
-                    epoch, training_step, optimizer, scaler, autocast, train_loader, log
+                    epoch,
+                    training_step,
+                    optimizer,
+                    scaler,
+                    autocast,
+                    train_loader,
+                    log,
+                    batches=batches,
+                    every_n_steps=every,
+                    checkpoint=save_mid_epoch,
                 )
                 if val_loader is not None:
                     model.eval()
@@ -205,8 +296,20 @@ class Trainer:
                 on_epoch_end = getattr(model, "on_epoch_end", None)
                 if callable(on_epoch_end):
                     on_epoch_end(self)
-        except BaseException:
+                if saving:  # after on_epoch_end: the states are those the next epoch starts with
+                    checkpointer.save(epoch + 1, 0, self.global_step, None, figures, epoch_end=True)
+        except BaseException as exc:
             self._finish(owns_group, log, quiet=True)
+            if self._env.distributed:
+                explained = explain_timeout(
+                    exc,
+                    timeout=timeout,
+                    rank=self._env.rank,
+                    world_size=self._env.world_size,
+                    step=self.global_step,
+                )
+                if explained is not None:
+                    raise explained from exc
             raise
         self._finish(owns_group, log, quiet=False)
 
@@ -219,7 +322,13 @@ class Trainer:
         autocast: Any,
         loader: Iterable[Any],
         log: MetricsLog,
+        *,
+        batches: Iterable[tuple[int, Any]],
+        every_n_steps: int | None = None,
+        checkpoint: Callable[[int], None] | None = None,
     ) -> dict[str, float]:
+        """One epoch over ``batches`` (``enumerate(loader)``, or its rest after a resume);
+        ``checkpoint(batches_done)`` is called after every ``every_n_steps``-th optimizer step."""
         device, every = self.device, self.log_every_n_steps
         bar = None
         if self.is_global_zero:
@@ -235,7 +344,7 @@ class Trainer:
         started = window_started = time.perf_counter()
         stats_ok = True
         try:
-            for batch_idx, batch in enumerate(loader):
+            for batch_idx, batch in batches:
                 batch = move_to_device(batch, device)
                 with autocast:
                     loss = training_step(batch, batch_idx)
@@ -278,6 +387,12 @@ class Trainer:
                     if bar is not None:
                         bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
                     window, window_samples, window_started = [], 0, now
+                if (
+                    checkpoint is not None
+                    and every_n_steps
+                    and self.global_step % every_n_steps == 0
+                ):
+                    checkpoint(batch_idx + 1)
             if window:
                 epoch_loss += torch.stack(window).float().sum()
         finally:

@@ -57,7 +57,7 @@ def quick_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]
 def test_results_file_has_every_section_and_the_machine(quick_results: tuple[dict, Path]) -> None:
     results, _ = quick_results
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
-    assert set(results["sections"]) == {"startup", "scaling", "dispatch", "trainer"}
+    assert set(results["sections"]) == {"startup", "scaling", "dispatch", "trainer", "faults"}
     assert not any("error" in section for section in results["sections"].values())
     machine = results["machine"]
     assert machine["logical_cores"] >= 1 and machine["packages"]["accelctl"]
@@ -144,7 +144,19 @@ def test_bad_arguments_name_what_is_accepted() -> None:
         check=False,
     )
     assert proc.returncode == 2
-    assert "nope" in proc.stderr and "startup,scaling,dispatch,trainer" in proc.stderr
+    assert "nope" in proc.stderr and "startup,scaling,dispatch,trainer,faults" in proc.stderr
+
+
+def test_faults_section(quick_results: tuple[dict, Path]) -> None:
+    faults = quick_results[0]["sections"]["faults"]
+    # The reports are the launcher's one line naming the rank that failed first.
+    assert faults["killed_rank_exit_code"] == 137
+    assert faults["killed_rank_report"].startswith("accelctl launch: rank 1 of 2 failed (killed")
+    assert "CollectiveTimeoutError" in faults["hung_rank_report"]
+    assert faults["hung_rank_s"] >= faults["hang_timeout_s"]  # the timeout is honoured
+    assert faults["killed_rank_s"] > 0 and faults["killed_launcher_s"] >= 0
+    checkpoints = faults["checkpoints"]
+    assert checkpoints["checkpoint_mib"] > 0 and checkpoints["epoch_s"] > 0
 
 
 def test_generated_plugins_are_real_installed_distributions(tmp_path: Path) -> None:

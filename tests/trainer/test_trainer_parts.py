@@ -130,13 +130,60 @@ def test_the_process_that_recorded_an_exception_is_blamed_not_a_signalled_bystan
             }
         )
     )
-    # Rank 0 was SIGTERMed by torchrun after rank 1 failed: no error file, a whole-second stamp
-    # that sorts before rank 1's file written later in the same second.
+    # Rank 0 was SIGTERMed by torchrun after rank 1 failed (torch records it second): no error
+    # file, a whole-second stamp that sorts before rank 1's file written later in the same second.
     bystander = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=str(tmp_path / "none"))
     culprit = ProcessFailure(local_rank=1, pid=2, exitcode=1, error_file=str(error_file))
     bystander.timestamp = culprit.timestamp - 1
     failure = RankFailure.from_child_failed(
-        ChildFailedError("train", {0: bystander, 1: culprit}), 2
+        ChildFailedError("train", {1: culprit, 0: bystander}), 2
     )
     assert (failure.rank, failure.exitcode) == (1, 1)
     assert failure.describe() == "rank 1 of 2 failed (exit code 1): ValueError: boom in rank 1"
+
+
+def _error_file(path: Path, message: str) -> str:
+    import json
+    import time
+
+    extra = {"py_callstack": "Traceback ...", "timestamp": str(int(time.time()))}
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": extra}}))
+    return str(path)
+
+
+GLOO_PEER_LOST = (
+    "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:3505. "
+    "This is typically caused by a remote worker crashing."
+)
+
+
+@pytest.mark.parametrize("exitcode", [-9, 3], ids=["SIGKILL", "sys.exit(3)"])
+def test_a_rank_that_died_without_a_record_is_blamed_not_the_survivor_that_recorded_one(
+    tmp_path: Path, exitcode: int
+) -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    dead = ProcessFailure(local_rank=1, pid=2, exitcode=exitcode, error_file=str(tmp_path / "x"))
+    gloo = _error_file(tmp_path / "rank0.json", GLOO_PEER_LOST)
+    # The survivor recorded gloo's error, then torchrun SIGTERMed it (recorded second)...
+    stopped = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=gloo)
+    failure = RankFailure.from_child_failed(ChildFailedError("t", {1: dead, 0: stopped}), 2)
+    assert (failure.rank, failure.exitcode) == (1, exitcode)
+    # ...or it exited by itself before torch's next poll (both recorded at once, rank order).
+    exited = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=gloo)
+    failure = RankFailure.from_child_failed(ChildFailedError("t", {0: exited, 1: dead}), 2)
+    assert failure.rank == 1
+    assert failure.describe().startswith(
+        "rank 1 of 2 failed (killed by SIGKILL)"
+        if exitcode < 0
+        else "rank 1 of 2 failed (exit code 3)"
+    )
+
+
+def test_a_rank_sigtermed_first_is_blamed_when_torchrun_stopped_the_others(tmp_path: Path) -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    first = ProcessFailure(local_rank=1, pid=2, exitcode=-15, error_file=str(tmp_path / "x"))
+    then = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=str(tmp_path / "y"))
+    failure = RankFailure.from_child_failed(ChildFailedError("t", {1: first, 0: then}), 2)
+    assert failure.rank == 1 and failure.exit_code == 143

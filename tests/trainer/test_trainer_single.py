@@ -63,11 +63,12 @@ def test_metrics_file_has_step_and_epoch_lines(tmp_path: Path) -> None:
     assert epochs[-1]["train_loss"] == pytest.approx(trainer.metrics["train_loss"])
     assert epochs[-1]["val_accuracy"] == pytest.approx(trainer.metrics["val_accuracy"])
 
-    # A second fit starts the file afresh.
+    # A second fit appends its lines, under a run of its own.
     accelctl.Trainer(max_epochs=1, root_dir=tmp_path / "new" / "dir").fit(Classifier(), train)
-    assert [line["kind"] for line in read_lines(tmp_path / "new" / "dir" / "metrics.jsonl")] == [
-        "epoch"
-    ]
+    again = read_lines(tmp_path / "new" / "dir" / "metrics.jsonl")
+    assert again[: len(lines)] == lines
+    assert [line["kind"] for line in again[len(lines) :]] == ["epoch"]
+    assert again[-1]["run"] != lines[0]["run"]
 
 
 def test_validation_figures_are_sample_weighted(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import re
 import click
 
 from ..launcher import LaunchFailedError, launch_script
+from ..supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 
 #: One label of a host name (RFC 1123): letters, digits and inner hyphens, 63 at most.
@@ -75,6 +76,14 @@ def _check_address(ctx: click.Context, param: click.Parameter, value: str | None
     default=None,
     help="Rendezvous port on --master-addr [default: a free port on one machine, else 29500].",
 )
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Restart all processes up to N times when one fails (torchrun's elastic restarts); "
+    "accelctl.Trainer resumes from its last checkpoint.",
+)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -87,6 +96,7 @@ def launch_command(
     node_rank: int,
     master_addr: str | None,
     master_port: int | None,
+    max_restarts: int,
     script: str,
     script_args: tuple[str, ...],
 ) -> None:
@@ -95,12 +105,15 @@ def launch_command(
     The selection is made once, here, and handed to every process (ACCELCTL_ACCELERATOR,
     ACCELCTL_DEVICES), so that accelctl.Trainer() in SCRIPT runs on it. One device: SCRIPT runs
     in one process. Several, or several machines: torchrun starts them. When a process fails
-    the others are stopped and launch exits with that process's status, naming its error.
+    the others are stopped and launch exits with that process's status, naming the first that
+    failed; with --max-restarts N the group is restarted instead, up to N times. Ctrl-C (or
+    SIGTERM) stops every process and exits 130 (143); processes die with a killed launcher.
 
     \b
     Examples:
       accelctl launch --cpu --devices 2 train.py --epochs 3
       accelctl launch --accelerator cuda --devices 0,1 train.py
+      accelctl launch --cpu --devices 4 --max-restarts 3 train.py
       accelctl launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --devices 8 train.py
     """
     if cpu:
@@ -132,8 +145,9 @@ def launch_command(
             master_addr=master_addr,
             master_port=master_port,
             quiet=not debug,
+            max_restarts=max_restarts,
         )
-    except LaunchFailedError as exc:
+    except (LaunchFailedError, LaunchInterruptedError) as exc:
         # The child printed its own traceback; the report is the line that names it.
         click.echo(f"accelctl launch: {exc}", err=True)
         ctx.exit(exc.exit_code)

@@ -7,6 +7,7 @@ where it sits through the variables torchrun defines: ``RANK``, ``LOCAL_RANK``, 
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -119,10 +120,17 @@ def choose_device(
     return devices[env.local_rank if env.launched else 0]
 
 
-def join_process_group(backend: str, env: ProcessEnvironment, device: torch.device) -> bool:
+def join_process_group(
+    backend: str,
+    env: ProcessEnvironment,
+    device: torch.device,
+    timeout: datetime.timedelta | None = None,
+) -> bool:
     """Join the default ``torch.distributed`` process group of this run.
 
     Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT``.
+
+    :param timeout: how long each collective may wait for the other processes (None: torch's).
 
     :returns: True when this call created the group (and the caller destroys it), False when
         one already existed with the same size (a user's own set-up, or an earlier ``fit``).
@@ -145,7 +153,9 @@ def join_process_group(backend: str, env: ProcessEnvironment, device: torch.devi
                 f"exists, but the launcher started {env.world_size} processes"
             )
         return False
-    dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+    dist.init_process_group(
+        backend=backend, rank=env.rank, world_size=env.world_size, timeout=timeout
+    )
     return True
 
 

@@ -1,0 +1,166 @@
+"""Launched processes stay under their launcher: they die with it, and a signal to it stops them.
+
+Two halves:
+
+- in each child, :func:`die_with_launcher` (called before the script or function runs) asks
+  Linux to SIGKILL the process when the launcher dies (``prctl(PR_SET_PDEATHSIG)``), or, where
+  there is no such call (macOS), starts a thread that checks every second whether the parent
+  changed. torchrun starts every worker in a session of its own, so without this a SIGKILLed
+  launcher leaves its workers training unsupervised. Limits: Linux sends the signal when the
+  *thread* that started the child ends (accelctl starts children from the launcher's main
+  thread); the macOS watchdog notices within a second;
+- in the launcher of a single process, :func:`wait_forwarding_signals` passes SIGINT and SIGTERM
+  on to the child, and escalates (SIGTERM, then SIGKILL) when it does not stop within a few
+  seconds. torchrun does the same for its workers (``launch`` turns its ``SignalException`` into
+  the exit status ``128 + signal``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .errors import AccelctlError
+
+if TYPE_CHECKING:
+    import subprocess
+
+#: The launcher's process id, handed to its children.
+ENV_LAUNCHER_PID = "ACCELCTL_LAUNCHER_PID"
+#: Linux's ``PR_SET_PDEATHSIG`` (``<sys/prctl.h>``).
+_PR_SET_PDEATHSIG = 1
+#: Seconds a child gets to stop after each signal before the next, stronger one.
+GRACE_S = 3.0
+
+
+class LaunchInterruptedError(AccelctlError):
+    """The launcher was told to stop (Ctrl-C, SIGTERM); its processes were stopped."""
+
+    def __init__(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        how = "Ctrl-C" if signum == signal.SIGINT else name
+        super().__init__(f"interrupted by {how}; the launched processes were stopped")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signal``, as a shell reports a process ended by it (130 for Ctrl-C)."""
+        return 128 + self.signum
+
+
+def launcher_environment() -> dict[str, str]:
+    """The variable that tells children who their launcher is."""
+    return {ENV_LAUNCHER_PID: str(os.getpid())}
+
+
+def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
+    """In a launched child: end this process when the launcher named by
+    ``ACCELCTL_LAUNCHER_PID`` dies. Does nothing in a process started otherwise.
+
+    :returns: how (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl.
+    """
+    raw = environ.get(ENV_LAUNCHER_PID, "")
+    try:
+        launcher = int(raw)
+    except ValueError:
+        return None
+    if os.getppid() != launcher:
+        # Either the launcher died before this line (then the parent is init or a subreaper),
+        # or a grandchild inherited the variable: only a direct child is supervised.
+        if _parent_died(launcher):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None
+    if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGKILL):
+        # The launcher may have died between the check above and prctl: check again.
+        if os.getppid() != launcher:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "pdeathsig"
+    thread = threading.Thread(
+        target=_watch_parent, args=(launcher,), name="accelctl-launcher-watchdog", daemon=True
+    )
+    thread.start()
+    return "watchdog"
+
+
+def _parent_died(launcher: int) -> bool:
+    try:
+        os.kill(launcher, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+def _set_parent_death_signal(signum: int) -> bool:
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(launcher: int, period: float = 1.0) -> None:
+    while os.getppid() == launcher:
+        time.sleep(period)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRACE_S) -> int:
+    """Wait for ``process``; on SIGINT or SIGTERM to this process, stop it and raise.
+
+    The signal is passed on to the child after a short pause (on a terminal, Ctrl-C reached it
+    already; a second one would interrupt its clean-up), then SIGTERM and SIGKILL follow,
+    ``grace`` seconds apart, until it has ended.
+
+    :returns: the child's exit status when it ended by itself.
+    :raises LaunchInterruptedError: after a signal, once the child has ended.
+    """
+    received: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, note) for signum in handled}
+    try:
+        while not received:
+            try:
+                status = _wait(process, 0.5)  # short waits: a handler runs between them
+            except KeyboardInterrupt:  # no handler of ours (not the main thread)
+                received.append(signal.SIGINT)
+                break
+            if status is not None:
+                return status
+        first = received[0]
+        steps = [(min(1.0, grace), first), (grace, signal.SIGTERM), (grace, signal.SIGKILL)]
+        for pause, signum in steps:
+            if _wait(process, pause) is not None:
+                break
+            try:
+                process.send_signal(signum)
+            except ProcessLookupError:
+                break
+        process.wait()
+        raise LaunchInterruptedError(first)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
+    import subprocess
+
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None

@@ -1,0 +1,493 @@
+"""Checkpoints of a ``fit``: what they hold, when they are written, how a fit resumes from one.
+
+A checkpoint is one ``torch.save`` file of plain containers and tensors (no pickled classes), so
+that ``torch.load(weights_only=True)`` reads it and loading one never runs code from the file:
+
+- ``model``, ``optimizer``, ``scaler``: the ``state_dict`` of each (``scaler`` None without one);
+- ``epoch``, ``batches_done``, ``global_step``: where training stands; ``batches_done`` counts the
+  batches of ``epoch`` already trained (0 at an epoch's end: the next epoch starts afresh);
+- ``rng``: per rank, the random states at the checkpoint (torch, the device's, NumPy's, Python's);
+- ``epoch_rng``: per rank, the states at the start of ``epoch`` (torch's, the device's and the
+  loader's own generators): the data order of an epoch depends on them only (a shuffling
+  ``DataLoader`` draws its seed from the global generator when its iterator starts; a
+  ``DistributedSampler`` shuffles by its seed and the epoch), so a fit resumed mid-epoch replays
+  them, reads and drops the ``batches_done`` batches it had trained, and goes on with the same
+  batches in the same order as a fit that was never stopped;
+- ``metrics``, ``best`` (the kept best checkpoints, ``[score, file name]``), ``run``,
+  ``world_size``.
+
+Files are written by rank 0 into ``<root_dir>/checkpoints/`` atomically: into a temporary file in
+the same folder, flushed, then ``os.replace``-d over the old one, so a kill at any moment leaves
+either the previous checkpoint or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TrainerError
+
+if TYPE_CHECKING:
+    import torch
+
+#: The folder inside ``root_dir``.
+CHECKPOINT_DIR = "checkpoints"
+#: The checkpoint that is always the latest one.
+LAST = "last.ckpt"
+#: Bumped when the layout changes in a way an older reader cannot follow.
+FORMAT = 1
+#: The variable torchrun sets in the processes of a restarted group (0 at the first start).
+RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint cannot be written, found or read."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When a fit writes checkpoints and which it keeps (the ``Trainer``'s arguments)."""
+
+    #: Write checkpoints at all: ``last.ckpt`` at the end of every epoch, at least.
+    enabled: bool = True
+    #: Also write it every this many optimizer steps (None: epoch ends only).
+    every_n_steps: int | None = None
+    #: Keep this many best epoch-end checkpoints besides ``last.ckpt`` (0: none).
+    keep_best: int = 0
+    #: The figure of ``Trainer.metrics`` that ranks them, and whether lower or higher is better.
+    best_metric: str = "val_loss"
+    best_mode: str = "min"
+
+    def __post_init__(self) -> None:
+        if self.every_n_steps is not None and (
+            isinstance(self.every_n_steps, bool)
+            or not isinstance(self.every_n_steps, int)
+            or self.every_n_steps < 1
+        ):
+            raise TrainerError(
+                f"checkpoint_every_n_steps={self.every_n_steps!r} is not accepted: give a whole "
+                f"number >= 1, or None to write checkpoints at epoch ends only"
+            )
+        if (
+            isinstance(self.keep_best, bool)
+            or not isinstance(self.keep_best, int)
+            or (self.keep_best < 0)
+        ):
+            raise TrainerError(
+                f"keep_best={self.keep_best!r} is not accepted: give a whole number >= 0"
+            )
+        if self.best_mode not in ("min", "max"):
+            raise TrainerError(
+                f"best_mode={self.best_mode!r} is not accepted: 'min' (lower {self.best_metric} "
+                f"is better) or 'max'"
+            )
+
+
+def restart_count(environ: Mapping[str, str] = os.environ) -> int:
+    """How many times torchrun restarted this group (0 outside torchrun, or at its first start)."""
+    try:
+        return int(environ.get(RESTART_VARIABLE, "0"))
+    except ValueError:
+        return 0
+
+
+def resolve_ckpt_path(
+    ckpt_path: str | os.PathLike[str] | None, folder: Path, restarts: int
+) -> Path | None:
+    """The checkpoint a fit resumes from, or None to start afresh.
+
+    ``None``: ``last`` in a group torchrun restarted (``--max-restarts``), else nothing.
+    ``"last"``: ``<folder>/last.ckpt`` when it exists (a first run has none: warned, afresh).
+    Anything else is a path, which must exist.
+
+    :raises CheckpointError: for a path that is not a file.
+    """
+    if ckpt_path is None:
+        if restarts == 0:
+            return None
+        ckpt_path = "last"
+    if isinstance(ckpt_path, str) and ckpt_path == "last":
+        last = folder / LAST
+        if last.is_file():
+            return last
+        if restarts == 0:
+            warnings.warn(
+                f"ckpt_path='last': no checkpoint in {folder} yet, training from the start",
+                stacklevel=3,
+            )
+        return None
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file; give the path of a .ckpt "
+            f"file, or 'last' for {folder / LAST}"
+        )
+    return path
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def save_atomic(state: Mapping[str, Any], path: Path) -> None:
+    """``torch.save(state)`` to ``path`` through a temporary file and ``os.replace``: a kill at
+    any moment leaves the old file or the new one."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("wb") as file:
+            torch.save(dict(state), file)
+            # Flushed, not fsync-ed: the replace is atomic against a killed process, which is
+            # what a checkpoint guards; an fsync (~30 ms for a few MiB here) would also guard
+            # against a power cut, at a cost every epoch.
+            file.flush()
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def load(path: Path, device: torch.device) -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain containers only.
+
+    :raises CheckpointError: for a file that is not a checkpoint of this format (or holds
+        anything that would run code when loaded).
+    """
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {first}. Checkpoints are read with "
+            f"torch.load(weights_only=True), which refuses anything but tensors and plain "
+            f"containers; give a file written by accelctl.Trainer"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path} is not an accelctl.Trainer checkpoint of format {FORMAT} (its keys: "
+            f"{', '.join(sorted(map(str, state))) if isinstance(state, dict) else type(state)})"
+        )
+    return state
+
+
+# -- random states ---------------------------------------------------------------------------
+
+
+def _device_module(device: torch.device) -> Any | None:
+    """``torch.cuda`` and the like, when it has per-device random states."""
+    import torch
+
+    if device.type == "cpu":
+        return None
+    module = getattr(torch, device.type, None)
+    if module is None or not callable(getattr(module, "get_rng_state", None)):
+        return None
+    return module
+
+
+def _generators(loader: Iterable[Any]) -> list[torch.Generator]:
+    """The loader's own generators (its ``generator`` and its sampler's), each once."""
+    import torch
+
+    found: list[torch.Generator] = []
+    for owner in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random states as tensors and plain values (``weights_only``-loadable)."""
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    module = _device_module(device)
+    if module is not None:
+        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+        state["numpy"] = [
+            kind,
+            torch.from_numpy(numpy.asarray(keys).astype("int64")),
+            int(position),
+            int(has_gauss),
+            float(gauss),
+        ]
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    """Restore what :func:`rng_state` saved (a part saved on another kind of machine is skipped)."""
+    import torch
+
+    torch.set_rng_state(state["torch"].cpu())
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    module = _device_module(device)
+    if module is not None and "device" in state:
+        module.set_rng_state(state["device"].cpu(), device.index or 0)
+    if "numpy" in state:
+        try:
+            import numpy
+        except ImportError:
+            return
+        kind, keys, position, has_gauss, gauss = state["numpy"]
+        numpy.random.set_state((kind, keys.numpy().astype("uint32"), position, has_gauss, gauss))
+
+
+def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
+    """What an epoch's data order depends on, taken before its iterator starts."""
+    import torch
+
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "generators": [generator.get_state() for generator in _generators(loader)],
+    }
+    module = _device_module(device)
+    if module is not None:
+        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    return state
+
+
+def set_epoch_rng_state(
+    state: Mapping[str, Any], loader: Iterable[Any], device: torch.device
+) -> None:
+    """Restore :func:`epoch_rng_state`'s states before an epoch's iterator is replayed."""
+    import torch
+
+    torch.set_rng_state(state["torch"].cpu())
+    generators = _generators(loader)
+    saved = state.get("generators", [])
+    if len(saved) != len(generators):
+        warnings.warn(
+            f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
+            f"{len(saved)}: the resumed epoch may see its batches in another order",
+            stacklevel=3,
+        )
+    for generator, generator_state in zip(generators, saved, strict=False):
+        generator.set_state(generator_state.cpu())
+    module = _device_module(device)
+    if module is not None and "device" in state:
+        module.set_rng_state(state["device"].cpu(), device.index or 0)
+
+
+def resumed_batches(
+    loader: Iterable[Any], skip: int, after_skip: Mapping[str, Any] | None, device: torch.device
+) -> Iterator[tuple[int, Any]]:
+    """``enumerate(loader)`` from batch ``skip`` on: the first ``skip`` batches are read and
+    dropped (the loader's order is replayed, not re-drawn), then the random states of the
+    checkpoint are restored, so that training goes on as if it had never stopped."""
+    iterator = iter(loader)
+    for _ in range(skip):
+        try:
+            next(iterator)
+        except StopIteration:
+            raise CheckpointError(
+                f"the checkpoint was written after {skip} batches of its epoch, but the training "
+                f"loader has fewer; resume with the data the checkpoint was trained on"
+            ) from None
+    if after_skip is not None:
+        set_rng_state(after_skip, device)
+    return enumerate(iterator, start=skip)
+
+
+# -- the kept best ---------------------------------------------------------------------------
+
+
+@dataclass
+class BestCheckpoints:
+    """The ``keep_best`` best epoch-end checkpoints: ``[score, file name]``, best first."""
+
+    config: CheckpointConfig
+    kept: list[list[Any]] = field(default_factory=list)
+
+    def score_of(self, metrics: Mapping[str, float]) -> float:
+        """The ranked figure of an epoch's ``metrics``.
+
+        :raises CheckpointError: when the epoch does not report it.
+        """
+        name = self.config.best_metric
+        if name not in metrics:
+            raise CheckpointError(
+                f"keep_best={self.config.keep_best} ranks checkpoints by best_metric={name!r}, "
+                f"which this fit's epochs do not report; they report: {', '.join(sorted(metrics))}"
+                f" (validation figures are val_<name> of validation_step's dict)"
+            )
+        return float(metrics[name])
+
+    def offer(self, score: float, name: str) -> tuple[bool, list[str]]:
+        """Whether a checkpoint scoring ``score`` is kept, and the file names it pushes out."""
+        import math
+
+        if not math.isfinite(score):
+            return False, []
+        sign = 1.0 if self.config.best_mode == "min" else -1.0
+        ranked = sorted([*self.kept, [score, name]], key=lambda item: sign * float(item[0]))
+        kept, dropped = ranked[: self.config.keep_best], ranked[self.config.keep_best :]
+        self.kept = kept
+        return any(item[1] == name for item in kept), [str(item[1]) for item in dropped]
+
+
+def best_name(epoch: int, metric: str, score: float) -> str:
+    """``best-epoch=3-val_loss=0.1234.ckpt``."""
+    safe = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in metric)
+    return f"best-epoch={epoch}-{safe}={score:.4g}.ckpt"
+
+
+def per_rank(values: Sequence[Any], rank: int, world_size: int, what: str) -> Any | None:
+    """Rank ``rank``'s entry of a per-rank list saved by a run of ``len(values)`` processes."""
+    if len(values) != world_size:
+        warnings.warn(
+            f"the checkpoint's {what} come from {len(values)} process(es), this run has "
+            f"{world_size}: weights and optimizer are restored, the random states only where a "
+            f"rank matches (an exact continuation needs the same number of processes)",
+            stacklevel=3,
+        )
+    return values[rank] if rank < len(values) else None
+
+
+# -- one fit's checkpoints -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a fit resumed from a checkpoint starts, for this process."""
+
+    path: Path
+    epoch: int
+    batches_done: int
+    global_step: int
+    #: This rank's states at the start of ``epoch`` (None when ``batches_done`` is 0).
+    epoch_rng: Mapping[str, Any] | None
+    #: This rank's states at the checkpoint.
+    rng: Mapping[str, Any] | None
+    metrics: dict[str, float]
+
+
+class Checkpointer:
+    """Writes and reads the checkpoints of one ``fit``'s model, optimizer and gradient scaler
+    (rank 0 writes; every rank reads).
+
+    :param folder: ``<root_dir>/checkpoints``.
+    :param rank: this process's rank; ``world_size``: the processes (random states are gathered
+        from all of them into rank 0's file, one collective per checkpoint).
+    """
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        folder: Path,
+        *,
+        model: Any,
+        optimizer: Any,
+        scaler: Any | None,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        run: str,
+    ) -> None:
+        self.config = config
+        self.folder = folder
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.rank, self.world_size, self.device, self.run = rank, world_size, device, run
+        self.best = BestCheckpoints(config)
+
+    def restore(self, path: Path) -> Resume:
+        """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
+        model, optimizer, scaler = self.model, self.optimizer, self.scaler
+        state = load(path, self.device)
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this model or optimizer: {exc}"
+            ) from None
+        if scaler is not None and state.get("scaler") is not None:
+            scaler.load_state_dict(state["scaler"])
+        self.best.kept = [list(item) for item in state.get("best", [])]
+        rng = per_rank(state["rng"], self.rank, self.world_size, "random states")
+        batches_done = int(state["batches_done"])
+        epoch_rng = None
+        if batches_done:
+            epoch_rng = per_rank(state["epoch_rng"], self.rank, self.world_size, "data orders")
+        return Resume(
+            path=path,
+            epoch=int(state["epoch"]),
+            batches_done=batches_done,
+            global_step=int(state["global_step"]),
+            epoch_rng=epoch_rng,
+            rng=rng,
+            metrics={str(k): float(v) for k, v in state.get("metrics", {}).items()},
+        )
+
+    def save(
+        self,
+        epoch: int,
+        batches_done: int,
+        global_step: int,
+        epoch_rng: Mapping[str, Any] | None,
+        metrics: Mapping[str, float],
+        *,
+        epoch_end: bool = False,
+    ) -> None:
+        """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks). Called on every
+        rank at the same point: the random states of all ranks go into rank 0's file.
+
+        :param epoch: the epoch to resume in; ``batches_done``: its batches already trained.
+        """
+        rng = [rng_state(self.device)]
+        epoch_rngs = [epoch_rng]
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, (rng[0], epoch_rng))
+            rng = [item[0] for item in gathered]
+            epoch_rngs = [item[1] for item in gathered]
+        # Every rank checks the figure (they agree on the figures), so that all of them stop.
+        score = self.best.score_of(metrics) if epoch_end and self.config.keep_best else None
+        if self.rank != 0:
+            return
+        state = {
+            "format": FORMAT,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "epoch": epoch,
+            "batches_done": batches_done,
+            "global_step": global_step,
+            "rng": rng,
+            "epoch_rng": epoch_rngs if batches_done else None,
+            "metrics": dict(metrics),
+            "best": self.best.kept,
+            "run": self.run,
+            "world_size": self.world_size,
+        }
+        if score is not None:
+            name = best_name(epoch - 1, self.config.best_metric, score)
+            kept, dropped = self.best.offer(score, name)
+            state["best"] = self.best.kept
+            if kept:
+                save_atomic(state, self.folder / name)
+            for old in dropped:
+                if old != name:
+                    (self.folder / old).unlink(missing_ok=True)
+        save_atomic(state, self.folder / LAST)

@@ -1,0 +1,68 @@
+"""How long a collective may wait for the other processes before the run is declared hung.
+
+Every collective of a multi-process fit (DDP's gradient all-reduce each step, the figures'
+reductions, the process group's own start) waits for all processes. When one of them hangs or
+dies without closing its connections, the others would wait for torch's default of 30 minutes.
+The Trainer joins its process group with a shorter timeout, :data:`DEFAULT_TIMEOUT_S` unless
+``ACCELCTL_COLLECTIVE_TIMEOUT`` (seconds) says otherwise: it must exceed the longest time one
+process may spend alone between two collectives (a slow step, rank 0 writing a checkpoint, an
+``on_epoch_end`` of rank 0's), and it bounds how long a hang goes unreported. gloo honours it on
+every collective; NCCL's watchdog aborts the process when it expires.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+
+from ..errors import ProcessSetupError, TrainerError
+
+#: The variable that sets the timeout, in seconds.
+ENV_COLLECTIVE_TIMEOUT = "ACCELCTL_COLLECTIVE_TIMEOUT"
+#: Five minutes: far above a training step or a checkpoint write of a model that fits one
+#: device, far below torch's 30 minutes of silence.
+DEFAULT_TIMEOUT_S = 300.0
+#: What gloo's (and NCCL's) errors say when a collective's time ran out.
+_TIMEOUT_MARKERS = ("timed out", "timeout")
+
+
+class CollectiveTimeoutError(TrainerError):
+    """A collective did not complete in time: another process hung, died silently or is slower
+    than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
+
+
+def collective_timeout(environ: Mapping[str, str] = os.environ) -> datetime.timedelta:
+    """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s).
+
+    :raises ProcessSetupError: for a value that is not a positive number of seconds.
+    """
+    raw = environ.get(ENV_COLLECTIVE_TIMEOUT, "").strip()
+    if not raw:
+        return datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ProcessSetupError(
+            f"{ENV_COLLECTIVE_TIMEOUT}={raw!r} is not accepted: give the seconds a collective may "
+            f"wait for the other processes, a number > 0 (default {DEFAULT_TIMEOUT_S:g})"
+        )
+    return datetime.timedelta(seconds=seconds)
+
+
+def explain_timeout(
+    error: BaseException, *, timeout: datetime.timedelta, rank: int, world_size: int, step: int
+) -> CollectiveTimeoutError | None:
+    """A one-line error for a collective's timeout, or None when ``error`` is something else."""
+    text = str(error)
+    if not isinstance(error, RuntimeError) or not any(m in text.lower() for m in _TIMEOUT_MARKERS):
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return CollectiveTimeoutError(
+        f"rank {rank} of {world_size} waited {timeout.total_seconds():g} s in a collective after "
+        f"optimizer step {step} and gave up: another process hung, died without closing its "
+        f"connections, or works longer than that alone (raise {ENV_COLLECTIVE_TIMEOUT}, in "
+        f"seconds, for slow steps or checkpoints). torch: {first}"
+    )

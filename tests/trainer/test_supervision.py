@@ -1,0 +1,164 @@
+"""``accelctl launch`` supervises its processes: the first failure is named, a hang ends, the
+workers die with their launcher, Ctrl-C stops everything, and --max-restarts resumes exactly.
+
+The launches are real (torchrun, gloo, signals). Every wait has a generous bound: it guards
+against a hang on a loaded 2-core machine and is not a performance assertion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).parent / "supervised_script.py"
+#: Hang guard for a whole launch (torch's import and a rendezvous take seconds on a busy machine).
+LAUNCH_TIMEOUT_S = 240
+
+
+def launcher(
+    out: Path, mode: str, *options: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("ACCELCTL_", "TORCHELASTIC"))
+    }
+    command = [sys.executable, "-c", "from accelctl.cli import main; main()", "launch", "--cpu"]
+    return subprocess.Popen(
+        [*command, *options, str(SCRIPT), str(out), mode],
+        env={**environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        _, stderr = process.communicate(timeout=LAUNCH_TIMEOUT_S)  # hang guard
+    except subprocess.TimeoutExpired:
+        process.kill()  # its workers die with it
+        process.communicate()
+        raise
+    return process.returncode, stderr
+
+
+def report(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+def wait_for_pids(
+    process: subprocess.Popen[str], out: Path, ranks: int, timeout: float = LAUNCH_TIMEOUT_S
+) -> list[int]:
+    """The pids the script wrote at its start (the bound is a hang guard)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the launch ended early: {process.communicate()}")
+        files = [out / f"pid{rank}" for rank in range(ranks)]
+        if all(f.exists() and f.read_text() for f in files):
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.2)
+    raise AssertionError(f"the script did not start within {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_until_dead(pids: list[int], timeout: float = 60) -> list[int]:
+    """The pids still alive after ``timeout`` seconds (a hang guard: they should go at once)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.mark.slow
+def test_a_killed_rank_is_the_one_reported_with_its_signal(tmp_path: Path) -> None:
+    code, stderr = finish(launcher(tmp_path, "kill", "--devices", "2"))
+    assert code == 137, stderr
+    assert report(stderr) == (
+        "accelctl launch: rank 1 of 2 failed (killed by SIGKILL): stopped by a signal (out of "
+        "memory? killed by the system?); the other processes were stopped"
+    )
+
+
+@pytest.mark.slow
+def test_a_hung_rank_ends_the_run_after_the_collective_timeout(tmp_path: Path) -> None:
+    env = {"ACCELCTL_COLLECTIVE_TIMEOUT": "3"}
+    code, stderr = finish(launcher(tmp_path, "hang", "--devices", "2", env=env))
+    assert code == 1, stderr
+    line = report(stderr)
+    assert line.startswith(
+        "accelctl launch: rank 0 of 2 failed (exit code 1): CollectiveTimeoutError: rank 0 of 2 "
+        "waited 3 s in a collective after optimizer step 2 and gave up: another process hung"
+    ), line
+    assert "ACCELCTL_COLLECTIVE_TIMEOUT" in line
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
+    process = launcher(tmp_path, "sleep", "--devices", "2")
+    try:
+        pids = wait_for_pids(process, tmp_path, 2)
+        process.kill()  # SIGKILL: the launcher cannot pass anything on
+        process.wait(timeout=30)
+        assert wait_until_dead(pids) == []
+    finally:
+        process.kill()
+        process.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("devices", "mode"),
+    [("1", "sleep"), ("1", "stubborn"), ("2", "sleep")],
+    ids=["one-process", "one-process-ignoring-sigint", "torchrun"],
+)
+def test_sigint_to_the_launcher_stops_everything_with_130(
+    tmp_path: Path, devices: str, mode: str
+) -> None:
+    process = launcher(tmp_path, mode, "--devices", devices)
+    try:
+        pids = wait_for_pids(process, tmp_path, int(devices))
+        process.send_signal(signal.SIGINT)  # to the launcher only, as `kill -INT` does
+        code, stderr = finish(process)
+        assert code == 130, stderr
+        assert report(stderr) == (
+            "accelctl launch: interrupted by Ctrl-C; the launched processes were stopped"
+        )
+        assert wait_until_dead(pids, timeout=5) == []  # gone when the launcher returned
+    finally:
+        process.kill()
+
+
+@pytest.mark.slow
+def test_max_restarts_resumes_a_killed_group_to_the_same_weights(tmp_path: Path) -> None:
+    code, stderr = finish(launcher(tmp_path / "whole", "train", "--devices", "2"))
+    assert code == 0, stderr
+    code, stderr = finish(
+        launcher(tmp_path / "cut", "kill-once", "--devices", "2", "--max-restarts", "1")
+    )
+    assert code == 0, stderr
+    assert (tmp_path / "cut" / "killed-once").exists()  # rank 1 was killed, once
+    for rank in (0, 1):
+        whole = torch.load(tmp_path / "whole" / f"final{rank}.pt", weights_only=True)
+        cut = torch.load(tmp_path / "cut" / f"final{rank}.pt", weights_only=True)
+        for key in whole:
+            assert torch.equal(whole[key], cut[key]), (rank, key)
+    lines = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").open()]
+    assert {line["restart"] for line in lines} == {0, 1}
+    assert len({line["run"] for line in lines}) == 1  # one launch
+    assert lines[-1]["kind"] == "epoch" and lines[-1]["step"] == 12
