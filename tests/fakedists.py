@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -181,3 +182,52 @@ def waiting_plugin(name: str, hook: str, wait: str = "gate.OPEN.wait()", priorit
     assert found, f"good_plugin has no hook {hook}"
     signature, newline, body = tail.partition("\n")
     return "    import gate\n" + head + found + signature + newline + f"        {wait}\n" + body
+
+
+INDEXED_PLUGIN = """
+    import accelctl
+
+    @accelctl.hookimpl
+    def detect():
+        return {visible} > 0
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return {visible}
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible={visible}, accelerator={name!r})
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        import torch
+        return [torch.device({device_type!r}, i) for i in devices]
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {stats!r}
+
+    @accelctl.hookimpl
+    def accelerator_info():
+        return {info!r}
+"""
+
+
+def indexed_plugin(
+    name: str,
+    *,
+    visible: int = 2,
+    device_type: str = "cpu",
+    info: dict[str, object] | None = None,
+    stats: dict[str, int | float] | None = None,
+    extra: str = "",
+) -> str:
+    """Source of a module plugin with ``visible`` indexed devices of ``device_type`` (detected
+    when there is at least one), the shared parser, ``info`` as its ``accelerator_info()`` and
+    ``stats`` as its figures. ``extra`` is appended: a hook defined again there replaces the
+    generated one (the later function of a module is the one registered)."""
+    source = INDEXED_PLUGIN.format(
+        name=name, visible=visible, device_type=device_type, info=info or {}, stats=stats or {}
+    )
+    return textwrap.dedent(source) + textwrap.dedent(extra)

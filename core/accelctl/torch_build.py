@@ -34,9 +34,10 @@ class TorchBuild:
     source: str = "version.py"
 
 
-def _literals(path: Path) -> dict[str, Any] | None:
-    """The literal top-level assignments of ``_FIELDS`` in ``path``; None when it is not the
-    generated file."""
+def version_literals(path: Path) -> dict[str, Any] | None:
+    """The literal top-level assignments of ``__version__``, ``cuda``, ``hip`` and ``xpu`` in a
+    ``torch/version.py``, parsed with :mod:`ast` and never executed; None when the file is
+    missing or not the generated one. Plugins read their own build facts through it."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, ValueError):
@@ -89,7 +90,7 @@ def read_torch_build() -> TorchBuild | None:
     if spec is None:
         return None
     for folder in spec.submodule_search_locations or ():
-        found = _literals(Path(folder) / "version.py")
+        found = version_literals(Path(folder) / "version.py")
         if found is not None:
             return TorchBuild(
                 version=found["__version__"],

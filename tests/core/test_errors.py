@@ -9,7 +9,7 @@ import pytest
 import accelctl
 from accelctl.testing import validate
 
-from fakedists import FakeSite
+from fakedists import FakeSite, indexed_plugin
 
 #: Every exception class the public API exports (the lazy ones included).
 PUBLIC_ERRORS = sorted(
@@ -43,17 +43,10 @@ def test_structured_parts_are_optional_attributes() -> None:
 
 
 # A vendor's own parser, written from the hook's documentation: raise DeviceSpecError("...").
-VENDOR_PARSER = """
-    import accelctl
-
-    @accelctl.hookimpl
-    def detect():
-        return True
-
-    @accelctl.hookimpl
-    def auto_device_count():
-        return 2
-
+VENDOR_PARSER = indexed_plugin(
+    "vend",
+    info={"distributed_backend": "gloo"},
+    extra="""
     @accelctl.hookimpl
     def parse_devices(devices):
         if isinstance(devices, bool):  # True == 1 in Python: refuse it first
@@ -65,20 +58,8 @@ VENDOR_PARSER = """
         raise accelctl.DeviceSpecError(
             f"vend: devices={devices!r} is not 'auto', -1, 1 or 2; 2 vend devices are visible"
         )
-
-    @accelctl.hookimpl
-    def get_parallel_devices(devices):
-        import torch
-        return [torch.device("cpu") for _ in devices]
-
-    @accelctl.hookimpl
-    def device_stats(device):
-        return {}
-
-    @accelctl.hookimpl
-    def accelerator_info():
-        return {"distributed_backend": "gloo"}
-"""
+    """,
+)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from accelctl import (
     resolve,
 )
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
+from fakedists import FakeSite, good_plugin, indexed_plugin, undetected_plugin
 
 
 @pytest.fixture
@@ -223,39 +223,12 @@ def test_auto_with_every_plugin_disabled_names_the_variables(site: FakeSite) -> 
 
 # -- devices="auto" on an accelerator that runs in one process (no distributed backend) ---------
 
-SINGLE_PROCESS_TWO_VISIBLE = """
-    import accelctl
-
-    @accelctl.hookimpl
-    def detect():
-        return True
-
-    @accelctl.hookimpl
-    def auto_device_count():
-        return 2
-
-    @accelctl.hookimpl
-    def parse_devices(devices):
-        return accelctl.parse_indexed_devices(devices, visible=2, accelerator="solo")
-
-    @accelctl.hookimpl
-    def get_parallel_devices(devices):
-        import torch
-        return [torch.device("cpu", i) for i in devices]
-
-    @accelctl.hookimpl
-    def device_stats(device):
-        return {}
-
-    @accelctl.hookimpl
-    def accelerator_info():
-        return {"priority": 300, "distributed_backend": None}
-"""
-
 
 def _solo_registry(fake_site: Any) -> accelctl.Registry:
     fake_site.install(
-        "accelctl-solo", {"solo": "solo_plugin"}, {"solo_plugin": SINGLE_PROCESS_TWO_VISIBLE}
+        "accelctl-solo",
+        {"solo": "solo_plugin"},
+        {"solo_plugin": indexed_plugin("solo", info={"priority": 300})},  # no distributed backend
     )
     return accelctl.Registry(path=fake_site.path)
 

@@ -12,7 +12,7 @@ from accelctl.torch_build import TorchBuild
 
 def test_the_installed_file_gives_what_torch_says() -> None:
     folder = Path(torch.__file__).parent
-    found = torch_build._literals(folder / "version.py")
+    found = torch_build.version_literals(folder / "version.py")
     assert found is not None
     assert (found["__version__"], found.get("cuda"), found.get("hip")) == (
         torch.__version__,
@@ -23,9 +23,9 @@ def test_the_installed_file_gives_what_torch_says() -> None:
 
 def test_a_computed_file_is_not_trusted(tmp_path: Path) -> None:
     (tmp_path / "version.py").write_text("import os\n__version__ = os.environ['V']\n")
-    assert torch_build._literals(tmp_path / "version.py") is None
+    assert torch_build.version_literals(tmp_path / "version.py") is None
     (tmp_path / "version.py").write_text("cuda = '12.8'\n")  # no version: not the generated file
-    assert torch_build._literals(tmp_path / "version.py") is None
+    assert torch_build.version_literals(tmp_path / "version.py") is None
 
 
 def test_mps_and_cudnn_without_an_import(monkeypatch) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import UserMachine, pip_install_target
+from fakedists import indexed_plugin
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -118,35 +119,17 @@ def test_two_devices_are_refused_when_the_trainer_is_made(
 
 
 # The same device under a plugin that claims a backend torch does not have for it.
-GLOO_FOR_OPENREG = """
-import accelctl
-
-@accelctl.hookimpl
-def detect():
-    import torch_openreg  # noqa: F401
-    return True
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 2
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=2, accelerator="opengloo")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    import torch
-    return [torch.device("openreg", i) for i in devices]
-
-@accelctl.hookimpl
-def device_stats(device):
-    return {}
-
-@accelctl.hookimpl
-def accelerator_info():
-    return {"distributed_backend": "gloo"}
-"""
+GLOO_FOR_OPENREG = indexed_plugin(
+    "opengloo",
+    device_type="openreg",
+    info={"distributed_backend": "gloo"},
+    extra="""
+    @accelctl.hookimpl
+    def detect():
+        import torch_openreg  # noqa: F401  registers the openreg device type
+        return True
+    """,
+)
 
 
 def test_validate_fails_a_declared_backend_that_cannot_carry_openreg_tensors(

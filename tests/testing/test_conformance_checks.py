@@ -14,7 +14,7 @@ import accelctl
 import accelctl.testing
 from accelctl.testing import CHECK_IDS, ValidationReport, checks, validate, validate_installed
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
+from fakedists import FakeSite, good_plugin, indexed_plugin, undetected_plugin
 
 HEADER = "import accelctl\n"
 REQUIRED = """
@@ -334,32 +334,8 @@ def test_detect_that_initialises_cuda_fails(
     assert result.status == "skip" and "before detect() ran" in result.detail
 
 
-DETECTED_ON_CPU = """
-@accelctl.hookimpl
-def detect():
-    return True
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 2
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=2, accelerator="x")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    import torch
-    return [torch.device("cpu", i) for i in devices]
-"""
-
-
 def _with_backend(backend: str | None) -> str:
-    return plugin(
-        DETECTED_ON_CPU,
-        f"@accelctl.hookimpl\ndef accelerator_info():\n"
-        f"    return {{'distributed_backend': {backend!r}}}\n",
-    )
+    return indexed_plugin("dist", info={"distributed_backend": backend})
 
 
 @pytest.mark.parametrize(
@@ -404,15 +380,15 @@ def _autoload():
     LOADED.append(True)
 """
 
-DETECTS_THE_RUNTIME = plugin(
-    DETECTED_ON_CPU,
-    """
-@accelctl.hookimpl
-def detect():
-    import sys
-    runtime = sys.modules.get("slow_runtime")  # loaded by torch's autoload, not imported here
-    return bool(runtime and runtime.LOADED)
-""",
+DETECTS_THE_RUNTIME = indexed_plugin(
+    "vendor",
+    extra="""
+    @accelctl.hookimpl
+    def detect():
+        import sys
+        runtime = sys.modules.get("slow_runtime")  # loaded by torch's autoload, not imported here
+        return bool(runtime and runtime.LOADED)
+    """,
 )
 
 

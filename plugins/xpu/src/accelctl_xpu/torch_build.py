@@ -11,14 +11,13 @@ resort.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_FIELDS = ("__version__", "xpu")
+from accelctl.torch_build import version_literals
 
 
 @dataclass(frozen=True)
@@ -43,23 +42,9 @@ class TorchBuild:
 
 def read_version_file(path: Path) -> TorchBuild | None:
     """Parse a ``torch/version.py`` without executing it; None when it is missing or unusual."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    found = version_literals(path)
+    if found is None:
         return None
-    found: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and target.id in _FIELDS:
-            try:
-                found[target.id] = ast.literal_eval(value)
-            except ValueError:  # not a literal: this file is not the generated one
-                return None
     version, xpu = found.get("__version__"), found.get("xpu")
     if not isinstance(version, str):
         return None
