@@ -127,12 +127,12 @@ class Registry:
             by_name: dict[str, list[PluginRecord]] = {}
             for entry in scan_entry_points(self._path):
                 by_name.setdefault(entry.name.lower(), []).append(PluginRecord(entry))
+            self._records = by_name
             for name, records in by_name.items():
-                reason = self._filter.blocked_reason(name)
+                reason = self.disabled_reason(name)
                 if reason:
                     for record in records:
                         record.state, record.reason = "disabled", reason
-            self._records = by_name
         return self._records
 
     @property
@@ -162,10 +162,9 @@ class Registry:
         return [record.entry for record in self._scan().get(name.lower(), ())]
 
     def disabled_reason(self, name: str) -> str | None:
-        """Why ``name`` is disabled (``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``, named), or None
-        when it may be loaded: the one place that decides, read by every consumer."""
-        for record in self._scan().get(name.lower(), ()):
-            return record.reason if record.state == "disabled" else None
+        """Why ``name`` must not be imported (``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``, named),
+        or None when it may be: the one place that decides. The scan records the decision in
+        each record's ``state``; every consumer reads it from there or asks here."""
         return self.plugin_filter.blocked_reason(name)
 
     def disabled_names(self) -> list[str]:

@@ -153,3 +153,39 @@ def test_the_disabled_decision_is_made_once_by_the_registry(
 
 def test_the_stages_are_listed_in_loading_order() -> None:
     assert LOAD_STAGES == ("metadata", "name", "conflict", "import", "instantiate", "register")
+
+
+class _ByPolicy(Registry):
+    """A registry whose disabled decision is not the environment's: every consumer must follow
+    it, which they do only by asking the registry rather than reading the variables."""
+
+    def disabled_reason(self, name: str) -> str | None:
+        return "disabled by site policy" if name == "policed" else None
+
+
+def test_every_consumer_follows_the_registrys_one_disabled_decision(fake_site: FakeSite) -> None:
+    import warnings
+
+    from accelctl import AcceleratorUnavailableError, resolve
+    from accelctl.testing import validate_installed
+
+    fake_site.install(
+        "acme-policed", {"policed": "rec_policed"}, {"rec_policed": "raise SystemExit('no')"}
+    )
+    reg = _ByPolicy(path=fake_site.path, environ={})
+    (record,) = reg.plugin_records("policed")
+    assert (record.state, record.reason) == ("disabled", "disabled by site policy")
+    (row,) = reg.records()
+    assert (row.state, row.reason) == ("disabled", "disabled by site policy")
+    (report,) = validate_installed(registry=reg, probe_import=False)
+    assert report.disabled == "disabled by site policy"
+    with pytest.raises(AcceleratorUnavailableError, match="site policy"):
+        reg.get("policed")
+    with pytest.raises(AcceleratorUnavailableError, match=r"disabled by .*: policed"):
+        resolve("auto", registry=reg)
+    lightning = pytest.importorskip("accelctl.integrations.lightning")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # skipped as disabled, not warned about as broken
+        result = lightning.register_all(registry=reg)
+    assert result.skipped == {"policed": "disabled by site policy"} and result.broken == {}
+    assert "rec_policed" not in sys.modules

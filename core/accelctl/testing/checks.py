@@ -252,7 +252,7 @@ def validate_installed(
     if names is None:
         reports = []
         for name in registry.names():
-            blocked = registry.plugin_filter.blocked_reason(name)
+            blocked = registry.disabled_reason(name)
             if blocked:
                 run = _Run(name)
                 entry = registry.entries(name)[0]
@@ -281,7 +281,7 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
         run.name = key
     entries = registry.entries(key)
     run.distribution, run.version = entries[0].distribution, entries[0].version
-    blocked = registry.plugin_filter.blocked_reason(key)
+    blocked = registry.disabled_reason(key)
     if blocked:
         run.failed("loads", f"{key!r} is {blocked}; unset the variable to validate it")
         run.skip_rest("not imported: the plugin is disabled")
