@@ -189,3 +189,16 @@ def test_every_consumer_follows_the_registrys_one_disabled_decision(fake_site: F
         result = lightning.register_all(registry=reg)
     assert result.skipped == {"policed": "disabled by site policy"} and result.broken == {}
     assert "rec_policed" not in sys.modules
+
+
+def test_the_concepts_page_names_every_state_and_stage() -> None:
+    from pathlib import Path
+    from typing import get_args
+
+    from accelctl.record import PluginState
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts.md").read_text()
+    section = page.split("## 2a. The plugin record", 1)[1].split("\n## ", 1)[0]
+    states = [f'`"{state}"`' for state in get_args(PluginState)]
+    stages = [f"`{stage}`" for stage in LOAD_STAGES]
+    assert [word for word in states + stages if word not in section] == []
