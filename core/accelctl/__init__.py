@@ -39,6 +39,7 @@ from .errors import (
 from .handle import AcceleratorHandle
 from .info import AcceleratorInfo
 from .markers import hookimpl, hookspec
+from .record import PluginRecord
 from .registry import (
     AcceleratorRecord,
     Registry,
@@ -90,6 +91,7 @@ __all__ = [
     "PluginConflictError",
     "PluginHookError",
     "PluginLoadError",
+    "PluginRecord",
     "PluginWarning",
     "PrecisionError",
     "ProcessSetupError",

@@ -182,7 +182,12 @@ def load_object(obj: object, origin: PluginOrigin) -> LoadedPlugin:
     An :class:`~accelctl.Accelerator` learns its canonical name from ``origin``, so its default
     hooks name the accelerator as the registry does (the entry point's name, not the class's).
     """
-    plugin = instantiate(obj, origin)
+    return register(bind_name(instantiate(obj, origin), origin), origin)
+
+
+def bind_name(plugin: object, origin: PluginOrigin) -> object:
+    """Tell an :class:`~accelctl.Accelerator` installed by an entry point its canonical name
+    (the entry point's, not the class's); return the plugin."""
     if isinstance(plugin, Accelerator) and origin.entry_point is not None:
         plugin.bind_entry_point(origin.name)
-    return register(plugin, origin)
+    return plugin

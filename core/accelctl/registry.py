@@ -31,7 +31,8 @@ from .errors import (
 )
 from .handle import AcceleratorHandle
 from .info import AcceleratorInfo, is_valid_name
-from .loading import PluginOrigin, load_object
+from .loading import bind_name, instantiate, register
+from .record import LoadStage, PluginRecord
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
 #: the pip command when a name is not installed (ROCm GPUs are torch's "cuda" device).
@@ -96,17 +97,12 @@ class AcceleratorRecord:
         }
 
 
-def _origin(entry: PluginEntry) -> PluginOrigin:
-    return PluginOrigin(
-        name=entry.name,
-        distribution=entry.distribution,
-        version=entry.version,
-        entry_point=entry.value,
-    )
-
-
 class Registry:
     """Installed accelerator plugins, discovered from entry points on ``path``.
+
+    The registry owns one :class:`~accelctl.record.PluginRecord` per installed entry point and
+    is the only one to change it: the scan creates the records (``disabled`` ones decided then,
+    by :meth:`disabled_reason`), :meth:`load` fills in how loading went.
 
     :param path: where to look for installed distributions (default: ``sys.path``).
     :param environ: where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read (default:
@@ -118,21 +114,26 @@ class Registry:
     ) -> None:
         self._path = path
         self._environ = environ
-        self._entries: dict[str, list[PluginEntry]] | None = None
+        self._records: dict[str, list[PluginRecord]] | None = None
         self._filter: PluginFilter | None = None
-        self._handles: dict[str, AcceleratorHandle] = {}
-        self._failures: dict[str, AccelctlError] = {}
+        #: Records whose error was raised once (later raises are fresh copies).
+        self._raised: set[PluginRecord] = set()
 
     # -- discovery --------------------------------------------------------------------------
 
-    def _scan(self) -> dict[str, list[PluginEntry]]:
-        if self._entries is None:
-            by_name: dict[str, list[PluginEntry]] = {}
-            for entry in scan_entry_points(self._path):
-                by_name.setdefault(entry.name.lower(), []).append(entry)
-            self._entries = by_name
+    def _scan(self) -> dict[str, list[PluginRecord]]:
+        if self._records is None:
             self._filter = Settings.from_environ(self._environ).plugin_filter
-        return self._entries
+            by_name: dict[str, list[PluginRecord]] = {}
+            for entry in scan_entry_points(self._path):
+                by_name.setdefault(entry.name.lower(), []).append(PluginRecord(entry))
+            self._records = by_name
+            for name, records in by_name.items():
+                reason = self.disabled_reason(name)
+                if reason:
+                    for record in records:
+                        record.state, record.reason = "disabled", reason
+        return self._records
 
     @property
     def plugin_filter(self) -> PluginFilter:
@@ -145,64 +146,78 @@ class Registry:
         """Canonical names of every installed accelerator (disabled and broken included)."""
         return sorted(self._scan())
 
+    def plugin_records(self, name: str | None = None) -> list[PluginRecord]:
+        """The records of the entry points that claim ``name`` (more than one is a conflict),
+        or of every installed entry point; by name, then distribution. Nothing is loaded."""
+        scanned = self._scan()
+        names = self.names() if name is None else [name.lower()]
+        return [
+            record
+            for key in names
+            for record in sorted(scanned.get(key, ()), key=lambda r: r.distribution or "")
+        ]
+
     def entries(self, name: str) -> list[PluginEntry]:
-        """The entry points that claim ``name`` (more than one is a conflict)."""
-        return list(self._scan().get(name.lower(), ()))
+        """The entry points that claim ``name`` (more than one is a conflict), in scan order."""
+        return [record.entry for record in self._scan().get(name.lower(), ())]
+
+    def disabled_reason(self, name: str) -> str | None:
+        """Why ``name`` must not be imported (``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``, named),
+        or None when it may be: the one place that decides. The scan records the decision in
+        each record's ``state``; every consumer reads it from there or asks here."""
+        return self.plugin_filter.blocked_reason(name)
+
+    def disabled_names(self) -> list[str]:
+        """Installed names that are disabled, sorted."""
+        return [name for name in self.names() if self.disabled_reason(name)]
 
     # -- loading ----------------------------------------------------------------------------
 
-    def _load(self, name: str) -> AcceleratorHandle:
-        """Load the plugin installed under canonical ``name``; errors are cached."""
-        if name in self._handles:
-            return self._handles[name]
-        if name in self._failures:
-            # Raised anew each time, chained to the first: the cached error is never handed out
-            # to be edited (a caller adding context must not change what the next one sees).
-            cached = self._failures[name]
-            raise fresh_copy(cached) from cached
-        entries = self.entries(name)
-        blocked = self.plugin_filter.blocked_reason(name)
-        if blocked:
-            raise AcceleratorUnavailableError(
-                f"accelerator {name!r} is {blocked}; unset or change it to use {name!r}",
-                name=name,
-                reason=blocked,
-            )
-        try:
-            handle = self._load_entries(name, entries)
-        except AccelctlError as exc:
-            self._failures[name] = exc
-            raise
-        self._handles[name] = handle
-        return handle
+    def load(self, name: str) -> PluginRecord:
+        """Load the plugin installed under canonical ``name`` (once) and return its record.
 
-    def _load_entries(self, name: str, entries: list[PluginEntry]) -> AcceleratorHandle:
-        distributions = sorted({entry.distribution or "?" for entry in entries})
-        if len(entries) > 1:
-            raise PluginConflictError(
-                f"accelerator name {name!r} is claimed by {len(entries)} distributions: "
-                f"{' and '.join(distributions)}; uninstall one of them "
-                f"(pip uninstall {distributions[-1]})",
+        Never raises for the plugin's failure: the record's ``state`` is ``"broken"``, with the
+        ``stage`` that failed and the ``error``. A disabled plugin is not imported. When two
+        distributions claim ``name``, every one of them is broken (stage ``"conflict"``, unless
+        its metadata already cannot be read) and the first at stage ``"conflict"`` is returned.
+
+        :raises UnknownAcceleratorError: no entry point has the canonical name ``name``.
+        """
+        key = name.lower()
+        records = self.plugin_records(key)
+        if not records:
+            raise self._unknown(name, key)
+        for record in records:
+            _check_metadata(record)
+        if len(records) > 1:
+            error = _conflict(key, records)
+            for record in records:
+                if record.state == "not-loaded":
+                    _fail(record, "conflict", error)
+            return next((r for r in records if r.stage == "conflict"), records[0])
+        (record,) = records
+        if record.state == "not-loaded":
+            _load_record(record)
+        return record
+
+    def _load(self, name: str) -> AcceleratorHandle:
+        """The handle of the plugin installed under canonical ``name``, or its error."""
+        record = self.load(name)
+        if record.handle is not None:
+            return record.handle
+        if record.state == "disabled":
+            raise AcceleratorUnavailableError(
+                f"accelerator {name!r} is {record.reason}; unset or change it to use {name!r}",
                 name=name,
-                distributions=distributions,
+                reason=record.reason,
             )
-        entry = entries[0]
-        origin = _origin(entry)
-        problem = entry.problem or entry.name_problem()
-        if problem:
-            raise PluginLoadError(
-                f"{origin.describe()}: {problem}", name=name, distribution=entry.distribution
-            )
-        try:
-            with watch_import(origin.describe()), plugin_code():
-                obj = entry.load()
-        except Exception as exc:  # anything the plugin raised, its sys.exit() included
-            raise PluginLoadError(
-                f"{origin.describe()}: importing {quote(entry.value)} failed: {failure_text(exc)}",
-                name=name,
-                distribution=entry.distribution,
-            ) from original(exc)
-        return AcceleratorHandle(load_object(obj, origin))
+        assert record.error is not None
+        if record not in self._raised:
+            self._raised.add(record)
+            raise record.error
+        # Later raised anew each time, chained to the first: a caller adding context to the
+        # error it caught must not change what the next one sees.
+        raise fresh_copy(record.error) from record.error
 
     def load_all(self) -> tuple[list[AcceleratorHandle], dict[str, AccelctlError]]:
         """Load every enabled plugin; return the handles and, per name, why the others failed.
@@ -212,7 +227,7 @@ class Registry:
         handles: list[AcceleratorHandle] = []
         failures: dict[str, AccelctlError] = {}
         for name in self.names():
-            if self.plugin_filter.blocked_reason(name):
+            if self.disabled_reason(name):
                 continue
             try:
                 handles.append(self._load(name))
@@ -276,7 +291,10 @@ class Registry:
 
     def _aliases(self) -> list[str]:
         aliases: list[str] = []
-        for handle in self._handles.values():
+        for record in self.plugin_records():
+            handle = record.handle
+            if handle is None:
+                continue
             try:
                 aliases.extend(handle.info.aliases)
             except AccelctlError:
@@ -328,10 +346,12 @@ class Registry:
             metadata only and runs no plugin code.
         """
         rows = []
-        for name in self.names():
-            # Several entries under one name are a conflict: a row each, in a stable order.
-            for entry in sorted(self.entries(name), key=lambda e: e.distribution or ""):
-                rows.append(self._record(name, entry, detect))
+        # Several records under one name are a conflict: a row each, by distribution.
+        for record in self.plugin_records():
+            _check_metadata(record)  # known from the metadata alone: --no-detect shows it too
+            if detect and record.state == "not-loaded":
+                self.load(record.name)
+            rows.append(_row(record))
         probed = [(row, row.handle) for row in rows if row.handle is not None]
         outcomes = run_all([functools.partial(_probe, handle) for _, handle in probed])
         for (row, _), outcome in zip(probed, outcomes, strict=True):
@@ -341,33 +361,95 @@ class Registry:
                 outcome.unwrap().apply(row)
         return rows
 
-    def _record(self, name: str, entry: PluginEntry, detect: bool) -> AcceleratorRecord:
-        """The row from metadata, with the plugin loaded (its ``handle`` set) when it is to be
-        probed; a plugin that fails to load is a broken row."""
-        row = AcceleratorRecord(
-            name=name,
-            distribution=entry.distribution,
-            version=entry.version,
-            entry_point=entry.value,
-            state="not-run",
+
+def _row(record: PluginRecord) -> AcceleratorRecord:
+    """The ``accelctl list`` row of a record, before its hooks are asked."""
+    row = AcceleratorRecord(
+        name=record.name,
+        distribution=record.distribution,
+        version=record.version,
+        entry_point=record.entry_point,
+        state="not-run",
+        handle=record.handle,
+    )
+    if record.state == "disabled":
+        row.state, row.reason = "disabled", record.reason
+    elif record.state == "broken":
+        assert record.error is not None
+        _mark_broken(row, record.error)
+    return row
+
+
+# -- the record's transitions (the registry's alone) ------------------------------------------
+
+
+def _fail(record: PluginRecord, stage: LoadStage, error: AccelctlError) -> None:
+    record.state, record.stage, record.error = "broken", stage, error
+
+
+def _check_metadata(record: PluginRecord) -> None:
+    """Mark a record broken at stage ``metadata`` when its distribution cannot be read."""
+    if record.state == "not-loaded" and record.entry.problem:
+        _fail(
+            record,
+            "metadata",
+            PluginLoadError(
+                f"{record.describe()}: {record.entry.problem}",
+                name=record.name,
+                distribution=record.distribution,
+            ),
         )
-        blocked = self.plugin_filter.blocked_reason(name)
-        if blocked:
-            row.state, row.reason = "disabled", blocked
-            return row
-        if entry.problem:  # known from the metadata alone, so --no-detect shows it too
-            row.state, row.error = (
-                "broken",
-                one_line(f"{_origin(entry).describe()}: {entry.problem}"),
-            )
-            return row
-        if not detect:
-            return row
-        try:
-            row.handle = self._load(name)
-        except AccelctlError as exc:
-            _mark_broken(row, exc)
-        return row
+
+
+def _conflict(name: str, records: list[PluginRecord]) -> PluginConflictError:
+    distributions = sorted({record.distribution or "?" for record in records})
+    return PluginConflictError(
+        f"accelerator name {name!r} is claimed by {len(records)} distributions: "
+        f"{' and '.join(distributions)}; uninstall one of them "
+        f"(pip uninstall {distributions[-1]})",
+        name=name,
+        distributions=distributions,
+    )
+
+
+def _load_record(record: PluginRecord) -> None:
+    """Import, instantiate and register one record's plugin: ``loaded`` with its handle, or
+    ``broken`` at the stage that failed."""
+    entry, origin = record.entry, record.origin
+    problem = entry.name_problem()
+    if problem:
+        _fail(
+            record,
+            "name",
+            PluginLoadError(
+                f"{origin.describe()}: {problem}", name=record.name, distribution=entry.distribution
+            ),
+        )
+        return
+    try:
+        with watch_import(origin.describe()), plugin_code():
+            obj = entry.load()
+    except Exception as exc:  # anything the plugin raised, its sys.exit() included
+        error = PluginLoadError(
+            f"{origin.describe()}: importing {quote(entry.value)} failed: {failure_text(exc)}",
+            name=record.name,
+            distribution=entry.distribution,
+        )
+        error.__cause__ = original(exc)
+        _fail(record, "import", error)
+        return
+    try:
+        plugin = instantiate(obj, origin)
+    except AccelctlError as exc:
+        _fail(record, "instantiate", exc)
+        return
+    record.plugin = plugin
+    try:
+        loaded = register(bind_name(plugin, origin), origin)
+    except AccelctlError as exc:
+        _fail(record, "register", exc)
+        return
+    record.state, record.handle = "loaded", AcceleratorHandle(loaded)
 
 
 def _aliases_of(handle: AcceleratorHandle) -> tuple[str, ...]:

@@ -187,7 +187,7 @@ def _select_auto(registry: Registry) -> AcceleratorHandle:
     best = _best(handles)
     if best is None:
         installed = ", ".join(f"{h.name} ({_why(h)})" for h in handles) or "none"
-        disabled = [n for n in registry.names() if registry.plugin_filter.blocked_reason(n)]
+        disabled = registry.disabled_names()
         if disabled:
             advice = (
                 f"disabled by {ENV_PLUGINS}/{ENV_DISABLE}: {', '.join(disabled)}; "

@@ -421,7 +421,7 @@ def register_all(override: bool = False, *, registry: Registry | None = None) ->
     result = Registration()
     targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
     for name in source.names():
-        blocked = source.plugin_filter.blocked_reason(name)
+        blocked = source.disabled_reason(name)
         if blocked:
             result.skipped[name] = blocked
             continue

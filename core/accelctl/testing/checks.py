@@ -252,7 +252,7 @@ def validate_installed(
     if names is None:
         reports = []
         for name in registry.names():
-            blocked = registry.plugin_filter.blocked_reason(name)
+            blocked = registry.disabled_reason(name)
             if blocked:
                 run = _Run(name)
                 entry = registry.entries(name)[0]
@@ -270,6 +270,8 @@ def validate_installed(
 
 
 def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subject | None:
+    """Ask the registry to load the plugin and read from its record how far it got: the checks
+    go on from a plugin that imports, even when registering it failed (they say which hook)."""
     key = asked.strip().lower()
     if key not in registry.names():
         try:  # an alias (loads every enabled plugin), or nothing at all
@@ -279,46 +281,21 @@ def _subject_from_registry(asked: str, registry: Registry, run: _Run) -> _Subjec
             run.skip_rest("nothing to check: no installed accelerator has this name")
             return None
         run.name = key
-    entries = registry.entries(key)
-    run.distribution, run.version = entries[0].distribution, entries[0].version
-    blocked = registry.plugin_filter.blocked_reason(key)
-    if blocked:
-        run.failed("loads", f"{key!r} is {blocked}; unset the variable to validate it")
+    record = registry.load(key)
+    run.distribution, run.version = record.distribution, record.version
+    if record.state == "disabled":
+        run.failed("loads", f"{key!r} is {record.reason}; unset the variable to validate it")
         run.skip_rest("not imported: the plugin is disabled")
         return None
-    entry = entries[0]
-    origin = PluginOrigin(entry.name, entry.distribution, entry.version, entry.value)
-    problem = entry.name_problem() if len(entries) == 1 else None
-    if problem:
-        run.failed("loads", f"{origin.describe()}: {problem}")
+    if record.state == "broken" and record.stage != "register":
+        assert record.error is not None
+        run.failed("loads", one_line(record.error), record.error)
         run.skip_rest("the plugin did not load")
         return None
-    handle: AcceleratorHandle | None = None
-    load_error: AccelctlError | None = None
-    try:
-        handle = registry.get(key)
-    except AccelctlError as exc:
-        load_error = exc
-    if len(entries) > 1:
-        assert load_error is not None
-        run.failed("loads", one_line(load_error), load_error)
-        run.skip_rest("the plugin did not load")
-        return None
-    if handle is not None:
-        plugin = handle.plugin
-    else:
-        # The registry refused it: find out whether the import or the registration failed.
-        try:
-            with plugin_code():
-                loaded = entry.load()
-            plugin = instantiate(loaded, origin)
-        except Exception:  # anything the plugin raised, its sys.exit() included
-            assert load_error is not None
-            run.failed("loads", one_line(load_error), load_error)
-            run.skip_rest("the plugin did not load")
-            return None
-    module = entry.value.partition(":")[0].strip() or None
-    return _Subject(key, plugin, module, f"{entry.value} from {_dist(run)}", load_error)
+    plugin = record.handle.plugin if record.handle is not None else record.plugin
+    module = record.entry_point.partition(":")[0].strip() or None
+    describe = f"{record.entry_point} from {_dist(run)}"
+    return _Subject(key, plugin, module, describe, record.error)
 
 
 def _dist(run: _Run) -> str:
