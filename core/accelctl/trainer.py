@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ._launching.handoff import devices_spec, launch_command_line
 from ._project import ENV_DEVICES
 from .errors import AccelctlError, PluginWarning, TrainerError
 from .handle import AcceleratorHandle
-from .launcher import devices_spec, launch_command
 from .selection import resolve
 from .training.checkpoint import (
     CHECKPOINT_DIR,
@@ -155,7 +155,7 @@ class Trainer:
             accelerator=self.accelerator.name,
             backend=self.accelerator.info.distributed_backend,
             env=self._env,
-            launch_command=self._launch_hint(),
+            launch_command_line=self._launch_hint(),
         )
         #: This process's rank among all processes (0 when alone).
         self.global_rank: int = self._env.rank
@@ -527,7 +527,7 @@ class Trainer:
                 f"accelctl.launch(<your training function>, accelerator={accelerator}, "
                 f"devices={spec!r}) from Python, or `accelctl launch` with a script"
             )
-        return launch_command(name, spec, argv)
+        return launch_command_line(name, spec, argv)
 
 
 def _backward(loss: Any) -> None:
