@@ -29,6 +29,10 @@ class LaunchFailedError(AccelctlError):
     process's own traceback when it raised a Python exception.
     """
 
+    # Its public home (``accelctl.launcher`` re-exports it): the name tracebacks show and pickles
+    # refer to stays the one it had before the launcher was split into parts.
+    __module__ = "accelctl.launcher"
+
     def __init__(self, message: str = "", *, failure: RankFailure | None = None) -> None:
         super().__init__(message)
         #: The failed process, when known (None for an error raised from a message alone).
