@@ -10,6 +10,8 @@
 - :mod:`.functions`: ``accelctl.launch(fn)``, through torch's elastic launch API;
 - :mod:`.child`: what runs inside each launched process (dying with the launcher, the script or
   function).
+- :mod:`.torch_logs`: torch's launcher logs silenced while a launch runs (the failure is
+  reported in one line).
 
 Nothing here imports torch at module level: the CLI imports :mod:`.scripts` and :mod:`.options`
 on its start-up path.
