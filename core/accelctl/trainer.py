@@ -1,3 +1,5 @@
+# Over 400 lines for a reason: the Trainer class is one idea, its constructor and fit loop read
+# top to bottom; the parts that stand alone are in accelctl.training (figures, model, data, ...).
 """``accelctl.Trainer``: a small training loop on whatever accelerator the registry selects.
 
 The reference consumer of the registry: it resolves an accelerator by name, alias, ``"gpu"``,
@@ -32,16 +34,16 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ._launching.handoff import devices_spec, launch_command_line
 from ._project import ENV_DEVICES
 from .errors import AccelctlError, PluginWarning, TrainerError
 from .handle import AcceleratorHandle
-from .launcher import devices_spec, launch_command
 from .selection import resolve
 from .training.checkpoint import (
     CHECKPOINT_DIR,
@@ -56,7 +58,9 @@ from .training.checkpoint import (
     set_rng_state,
 )
 from .training.data import batch_size, move_to_device, set_epoch, shard_loader
+from .training.figures import epoch_figures, reduce_window, validate
 from .training.metrics_log import METRICS_FILE, MetricsLog
+from .training.model import TrainingStep, check_model, optimizer_of
 from .training.precision import Precision, parse_precision
 from .training.processes import (
     ProcessEnvironment,
@@ -69,18 +73,6 @@ from .training.timeouts import collective_timeout, explain_timeout
 
 if TYPE_CHECKING:
     from torch import nn
-
-
-class _TrainingStep(torch.nn.Module):
-    """Runs ``model.training_step`` as a module's forward, so that DDP sees every step (DDP
-    prepares its gradient all-reduce in its own ``forward``, which ``training_step`` bypasses)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch: Any, batch_idx: int) -> Any:
-        return cast(Any, self.model).training_step(batch, batch_idx)
 
 
 class Trainer:
@@ -155,7 +147,7 @@ class Trainer:
             accelerator=self.accelerator.name,
             backend=self.accelerator.info.distributed_backend,
             env=self._env,
-            launch_command=self._launch_hint(),
+            launch_command_line=self._launch_hint(),
         )
         #: This process's rank among all processes (0 when alone).
         self.global_rank: int = self._env.rank
@@ -200,7 +192,7 @@ class Trainer:
             written: same weights, optimizer and random states, the rest of the epoch's batches
             in the same order (the trained ones are read again and dropped).
         """
-        _check_model(model, validating=val_dataloader is not None)
+        check_model(model, validating=val_dataloader is not None)
         autocast = self.precision.autocast(self.device)
         scaler = self.precision.grad_scaler(self.device)
         restarts = restart_count()
@@ -219,7 +211,7 @@ class Trainer:
                 assert backend is not None  # choose_device refused None
                 owns_group = join_process_group(backend, self._env, self.device, timeout)
             model.to(self.device)
-            optimizer = _optimizer_of(model)
+            optimizer = optimizer_of(model)
             checkpointer = Checkpointer(
                 self.checkpointing,
                 self.root_dir / CHECKPOINT_DIR,
@@ -244,7 +236,7 @@ class Trainer:
             if self._env.distributed:
                 from torch.nn.parallel import DistributedDataParallel
 
-                training_step = DistributedDataParallel(_TrainingStep(model))
+                training_step = DistributedDataParallel(TrainingStep(model))
             rank, world = self._env.rank, self._env.world_size
             train_loader = shard_loader(train_dataloader, rank=rank, world_size=world, train=True)
             val_loader = (
@@ -290,7 +282,9 @@ class Trainer:
                 if val_loader is not None:
                     model.eval()
                     with torch.no_grad():
-                        figures.update(self._validate(model, autocast, val_loader))
+                        figures.update(
+                            validate(model, autocast, val_loader, device=self.device, env=self._env)
+                        )
                 self.metrics = figures
                 log.write({"kind": "epoch", "epoch": epoch, "step": self.global_step, **figures})
                 on_epoch_end = getattr(model, "on_epoch_end", None)
@@ -370,7 +364,9 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                 if self.global_step % every == 0:
-                    window_loss, mean, count = self._reduce_window(window, window_samples)
+                    window_loss, mean, count = reduce_window(
+                        window, window_samples, device=device, env=self._env
+                    )
                     epoch_loss += window_loss
                     now = time.perf_counter()
                     record: dict[str, Any] = {
@@ -399,94 +395,9 @@ class Trainer:
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - started
-        return self._epoch_figures(epoch_loss, epoch_steps, epoch_samples, elapsed)
-
-    def _reduce_window(
-        self, window: list[torch.Tensor], samples: int
-    ) -> tuple[torch.Tensor, float, int]:
-        """The window's loss sum in this process (a tensor, for the epoch's total), and across all
-        processes the window's mean loss and its samples (read here: a logging step syncs)."""
-        local = torch.stack(window).float().sum()
-        if not self._env.distributed:
-            return local, float(local) / len(window), samples
-        import torch.distributed as dist
-
-        figures = self._vector([local, len(window), samples])
-        dist.all_reduce(figures)
-        loss_sum, steps, count = figures.tolist()
-        return local, loss_sum / steps, int(count)
-
-    def _vector(self, values: list[torch.Tensor | float | int]) -> torch.Tensor:
-        """One float32 tensor on this process's device for a single all-reduce (float32: every
-        backend and device reduces it; counts stay exact below 2**24 per call)."""
-        return torch.stack(
-            [torch.as_tensor(value, dtype=torch.float32, device=self.device) for value in values]
+        return epoch_figures(
+            epoch_loss, epoch_steps, epoch_samples, elapsed, device=device, env=self._env
         )
-
-    def _epoch_figures(
-        self, loss_sum: torch.Tensor, steps: int, samples: int, elapsed: float
-    ) -> dict[str, float]:
-        if self._env.distributed:
-            import torch.distributed as dist
-
-            totals = self._vector([loss_sum, steps, samples])
-            dist.all_reduce(totals)
-            slowest = self._vector([elapsed])
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            loss_total, steps_f, samples_f = totals.tolist()
-            steps, samples, elapsed = int(steps_f), int(samples_f), float(slowest)
-        else:
-            loss_total = float(loss_sum)
-        return {
-            "train_loss": loss_total / steps if steps else float("nan"),
-            "samples_per_second": samples / elapsed if elapsed > 0 else 0.0,
-        }
-
-    def _validate(self, model: nn.Module, autocast: Any, loader: Iterable[Any]) -> dict[str, float]:
-        """Sample-weighted means of ``validation_step``'s figures over this process's shard,
-        summed across processes: every sample counts once, every rank gets the same figures."""
-        sums: dict[str, torch.Tensor] = {}
-        samples = 0
-        for batch_idx, batch in enumerate(loader):
-            batch = move_to_device(batch, self.device)
-            with autocast:
-                output = model.validation_step(batch, batch_idx)  # type: ignore[operator]
-            if output is None:
-                continue
-            if not isinstance(output, Mapping):
-                raise TrainerError(
-                    f"validation_step must return a dict of figures (or None), returned "
-                    f"{type(output).__name__} (batch {batch_idx})"
-                )
-            count = batch_size(batch)
-            samples += count
-            for key, value in output.items():
-                figure = torch.as_tensor(value, device=self.device).detach()
-                if figure.numel() != 1:
-                    raise TrainerError(
-                        f"validation_step's figure {key!r} must be a number or a one-element "
-                        f"tensor, got shape {tuple(figure.shape)}"
-                    )
-                weighted = figure.reshape(()).float() * count
-                sums[key] = sums[key] + weighted if key in sums else weighted
-        keys = sorted(sums)
-        if self._env.distributed:
-            import torch.distributed as dist
-
-            # A process whose shard is empty knows no keys: agree on them first (once per epoch).
-            gathered: list[list[str] | None] = [None] * self._env.world_size
-            dist.all_gather_object(gathered, keys)
-            keys = sorted({key for part in gathered for key in (part or [])})
-            vector = self._vector([sums.get(key, 0.0) for key in keys] + [samples])
-            dist.all_reduce(vector)
-            *values, total = vector.tolist()
-        else:
-            values = [float(sums[key]) for key in keys]
-            total = float(samples)
-        return {
-            (key if key.startswith("val_") else f"val_{key}"): (value / total if total else 0.0)
-            for key, value in zip(keys, values, strict=True)
-        }
 
     def _device_stats(self) -> tuple[dict[str, int | float], bool]:
         """Rank 0's device stats for a log line; a plugin whose hook breaks is warned about once
@@ -527,7 +438,7 @@ class Trainer:
                 f"accelctl.launch(<your training function>, accelerator={accelerator}, "
                 f"devices={spec!r}) from Python, or `accelctl launch` with a script"
             )
-        return launch_command(name, spec, argv)
+        return launch_command_line(name, spec, argv)
 
 
 def _backward(loss: Any) -> None:
@@ -550,28 +461,3 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise TrainerError(f"{name}={value!r} is not accepted: give a whole number >= 1")
     return value
-
-
-def _check_model(model: Any, *, validating: bool) -> None:
-    import torch.nn
-
-    if not isinstance(model, torch.nn.Module):
-        raise TrainerError(f"fit() trains a torch.nn.Module, got {type(model).__name__}")
-    needed = ["training_step", "configure_optimizers"] + (["validation_step"] if validating else [])
-    missing = [name for name in needed if not callable(getattr(model, name, None))]
-    if missing:
-        raise TrainerError(
-            f"{type(model).__name__} lacks {', '.join(missing)}: the Trainer calls "
-            "training_step(batch, batch_idx) -> loss tensor, configure_optimizers() -> optimizer"
-            + (" and validation_step(batch, batch_idx) -> dict of figures" if validating else "")
-        )
-
-
-def _optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
-    optimizer = model.configure_optimizers()  # type: ignore[operator]
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TrainerError(
-            f"configure_optimizers must return one torch.optim.Optimizer, returned "
-            f"{type(optimizer).__name__}"
-        )
-    return optimizer

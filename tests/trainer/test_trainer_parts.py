@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, WeightedRandomSampler
 
 import accelctl
-from accelctl.launcher import RankFailure, devices_spec, launch_command
+from accelctl._launching.handoff import devices_spec, launch_command_line
+from accelctl.launcher import RankFailure
 from accelctl.training.data import DataLoaderError, batch_size, move_to_device, shard_loader
 from accelctl.training.processes import ProcessEnvironment, ProcessSetupError
 
@@ -47,8 +48,8 @@ def test_devices_spec_parses_back_to_the_same_devices(parsed: Any, spec: str) ->
         assert accelctl.parse_indexed_devices(spec, visible=4, accelerator="x") == list(parsed)
 
 
-def test_launch_command_quotes_arguments() -> None:
-    command = launch_command("cuda", "0,1", ["my train.py", "--name", "a b"])
+def test_launch_command_line_quotes_arguments() -> None:
+    command = launch_command_line("cuda", "0,1", ["my train.py", "--name", "a b"])
     assert command == "accelctl launch --accelerator cuda --devices 0,1 'my train.py' --name 'a b'"
 
 
@@ -103,7 +104,7 @@ def test_batches_move_whole_and_are_counted() -> None:
 
 
 def test_a_failure_without_an_error_file_reports_the_exit() -> None:
-    failure = RankFailure(rank=2, world_size=4, exitcode=-9, error="stopped by a signal")
+    failure = RankFailure(rank=2, world_size=4, returncode=-9, error="stopped by a signal")
     assert failure.exit_code == 137
     assert failure.describe() == "rank 2 of 4 failed (killed by SIGKILL): stopped by a signal"
 
@@ -138,7 +139,7 @@ def test_the_process_that_recorded_an_exception_is_blamed_not_a_signalled_bystan
     failure = RankFailure.from_child_failed(
         ChildFailedError("train", {1: culprit, 0: bystander}), 2
     )
-    assert (failure.rank, failure.exitcode) == (1, 1)
+    assert (failure.rank, failure.returncode) == (1, 1)
     assert failure.describe() == "rank 1 of 2 failed (exit code 1): ValueError: boom in rank 1"
 
 
@@ -168,7 +169,7 @@ def test_a_rank_that_died_without_a_record_is_blamed_not_the_survivor_that_recor
     # The survivor recorded gloo's error, then torchrun SIGTERMed it (recorded second)...
     stopped = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=gloo)
     failure = RankFailure.from_child_failed(ChildFailedError("t", {1: dead, 0: stopped}), 2)
-    assert (failure.rank, failure.exitcode) == (1, exitcode)
+    assert (failure.rank, failure.returncode) == (1, exitcode)
     # ...or it exited by itself before torch's next poll (both recorded at once, rank order).
     exited = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=gloo)
     failure = RankFailure.from_child_failed(ChildFailedError("t", {0: exited, 1: dead}), 2)

@@ -7,7 +7,9 @@ import re
 
 import click
 
-from ..launcher import LaunchFailedError, launch_script
+from .._launching.failures import LaunchFailedError
+from .._launching.options import NodeOptionError, check_nodes
+from .._launching.scripts import launch_script
 from ..supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 
@@ -123,16 +125,12 @@ def launch_command(
                 f"--accelerator {accelerator}"
             )
         accelerator = "cpu"
-    if node_rank >= nnodes:
-        raise click.BadParameter(
-            f"{node_rank} is not below --nnodes {nnodes} (machines are numbered 0 to {nnodes - 1})",
-            param_hint="--node-rank",
-        )
-    if nnodes > 1 and not master_addr:
-        raise click.UsageError(
-            f"--nnodes {nnodes} needs --master-addr: the address of the machine started with "
-            f"--node-rank 0, the same on every machine"
-        )
+    try:
+        check_nodes(nnodes, node_rank, master_addr)
+    except NodeOptionError as exc:
+        if exc.option is None:
+            raise click.UsageError(exc.problem) from None
+        raise click.BadParameter(exc.problem, param_hint=exc.option) from None
     debug = bool(ctx.find_root().params.get("debug"))
     try:
         launch_script(

@@ -1,3 +1,5 @@
+# Over 400 lines for a reason: the checkpoint format, its writer and its reader are one contract
+# (what save writes, restore and the resumed data order read), kept in one place on purpose.
 """Checkpoints of a ``fit``: what they hold, when they are written, how a fit resumes from one.
 
 A checkpoint is one ``torch.save`` file of plain containers and tensors (no pickled classes), so

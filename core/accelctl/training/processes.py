@@ -81,7 +81,7 @@ def choose_device(
     accelerator: str,
     backend: str | None,
     env: ProcessEnvironment,
-    launch_command: str,
+    launch_command_line: str,
 ) -> torch.device:
     """This process's device: ``devices[LOCAL_RANK]``, after checking that the processes fit.
 
@@ -89,7 +89,8 @@ def choose_device(
     :param accelerator: the accelerator's name, for messages.
     :param backend: its ``torch.distributed`` backend; None: one process only.
     :param env: this process's place among the processes.
-    :param launch_command: what to run instead when several devices are used without a launcher.
+    :param launch_command_line: what to run instead when several devices are used without a
+        launcher.
     :raises ProcessSetupError: with what to do instead.
     """
     count = len(devices)
@@ -108,7 +109,7 @@ def choose_device(
     if count > 1 and not env.launched:
         raise ProcessSetupError(
             f"devices={count} on {accelerator!r} needs one process per device, started by a "
-            f"launcher; this process was started alone. Run:\n    {launch_command}"
+            f"launcher; this process was started alone. Run:\n    {launch_command_line}"
         )
     if env.launched and env.local_world_size != count:
         raise ProcessSetupError(

@@ -1,0 +1,45 @@
+"""What runs inside each launched process, before and around the user's code.
+
+Every child first ties its life to the launcher's (:func:`accelctl.supervision.die_with_launcher`:
+a SIGKILLed launcher takes its children along). A script child (``python -m accelctl.launcher
+SCRIPT ARGS``) then runs SCRIPT as ``__main__`` and records an exception it raises in torchrun's
+error file, so that the launcher can name the failing process's own error
+(:mod:`.failures`); a function child runs the function on the CPU threads it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..supervision import die_with_launcher
+
+
+def run_script(argv: Sequence[str]) -> None:
+    """Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python script``
+    does (same ``sys.argv``, ``sys.path[0]`` the script's folder), recording an exception it raises
+    in the file named by ``TORCHELASTIC_ERROR_FILE`` for the launcher's report."""
+    import runpy
+
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    if not argv:
+        raise SystemExit("usage: python -m accelctl.launcher SCRIPT [ARGS ...]")
+    die_with_launcher()  # before the script: a SIGKILLed launcher takes its children along
+    script = argv[0]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    record(runpy.run_path)(script, run_name="__main__")
+
+
+def run_in_child(threads: int, function: Callable[..., Any], *args: Any) -> Any:
+    """Each process of :func:`accelctl.launch`: ``function(*args)`` on ``threads`` CPU threads
+    (0: as configured). A module-level function, so that ``spawn`` can pickle it."""
+    die_with_launcher()
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return function(*args)

@@ -1,0 +1,153 @@
+"""Which launched process failed, and why: the report a failed launch raises.
+
+A failing child records its Python exception in torchrun's error file (see :mod:`.child`);
+torchrun's ``ChildFailedError`` lists every process it found failed or stopped. This module picks
+the one to blame (:meth:`RankFailure.from_child_failed`) and reads its error and traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import AccelctlError
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+#: The variable torchrun's error handler writes a failing child's exception to.
+ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
+
+
+class LaunchFailedError(AccelctlError):
+    """A launched process failed; the others were stopped.
+
+    ``str(error)`` is one line naming the process and its error; :attr:`traceback` holds that
+    process's own traceback when it raised a Python exception.
+    """
+
+    # Its public home (``accelctl.launcher`` re-exports it): the name tracebacks show and pickles
+    # refer to stays the one it had before the launcher was split into parts.
+    __module__ = "accelctl.launcher"
+
+    def __init__(self, message: str = "", *, failure: RankFailure | None = None) -> None:
+        super().__init__(message)
+        #: The failed process, when known (None for an error raised from a message alone).
+        self.failure = failure
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status a launcher reports: the child's own, ``128 + N`` for signal ``N``
+        (1 when the failure is not known)."""
+        return self.failure.exit_code if self.failure is not None else 1
+
+    @property
+    def traceback(self) -> str | None:
+        """The failing process's traceback, when it raised a Python exception."""
+        return self.failure.traceback if self.failure is not None else None
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """The first process of a launch that failed (the root cause; the others were stopped)."""
+
+    rank: int
+    world_size: int
+    #: The child's raw status, as ``subprocess`` reports it: positive, or ``-N`` when killed by
+    #: signal ``N``.
+    returncode: int
+    #: ``"ValueError: boom"`` when the child raised, else a sentence about the exit.
+    error: str
+    traceback: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """The status ``accelctl launch`` exits with, shell-style: the child's own, ``128 + N``
+        for signal ``N``, never 0."""
+        if self.returncode < 0:
+            return 128 - self.returncode
+        return self.returncode or 1
+
+    def describe(self, what: str | None = None) -> str:
+        """One line: ``"rank 1 of 2 failed (exit code 1): ValueError: boom"``."""
+        who = what or f"rank {self.rank} of {self.world_size}"
+        return f"{who} failed ({self._status()}): {self.error}"
+
+    def _status(self) -> str:
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"killed by {name}"
+        return f"exit code {self.returncode}"
+
+    @classmethod
+    def from_process_failure(
+        cls, rank: int, world_size: int, failure: ProcessFailure
+    ) -> RankFailure:
+        """Read torch's record of a failed child (its error file, when it wrote one)."""
+        message = failure.message
+        traceback = None
+        if isinstance(message, Mapping):  # written by torch's error handler: the exception
+            traceback = message.get("extraInfo", {}).get("py_callstack") or None
+            error = str(message.get("message", "")).strip()
+        else:
+            error = ""
+        if not error:
+            error = (
+                "no Python exception was recorded; see its output above"
+                if failure.exitcode >= 0
+                else "stopped by a signal (out of memory? killed by the system?)"
+            )
+        return cls(rank, world_size, failure.exitcode, error, traceback)
+
+    @classmethod
+    def from_child_failed(cls, exc: ChildFailedError, world_size: int) -> RankFailure:
+        """The root cause of torchrun's ``ChildFailedError``: the first process that failed.
+
+        torch's agent polls its processes (every 0.1 s); at the first poll that finds a failure
+        it records the failed ones, SIGTERMs the others and records them too, in that order. So,
+        in order of blame:
+
+        1. a process that failed by itself beats one torchrun stopped (SIGTERM, recorded after
+           the first) even when the stopped one recorded an exception: a rank killed by SIGKILL
+           or ended by ``sys.exit`` writes no error file, its survivor does (gloo's "Connection
+           closed by peer"), and is then stopped;
+        2. an error that only says a peer went away (a lost connection) comes after any other;
+        3. then time: the error file's modification time (nanoseconds: the crashing rank writes
+           its file before its exit closes the connections), else torch's whole-second stamp.
+        """
+        detected = list(exc.failures)  # in the order torch's agent recorded them
+
+        def blame(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int, int]:
+            rank, failure = item
+            stopped = failure.exitcode == -signal.SIGTERM and detected.index(rank) > 0
+            lost_peer = _says_peer_lost(failure)
+            try:
+                when = os.stat(failure.error_file).st_mtime_ns
+            except OSError:  # no error file (a signal, sys.exit): torch's own timestamp
+                when = failure.timestamp * 1_000_000_000
+            return stopped, lost_peer, when, rank
+
+        rank, failure = min(exc.failures.items(), key=blame)
+        return cls.from_process_failure(rank, world_size, failure)
+
+
+#: What the communication libraries say when a process's peer died (gloo, NCCL, the store).
+_PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote worker crash",
+    "remote process exited",
+)
+
+
+def _says_peer_lost(failure: ProcessFailure) -> bool:
+    message = failure.message
+    text = str(message.get("message", "")) if isinstance(message, Mapping) else str(message)
+    return any(marker in text.lower() for marker in _PEER_LOST)

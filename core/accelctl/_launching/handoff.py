@@ -1,0 +1,82 @@
+"""What launched processes receive from their launcher.
+
+The selection is resolved once, in the launching process, and handed to every child through
+``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, so that a ``Trainer()`` with default arguments
+in a child runs on what the launcher chose; each child takes ``devices[LOCAL_RANK]``. Children
+inherit the launcher's environment, so the hand-off is a temporary change to ``os.environ``
+(:func:`patched_environ`) while the processes start.
+
+Visible-device variables (``CUDA_VISIBLE_DEVICES`` and the like) are left as they are: children
+receive explicit device indices instead. Narrowing the variable per child would renumber the
+devices (``cuda:0`` in rank 1 would be physical device 1), so messages, ``device_stats`` (NVML
+counts devices regardless of the variable) and ``nvidia-smi`` would disagree about which device
+is which, and the core would need to know each vendor's variable. A variable the user set before
+launching is inherited by every child, and the indices are relative to it in the launcher and in
+the children alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+
+from .._project import ENV_ACCELERATOR, ENV_DEVICES
+from ..selection import Selection
+
+
+def devices_spec(parsed: int | Sequence[int]) -> str:
+    """A devices spec that parses back to ``parsed``: ``"2"`` for a count, ``"0,2"`` for indices,
+    ``"1,"`` for a single index (``"1"`` would mean "the first one")."""
+    if isinstance(parsed, int):
+        return str(parsed)
+    indices = [str(index) for index in parsed]
+    return ",".join(indices) + ("," if len(indices) == 1 else "")
+
+
+def selection_environment(selection: Selection) -> dict[str, str]:
+    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch.
+
+    An accelerator passed as an instance (no entry point) cannot be named in a variable: its
+    children get the devices only, and the script passes the instance itself.
+    """
+    env = {ENV_DEVICES: devices_spec(selection.parsed)}
+    if selection.accelerator.entry_point is not None:
+        env[ENV_ACCELERATOR] = selection.accelerator.name
+    return env
+
+
+def launch_command_line(accelerator: str | None, devices: str, argv: Sequence[str]) -> str:
+    """The shell line ``accelctl launch ... ARGV`` that hands this selection to ``argv`` (a script
+    and its arguments): what a Trainer asked for several devices outside a launcher suggests."""
+    parts = ["accelctl", "launch"]
+    if accelerator:
+        parts += ["--accelerator", accelerator]
+    parts += ["--devices", devices, *argv]
+    return shlex.join(parts)
+
+
+def cores_per_process(nproc: int) -> int:
+    """An equal share of this machine's cores for each of ``nproc`` processes (at least one):
+    torchrun's default of one thread per process starves CPU training on a large machine."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // nproc)
+
+
+@contextlib.contextmanager
+def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the duration, then restore what was there."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

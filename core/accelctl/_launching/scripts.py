@@ -1,0 +1,153 @@
+"""``accelctl launch SCRIPT``: one process per device of the selection, through torchrun.
+
+Processes are started by PyTorch's own launcher, never by hand: ``torch.distributed.run``
+(torchrun), called in this process through its argument parser and ``run`` (this process has
+imported torch already to resolve the devices, so a second interpreter would only add a start-up;
+and in-process we receive torchrun's ``ChildFailedError`` and report the failing child in a line
+instead of torchrun's page-long report). One device on one machine, without restarts, needs no
+torchrun: the script runs in one child process, supervised here.
+
+Every child runs ``python -m accelctl.launcher SCRIPT ARGS`` (:mod:`.child`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..selection import Selection, resolve
+from ..supervision import LaunchInterruptedError, launcher_environment, wait_forwarding_signals
+from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
+from .handoff import cores_per_process, patched_environ, selection_environment
+from .options import check_nodes, check_processes, check_restarts
+from .torch_logs import quiet_torch_logs
+
+#: What every child runs: ``python -m accelctl.launcher SCRIPT ARGS`` (see :mod:`.child`).
+CHILD_MODULE = "accelctl.launcher"
+
+
+def launch_script(
+    script: str,
+    script_args: Sequence[str] = (),
+    *,
+    accelerator: Any = "auto",
+    devices: Any = "auto",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    quiet: bool = True,
+    max_restarts: int = 0,
+) -> Selection:
+    """Run ``script`` on one process per device of the selection; what ``accelctl launch`` does.
+
+    One device on one machine, without restarts: ``python script args`` in a child process.
+    Otherwise torchrun starts ``nproc_per_node = len(devices)`` processes on this machine,
+    ``nnodes`` machines in all (rendezvous at ``master_addr:master_port``, node 0 hosts it).
+
+    :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
+    :param max_restarts: when a process fails, restart the whole group up to this many times
+        (torchrun's elastic restarts; the Trainer resumes from its last checkpoint by itself).
+        With restarts, a single process runs under torchrun too.
+    :returns: the selection the children ran on, when every process exited with status 0.
+    :raises LaunchFailedError: when a child failed, naming it and its error.
+    :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
+    :raises LaunchError: for impossible multi-machine options (a ``NodeOptionError``).
+    """
+    check_nodes(nnodes, node_rank, master_addr)
+    check_restarts(max_restarts)
+    selection = resolve(accelerator, devices)
+    nproc = len(selection.devices)
+    check_processes(selection, nproc * nnodes)
+    child_env = {**selection_environment(selection), **launcher_environment()}
+    if nproc == 1 and nnodes == 1 and not max_restarts:
+        _run_single(script, script_args, child_env)
+        return selection
+
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    # torchrun's own parser and runner: every option it has keeps its meaning and defaults.
+    parse_args: Callable[[list[str]], Any] = torchrun.parse_args
+    run: Callable[[Any], None] = torchrun.run
+
+    argv = torchrun_argv(
+        nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        max_restarts=max_restarts,
+    )
+    argv += ["--module", CHILD_MODULE, script, *script_args]
+    env = dict(child_env)
+    if max_restarts and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
+        # The rendezvous store torchrun shares with its workers outlives a restart, and the
+        # restarted workers read the killed ones' stale gloo addresses from it (the group never
+        # forms): a store per attempt, hosted by rank 0, is what a restart needs.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    if not os.environ.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
+    try:
+        # torchrun's children inherit this process's environment.
+        with patched_environ(env), quiet_torch_logs(quiet):
+            run(parse_args(argv))
+    except ChildFailedError as exc:
+        failure = RankFailure.from_child_failed(exc, nproc * nnodes)
+        restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""
+        raise LaunchFailedError(
+            failure.describe() + "; the other processes were stopped" + restarts,
+            failure=failure,
+        ) from None
+    except SignalException as exc:  # torchrun passed the signal on to its workers and waited
+        raise LaunchInterruptedError(int(exc.sigval)) from None
+    except KeyboardInterrupt:  # before torchrun's handlers were installed (rendezvous)
+        raise LaunchInterruptedError(signal.SIGINT) from None
+    return selection
+
+
+def torchrun_argv(
+    nproc: int,
+    *,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str | None,
+    master_port: int | None,
+    max_restarts: int,
+) -> list[str]:
+    """torchrun's options for ``nproc`` processes on each of ``nnodes`` machines (the part of
+    its command line before the program)."""
+    argv = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes)]
+    argv += ["--max-restarts", str(max_restarts)]
+    if nnodes == 1 and master_addr is None and master_port is None:
+        argv.append("--standalone")  # a free port on localhost: two launches never collide
+    else:
+        argv += ["--node-rank", str(node_rank), "--master-addr", master_addr or "127.0.0.1"]
+        argv += ["--master-port", str(master_port or 29500)]
+    return argv
+
+
+def _run_single(script: str, script_args: Sequence[str], child_env: Mapping[str, str]) -> None:
+    """``python script args`` with the selection in its environment; raises on failure."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="accelctl-launch-") as folder:
+        error_file = os.path.join(folder, "error.json")
+        env = {**os.environ, **child_env, ERROR_FILE_VARIABLE: error_file}
+        command = [sys.executable, "-m", CHILD_MODULE, script, *script_args]
+        process = subprocess.Popen(command, env=env)
+        returncode = wait_forwarding_signals(process)
+        if returncode == 0:
+            return
+        from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+        record = ProcessFailure(
+            local_rank=0, pid=process.pid, exitcode=returncode, error_file=error_file
+        )
+        failure = RankFailure.from_process_failure(0, 1, record)
+        raise LaunchFailedError(failure.describe(os.path.basename(script)), failure=failure)

@@ -1,0 +1,34 @@
+"""Silencing torch's launcher logs while accelctl launches: the failure is reported in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def quiet_torch_logs(quiet: bool) -> Iterator[None]:
+    """Raise torch.distributed's and torch.multiprocessing's loggers to CRITICAL for the duration
+    (unless ``LOGLEVEL`` is set):
+    their warnings (``Sending process ... closing signal``) and the failure's page-long record
+    repeat what the launcher reports in one line."""
+    if not quiet or os.environ.get("LOGLEVEL"):
+        yield
+        return
+    import torch.distributed.run  # noqa: F401  (creates the loggers, each with its own level)
+
+    loggers = [
+        logging.getLogger(name)
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith(("torch.distributed", "torch.multiprocessing"))
+    ]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

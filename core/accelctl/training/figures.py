@@ -1,0 +1,123 @@
+"""The figures a fit reports, agreed across processes: a logging window's mean loss, an epoch's
+loss and throughput, validation means.
+
+Each reduction packs its numbers in one float32 tensor on the process's device, for a single
+all-reduce (float32: every backend and device reduces it; counts stay exact below 2**24 per call).
+Alone (not distributed), the same figures are computed without a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import TrainerError
+from .data import batch_size, move_to_device
+from .processes import ProcessEnvironment
+
+
+def _vector(values: list[torch.Tensor | float | int], device: torch.device) -> torch.Tensor:
+    return torch.stack(
+        [torch.as_tensor(value, dtype=torch.float32, device=device) for value in values]
+    )
+
+
+def reduce_window(
+    window: list[torch.Tensor], samples: int, *, device: torch.device, env: ProcessEnvironment
+) -> tuple[torch.Tensor, float, int]:
+    """The window's loss sum in this process (a tensor, for the epoch's total), and across all
+    processes the window's mean loss and its samples (read here: a logging step syncs)."""
+    local = torch.stack(window).float().sum()
+    if not env.distributed:
+        return local, float(local) / len(window), samples
+    import torch.distributed as dist
+
+    figures = _vector([local, len(window), samples], device)
+    dist.all_reduce(figures)
+    loss_sum, steps, count = figures.tolist()
+    return local, loss_sum / steps, int(count)
+
+
+def epoch_figures(
+    loss_sum: torch.Tensor,
+    steps: int,
+    samples: int,
+    elapsed: float,
+    *,
+    device: torch.device,
+    env: ProcessEnvironment,
+) -> dict[str, float]:
+    """``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
+    processes' samples over the slowest one's time)."""
+    if env.distributed:
+        import torch.distributed as dist
+
+        totals = _vector([loss_sum, steps, samples], device)
+        dist.all_reduce(totals)
+        slowest = _vector([elapsed], device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        loss_total, steps_f, samples_f = totals.tolist()
+        steps, samples, elapsed = int(steps_f), int(samples_f), float(slowest)
+    else:
+        loss_total = float(loss_sum)
+    return {
+        "train_loss": loss_total / steps if steps else float("nan"),
+        "samples_per_second": samples / elapsed if elapsed > 0 else 0.0,
+    }
+
+
+def validate(
+    model: nn.Module,
+    autocast: Any,
+    loader: Iterable[Any],
+    *,
+    device: torch.device,
+    env: ProcessEnvironment,
+) -> dict[str, float]:
+    """Sample-weighted means of ``validation_step``'s figures over this process's shard,
+    summed across processes: every sample counts once, every rank gets the same figures."""
+    sums: dict[str, torch.Tensor] = {}
+    samples = 0
+    for batch_idx, batch in enumerate(loader):
+        batch = move_to_device(batch, device)
+        with autocast:
+            output = model.validation_step(batch, batch_idx)  # type: ignore[operator]
+        if output is None:
+            continue
+        if not isinstance(output, Mapping):
+            raise TrainerError(
+                f"validation_step must return a dict of figures (or None), returned "
+                f"{type(output).__name__} (batch {batch_idx})"
+            )
+        count = batch_size(batch)
+        samples += count
+        for key, value in output.items():
+            figure = torch.as_tensor(value, device=device).detach()
+            if figure.numel() != 1:
+                raise TrainerError(
+                    f"validation_step's figure {key!r} must be a number or a one-element "
+                    f"tensor, got shape {tuple(figure.shape)}"
+                )
+            weighted = figure.reshape(()).float() * count
+            sums[key] = sums[key] + weighted if key in sums else weighted
+    keys = sorted(sums)
+    if env.distributed:
+        import torch.distributed as dist
+
+        # A process whose shard is empty knows no keys: agree on them first (once per epoch).
+        gathered: list[list[str] | None] = [None] * env.world_size
+        dist.all_gather_object(gathered, keys)
+        keys = sorted({key for part in gathered for key in (part or [])})
+        vector = _vector([sums.get(key, 0.0) for key in keys] + [samples], device)
+        dist.all_reduce(vector)
+        *values, total = vector.tolist()
+    else:
+        values = [float(sums[key]) for key in keys]
+        total = float(samples)
+    return {
+        (key if key.startswith("val_") else f"val_{key}"): (value / total if total else 0.0)
+        for key, value in zip(keys, values, strict=True)
+    }

@@ -1,0 +1,94 @@
+"""The launcher's parts on their own: the node options checked once, torchrun's command line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from accelctl._launching.options import NodeOptionError, check_nodes
+from accelctl._launching.scripts import torchrun_argv
+from accelctl.cli.main import cli
+from accelctl.errors import LaunchError
+from accelctl.launcher import launch_script
+
+BAD_NODES = [
+    # (nnodes, node_rank, master_addr), the option at fault, the whole sentence
+    (
+        (2, 2, "h"),
+        "--node-rank",
+        "--node-rank 2 is not below --nnodes 2 (machines are numbered 0 to 1)",
+    ),
+    (
+        (2, 0, None),
+        None,
+        "--nnodes 2 needs --master-addr: the address of the machine started with --node-rank 0, "
+        "the same on every machine",
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "option", "sentence"), BAD_NODES)
+def test_launch_script_and_the_cli_refuse_node_options_in_the_same_words(
+    tmp_path: Path, nodes: tuple[int, int, str | None], option: str | None, sentence: str
+) -> None:
+    nnodes, node_rank, master_addr = nodes
+    script = tmp_path / "s.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    with pytest.raises(NodeOptionError) as caught:  # before any selection is made
+        launch_script(str(script), nnodes=nnodes, node_rank=node_rank, master_addr=master_addr)
+    assert str(caught.value) == sentence and caught.value.option == option
+    assert isinstance(caught.value, LaunchError)
+
+    args = ["--nnodes", str(nnodes), "--node-rank", str(node_rank)]
+    args += ["--master-addr", master_addr] if master_addr else []
+    result = CliRunner().invoke(cli, ["launch", *args, str(script)])
+    assert result.exit_code == 2
+    assert caught.value.problem in " ".join(result.stderr.split())  # click wraps long lines
+    if option is not None:
+        assert f"Invalid value for {option}: " in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("nodes", "sentence"),
+    [
+        ((0, 0, None), "--nnodes 0 is below 1: give the number of machines taking part"),
+        ((2, -1, "h"), "--node-rank -1 is below 0 (machines are numbered 0 to 1)"),
+    ],
+)
+def test_values_the_cli_range_checks_are_refused_by_the_library_too(
+    nodes: tuple[int, int, str | None], sentence: str
+) -> None:
+    with pytest.raises(NodeOptionError, match=f"^{re.escape(sentence)}$"):
+        check_nodes(*nodes)
+
+
+def test_check_nodes_accepts_one_machine_without_an_address_and_several_with_one() -> None:
+    check_nodes(1, 0, None)
+    check_nodes(3, 2, "node0.cluster")
+
+
+def test_torchrun_argv_uses_a_free_local_port_on_one_machine() -> None:
+    argv = torchrun_argv(
+        2, nnodes=1, node_rank=0, master_addr=None, master_port=None, max_restarts=0
+    )
+    assert argv == ["--nproc-per-node", "2", "--nnodes", "1", "--max-restarts", "0", "--standalone"]
+
+
+def test_torchrun_argv_names_the_rendezvous_when_one_is_given() -> None:
+    several = torchrun_argv(
+        4, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=None, max_restarts=3
+    )
+    assert several == [
+        "--nproc-per-node", "4", "--nnodes", "2", "--max-restarts", "3",
+        "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500",
+    ]  # fmt: skip
+    # A port alone on one machine: that port on localhost, not torchrun's standalone mode.
+    port_only = torchrun_argv(
+        1, nnodes=1, node_rank=0, master_addr=None, master_port=1234, max_restarts=0
+    )
+    assert port_only[-6:] == [
+        "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "1234",
+    ]  # fmt: skip
