@@ -78,7 +78,11 @@ def run_launch(
     """``accelctl launch ARGS`` as a user runs it: a process of its own, output captured."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(TRAIN_SCRIPT))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k == "ACCELCTL_HOOK_TIMEOUT" or not k.startswith("ACCELCTL_")  # keep the hang guard
+    }
     command = [sys.executable, "-c", "from accelctl.cli import main; main()", "launch", *args]
     return subprocess.run(
         [part.replace("{script}", str(script)) for part in command],
