@@ -54,6 +54,9 @@ def _null_plugin() -> accelctl.Accelerator:
         def teardown(self) -> None:
             return None
 
+        def environment_info(self) -> dict[str, str | int | float | bool | None]:
+            return {}
+
     return NullAccelerator()
 
 
@@ -82,6 +85,7 @@ def _hook_calls(
         "accelerator_info": ({}, handle.accelerator_info),
         "setup_device": ({"device": device}, lambda: handle.setup_device(device)),
         "teardown": ({}, handle.teardown),
+        "environment_info": ({}, handle.environment_info),
     }
 
 

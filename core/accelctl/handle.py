@@ -146,3 +146,10 @@ class AcceleratorHandle:
         """Release what the accelerator holds (no-op when the plugin has no such hook)."""
         if self.implements("teardown"):
             self._call("teardown")
+
+    def environment_info(self) -> dict[str, str | int | float | bool | None]:
+        """The plugin's facts for ``accelctl env`` (``{}`` when it has no such hook)."""
+        if not self.implements("environment_info"):
+            return {}
+        result: dict[str, str | int | float | bool | None] = self._call("environment_info")
+        return result

@@ -90,6 +90,33 @@ def _check_info(value: Any) -> AcceleratorInfo:
     return AcceleratorInfo.coerce(value)
 
 
+#: Most facts one plugin may add to ``accelctl env``, and the longest key: a report, not a dump.
+MAX_ENVIRONMENT_FACTS = 64
+MAX_FACT_KEY = 64
+
+
+def _check_facts(value: Any) -> dict[str, str | int | float | bool | None]:
+    if not isinstance(value, dict):
+        raise TypeError("expected a flat dict of str to str, int, float, bool or None")
+    if len(value) > MAX_ENVIRONMENT_FACTS:
+        raise TypeError(f"expected at most {MAX_ENVIRONMENT_FACTS} facts, found {len(value)}")
+    facts: dict[str, str | int | float | bool | None] = {}
+    for key, fact in value.items():
+        if not isinstance(key, str) or not clean(key) or len(key) > MAX_FACT_KEY:
+            raise TypeError(
+                f"expected non-empty str keys of at most {MAX_FACT_KEY} characters, found "
+                f"{safe_repr(key)}"
+            )
+        if fact is not None and not isinstance(fact, (str, int, float, bool)):
+            raise TypeError(
+                f"expected str, int, float, bool or None values, found {safe_repr(key)}: "
+                f"{safe_repr(fact)} ({type(fact).__name__})"
+            )
+        # Plugins' text reaches a terminal: one printable line each.
+        facts[clean(key)] = clean(fact) if isinstance(fact, str) else fact
+    return facts
+
+
 def _ignore(value: Any) -> None:
     return None
 
@@ -105,6 +132,7 @@ RETURN_CHECKS: dict[str, Callable[[Any], Any]] = {
     "accelerator_info": _check_info,
     "setup_device": _ignore,
     "teardown": _ignore,
+    "environment_info": _check_facts,
 }
 
 _PASS_THROUGH: dict[str, tuple[type[BaseException], ...]] = {

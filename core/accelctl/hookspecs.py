@@ -6,7 +6,7 @@ checks what the hook returns and names the plugin when it breaks the rules below
 
 Required hooks: :func:`detect`, :func:`auto_device_count`, :func:`parse_devices`,
 :func:`get_parallel_devices`, :func:`device_stats`. Optional hooks: :func:`unavailable_reason`,
-:func:`accelerator_info`, :func:`setup_device`, :func:`teardown`.
+:func:`accelerator_info`, :func:`setup_device`, :func:`teardown`, :func:`environment_info`.
 
 A module plugin marks its functions with ``@accelctl.hookimpl``; a subclass of
 :class:`accelctl.Accelerator` needs no markers, its methods are its hooks. A hook implementation
@@ -33,7 +33,13 @@ REQUIRED_HOOKS = (
     "device_stats",
 )
 #: Hooks a plugin may leave out; accelctl then uses the default each one documents.
-OPTIONAL_HOOKS = ("unavailable_reason", "accelerator_info", "setup_device", "teardown")
+OPTIONAL_HOOKS = (
+    "unavailable_reason",
+    "accelerator_info",
+    "setup_device",
+    "teardown",
+    "environment_info",
+)
 ALL_HOOKS = REQUIRED_HOOKS + OPTIONAL_HOOKS
 
 
@@ -253,5 +259,35 @@ def teardown() -> None:
         def teardown():
             import torch
             torch.cuda.empty_cache()
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def environment_info() -> dict[str, str | int | float | bool | None]:
+    """Contribute this accelerator's lines to ``accelctl env`` (the block for a bug report).
+
+    Optional: without it ``accelctl env`` shows the plugin's row alone. Called by ``accelctl env``
+    only, once per run, under the hook deadline; an exception or a value outside the rules below
+    shows as this plugin's error line in the report, which still exits 0.
+
+    :returns: a flat ``dict`` of facts: ``str`` keys (non-empty), values ``str``, ``int``,
+        ``float``, ``bool`` or ``None`` (known to be unknown). Put what a maintainer needs to
+        reproduce a bug: driver and runtime versions, the vendor's visible-device variables that
+        are set (the variable's name as the key). The device count and availability are in the
+        row already. Return ``{}`` when there is nothing to add.
+
+    The rules of :func:`detect` apply: answer quickly, never raise on a machine without the
+    hardware, never initialise a device runtime, and import no torch where the facts can be read
+    without it (``accelctl env`` imports none on a machine that needs none).
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def environment_info():
+            facts = {"hpu_driver": _driver_version()}  # None when unknown
+            if "HABANA_VISIBLE_MODULES" in os.environ:
+                facts["HABANA_VISIBLE_MODULES"] = os.environ["HABANA_VISIBLE_MODULES"]
+            return facts
     """
     raise NotImplementedError

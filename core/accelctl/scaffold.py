@@ -170,6 +170,7 @@ Fill in, in this order, running `accelctl validate $name` after each step:
 3. `DEVICE_TYPE`: the `torch.device` type your vendor's torch extension registers.
 4. `device_stats()`: memory and utilisation figures, in accelctl's stats vocabulary.
 5. `accelerator_info()`: description, priority, `torch.distributed` backend, aliases.
+6. `environment_info()`: driver and runtime versions for `accelctl env` (bug reports).
 
 ## Devices
 
@@ -298,6 +299,14 @@ def setup_device(device: torch.device) -> None:
 @accelctl.hookimpl
 def teardown() -> None:
     """Release what the accelerator holds in this process (called at the end of training)."""
+
+
+@accelctl.hookimpl
+def environment_info() -> dict[str, str | int | float | bool | None]:
+    """Facts for ``accelctl env`` (a bug report's block): the driver's and runtime's versions
+    (None when unknown), your visible-devices variable when it is set. Import no torch and start
+    no device runtime here."""
+    return {}
 '''
 
 TEST = '''\

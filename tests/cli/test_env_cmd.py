@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from accelctl.cli import cli, env_cmd
 
-from fakedists import FakeSite
+from fakedists import FakeSite, indexed_plugin
 
 
 def run(*args: str, env: dict[str, str] | None = None):
@@ -39,10 +39,9 @@ def test_json_report(monkeypatch: pytest.MonkeyPatch):
     assert (rows["cpu"]["available"], rows["cpu"]["device_count"]) == (True, 1)
     assert rows["cpu"]["distribution"] == "accelctl-cpu" and rows["cpu"]["version"]
     assert rows["mps"]["reason"].startswith("not macOS")
-    assert report["variables"] == {
-        "ACCELCTL_PLUGINS": "cpu,cuda,mps",
-        "CUDA_VISIBLE_DEVICES": "1,0",
-    }
+    assert report["variables"] == {"ACCELCTL_PLUGINS": "cpu,cuda,mps"}  # accelctl's own
+    assert rows["cuda"]["environment"]["CUDA_VISIBLE_DEVICES"] == "1,0"  # the plugin's
+    assert rows["cpu"]["environment"] == {} and rows["cpu"]["environment_error"] is None
 
 
 def test_human_block(monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
@@ -62,24 +61,156 @@ def test_human_block(monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
     assert "variables:" in lines and "  ACCELCTL_PLUGINS=cpu,mps,broken" in lines
 
 
-def test_nvidia_driver_is_read_through_nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    (tmp_path / "nvidiactl").write_text("")
-    monkeypatch.setattr(env_cmd, "NVIDIA_DRIVER_FILES", (str(tmp_path / "nvidiactl"),))
+def test_the_cuda_plugin_reports_drivers_and_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """The NVIDIA driver (through NVML), the amdgpu module's version and CUDA's variables come
+    from the CUDA plugin's environment_info, shown under its row; the core reads no driver."""
+    import accelctl_cuda
+    from accelctl_cuda import amd, nvml
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(nvml, "ROOT", tmp_path)
+    monkeypatch.setattr(amd, "ROOT", tmp_path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidiactl").write_text("")
+    (tmp_path / "sys/module/amdgpu").mkdir(parents=True)
+    (tmp_path / "sys/module/amdgpu/version").write_text("6.10.5\n")
     fake = types.ModuleType("pynvml")
     fake.nvmlInit = lambda: None  # type: ignore[attr-defined]
     fake.nvmlSystemGetDriverVersion = lambda: b"570.86.15"  # type: ignore[attr-defined]
     fake.nvmlSystemGetCudaDriverVersion = lambda: 12080  # type: ignore[attr-defined]
+    fake.nvmlDeviceGetCount = lambda: 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
+    for name in accelctl_cuda.DEVICE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cuda")
     report = json.loads(run("env", "--json").stdout)
-    assert report["drivers"]["nvidia"] == "570.86.15 (CUDA 12.8)"
-    assert "  nvidia: 570.86.15 (CUDA 12.8)" in run("env").stdout.splitlines()
+    [row] = [row for row in report["accelerators"] if row["name"] == "cuda"]
+    assert row["environment"] == {
+        "nvidia_driver": "570.86.15",
+        "cuda_driver_api": "12.8",
+        "amdgpu_driver": "6.10.5",
+        "CUDA_VISIBLE_DEVICES": "1,0",
+    }
+    assert row["environment_error"] is None
+    assert "drivers" not in report and report["variables"] == {"ACCELCTL_PLUGINS": "cuda"}
+    lines = run("env").stdout.splitlines()
+    cuda = next(i for i, line in enumerate(lines) if line.strip().startswith("cuda "))
+    assert lines[cuda + 1 : cuda + 5] == [
+        "    nvidia_driver: 570.86.15",
+        "    cuda_driver_api: 12.8",
+        "    amdgpu_driver: 6.10.5",
+        "    CUDA_VISIBLE_DEVICES: 1,0",
+    ]
 
 
-def test_no_driver_no_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setattr(env_cmd, "NVIDIA_DRIVER_FILES", (str(tmp_path / "absent"),))
+def test_no_variables_and_no_facts(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(env_cmd, "DEVICE_VARIABLES", ("ACCELCTL_TEST_UNSET_VARIABLE",))
-    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")  # the CPU plugin has no environment_info
     result = run("env")
-    assert "drivers:\n  none found" in result.stdout or "amdgpu" in result.stdout
-    assert "variables:\n  none set" in result.stdout
+    assert result.stdout.endswith("\nvariables:\n  none set\n")
+    assert not [line for line in result.stdout.splitlines() if line.startswith("    ")]  # no facts
+    assert "drivers:" not in result.stdout
+
+
+FACTS_PLUGIN = """
+    @accelctl.hookimpl
+    def environment_info():
+        return {"acme_driver": "3.1", "cards": 2, "busy": 0.5, "ecc": True, "firmware": None}
+"""
+
+
+def test_a_plugins_facts_are_shown_under_its_row(
+    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite
+):
+    fake_site.install(
+        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=FACTS_PLUGIN)}
+    )
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "acme")
+    report = json.loads(run("env", "--json").stdout)
+    [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
+    assert row["environment"] == {
+        "acme_driver": "3.1",
+        "cards": 2,
+        "busy": 0.5,
+        "ecc": True,
+        "firmware": None,
+    }
+    result = run("env")
+    lines = result.stdout.splitlines()
+    acme = next(i for i, line in enumerate(lines) if line.strip().startswith("acme "))
+    assert "acme-chip 1.0: available, 2 devices" in lines[acme]
+    assert lines[acme + 1 : acme + 6] == [
+        "    acme_driver: 3.1",
+        "    cards: 2",
+        "    busy: 0.5",
+        "    ecc: yes",
+        "    firmware: unknown",
+    ]
+    assert not lines[acme + 6].startswith("    ")  # five facts, no more
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("raise RuntimeError('driver query failed')", "raised RuntimeError: driver query failed"),
+        ("return ['550.54']", "returned ['550.54'] (list); expected a flat dict"),
+        ("return {'driver': object}", "expected str, int, float, bool or None values"),
+        ("return {'': 1}", "expected non-empty str keys"),
+        ("return {'nested': {'a': 1}}", "'nested': {'a': 1} (dict)"),
+        ("import sys; sys.exit(3)", "raised SystemExit"),
+    ],
+    ids=["raises", "list", "object", "empty-key", "nested", "sys-exit"],
+)
+def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
+    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, body: str, expected: str
+):
+    extra = f"""
+        @accelctl.hookimpl
+        def environment_info():
+            {body}
+    """
+    fake_site.install(
+        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=extra)}
+    )
+    fake_site.install(
+        "good-chip", {"good": "env_good"}, {"env_good": indexed_plugin("good", extra=FACTS_PLUGIN)}
+    )
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "acme,good,cpu")
+    result = run("env", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)["accelerators"]}
+    assert rows["acme"]["environment"] == {}
+    error = rows["acme"]["environment_error"]
+    assert "acme-chip" in error and "environment_info()" in error and expected in error, error
+    assert rows["acme"]["state"] == "available"  # the row itself is unharmed
+    assert rows["good"]["environment"]["acme_driver"] == "3.1"  # nor are the others
+    assert rows["good"]["environment_error"] is None
+    text = run("env")
+    assert text.exit_code == 0
+    lines = text.stdout.splitlines()
+    acme = next(i for i, line in enumerate(lines) if line.strip().startswith("acme "))
+    assert lines[acme + 1].startswith("    environment_info() failed: ")
+    assert expected in lines[acme + 1]
+
+
+def test_broken_and_disabled_plugins_are_not_asked(
+    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, tmp_path: Path
+):
+    called = tmp_path / "called"
+    extra = f"""
+        @accelctl.hookimpl
+        def environment_info():
+            open({str(called)!r}, "a").write("x")
+            return {{}}
+    """
+    fake_site.install(
+        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=extra)}
+    )
+    monkeypatch.setenv("ACCELCTL_DISABLE", "acme")
+    report = json.loads(run("env", "--json").stdout)
+    [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
+    assert (row["state"], row["environment"], row["environment_error"]) == ("disabled", {}, None)
+    assert not called.exists()

@@ -60,6 +60,7 @@ def test_generated_package_installs_and_passes_validate(tmp_path: Path) -> None:
     assert (report["distribution"], report["version"]) == ("accelctl-my-chip", "0.1.0")
     statuses = {check["check"]: check["status"] for check in report["checks"]}
     assert statuses["import_is_light"] == statuses["bad_device_specs"] == "pass"
+    assert statuses["environment_info"] == "pass"  # the generated hook is called and checked
     assert statuses["devices_auto"] == "skip"  # "not detected" until its author writes detect()
 
     tests = subprocess.run(
@@ -71,7 +72,7 @@ def test_generated_package_installs_and_passes_validate(tmp_path: Path) -> None:
         check=False,
     )
     assert tests.returncode == 0, tests.stdout
-    assert "11 passed, 5 skipped" in tests.stdout
+    assert "12 passed, 5 skipped" in tests.stdout
 
 
 def test_refuses_to_overwrite(tmp_path: Path) -> None:

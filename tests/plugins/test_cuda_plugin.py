@@ -450,6 +450,57 @@ def test_info_and_the_rocm_alias(machine: Path, monkeypatch: pytest.MonkeyPatch)
     assert accelctl_cuda.accelerator_info().aliases == ("rocm",)
 
 
+# -- accelctl env ---------------------------------------------------------------------------
+
+
+def test_environment_info_without_a_driver_asks_nothing(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    fake = FakeNvml([FakeGpu(UUIDS[0])])
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module())
+    assert accelctl_cuda.environment_info() == {}
+    assert fake.calls == []  # no driver files: NVML is not asked
+
+
+def test_environment_info_reports_the_nvidia_driver_and_cuda_variables(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    install_nvidia(machine, monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert accelctl_cuda.environment_info() == {
+        "nvidia_driver": "570.86.15",
+        "cuda_driver_api": "12.8",
+        "CUDA_VISIBLE_DEVICES": "GPU-1",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    assert not torch.cuda.is_initialized()  # NVML only: no CUDA context
+
+
+def test_environment_info_says_why_nvml_cannot_answer(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    fake = install_nvidia(machine, monkeypatch)
+    fake.init_error = "Driver/library version mismatch"
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module())
+    assert accelctl_cuda.environment_info() == {
+        "nvml": "NVML failed to initialise: Driver/library version mismatch"
+    }
+
+
+def test_environment_info_reports_the_amdgpu_driver_and_rocm_variables(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    install_amd(machine, monkeypatch)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1")
+    assert accelctl_cuda.environment_info() == {
+        "amdgpu_driver": "6.10.5",
+        "ROCR_VISIBLE_DEVICES": "1",
+    }
+    (machine / "sys/module/amdgpu/version").unlink()  # an in-kernel driver publishes none
+    assert accelctl_cuda.environment_info()["amdgpu_driver"] is None
+
+
 # -- AMD ROCm -------------------------------------------------------------------------------
 
 

@@ -109,3 +109,16 @@ def test_teardown_empties_the_cache(mac: dict[str, bool], monkeypatch: pytest.Mo
     mac["available"] = False
     accelctl_mps.teardown()
     assert emptied == [True]
+
+
+def test_environment_info_reports_macos_and_the_mps_variables(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
+    assert accelctl_mps.environment_info() == {"PYTORCH_ENABLE_MPS_FALLBACK": "1"}
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr("platform.mac_ver", lambda: ("14.4.1", ("", "", ""), "arm64"))
+    assert accelctl_mps.environment_info() == {
+        "macos": "14.4.1",
+        "PYTORCH_ENABLE_MPS_FALLBACK": "1",
+    }

@@ -525,3 +525,13 @@ def test_validate_xpu_passes_on_this_machine_and_says_why_it_is_unavailable():
     if not accelctl_xpu.detect():
         details = " ".join(check["detail"] or "" for check in report["checks"])
         assert (accelctl_xpu.unavailable_reason() or "") in details
+
+
+def test_environment_info_reports_the_device_selection_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import accelctl_xpu
+
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    monkeypatch.setenv("ONEAPI_DEVICE_SELECTOR", "level_zero:0")
+    assert accelctl_xpu.environment_info() == {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}

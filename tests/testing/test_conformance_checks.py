@@ -68,7 +68,8 @@ def test_a_working_plugin_passes_every_check(fake_site: FakeSite) -> None:
     assert report.passed, failed(report)
     assert [r.check for r in report.checks] == list(CHECK_IDS)
     skipped = {r.check for r in report.checks if r.status == "skip"}
-    assert skipped == {"unavailable_reason"}  # detected, so the reason hook is not for here
+    # Detected, so the reason hook is not for here; environment_info is not implemented.
+    assert skipped == {"unavailable_reason", "environment_info"}
     assert report.result("devices_auto").detail == "'auto' -> [0, 1] -> [cpu, cpu]"
     assert report.result("import_is_light").detail.startswith("'good_mod' imports in")
     assert (report.distribution, report.version) == ("accelctl-good", "1.0")
@@ -148,6 +149,29 @@ def test_wrong_return_types_each_fail_their_check(fake_site: FakeSite) -> None:
     assert "returned -1 (int); expected a non-negative int" in problems["auto_device_count"]
     assert "returned 42 (int); expected a str or None" in problems["unavailable_reason"]
     assert "priority must be an int, not str" in problems["accelerator_info"]
+
+
+def test_environment_info_is_checked_where_implemented(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-plain", {"plain": "plain_mod"}, {"plain_mod": plugin("")})
+    plain = run(fake_site, "plain").result("environment_info")
+    assert (plain.status, plain.detail) == (
+        "skip",
+        "not implemented (optional): `accelctl env` shows the row alone",
+    )
+    good = plugin(
+        "@accelctl.hookimpl\ndef environment_info():\n    return {'acme_driver': '3.1', 'n': 2}\n"
+    )
+    fake_site.install("accelctl-facts", {"facts": "facts_mod"}, {"facts_mod": good})
+    passed = run(fake_site, "facts").result("environment_info")
+    assert (passed.status, passed.detail) == ("pass", "2 facts: acme_driver, n")
+    bad = plugin("@accelctl.hookimpl\ndef environment_info():\n    return {'gpus': [0, 1]}\n")
+    fake_site.install("accelctl-nested", {"nested": "nested_mod"}, {"nested_mod": bad})
+    problems = failed(run(fake_site, "nested"))
+    assert set(problems) == {"environment_info"}
+    assert (
+        "returned {'gpus': [0, 1]} (dict); expected str, int, float, bool or None values"
+        in problems["environment_info"]
+    )
 
 
 def test_detect_returning_a_non_bool_fails(fake_site: FakeSite) -> None:
@@ -559,6 +583,6 @@ def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path)
     )
     out = completed.stdout
     assert completed.returncode == 1, out
-    assert "1 failed, 8 passed, 7 skipped" in out
+    assert "1 failed, 8 passed, 8 skipped" in out
     assert "FAILED test_vendor_ci.py::TestCI::test_auto_device_count" in out
     assert "returned 3 while detect() is False" in out

@@ -1,26 +1,28 @@
 """``accelctl env``: a block to paste into a bug report.
 
 Platform, Python, torch and the GPU runtimes it was built for, accelctl and every plugin with its
-distribution version, each accelerator's availability and device count, driver versions where the
-machine tells them, and the environment variables that steer device selection.
+distribution version, each accelerator's availability and device count, the facts each plugin adds
+through its optional ``environment_info`` hook (drivers, the vendor's visible-device variables),
+and accelctl's own environment variables.
 
-torch's facts come from ``torch/version.py`` read as text (:mod:`accelctl.torch_build`): the command
-imports no torch where the plugins need none (a machine without a GPU), and no device runtime is
-initialised: a CUDA context is never created here. On macOS torch is imported to ask whether it
-has MPS.
+The core knows no vendor: a driver or a vendor's variable is the plugin's to report. torch's facts
+come from ``torch/version.py`` read as text (:mod:`accelctl.torch_build`): the command imports no
+torch where the plugins need none (a machine without a GPU), and no device runtime is initialised:
+a CUDA context is never created here.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import click
 
+from .._deadline import run_all
 from .._project import (
     ENV_ACCELERATOR,
     ENV_DEVICES,
@@ -29,28 +31,20 @@ from .._project import (
     ENV_PLUGINS,
     PROJECT_NAME,
 )
-from .._text import printable_line
-from ..registry import list_accelerators
+from .._text import one_line, printable_line
+from ..errors import AccelctlError
+from ..handle import AcceleratorHandle
+from ..registry import AcceleratorRecord, list_accelerators
 from ..torch_build import cudnn_version, mps_built, read_torch_build
 from ._output import emit_json
 
-#: Variables that steer which devices torch and the runtimes expose, shown when set.
+#: accelctl's own variables, shown when set (a vendor's variables are its plugin's to report).
 DEVICE_VARIABLES = (
     ENV_ACCELERATOR,
     ENV_PLUGINS,
     ENV_DISABLE,
     ENV_DEVICES,
     ENV_HOOK_TIMEOUT,
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "PYTORCH_ENABLE_MPS_FALLBACK",
-    "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
-    "HABANA_VISIBLE_MODULES",
-    "ZE_AFFINITY_MASK",
-    "ONEAPI_DEVICE_SELECTOR",
-    "TPU_VISIBLE_CHIPS",
 )
 
 
@@ -63,7 +57,6 @@ class Environment:
     accelctl: str
     torch: dict[str, Any]
     accelerators: list[dict[str, Any]]
-    drivers: dict[str, str] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,7 +67,6 @@ class Environment:
             "accelctl": self.accelctl,
             "torch": self.torch,
             "accelerators": self.accelerators,
-            "drivers": self.drivers,
             "variables": self.variables,
         }
 
@@ -101,57 +93,42 @@ def _torch_info() -> dict[str, Any]:
     return info
 
 
-#: Files whose presence says an NVIDIA driver is loaded (Linux); only then is NVML asked.
-NVIDIA_DRIVER_FILES = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/dxg")
-
-
-def _nvidia_driver() -> str | None:
-    """The NVIDIA driver and its CUDA version through NVML, where a driver is there."""
-    present = any(Path(path).exists() for path in NVIDIA_DRIVER_FILES)
-    if not present and not sys.platform.startswith("win"):
-        return None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
-    except Exception:  # no nvidia-ml-py, or no working driver: nothing known
-        return None
-    driver = driver.decode() if isinstance(driver, bytes) else str(driver)
-    return f"{driver} (CUDA {cuda // 1000}.{(cuda % 1000) // 10})"
-
-
-def _amd_driver() -> str | None:
-    try:
-        return Path("/sys/module/amdgpu/version").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _drivers() -> dict[str, str]:
-    found = {"nvidia": _nvidia_driver(), "amdgpu": _amd_driver()}
-    if sys.platform == "darwin":
-        found["macos"] = platform.mac_ver()[0] or None
-    return {name: value for name, value in found.items() if value}
+def _facts(handle: AcceleratorHandle) -> dict[str, Any]:
+    return handle.environment_info()
 
 
 def _accelerators() -> list[dict[str, Any]]:
-    rows = []
-    for record in list_accelerators():
-        rows.append(
-            {
-                "name": record.name,
-                "distribution": record.distribution,
-                "version": record.version,
-                "state": record.state,
-                "available": record.available,
-                "device_count": record.device_count,
-                "reason": record.reason,
-                "error": record.error,
-            }
-        )
+    records = list_accelerators()
+    rows = [_row(record) for record in records]
+    # Only working plugins are asked (a broken one's row says why already), all concurrently,
+    # each call under the hook deadline: a hanging plugin costs the deadline once, not per plugin.
+    asked = [
+        (row, record.handle)
+        for row, record in zip(rows, records, strict=True)
+        if record.handle is not None and record.state != "broken"
+    ]
+    outcomes = run_all([functools.partial(_facts, handle) for _, handle in asked])
+    for (row, _), outcome in zip(asked, outcomes, strict=True):
+        if isinstance(outcome.error, AccelctlError):
+            row["environment_error"] = one_line(outcome.error)
+        else:
+            row["environment"] = outcome.unwrap()
     return rows
+
+
+def _row(record: AcceleratorRecord) -> dict[str, Any]:
+    return {
+        "name": record.name,
+        "distribution": record.distribution,
+        "version": record.version,
+        "state": record.state,
+        "available": record.available,
+        "device_count": record.device_count,
+        "reason": record.reason,
+        "error": record.error,
+        "environment": {},
+        "environment_error": None,
+    }
 
 
 def _accelctl_version() -> str:
@@ -174,13 +151,20 @@ def collect() -> Environment:
         accelctl=_accelctl_version(),
         torch=_torch_info(),
         accelerators=_accelerators(),
-        drivers=_drivers(),
         variables=variables,
     )
 
 
 def _yes(value: Any) -> str:
     return str(value) if value else "no"
+
+
+def _fact(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def render(env: Environment) -> str:
@@ -216,8 +200,9 @@ def render(env: Environment) -> str:
         else:
             state = row["state"] + (f": {row['reason']}" if row["reason"] else "")
         lines.append(f"  {row['name'].ljust(width)}  {plugin}: {state}")
-    lines.append("drivers:")
-    lines += [f"  {name}: {value}" for name, value in env.drivers.items()] or ["  none found"]
+        lines += [f"    {key}: {_fact(value)}" for key, value in row["environment"].items()]
+        if row["environment_error"]:
+            lines.append(f"    environment_info() failed: {row['environment_error']}")
     lines.append("variables:")
     lines += [f"  {name}={value}" for name, value in env.variables.items()] or ["  none set"]
     return "\n".join(printable_line(line) for line in lines)  # plugins' text: escaped, bounded
@@ -226,8 +211,8 @@ def render(env: Environment) -> str:
 @click.command("env")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def env_command(as_json: bool) -> None:
-    """Print platform, Python, torch and its builds, accelctl and its plugins with versions,
-    drivers and device variables: a block to paste into a bug report."""
+    """Print platform, Python, torch and its builds, accelctl and its plugins with versions and
+    the facts each plugin adds (drivers, device variables): a block to paste into a bug report."""
     env = collect()
     if as_json:
         emit_json(env.to_dict())

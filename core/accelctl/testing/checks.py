@@ -116,6 +116,11 @@ CHECKS: tuple[Check, ...] = (
         "other installed name",
     ),
     Check(
+        "environment_info",
+        "where implemented: a flat dict of non-empty str keys to str, int, float, bool or None, "
+        "without raising (accelctl env shows it)",
+    ),
+    Check(
         "bad_device_specs",
         "0, -5, 1.5, 'abc', None and True each raise DeviceSpecError (nothing else), naming "
         "the spec",
@@ -358,6 +363,7 @@ def _run_checks(subject: _Subject, registry: Registry, run: _Run, probe_import: 
     count = _check_count(handle, detected, run)
     _check_reason(handle, detected, run)
     _check_info(handle, registry, run)
+    _check_environment(handle, run)
     _check_bad_specs(handle, run)
     if detected is not True:
         why = "detect() failed" if detected is None else _not_detected(handle)
@@ -577,6 +583,20 @@ def _check_reason(handle: AcceleratorHandle, detected: bool | None, run: _Run) -
         run.failed(check, _strip_subject(one_line(exc), handle), exc)
         return
     run.passed(check, f"{reason!r}" if reason else "None (accelctl list shows no reason)")
+
+
+def _check_environment(handle: AcceleratorHandle, run: _Run) -> None:
+    check = "environment_info"
+    if not handle.implements(check):
+        run.skipped(check, "not implemented (optional): `accelctl env` shows the row alone")
+        return
+    try:
+        facts = handle.environment_info()
+    except AccelctlError as exc:  # raised, timed out, or returned what the spec does not allow
+        run.failed(check, _strip_subject(one_line(exc), handle), exc)
+        return
+    shown = ", ".join(facts) if facts else "{} (nothing to add on this machine)"
+    run.passed(check, f"{len(facts)} fact{'s' if len(facts) != 1 else ''}: {shown}")
 
 
 def _check_info(handle: AcceleratorHandle, registry: Registry, run: _Run) -> None:

@@ -141,6 +141,11 @@ class HPUAccelerator(accelctl.Accelerator):
         indices = range(devices) if isinstance(devices, int) else devices
         return [torch.device("hpu", index) for index in indices]
 
+    def environment_info(self) -> dict[str, str | int | float | bool | None]:
+        """For ``accelctl env``: ``HABANA_VISIBLE_MODULES`` when it is set."""
+        value = os.environ.get(VISIBLE_MODULES_VAR)
+        return {} if value is None else {VISIBLE_MODULES_VAR: value}
+
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Habana's allocator figures (``memory_stats``) where the bridge has them.
 

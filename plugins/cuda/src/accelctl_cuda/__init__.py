@@ -10,6 +10,7 @@ never importing torch or NVML (see :mod:`accelctl_cuda.probe`). Module-level imp
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +18,15 @@ import accelctl
 
 from . import amd, nvml
 from .probe import Probe, probe
-from .visible import VisibleGpu
+from .visible import CUDA_VAR, HIP_VAR, ROCR_VAR, VisibleGpu
 
 if TYPE_CHECKING:
     import torch
 
 NAME = "cuda"
+
+#: The variables that choose or order the GPUs torch sees, reported by ``accelctl env`` when set.
+DEVICE_VARIABLES = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)
 
 
 @accelctl.hookimpl
@@ -166,11 +170,33 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     )
 
 
+@accelctl.hookimpl
+def environment_info() -> dict[str, str | int | float | bool | None]:
+    """Drivers and variables for ``accelctl env``: the NVIDIA driver and the newest CUDA version
+    it supports (NVML, only where a driver's files are), the ``amdgpu`` module's version, and the
+    visible-device variables that are set. No torch import, no CUDA context."""
+    facts: dict[str, str | int | float | bool | None] = {}
+    if nvml.driver_files_present():
+        try:
+            versions = nvml.driver_versions(nvml.load())
+        except nvml.NvmlUnavailable as exc:  # a driver's files but no NVML: that is the fact
+            facts["nvml"] = str(exc)
+        else:
+            facts["nvidia_driver"] = versions.driver
+            facts["cuda_driver_api"] = versions.cuda_text
+    amd_driver = amd.driver_version()
+    if amd_driver is not None or amd.kfd_present():
+        facts["amdgpu_driver"] = amd_driver
+    facts.update((name, os.environ[name]) for name in DEVICE_VARIABLES if name in os.environ)
+    return facts
+
+
 __all__ = [
     "accelerator_info",
     "auto_device_count",
     "detect",
     "device_stats",
+    "environment_info",
     "get_parallel_devices",
     "parse_devices",
     "setup_device",

@@ -10,6 +10,7 @@ no without importing torch. Detection asks torch itself (``torch.backends.mps.is
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 NAME = "mps"
+
+#: torch's MPS settings, reported by ``accelctl env`` when set.
+DEVICE_VARIABLES = ("PYTORCH_ENABLE_MPS_FALLBACK", "PYTORCH_MPS_HIGH_WATERMARK_RATIO")
 
 
 def _on_macos() -> bool:
@@ -128,11 +132,25 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     )
 
 
+@accelctl.hookimpl
+def environment_info() -> dict[str, str | int | float | bool | None]:
+    """For ``accelctl env``: macOS's version (on macOS) and torch's MPS variables that are set;
+    no torch import."""
+    facts: dict[str, str | int | float | bool | None] = {}
+    if _on_macos():
+        import platform
+
+        facts["macos"] = platform.mac_ver()[0] or None
+    facts.update((name, os.environ[name]) for name in DEVICE_VARIABLES if name in os.environ)
+    return facts
+
+
 __all__ = [
     "accelerator_info",
     "auto_device_count",
     "detect",
     "device_stats",
+    "environment_info",
     "get_parallel_devices",
     "parse_devices",
     "teardown",

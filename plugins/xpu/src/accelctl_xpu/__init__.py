@@ -11,6 +11,7 @@ files), never starting torch's XPU runtime (see :mod:`accelctl_xpu.probe` and
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import accelctl
 
 from . import runtime
 from .probe import cheap_probe, probe
+from .visible import AFFINITY_VAR, SELECTOR_VAR
 
 if TYPE_CHECKING:
     import torch
@@ -111,11 +113,18 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     )
 
 
+@accelctl.hookimpl
+def environment_info() -> dict[str, str | int | float | bool | None]:
+    """For ``accelctl env``: the Level Zero and SYCL device-selection variables that are set."""
+    return {name: os.environ[name] for name in (AFFINITY_VAR, SELECTOR_VAR) if name in os.environ}
+
+
 __all__ = [
     "accelerator_info",
     "auto_device_count",
     "detect",
     "device_stats",
+    "environment_info",
     "get_parallel_devices",
     "parse_devices",
     "setup_device",
