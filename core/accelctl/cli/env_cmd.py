@@ -29,7 +29,6 @@ from .._project import (
     ENV_DISABLE,
     ENV_HOOK_TIMEOUT,
     ENV_PLUGINS,
-    PROJECT_NAME,
 )
 from .._text import one_line, printable_line
 from ..errors import AccelctlError
@@ -132,12 +131,9 @@ def _row(record: AcceleratorRecord) -> dict[str, Any]:
 
 
 def _accelctl_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import accelctl  # its __version__ is the one lookup of the installed version
 
-    try:
-        return version(PROJECT_NAME)
-    except PackageNotFoundError:
-        return "0+unknown (not installed)"
+    return str(accelctl.__version__)
 
 
 def collect() -> Environment:
