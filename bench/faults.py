@@ -139,7 +139,7 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
     from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
-    from accelctl.training.checkpoint import LAST, CheckpointConfig, Checkpointer
+    from accelctl._training.checkpoint import LAST, CheckpointConfig, Checkpointer
 
     from .trainer_overhead import _model
 

@@ -59,7 +59,7 @@ def project_site(tmp_path_factory: pytest.TempPathFactory) -> FakeSite:
 def _use_default_registry(monkeypatch: pytest.MonkeyPatch, *sites: FakeSite) -> None:
     """Make the process-wide registry (the CLI's, ``accelctl.resolve``'s) scan ``sites`` only."""
     registry = accelctl.Registry(path=[str(site.root) for site in sites])
-    monkeypatch.setattr(accelctl.registry, "_default", registry)
+    monkeypatch.setattr(accelctl._registry, "_default", registry)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """accelctl: hardware accelerators for PyTorch training as pip-installable plugins.
 
-Public API (everything else is private)::
+The public API is what :data:`__all__` lists (docs/concepts.md section 4)::
 
     import accelctl
 
@@ -9,18 +9,20 @@ Public API (everything else is private)::
     accelctl.resolve("auto", devices="auto")  # what a Trainer runs on
 
 Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
-device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`.
+device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`,
+the conformance suite is :mod:`accelctl.testing`. The other public modules are
+:mod:`accelctl.integrations.lightning`, :mod:`accelctl.cli`, :mod:`accelctl.launcher` and
+:mod:`accelctl.torch_build`; modules whose names start with ``_`` are private.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._project import ENTRY_POINT_GROUP, PROJECT_NAME
-from .accelerator import Accelerator
-from .device_string import split_device
-from .devices import parse_indexed_devices, parse_process_count, parse_single_device
-from .errors import (
+from ._accelerator import Accelerator
+from ._device_string import split_device
+from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
+from ._errors import (
     AccelctlError,
     AcceleratorTypeError,
     AcceleratorUnavailableError,
@@ -36,11 +38,12 @@ from .errors import (
     TrainerError,
     UnknownAcceleratorError,
 )
-from .handle import AcceleratorHandle
-from .info import AcceleratorInfo
-from .markers import hookimpl, hookspec
-from .record import PluginRecord
-from .registry import (
+from ._handle import AcceleratorHandle
+from ._info import AcceleratorInfo
+from ._markers import hookimpl, hookspec
+from ._project import ENTRY_POINT_GROUP, PROJECT_NAME
+from ._record import PluginRecord
+from ._registry import (
     AcceleratorRecord,
     Registry,
     get_accelerator,
@@ -48,11 +51,11 @@ from .registry import (
     list_accelerators,
     reset_registry,
 )
-from .selection import Selection, resolve
+from ._selection import Selection, resolve
 
 #: Public names whose modules import torch: loaded on first access, never by `import accelctl`.
 _LAZY = {
-    "Trainer": "accelctl.trainer",
+    "Trainer": "accelctl._trainer",
     "launch": "accelctl.launcher",
     "LaunchFailedError": "accelctl.launcher",
 }

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ._discovery import PluginFilter
 from ._project import ENV_ACCELERATOR, ENV_DEVICES
-from .discovery import PluginFilter
 
 
 @dataclass(frozen=True)

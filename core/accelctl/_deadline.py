@@ -8,7 +8,7 @@ when the hook does, or with the process: daemon threads never delay the interpre
 
 :func:`run_all` runs several pieces of work at once (one per plugin, for ``list`` and
 ``resolve("auto")``) and watches each hook call they make; :func:`guard` is the one-call form that
-:func:`accelctl.hookcall.call_hook` uses. ``concurrent.futures`` is not used on purpose: its
+:func:`accelctl._hookcall.call_hook` uses. ``concurrent.futures`` is not used on purpose: its
 workers are joined at interpreter exit, so a stuck hook would hang the exit it was meant to spare.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ._errors import AccelctlError
 from ._project import ENV_HOOK_TIMEOUT
-from .errors import AccelctlError
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ call) runs inside :class:`plugin_code`:
   prints of the program's other threads too.
 
 :class:`watch_import` wraps a plugin's import: a plugin whose import changes ``sys.path`` or one
-of accelctl's ``ACCELCTL_*`` variables is named in a :class:`~accelctl.errors.PluginWarning`, and
+of accelctl's ``ACCELCTL_*`` variables is named in a :class:`~accelctl._errors.PluginWarning`, and
 the change is undone (see its docstring).
 
 What no in-process guard can stop: ``os._exit()``, a crash in native code, writes to file
@@ -42,9 +42,9 @@ from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any, TextIO, cast
 
+from ._errors import PluginWarning
 from ._project import ENV_VARIABLES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
-from .errors import PluginWarning
 
 
 class PluginAbort(Exception):
@@ -248,7 +248,7 @@ class watch_import:
     are the user's choice, read by accelctl when it selects). ``sys.path`` entries the import
     removed or reordered are put back in their places, with what the import added kept after
     them; entries it only added are kept where it put them (a vendor's package may need them).
-    Either way a :class:`~accelctl.errors.PluginWarning` names the plugin.
+    Either way a :class:`~accelctl._errors.PluginWarning` names the plugin.
     """
 
     __slots__ = ("_path", "_subject", "_variables")

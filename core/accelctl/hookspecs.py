@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .markers import hookspec
+from ._markers import hookspec
 
 if TYPE_CHECKING:
     import torch
 
-    from .info import AcceleratorInfo
+    from ._info import AcceleratorInfo
 
 #: Hooks every plugin must implement; a plugin missing one fails to load.
 REQUIRED_HOOKS = (

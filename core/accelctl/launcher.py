@@ -5,7 +5,7 @@ Both resolve the selection once, in the launching process, and hand it to every 
 in a child runs on what the launcher chose; each child takes ``devices[LOCAL_RANK]``. Processes
 are started by PyTorch's own launcher: torchrun for scripts, torch's elastic launch API for
 functions. Every child dies with its launcher, and a signal to the launcher stops them all
-(:mod:`accelctl.supervision`); when one fails, :class:`LaunchFailedError` names it.
+(:mod:`accelctl._supervision`); when one fails, :class:`LaunchFailedError` names it.
 
 This module is the public face; the parts live in :mod:`accelctl._launching`, one idea each.
 Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]`` (what ``accelctl launch`` starts in

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from accelctl._scaffold import PluginNames
 from accelctl.cli import cli
-from accelctl.scaffold import PluginNames
 
 
 def invoke(*args: str) -> Result:

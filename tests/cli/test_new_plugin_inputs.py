@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from accelctl._info import is_valid_name
+from accelctl._scaffold import MAX_NAME_LENGTH
 from accelctl.cli import cli
-from accelctl.info import is_valid_name
-from accelctl.scaffold import MAX_NAME_LENGTH
 
 
 def invoke(*args: str) -> Result:

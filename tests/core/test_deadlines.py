@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 
 from accelctl import _deadline
-from accelctl.errors import AccelctlError, PluginHookError, PluginWarning
-from accelctl.registry import Registry
-from accelctl.selection import resolve
+from accelctl._errors import AccelctlError, PluginHookError, PluginWarning
+from accelctl._registry import Registry
+from accelctl._selection import resolve
 
 from fakedists import GATE_MODULE, FakeSite, good_plugin, waiting_plugin
 

@@ -13,10 +13,10 @@ from accelctl import (
     parse_single_device,
     resolve,
 )
-from accelctl.devices import MAX_DEVICE_COUNT
-from accelctl.errors import PluginHookError
-from accelctl.hookcall import RETURN_CHECKS
-from accelctl.registry import Registry
+from accelctl._devices import MAX_DEVICE_COUNT
+from accelctl._errors import PluginHookError
+from accelctl._hookcall import RETURN_CHECKS
+from accelctl._registry import Registry
 
 from fakedists import FakeSite, good_plugin
 

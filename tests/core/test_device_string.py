@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl.device_string import device_string
+from accelctl._device_string import device_string
 
 
 @pytest.mark.parametrize(

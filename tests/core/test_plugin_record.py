@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from accelctl import PluginConflictError, PluginLoadError, PluginRecord, Registry
-from accelctl.record import LOAD_STAGES
+from accelctl._record import LOAD_STAGES
 
 from fakedists import FakeSite, good_plugin
 
@@ -195,7 +195,7 @@ def test_the_concepts_page_names_every_state_and_stage() -> None:
     from pathlib import Path
     from typing import get_args
 
-    from accelctl.record import PluginState
+    from accelctl._record import PluginState
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "concepts.md").read_text()
     section = page.split("## 2a. The plugin record", 1)[1].split("\n## ", 1)[0]

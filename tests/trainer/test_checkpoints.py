@@ -19,8 +19,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 import accelctl
-from accelctl.training import checkpoint as checkpoint_module
-from accelctl.training.checkpoint import CheckpointError
+from accelctl._training import checkpoint as checkpoint_module
+from accelctl._training.checkpoint import CheckpointError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_models import Classifier, separable

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from accelctl._errors import LaunchError
 from accelctl._launching.options import NodeOptionError, check_nodes
 from accelctl._launching.scripts import torchrun_argv
 from accelctl.cli.main import cli
-from accelctl.errors import LaunchError
 from accelctl.launcher import launch_script
 
 BAD_NODES = [

@@ -12,9 +12,9 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, Weig
 
 import accelctl
 from accelctl._launching.handoff import devices_spec, launch_command_line
+from accelctl._training.data import DataLoaderError, batch_size, move_to_device, shard_loader
+from accelctl._training.processes import ProcessEnvironment, ProcessSetupError
 from accelctl.launcher import RankFailure
-from accelctl.training.data import DataLoaderError, batch_size, move_to_device, shard_loader
-from accelctl.training.processes import ProcessEnvironment, ProcessSetupError
 
 
 def test_process_environment_reads_torchruns_variables() -> None:

@@ -13,9 +13,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelctl
-from accelctl.trainer import TrainerError
-from accelctl.training.precision import PrecisionError
-from accelctl.training.processes import ProcessSetupError
+from accelctl._trainer import TrainerError
+from accelctl._training.precision import PrecisionError
+from accelctl._training.processes import ProcessSetupError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_models import Classifier, loaders, separable
@@ -317,7 +317,7 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(
 
 def test_importing_accelctl_and_the_launch_command_imports_no_torch() -> None:
     code = (
-        "import sys, accelctl, accelctl.cli.launch_cmd, accelctl.training.processes;"
+        "import sys, accelctl, accelctl.cli.launch_cmd, accelctl._training.processes;"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,6 +1,6 @@
 """What runs inside each launched process, before and around the user's code.
 
-Every child first ties its life to the launcher's (:func:`accelctl.supervision.die_with_launcher`:
+Every child first ties its life to the launcher's (:func:`accelctl._supervision.die_with_launcher`:
 a SIGKILLed launcher takes its children along). A script child (``python -m accelctl.launcher
 SCRIPT ARGS``) then runs SCRIPT as ``__main__`` and records an exception it raises in torchrun's
 error file, so that the launcher can name the failing process's own error
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..supervision import die_with_launcher
+from .._supervision import die_with_launcher
 
 
 def run_script(argv: Sequence[str]) -> None:

@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import LaunchError
-from ..selection import resolve
-from ..supervision import launcher_environment
+from .._errors import LaunchError
+from .._selection import resolve
+from .._supervision import launcher_environment
 from .child import run_in_child
 from .failures import LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment

@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
 from .._project import ENV_ACCELERATOR, ENV_DEVICES
-from ..selection import Selection
+from .._selection import Selection
 
 
 def devices_spec(parsed: int | Sequence[int]) -> str:

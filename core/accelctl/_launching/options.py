@@ -7,8 +7,8 @@ combination is refused once, with the same words, before torch is imported.
 
 from __future__ import annotations
 
-from ..errors import LaunchError
-from ..selection import Selection
+from .._errors import LaunchError
+from .._selection import Selection
 
 
 class NodeOptionError(LaunchError):

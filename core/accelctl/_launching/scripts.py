@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..selection import Selection, resolve
-from ..supervision import LaunchInterruptedError, launcher_environment, wait_forwarding_signals
+from .._selection import Selection, resolve
+from .._supervision import LaunchInterruptedError, launcher_environment, wait_forwarding_signals
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
 from .options import check_nodes, check_processes, check_restarts

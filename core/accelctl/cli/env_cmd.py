@@ -23,6 +23,8 @@ from typing import Any
 import click
 
 from .._deadline import run_all
+from .._errors import AccelctlError
+from .._handle import AcceleratorHandle
 from .._project import (
     ENV_ACCELERATOR,
     ENV_DEVICES,
@@ -30,10 +32,8 @@ from .._project import (
     ENV_HOOK_TIMEOUT,
     ENV_PLUGINS,
 )
+from .._registry import AcceleratorRecord, list_accelerators
 from .._text import one_line, printable_line
-from ..errors import AccelctlError
-from ..handle import AcceleratorHandle
-from ..registry import AcceleratorRecord, list_accelerators
 from ..torch_build import cudnn_version, mps_built, read_torch_build
 from ._output import emit_json
 

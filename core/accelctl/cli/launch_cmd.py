@@ -10,7 +10,7 @@ import click
 from .._launching.failures import LaunchFailedError
 from .._launching.options import NodeOptionError, check_nodes
 from .._launching.scripts import launch_script
-from ..supervision import LaunchInterruptedError
+from .._supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 
 #: One label of a host name (RFC 1123): letters, digits and inner hyphens, 63 at most.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..registry import AcceleratorRecord, list_accelerators
+from .._registry import AcceleratorRecord, list_accelerators
 from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")

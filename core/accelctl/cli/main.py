@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from .._deadline import abandoned_threads
+from .._errors import AccelctlError, PluginWarning
 from .._isolation import counting_interrupts, plugin_output_to_stderr
 from .._text import one_line, safe_str
-from ..errors import AccelctlError, PluginWarning
 
 #: command name -> "module:attribute" of its click command. A new command adds one line here.
 COMMANDS: dict[str, str] = {

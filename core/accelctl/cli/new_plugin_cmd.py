@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import AccelctlError
-from ..registry import get_registry
-from ..scaffold import PluginNames, name_problem, write
+from .._errors import AccelctlError
+from .._registry import get_registry
+from .._scaffold import PluginNames, name_problem, write
 
 
 def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:

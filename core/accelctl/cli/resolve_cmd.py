@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import AccelctlError
-from ..selection import resolve
+from .._errors import AccelctlError
+from .._selection import resolve
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json
 

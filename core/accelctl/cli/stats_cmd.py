@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
+from .._device_string import device_string
+from .._errors import AccelctlError
+from .._handle import AcceleratorHandle
+from .._registry import list_accelerators
+from .._selection import select_accelerator
 from .._text import one_line, printable_line
-from ..device_string import device_string
-from ..errors import AccelctlError
-from ..handle import AcceleratorHandle
-from ..registry import list_accelerators
-from ..selection import select_accelerator
 from ._output import echo_line, emit_json, format_table, json_text
 
 #: Table columns for the contract's common keys: (header, keys that fill it).

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..errors import PrecisionError, ProcessSetupError
+from .._errors import PrecisionError, ProcessSetupError
 
 #: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
 TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))

@@ -49,17 +49,17 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
         name=exc.name,
     ) from exc
 
-from ..accelerator import Accelerator as _AccelctlAccelerator
-from ..errors import (
+from .._accelerator import Accelerator as _AccelctlAccelerator
+from .._errors import (
     AccelctlError,
     AcceleratorUnavailableError,
     PluginHookError,
     PluginWarning,
     ProcessSetupError,
 )
-from ..handle import AcceleratorHandle
-from ..registry import Registry, get_accelerator, get_registry
-from ..selection import single_process
+from .._handle import AcceleratorHandle
+from .._registry import Registry, get_accelerator, get_registry
+from .._selection import single_process
 from . import _lightning_connector
 
 if TYPE_CHECKING:

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import hookspecs
+from .._accelerator import Accelerator
+from .._errors import AccelctlError, DeviceSpecError, PluginLoadError
+from .._handle import AcceleratorHandle
+from .._info import KNOWN_FAMILIES
 from .._isolation import original, plugin_code
+from .._loading import AcceleratorPluginManager, PluginOrigin, diagnose, instantiate
 from .._project import RESERVED_NAMES
+from .._registry import Registry, get_registry
 from .._text import one_line, safe_repr
-from ..accelerator import Accelerator
-from ..errors import AccelctlError, DeviceSpecError, PluginLoadError
-from ..handle import AcceleratorHandle
-from ..info import KNOWN_FAMILIES
-from ..loading import AcceleratorPluginManager, PluginOrigin, diagnose, instantiate
-from ..registry import Registry, get_registry
 from . import probes
 from .results import CheckResult, Status, ValidationReport
 

@@ -6,7 +6,7 @@ import importlib
 import sys
 from typing import Any
 
-from ..errors import AccelctlError
+from .._errors import AccelctlError
 
 
 def progress_bar(enabled: bool | None, *, total: int | None, description: str) -> Any | None:

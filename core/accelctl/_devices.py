@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from .errors import DeviceSpecError
+from ._errors import DeviceSpecError
 
 INDEXED_FORMS = (
     '"auto" or -1 (all visible devices), k >= 1 or "k" (the first k), '

@@ -16,11 +16,11 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from ._accelerator import Accelerator
+from ._errors import PluginLoadError
 from ._isolation import failure_text, original, plugin_code
 from ._project import PROJECT_NAME
 from ._text import FIELD_LIMIT, clean
-from .accelerator import Accelerator
-from .errors import PluginLoadError
 
 
 class AcceleratorPluginManager(pluggy.PluginManager):

@@ -2,7 +2,7 @@
 
 Discovery reads package metadata only. It never imports a plugin: the allowlist and blocklist
 (``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``) are applied here, before anything is loaded, and a
-plugin is imported only when :mod:`accelctl.registry` needs it.
+plugin is imported only when :mod:`accelctl._registry` needs it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ._errors import PluginWarning
+from ._info import is_valid_name
 from ._project import ENTRY_POINT_GROUP, ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
 from ._text import describe_exception, quote
-from .errors import PluginWarning
-from .info import is_valid_name
 
 
 def _normalise_dist_name(name: str) -> str:

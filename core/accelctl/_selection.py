@@ -8,12 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._accelerator import Accelerator
 from ._config import Settings
 from ._deadline import run_all
-from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
-from ._text import quote, safe_repr
-from .accelerator import Accelerator
-from .errors import (
+from ._errors import (
     AccelctlError,
     AcceleratorTypeError,
     AcceleratorUnavailableError,
@@ -21,8 +19,10 @@ from .errors import (
     PluginWarning,
     fresh_copy,
 )
-from .handle import AcceleratorHandle
-from .registry import Registry, get_registry
+from ._handle import AcceleratorHandle
+from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
+from ._registry import Registry, get_registry
+from ._text import quote, safe_repr
 
 if TYPE_CHECKING:
     import torch

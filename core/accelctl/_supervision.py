@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .errors import AccelctlError
+from ._errors import AccelctlError
 
 if TYPE_CHECKING:
     import subprocess

@@ -5,8 +5,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .devices import parse_indexed_devices
-from .info import AcceleratorInfo
+from ._devices import parse_indexed_devices
+from ._info import AcceleratorInfo
 
 if TYPE_CHECKING:
     import torch

@@ -1,6 +1,6 @@
 """The plugin record: one per installed entry point, owned by the registry.
 
-A record says who the plugin is (its :class:`~accelctl.loading.PluginOrigin`: name,
+A record says who the plugin is (its :class:`~accelctl._loading.PluginOrigin`: name,
 distribution, version, entry point) and how loading it went: its :data:`PluginState`, the
 :data:`LoadStage` that failed and the error, and the handle once it loaded. The registry creates
 the records when it scans the entry points and is the only one to change them; ``accelctl
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .discovery import PluginEntry
-from .errors import AccelctlError
-from .handle import AcceleratorHandle
-from .loading import PluginOrigin
+from ._discovery import PluginEntry
+from ._errors import AccelctlError
+from ._handle import AcceleratorHandle
+from ._loading import PluginOrigin
 
 #: ``not-loaded``: found, not imported yet (or never to be, with ``--no-detect``);
 #: ``loaded``: imported and registered, :attr:`PluginRecord.handle` is set;
@@ -44,7 +44,7 @@ LOAD_STAGES: tuple[LoadStage, ...] = (
 class PluginRecord:
     """One installed entry point of ``accelctl.accelerators`` and how loading it went.
 
-    Read it; only the registry writes it (:meth:`accelctl.registry.Registry.load`).
+    Read it; only the registry writes it (:meth:`accelctl._registry.Registry.load`).
     """
 
     entry: PluginEntry = field(repr=False)

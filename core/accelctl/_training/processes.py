@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import ProcessSetupError
+from .._errors import ProcessSetupError
 
 if TYPE_CHECKING:
     import torch

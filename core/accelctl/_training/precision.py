@@ -7,7 +7,7 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PrecisionError
+from .._errors import PrecisionError
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import TrainerError
+from .._errors import TrainerError
 from .data import batch_size, move_to_device
 from .processes import ProcessEnvironment
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from ._info import is_valid_name
 from ._project import RESERVED_NAMES
-from .info import is_valid_name
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import datetime
 import os
 from collections.abc import Mapping
 
-from ..errors import ProcessSetupError, TrainerError
+from .._errors import ProcessSetupError, TrainerError
 
 #: The variable that sets the timeout, in seconds.
 ENV_COLLECTIVE_TIMEOUT = "ACCELCTL_COLLECTIVE_TIMEOUT"

@@ -16,11 +16,8 @@ from typing import Any
 
 from ._config import Settings
 from ._deadline import run_all
-from ._isolation import failure_text, original, plugin_code, watch_import
-from ._project import ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
-from ._text import one_line, quote
-from .discovery import PluginEntry, PluginFilter, scan_entry_points
-from .errors import (
+from ._discovery import PluginEntry, PluginFilter, scan_entry_points
+from ._errors import (
     AccelctlError,
     AcceleratorUnavailableError,
     PluginConflictError,
@@ -29,10 +26,13 @@ from .errors import (
     UnknownAcceleratorError,
     fresh_copy,
 )
-from .handle import AcceleratorHandle
-from .info import AcceleratorInfo, is_valid_name
-from .loading import bind_name, instantiate, register
-from .record import LoadStage, PluginRecord
+from ._handle import AcceleratorHandle
+from ._info import AcceleratorInfo, is_valid_name
+from ._isolation import failure_text, original, plugin_code, watch_import
+from ._loading import bind_name, instantiate, register
+from ._project import ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
+from ._record import LoadStage, PluginRecord
+from ._text import one_line, quote
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
 #: the pip command when a name is not installed (ROCm GPUs are torch's "cuda" device).
@@ -100,7 +100,7 @@ class AcceleratorRecord:
 class Registry:
     """Installed accelerator plugins, discovered from entry points on ``path``.
 
-    The registry owns one :class:`~accelctl.record.PluginRecord` per installed entry point and
+    The registry owns one :class:`~accelctl._record.PluginRecord` per installed entry point and
     is the only one to change it: the scan creates the records (``disabled`` ones decided then,
     by :meth:`disabled_reason`), :meth:`load` fills in how loading went.
 
@@ -237,7 +237,7 @@ class Registry:
 
     def usable(self) -> list[AcceleratorHandle]:
         """Every enabled plugin that loads; each one that does not is reported as a
-        :class:`~accelctl.errors.PluginWarning` (skipped, never silently)."""
+        :class:`~accelctl._errors.PluginWarning` (skipped, never silently)."""
         handles, failures = self.load_all()
         for error in failures.values():
             warnings.warn(f"skipping {error}", PluginWarning, stacklevel=3)

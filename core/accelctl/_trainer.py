@@ -1,5 +1,5 @@
 # Over 400 lines for a reason: the Trainer class is one idea, its constructor and fit loop read
-# top to bottom; the parts that stand alone are in accelctl.training (figures, model, data, ...).
+# top to bottom; the parts that stand alone are in accelctl._training (figures, model, data, ...).
 """``accelctl.Trainer``: a small training loop on whatever accelerator the registry selects.
 
 The reference consumer of the registry: it resolves an accelerator by name, alias, ``"gpu"``,
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ._errors import AccelctlError, PluginWarning, TrainerError
+from ._handle import AcceleratorHandle
 from ._launching.handoff import devices_spec, launch_command_line
 from ._project import ENV_DEVICES
-from .errors import AccelctlError, PluginWarning, TrainerError
-from .handle import AcceleratorHandle
-from .selection import resolve
-from .training.checkpoint import (
+from ._selection import resolve
+from ._training.checkpoint import (
     CHECKPOINT_DIR,
     CheckpointConfig,
     Checkpointer,
@@ -57,19 +57,19 @@ from .training.checkpoint import (
     set_epoch_rng_state,
     set_rng_state,
 )
-from .training.data import batch_size, move_to_device, set_epoch, shard_loader
-from .training.figures import epoch_figures, reduce_window, validate
-from .training.metrics_log import METRICS_FILE, MetricsLog
-from .training.model import TrainingStep, check_model, optimizer_of
-from .training.precision import Precision, parse_precision
-from .training.processes import (
+from ._training.data import batch_size, move_to_device, set_epoch, shard_loader
+from ._training.figures import epoch_figures, reduce_window, validate
+from ._training.metrics_log import METRICS_FILE, MetricsLog
+from ._training.model import TrainingStep, check_model, optimizer_of
+from ._training.precision import Precision, parse_precision
+from ._training.processes import (
     ProcessEnvironment,
     choose_device,
     join_process_group,
     script_argv,
 )
-from .training.progress import progress_bar
-from .training.timeouts import collective_timeout, explain_timeout
+from ._training.progress import progress_bar
+from ._training.timeouts import collective_timeout, explain_timeout
 
 if TYPE_CHECKING:
     from torch import nn

@@ -2,7 +2,7 @@
 
 A plugin's exception (any ``BaseException`` but a real Ctrl-C: see :mod:`accelctl._isolation`),
 or a value its hook specification does not allow, becomes a
-:class:`~accelctl.errors.PluginHookError` naming the plugin, its distribution and the hook. A
+:class:`~accelctl._errors.PluginHookError` naming the plugin, its distribution and the hook. A
 :class:`~accelctl.DeviceSpecError` from ``parse_devices`` / ``get_parallel_devices`` is the
 contract's own answer to a bad spec and passes through unchanged. A hook that does not answer
 within the deadline (``ACCELCTL_HOOK_TIMEOUT``, see :mod:`accelctl._deadline`) is a
@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ._deadline import HookTimeoutError, guard
+from ._devices import MAX_DEVICE_COUNT
+from ._errors import DeviceSpecError, PluginHookError
+from ._info import AcceleratorInfo
 from ._isolation import failure_text, original, plugin_code
+from ._loading import LoadedPlugin
 from ._text import clean, safe_repr, safe_str
-from .devices import MAX_DEVICE_COUNT
-from .errors import DeviceSpecError, PluginHookError
-from .info import AcceleratorInfo
-from .loading import LoadedPlugin
 
 
 def _is_int(value: object) -> bool:

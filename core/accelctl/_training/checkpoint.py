@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TrainerError
+from .._errors import TrainerError
 
 if TYPE_CHECKING:
     import torch

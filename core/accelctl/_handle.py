@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .accelerator import Accelerator
-from .hookcall import call_hook
-from .info import AcceleratorInfo
-from .loading import LoadedPlugin, PluginOrigin, load_object
+from ._accelerator import Accelerator
+from ._hookcall import call_hook
+from ._info import AcceleratorInfo
+from ._loading import LoadedPlugin, PluginOrigin, load_object
 
 if TYPE_CHECKING:
     import torch
@@ -18,8 +18,8 @@ class AcceleratorHandle:
 
     Obtained from :func:`accelctl.get_accelerator`, :func:`accelctl.resolve` or
     :meth:`from_object`. Each method calls the plugin's hook of the same name through
-    :func:`accelctl.hookcall.call_hook`, so a misbehaving plugin surfaces as a
-    :class:`~accelctl.errors.PluginHookError` that names it.
+    :func:`accelctl._hookcall.call_hook`, so a misbehaving plugin surfaces as a
+    :class:`~accelctl._errors.PluginHookError` that names it.
     """
 
     def __init__(self, loaded: LoadedPlugin) -> None:
