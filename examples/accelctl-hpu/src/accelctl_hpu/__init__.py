@@ -16,6 +16,6 @@ Importing this package is cheap: Habana's software and torch are imported inside
 
 from __future__ import annotations
 
-from ._accelerator import HPUAccelerator, visible_modules
+from .accelerator import HPUAccelerator, visible_modules
 
 __all__ = ["HPUAccelerator", "visible_modules"]
