@@ -1,3 +1,6 @@
+# Over 400 lines for a reason: the registry is the one owner of every plugin's record (scan,
+# load, the disabled decision, lookups by name and alias, list rows); splitting it would spread
+# that ownership again, which is what issue 11 removed.
 """The registry: installed plugins by name, loaded lazily and one at a time, failures recorded.
 
 Entry points are read once per registry (once per process for the default one). A lookup by

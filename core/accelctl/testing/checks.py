@@ -1,3 +1,6 @@
+# Over 400 lines for a reason: it is the one implementation of the conformance checks behind
+# both `accelctl validate` and the pytest face; each check is a small function, and the table
+# CHECKS at the top is their index (docs/writing-a-plugin.md mirrors it).
 """The conformance checks of contract section 9, run by ``accelctl validate`` and by the pytest
 face (:class:`accelctl.testing.AcceleratorConformance`): one implementation, two faces.
 
