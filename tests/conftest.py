@@ -15,7 +15,7 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 import pytest
 
-import accelctl
+import accelctl.testing
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/fakedists.py is a helper, not a package
 
@@ -26,7 +26,22 @@ _ACCELCTL_VARS = (
     "ACCELCTL_PLUGINS",
     "ACCELCTL_DISABLE",
     "ACCELCTL_DEVICES",
+    "ACCELCTL_COLLECTIVE_TIMEOUT",
+    "ACCELCTL_LAUNCHER_PID",
 )
+#: What a launcher or a cluster scheduler sets in the processes it starts: a test that ran inside
+#: a SLURM job, an MPI run or torchrun would otherwise see itself as one rank of it.
+_CLUSTER_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+_CLUSTER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_", "PET_")
 
 #: The hook deadline in tests and the processes they start. accelctl's default (10 s) is for
 #: people; here a plugin that imports torch inside a hook (seconds on a loaded 2-core machine)
@@ -56,35 +71,36 @@ def project_site(tmp_path_factory: pytest.TempPathFactory) -> FakeSite:
     return site
 
 
-def _use_default_registry(monkeypatch: pytest.MonkeyPatch, *sites: FakeSite) -> None:
-    """Make the process-wide registry (the CLI's, ``accelctl.resolve``'s) scan ``sites`` only."""
-    registry = accelctl.Registry(path=[str(site.root) for site in sites])
-    monkeypatch.setattr(accelctl._registry, "_default", registry)
-
-
 @pytest.fixture(autouse=True)
 def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> Iterator[None]:
     """No ACCELCTL_* variable from the caller's shell, and a fresh process-wide registry that
     sees the in-repo plugins only: each test sees the plugins it sets up, whatever else is
     installed."""
-    for var in _ACCELCTL_VARS:
+    for var in _ACCELCTL_VARS + _CLUSTER_VARS:
         monkeypatch.delenv(var, raising=False)
+    for var in [name for name in os.environ if name.startswith(_CLUSTER_PREFIXES)]:
+        monkeypatch.delenv(var)
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", HOOK_TIMEOUT_S)
-    _use_default_registry(monkeypatch, project_site)
-    yield
-    accelctl.reset_registry()
+    with accelctl.testing.installed_plugins(project_site.root):
+        yield
 
 
 @pytest.fixture
-def fake_site(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project_site: FakeSite
-) -> Iterator[FakeSite]:
+def fake_site(tmp_path: Path, project_site: FakeSite) -> Iterator[FakeSite]:
     """A folder of fake installed distributions, put on ``sys.path`` so their modules import and
     the default registry (CLI, ``accelctl.resolve``) sees them beside the in-repo plugins. For a
-    registry that sees *only* them: ``Registry(path=fake_site.path)``."""
+    registry that sees *only* them: ``accelctl.testing.Registry(path=fake_site.path)``."""
     site = FakeSite(tmp_path / "site")
     sys.path.insert(0, str(site.root))  # so entry points can import the modules
-    _use_default_registry(monkeypatch, site, project_site)
-    yield site
+    with accelctl.testing.installed_plugins(site.root, project_site.root):
+        yield site
     sys.path.remove(str(site.root))
     site.forget_modules()
+
+
+@pytest.fixture
+def no_scheduler_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PATH`` is this interpreter's folder alone: Lightning looks for SLURM's ``srun`` there
+    (and warns when a machine has it but the process was not started with it), so tests of
+    Lightning's defaults must not see what the machine has installed."""
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))

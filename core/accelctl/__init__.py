@@ -10,9 +10,9 @@ The public API is what :data:`__all__` lists (docs/concepts.md section 4)::
 
 Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
 device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`,
-the conformance suite is :mod:`accelctl.testing`. The other public modules are
-:mod:`accelctl.integrations.lightning`, :mod:`accelctl.cli`, :mod:`accelctl.launcher` and
-:mod:`accelctl.torch_build`; modules whose names start with ``_`` are private.
+the conformance suite and the tests' registry are :mod:`accelctl.testing`. The other public
+modules are :mod:`accelctl.integrations.lightning`, :mod:`accelctl.cli`, :mod:`accelctl.launcher`
+and :mod:`accelctl.torch_build`; modules whose names start with ``_`` are private.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from ._device_string import split_device
 from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
 from ._errors import (
     AccelctlError,
-    AcceleratorTypeError,
     AcceleratorUnavailableError,
     DataLoaderError,
     DeviceSpecError,
@@ -38,20 +37,12 @@ from ._errors import (
     TrainerError,
     UnknownAcceleratorError,
 )
-from ._handle import AcceleratorHandle
 from ._info import AcceleratorInfo
 from ._markers import hookimpl, hookspec
-from ._project import ENTRY_POINT_GROUP, PROJECT_NAME
-from ._record import PluginRecord
-from ._registry import (
-    AcceleratorRecord,
-    Registry,
-    get_accelerator,
-    get_registry,
-    list_accelerators,
-    reset_registry,
-)
+from ._plugin import AcceleratorHandle
+from ._registry import get_accelerator, list_accelerators
 from ._selection import Selection, resolve
+from ._status import AcceleratorStatus
 
 #: Public names whose modules import torch: loaded on first access, never by `import accelctl`.
 _LAZY = {
@@ -71,21 +62,18 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version(PROJECT_NAME)
+            return version("accelctl")
         except PackageNotFoundError:  # a source tree that is not installed
             return "0+unknown"
     raise AttributeError(f"module 'accelctl' has no attribute {name!r}")
 
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "PROJECT_NAME",
     "AccelctlError",
     "Accelerator",
     "AcceleratorHandle",
     "AcceleratorInfo",
-    "AcceleratorRecord",
-    "AcceleratorTypeError",
+    "AcceleratorStatus",
     "AcceleratorUnavailableError",
     "DataLoaderError",
     "DeviceSpecError",
@@ -94,18 +82,14 @@ __all__ = [
     "PluginConflictError",
     "PluginHookError",
     "PluginLoadError",
-    "PluginRecord",
     "PluginWarning",
     "PrecisionError",
     "ProcessSetupError",
-    "Registry",
     "Selection",
     "Trainer",
     "TrainerError",
     "UnknownAcceleratorError",
-    "__version__",
     "get_accelerator",
-    "get_registry",
     "hookimpl",
     "hookspec",
     "launch",
@@ -113,7 +97,6 @@ __all__ = [
     "parse_indexed_devices",
     "parse_process_count",
     "parse_single_device",
-    "reset_registry",
     "resolve",
     "split_device",
 ]

@@ -1,8 +1,12 @@
-"""Finding installed plugins: one scan of the ``accelctl.accelerators`` entry points, no imports.
+"""Finding what is installed: one pass over the distributions, reading text, importing nothing.
 
-Discovery reads package metadata only. It never imports a plugin: the allowlist and blocklist
-(``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``) are applied here, before anything is loaded, and a
-plugin is imported only when :mod:`accelctl._registry` needs it.
+Each distribution's ``entry_points.txt`` is read once as text. Only files that declare one of the
+two groups accelctl cares about are parsed (by hand, so that one bad line breaks only its own
+distribution): ``accelctl.accelerators`` (the plugins) and ``torch.backends`` (the out-of-tree
+torch backends that ``import torch`` would load, see :func:`accelctl.torch_build.import_torch`).
+A file that does not parse and declares neither group is reported in a
+:class:`~accelctl.PluginWarning` and skipped: it breaks torch's own backend autoload, which reads
+every distribution's entry points.
 """
 
 from __future__ import annotations
@@ -10,125 +14,139 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from ._errors import PluginWarning
-from ._info import is_valid_name
-from ._project import ENTRY_POINT_GROUP, ENV_DISABLE, ENV_PLUGINS, RESERVED_NAMES
+from ._project import ENTRY_POINT_GROUP
 from ._text import describe_exception, quote
 
+TORCH_BACKENDS_GROUP = "torch.backends"
+_GROUPS = (ENTRY_POINT_GROUP, TORCH_BACKENDS_GROUP)
+_HEADERS = tuple(f"[{group}]" for group in _GROUPS)
+_SECTION = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
 
-def _normalise_dist_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+
+@dataclass(frozen=True)
+class Found:
+    """One entry point of either group: its name, value and distribution; ``problem`` says why
+    the distribution's files cannot be trusted (the entry is then never imported)."""
+
+    group: str
+    name: str
+    value: str
+    dist: metadata.Distribution
+    problem: str | None = None
 
 
-def _dist_key(dist: metadata.Distribution) -> str:
+def folder_of(dist: metadata.Distribution, filename: str = "") -> str:
+    """Where ``filename`` of ``dist`` lives, for messages (the ``.dist-info`` folder)."""
+    folder = getattr(dist, "_path", None)
+    if folder is None:
+        return filename or "?"
+    return str(folder / filename) if filename else str(folder)
+
+
+def dist_key(dist: metadata.Distribution) -> str:
     """The distribution's normalised name: from its folder's name where it has one (what
-    :func:`importlib.metadata.entry_points` itself relies on), else from its metadata."""
+    :func:`importlib.metadata.entry_points` relies on too), else from its metadata."""
     key = getattr(dist, "_normalized_name", None)
     if key:
         return str(key)
     try:
-        return _normalise_dist_name(dist.metadata["Name"] or "")
-    except Exception:  # unreadable metadata: keyed by its place instead, never merged
-        return f"<unreadable {_metadata_file(dist, '')}>"
+        return re.sub(r"[-_.]+", "_", dist.metadata["Name"] or "").lower()
+    except Exception:  # unreadable metadata: keyed by its place, never merged with another
+        return f"<unreadable {folder_of(dist)}>"
 
 
-def _metadata_file(dist: metadata.Distribution, filename: str) -> str:
-    """Where ``filename`` of ``dist`` lives, for messages (the folder of a path distribution)."""
-    folder = getattr(dist, "_path", None)
-    return str(folder / filename) if folder is not None and filename else str(folder or filename)
-
-
-def _reinstall_hint(name: str | None) -> str:
+def reinstall_hint(name: str | None) -> str:
+    """What to do about a distribution whose files are damaged."""
     return f"reinstall it (pip install --force-reinstall {name})" if name else "reinstall it"
 
 
-@dataclass(eq=False)
-class PluginEntry:
-    """One entry point of the group ``accelctl.accelerators``, as installed.
+def scan(path: Sequence[str] | None = None, *, warn: bool = True) -> Iterator[Found]:
+    """Every entry point of the two groups on ``path`` (default: ``sys.path``).
 
-    ``distribution`` and ``version`` are read from the package's metadata on first use. An entry
-    whose distribution's metadata cannot be read has a :attr:`problem` and is never imported.
+    A distribution installed twice counts once (the first wins, as for imports). ``warn``:
+    name a broken distribution that declares neither group in a warning (the registry's scan
+    does; a second scan of the same path need not say it again).
     """
-
-    entry_point: metadata.EntryPoint = field(repr=False)
-    #: The declaring distribution, when ``entry_point`` does not carry it.
-    dist: metadata.Distribution | None = field(default=None, repr=False)
-    #: Why the distribution's entry points could not be read (set by the scan).
-    unreadable: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The accelerator's canonical name: the entry point's name."""
-        return self.entry_point.name
-
-    @property
-    def value(self) -> str:
-        """What the entry point loads, ``"module"`` or ``"module:attr"``."""
-        return self.entry_point.value
-
-    @cached_property
-    def _metadata(self) -> tuple[str | None, str | None, str | None]:
-        """(name, version, why the metadata could not be read)."""
-        dist = self.dist or self.entry_point.dist
-        if dist is None:
-            return None, None, None
+    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
+    seen: set[str] = set()
+    for dist in dists:
+        key = dist_key(dist)
+        if key in seen:
+            continue
+        seen.add(key)
         try:
-            return (*_read_name_and_version(dist), None)
-        except Exception as exc:  # a broken METADATA: named, never fatal to the others
-            name = getattr(dist, "_normalized_name", None)
-            problem = (
-                f"cannot read the metadata of distribution {name or '?'} "
-                f"({_metadata_file(dist, 'METADATA')}): {describe_exception(exc)}; "
-                f"{_reinstall_hint(name)}"
-            )
-            return name, None, problem
-
-    @property
-    def distribution(self) -> str | None:
-        """The distribution (``pip`` package) that declares the entry point."""
-        return self._metadata[0]
-
-    @property
-    def version(self) -> str | None:
-        """The declaring distribution's version."""
-        return self._metadata[1]
-
-    @property
-    def problem(self) -> str | None:
-        """Why the entry cannot be loaded whatever its code: its distribution's metadata (entry
-        points or METADATA) cannot be read. None when it can."""
-        return self.unreadable or self._metadata[2]
-
-    def name_problem(self) -> str | None:
-        """Why the entry point's name cannot be an accelerator name, or None when it can."""
-        if self.name in RESERVED_NAMES:
-            return (
-                f"entry point name {self.name!r} is reserved (reserved: "
-                f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
-            )
-        if not is_valid_name(self.name):
-            return (
-                f"entry point name {quote(self.name)} is not a valid accelerator name; "
-                "use lowercase letters, digits, '_' and '-'"
-            )
-        return None
-
-    def load(self) -> object:
-        """Import the entry point's object (a module, a class or an instance)."""
-        return self.entry_point.load()
+            text = dist.read_text("entry_points.txt") or ""
+        except UnicodeDecodeError as exc:  # keep what can be read, to find the sections
+            yield from _entries(dist, bytes(exc.object).decode("utf-8", "replace"), exc, warn)
+            continue
+        except Exception as exc:
+            yield from _entries(dist, "", exc, warn)
+            continue
+        if text:
+            yield from _entries(dist, text, None, warn)
 
 
-def _read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
-    """``Name`` and ``Version`` from the distribution's metadata file.
+def _entries(
+    dist: metadata.Distribution, text: str, error: Exception | None, warn: bool
+) -> Iterator[Found]:
+    """The entries of one ``entry_points.txt``; all marked with the problem when it is bad."""
+    if error is None and not any(header in text for header in _HEADERS):
+        # Most distributions declare neither group: only look for a line that would break
+        # torch's autoload.
+        if all(
+            "=" in line or line.lstrip()[:1] in ("", "#", ";", "[") for line in text.splitlines()
+        ):
+            return
+    section: str | None = None
+    found: list[tuple[str, str, str]] = []
+    declared: set[str] = set()
+    bad_line = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#;":
+            continue
+        match = _SECTION.match(line)
+        if match:
+            section = match.group("name")
+            if section in _GROUPS:
+                declared.add(section)
+            continue
+        name, sep, value = stripped.partition("=")
+        if not sep:
+            bad_line = bad_line or f"line {number} ({quote(stripped, 60)}) is not 'name = value'"
+        elif section in _GROUPS:
+            found.append((section, name.strip(), value.strip()))
+    if error is None and bad_line is None:
+        for group, name, value in found:
+            yield Found(group, name, value, dist)
+        return
+    dist_name = getattr(dist, "_normalized_name", None)
+    why = bad_line or describe_exception(error or ValueError())
+    problem = (
+        f"cannot read the entry points of distribution {dist_name or '?'} "
+        f"({folder_of(dist, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}"
+    )
+    if not declared:
+        if not warn:
+            return
+        # Not a plugin, but worth a line: torch's backend autoload fails on it.
+        warnings.warn(f"skipping a broken distribution: {problem}", PluginWarning, stacklevel=3)
+        return
+    if ENTRY_POINT_GROUP in declared:
+        named = [(n, v) for g, n, v in found if g == ENTRY_POINT_GROUP]
+        for name, value in named or [(dist_name or "unreadable", "")]:
+            yield Found(ENTRY_POINT_GROUP, name, value, dist, problem)
 
-    ``dist.metadata`` runs the e-mail parser over the whole file (the long description included)
-    at every access, which with hundreds of plugins costs more than the scan itself; both fields
-    are single-line headers, so the header lines are read directly, and the full parser is used
-    only when one of them is not found that way.
+
+def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
+    whole file (over hundreds of plugins it costs more than the scan).
+
+    :raises Exception: whatever reading the file raises (an unreadable METADATA).
     """
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}
@@ -142,117 +160,3 @@ def _read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str
         parsed = dist.metadata
         return parsed["Name"], parsed["Version"]
     return fields["Name"], fields["Version"]
-
-
-def scan_entry_points(path: Sequence[str] | None = None) -> list[PluginEntry]:
-    """Every accelerator entry point installed on ``path`` (default: ``sys.path``).
-
-    A distribution installed twice on the path counts once (the first wins, as for imports), the
-    rule :func:`importlib.metadata.entry_points` follows. A distribution whose entry points
-    cannot be read is skipped; when it declares the group ``accelctl.accelerators``, its
-    entries come back with a :attr:`PluginEntry.problem` naming the distribution and the file
-    (see :func:`_unreadable_entries`).
-    """
-    return list(_iter_entries(path))
-
-
-def _iter_entries(path: Sequence[str] | None) -> Iterator[PluginEntry]:
-    seen: set[str] = set()
-    dists = (
-        metadata.distributions(path=list(path)) if path is not None else metadata.distributions()
-    )
-    for dist in dists:
-        key = _dist_key(dist)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            entry_points = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
-        except Exception as exc:  # a malformed entry_points.txt: that distribution alone
-            yield from _unreadable_entries(dist, exc)
-            continue
-        for ep in entry_points:
-            yield PluginEntry(ep)
-
-
-_SECTION_RE = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
-
-
-def _unreadable_entries(dist: metadata.Distribution, exc: Exception) -> Iterator[PluginEntry]:
-    """The accelerator entries of a distribution whose ``entry_points.txt`` does not parse.
-
-    None when it declares no ``[accelctl.accelerators]`` section (a warning says it is skipped);
-    else the ``name = value`` lines that section still has (or one entry named after the
-    distribution), each with the problem, so ``accelctl list`` shows them as broken and none is
-    imported."""
-    try:
-        text = dist.read_text("entry_points.txt") or ""
-    except UnicodeDecodeError as decode_error:  # keep what can be read, to find the section
-        text = bytes(decode_error.object).decode("utf-8", "replace")
-    except Exception:
-        return
-    section: str | None = None
-    names: list[tuple[str, str]] = []
-    declared = False
-    bad_line = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith(("#", ";")):
-            continue
-        match = _SECTION_RE.match(line)
-        if match:
-            section = match.group("name")
-            declared = declared or section == ENTRY_POINT_GROUP
-            continue
-        name, sep, value = stripped.partition("=")
-        if not sep:
-            bad_line = bad_line or f"line {number} ({quote(stripped, 60)}) is not 'name = value'"
-        elif section == ENTRY_POINT_GROUP:
-            names.append((name.strip(), value.strip()))
-    dist_name = getattr(dist, "_normalized_name", None)
-    why = bad_line or describe_exception(exc)
-    problem = (
-        f"cannot read the entry points of distribution {dist_name or '?'} "
-        f"({_metadata_file(dist, 'entry_points.txt')}): {why}; {_reinstall_hint(dist_name)}"
-    )
-    if not declared:
-        # Not a plugin, but worth a line: whatever reads every distribution's entry points
-        # fails on it (``import torch``, whose backend autoload does, among them).
-        warnings.warn(f"skipping a broken distribution: {problem}", PluginWarning, stacklevel=2)
-        return
-    for name, value in names or [(dist_name or "unreadable", "")]:
-        entry_point = metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
-        yield PluginEntry(entry_point, dist=dist, unreadable=problem)
-
-
-def _split_names(value: str) -> frozenset[str]:
-    return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
-
-
-@dataclass(frozen=True)
-class PluginFilter:
-    """The user's choice of plugins, from ``ACCELCTL_PLUGINS`` and ``ACCELCTL_DISABLE``.
-
-    ``allow`` is None when ``ACCELCTL_PLUGINS`` is unset (every plugin); set and empty, it allows
-    none.
-    """
-
-    allow: frozenset[str] | None = None
-    deny: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> PluginFilter:
-        allow = environ.get(ENV_PLUGINS)
-        return cls(
-            allow=None if allow is None else _split_names(allow),
-            deny=_split_names(environ.get(ENV_DISABLE, "")),
-        )
-
-    def blocked_reason(self, name: str) -> str | None:
-        """Why ``name`` must not be loaded, naming the variable; None when it may be."""
-        if name.lower() in self.deny:
-            return f"disabled by {ENV_DISABLE}"
-        if self.allow is not None and name.lower() not in self.allow:
-            listed = ",".join(sorted(self.allow)) or "<empty>"
-            return f"disabled: {ENV_PLUGINS}={listed} does not list it"
-        return None

@@ -65,8 +65,10 @@ class PluginLoadError(AccelctlError):
         self.distribution = distribution
 
 
-class PluginHookError(PluginLoadError):
-    """A plugin's hook raised, or returned something its specification does not allow."""
+class PluginHookError(AccelctlError):
+    """A plugin's hook raised, returned something its specification does not allow, or (where
+    accelctl asks many plugins at once) did not answer in time. The plugin loaded: this is not a
+    :class:`PluginLoadError`."""
 
     def __init__(
         self,
@@ -76,8 +78,10 @@ class PluginHookError(PluginLoadError):
         hook: str | None = None,
         distribution: str | None = None,
     ) -> None:
-        super().__init__(message, name=name, distribution=distribution)
+        super().__init__(message)
+        self.name = name
         self.hook = hook
+        self.distribution = distribution
 
 
 class PluginConflictError(PluginLoadError):

@@ -1,49 +1,36 @@
-"""What a plugin's code may not do to accelctl: raise through it, write on its stdout, or steer
-its configuration.
+"""What a plugin's code may not do to accelctl: raise through it, end it, write on its stdout,
+or steer its configuration. Nothing here is set up per hook call.
 
-Every piece of plugin code (its import, its class's instantiation, its registration, each hook
-call) runs inside :class:`plugin_code`:
+- Whatever plugin code raises is the plugin's failure (:func:`contain`): ``Exception`` as it is,
+  any other ``BaseException`` (``SystemExit``, ``GeneratorExit``, a plugin's own
+  ``KeyboardInterrupt`` off the main thread) as a :class:`PluginAbort`. A ``KeyboardInterrupt``
+  in the main thread is let through as the user's Ctrl-C (:func:`users_interrupt`).
+- The CLI runs every plugin's code in worker threads (:mod:`accelctl._fanout`), so while
+  :func:`plugin_output_to_stderr` is in force what other threads write to ``sys.stdout`` goes to
+  stderr and ``--json`` stays one document; while :func:`exit_is_plugin_failure` is in force a
+  plugin's ``os._exit`` is a failure instead of the end of the command. **Choice:** both are the
+  CLI's, not the library's: ``sys.stdout`` and ``os._exit`` belong to the whole process.
+- :class:`watch_import` wraps a plugin's import: a plugin whose import changes ``sys.path`` or one
+  of the user's ``ACCELCTL_*`` choices is named in a :class:`~accelctl.PluginWarning`, and the
+  change is undone.
 
-- An exception the plugin raises stays the plugin's failure. ``Exception`` passes through for the
-  caller to report; anything else (``SystemExit``, ``GeneratorExit``, a ``BaseException``
-  subclass, a ``KeyboardInterrupt`` the plugin raised itself) is turned into a
-  :class:`PluginAbort`, an ordinary ``Exception``, so that it is reported like the others.
-- A real Ctrl-C still stops the program. **Choice:** a ``KeyboardInterrupt`` is the user's when
-  a SIGINT arrived while the plugin code ran. To know, in the main thread and while Python's
-  default SIGINT handler is in force, accelctl puts in a handler that behaves the same (it raises
-  ``KeyboardInterrupt``) and also counts the signal, and puts the default back afterwards. Python
-  delivers signals only to the main thread, so in another thread (a hook run under a deadline,
-  say) every ``KeyboardInterrupt`` is the plugin's. Where the program has a SIGINT handler of its
-  own, accelctl cannot tell and lets every ``KeyboardInterrupt`` through.
-- While :func:`plugin_output_to_stderr` is in force (the CLI turns it on for each command),
-  what plugin code writes to ``sys.stdout`` goes to ``sys.stderr``, so ``--json`` output stays
-  one clean document; so does whatever threads other than the command's write (hooks run in
-  worker threads, threads a plugin started). **Choice:** this is the CLI's, not the library's:
-  ``sys.stdout`` belongs to the whole process, and a library that rerouted it would move the
-  prints of the program's other threads too.
-
-:class:`watch_import` wraps a plugin's import: a plugin whose import changes ``sys.path`` or one
-of accelctl's ``ACCELCTL_*`` variables is named in a :class:`~accelctl._errors.PluginWarning`, and
-the change is undone (see its docstring).
-
-What no in-process guard can stop: ``os._exit()``, a crash in native code, writes to file
+What no in-process guard can stop: a crash or an ``_exit`` in native code, writes to file
 descriptor 1 that bypass ``sys.stdout``, and what threads the plugin starts do besides printing.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from types import FrameType, TracebackType
-from typing import Any, TextIO, cast
+from types import TracebackType
+from typing import Any, NoReturn, TextIO, cast
 
 from ._errors import PluginWarning
-from ._project import ENV_VARIABLES
+from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
 
 
@@ -71,72 +58,78 @@ def failure_text(exc: BaseException) -> str:
     return text
 
 
-# -- Ctrl-C -------------------------------------------------------------------------------------
-
-try:
-    # The C functions that signal.getsignal() and signal.signal() wrap: the wrappers' conversion
-    # of a handler to an enum costs tens of microseconds when it is a function (measured on a
-    # loaded machine), and this runs around every hook call.
-    from _signal import (  # type: ignore[import-not-found,unused-ignore]
-        getsignal as _getsignal,
-    )
-    from _signal import (  # type: ignore[import-not-found,unused-ignore]
-        signal as _setsignal,
-    )
-except ImportError:  # another Python implementation
-    _getsignal = signal.getsignal
-    _setsignal = signal.signal
-
-_sigints = 0  # SIGINTs received while the counting handler was in place
+# -- containment ---------------------------------------------------------------------------
 
 
 def _in_main_thread() -> bool:
-    # Where Python runs signal handlers, and the only thread that may install one.
     return threading.get_ident() == threading.main_thread().ident
 
 
-def _count_sigint(signum: int, frame: FrameType | None) -> None:
-    """Python's default SIGINT behaviour (raise ``KeyboardInterrupt``), counted."""
-    global _sigints
-    _sigints += 1
-    raise KeyboardInterrupt
+def users_interrupt(exc: BaseException) -> bool:
+    """True when ``exc`` is a Ctrl-C to let through: a ``KeyboardInterrupt`` in the main thread.
+
+    **Choice:** Python delivers signals to the main thread only, so elsewhere a
+    ``KeyboardInterrupt`` can only be the plugin's own. In the main thread accelctl cannot tell
+    the two apart without replacing the program's SIGINT handler around every call, which it
+    does not do: it lets the interrupt through.
+    """
+    return isinstance(exc, KeyboardInterrupt) and _in_main_thread()
 
 
-def _restore_default_handler(swapped: bool) -> None:
-    # Only where the counting handler is still in place: a handler that plugin code (a vendor's
-    # runtime) installed meanwhile is left alone.
-    if swapped and _getsignal(signal.SIGINT) is _count_sigint:
-        _setsignal(signal.SIGINT, signal.default_int_handler)
+def contain(exc: BaseException) -> Exception:
+    """What plugin code raised, as an ``Exception`` to report: itself, or a :class:`PluginAbort`.
+
+    :raises KeyboardInterrupt: ``exc`` itself, when it is the user's (:func:`users_interrupt`).
+    """
+    if isinstance(exc, Exception):
+        return exc
+    if users_interrupt(exc):
+        raise exc
+    return PluginAbort(exc)
+
+
+class ProcessExit(SystemExit):
+    """Raised instead of ending the process when plugin code calls ``os._exit`` while a command
+    of the CLI runs (see :func:`exit_is_plugin_failure`)."""
+
+
+_real_exit = os._exit
+
+
+def real_exit(code: int) -> NoReturn:
+    """End the process now, as ``os._exit`` does (accelctl's own use, never intercepted)."""
+    _real_exit(code)
 
 
 @contextmanager
-def counting_interrupts() -> Iterator[None]:
-    """Keep the counting SIGINT handler in place for a while (the CLI: a whole command), so that
-    :class:`plugin_code` need not put it in and take it out around each call. Does nothing
-    outside the main thread or where the program has a SIGINT handler of its own."""
-    swapped = _in_main_thread() and _getsignal(signal.SIGINT) is signal.default_int_handler
-    if swapped:
-        _setsignal(signal.SIGINT, _count_sigint)
+def exit_is_plugin_failure() -> Iterator[None]:
+    """While in force (the CLI, for a command), ``os._exit(code)`` called in this process raises
+    :class:`ProcessExit` instead, which the plugin's code then fails with like any exception;
+    in a child process (after a ``fork``) it ends that child as usual. It costs nothing per
+    call: ``os._exit`` itself is replaced, once."""
+    pid = os.getpid()
+
+    def intercept(status: int) -> NoReturn:
+        if os.getpid() != pid:
+            _real_exit(status)
+        raise ProcessExit(
+            f"os._exit({status}) was called; accelctl's CLI does not let a plugin end it"
+        )
+
+    os._exit = intercept
     try:
         yield
     finally:
-        _restore_default_handler(swapped)
+        os._exit = _real_exit
 
 
 # -- stdout -------------------------------------------------------------------------------------
 
-_local = threading.local()  # .depth: how many plugin_code sections this thread is inside
-
-
-def _in_plugin_code() -> bool:
-    return bool(getattr(_local, "depth", 0))
-
 
 class _StdoutRouter:
     """``sys.stdout`` while :func:`plugin_output_to_stderr` is in force: what the thread that
-    turned it on writes outside plugin code goes to the real stdout; what plugin code writes,
-    and whatever any other thread writes (a hook run in a worker thread under a deadline, a
-    thread the plugin started, one left running past its deadline), goes to stderr."""
+    turned it on writes goes to the real stdout; what any other thread writes (plugin code, which
+    the CLI runs in worker threads, and the threads plugins start) goes to stderr."""
 
     def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
         self._stdout = stdout
@@ -144,9 +137,7 @@ class _StdoutRouter:
         self._owner = threading.get_ident()
 
     def _target(self) -> TextIO:
-        if threading.get_ident() == self._owner and not _in_plugin_code():
-            return self._stdout
-        return self._stderr
+        return self._stdout if threading.get_ident() == self._owner else self._stderr
 
     def write(self, text: str) -> int:
         return self._target().write(text)
@@ -161,15 +152,13 @@ class _StdoutRouter:
         return getattr(self._target(), name)
 
 
-_router: _StdoutRouter | None = None
-
-
 @contextmanager
 def plugin_output_to_stderr() -> Iterator[None]:
-    """While in force, what plugin code writes to ``sys.stdout`` goes to ``sys.stderr`` (see
-    :class:`_StdoutRouter`); ``sys.stdout`` is put back afterwards."""
+    """While in force, what other threads than this one write to ``sys.stdout`` goes to
+    ``sys.stderr`` (see :class:`_StdoutRouter`); ``sys.stdout`` is put back afterwards, and put
+    back again after each piece of plugin code that replaced it (:func:`keep_stdout`)."""
     global _router
-    if _router is not None:  # already in force
+    if _router is not None:
         yield
         return
     stdout = sys.stdout
@@ -182,63 +171,20 @@ def plugin_output_to_stderr() -> Iterator[None]:
         sys.stdout = stdout
 
 
-class plugin_code:
-    """Run plugin code contained (see the module's docstring)::
+_router: _StdoutRouter | None = None
 
-        with plugin_code():
-            value = caller(**kwargs)
 
-    :raises PluginAbort: for a ``BaseException`` the plugin raised that is not an ``Exception``
-        (its ``KeyboardInterrupt`` included); a real Ctrl-C passes through unchanged.
-    """
-
-    __slots__ = ("_interrupts", "_sigints_before", "_swapped")
-
-    def __enter__(self) -> None:
-        # Whose is a KeyboardInterrupt: "counted" (the user's when a SIGINT was counted),
-        # "plugin" (no signal can raise one here) or "unknown" (the program's own handler).
-        self._interrupts = "plugin"
-        self._swapped = False
-        if _in_main_thread():
-            handler = _getsignal(signal.SIGINT)
-            if handler is signal.default_int_handler:
-                _setsignal(signal.SIGINT, _count_sigint)
-                self._swapped = True
-                self._interrupts = "counted"
-            elif handler is _count_sigint:  # nested: the outer guard put it there
-                self._interrupts = "counted"
-            elif handler not in (signal.SIG_IGN, signal.SIG_DFL, None):
-                self._interrupts = "unknown"
-        self._sigints_before = _sigints
-        _local.depth = getattr(_local, "depth", 0) + 1
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        _local.depth -= 1
-        if _router is not None and sys.stdout is not _router:
-            sys.stdout = cast(TextIO, _router)  # undo a plugin's own replacement of sys.stdout
-        _restore_default_handler(self._swapped)
-        if exc is None or isinstance(exc, Exception):
-            return
-        if isinstance(exc, KeyboardInterrupt) and self._users_interrupt():
-            return
-        raise PluginAbort(exc) from exc
-
-    def _users_interrupt(self) -> bool:
-        if self._interrupts == "unknown":  # the program's own handler: maybe a real Ctrl-C
-            return True
-        return self._interrupts == "counted" and _sigints != self._sigints_before
+def keep_stdout() -> None:
+    """Undo a plugin's own replacement of ``sys.stdout`` while the router is in force."""
+    if _router is not None and sys.stdout is not _router:
+        sys.stdout = cast(TextIO, _router)
 
 
 # -- imports ------------------------------------------------------------------------------------
 
 
 def _accelctl_variables() -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in ENV_VARIABLES}
+    return {name: os.environ.get(name) for name in USER_CHOICES}
 
 
 class watch_import:

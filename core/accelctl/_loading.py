@@ -1,16 +1,19 @@
-"""Turning a plugin object into a validated, registered plugin, or a :class:`PluginLoadError`.
+"""From a plugin object to the table of its hook functions, validated once by pluggy.
 
-Each plugin gets a pluggy ``PluginManager`` of its own: a plugin that fails validation is
-unregistered and its manager dropped, so nothing of it stays half registered, and calling one
-plugin's hook never reaches another plugin.
+**Choice (pluggy along its grain):** accelctl calls one plugin's hook at a time, which pluggy's
+hook callers do not offer (they call every registered plugin). So pluggy validates each plugin
+once, when it loads: the plugin is registered in one shared ``PluginManager`` that holds the
+specs (:mod:`accelctl.hookspecs`), checked (pluggy's own validation of every hook's signature,
+then accelctl's: no unknown hook, every required one, no wrappers), its hook functions are taken
+from pluggy's ``HookImpl`` records into a plain table, and it is unregistered again: nothing of it
+stays registered, validated or not. Hook calls then call the functions directly.
 """
 
 from __future__ import annotations
 
-import difflib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -18,25 +21,26 @@ import pluggy
 from . import hookspecs
 from ._accelerator import Accelerator
 from ._errors import PluginLoadError
-from ._isolation import failure_text, original, plugin_code
+from ._isolation import contain, failure_text, original
 from ._project import PROJECT_NAME
 from ._text import FIELD_LIMIT, clean
 
+#: The hooks that take an argument, and its name in the specification.
+_ARGUMENT = {
+    "parse_devices": "devices",
+    "get_parallel_devices": "devices",
+    "device_stats": "device",
+    "setup_device": "device",
+}
 
-class AcceleratorPluginManager(pluggy.PluginManager):
-    """pluggy's manager with the accelctl hook specs, reading the methods of an
-    :class:`~accelctl.Accelerator` subclass as hooks without markers."""
+
+class _Specs(pluggy.PluginManager):
+    """pluggy's manager with accelctl's hook specs; the methods of an
+    :class:`~accelctl.Accelerator` subclass named after hooks are hooks without markers."""
 
     def __init__(self) -> None:
         super().__init__(PROJECT_NAME)
         self.add_hookspecs(hookspecs)
-
-    def parse_hookspec_opts(self, module_or_class: ModuleType | type, name: str) -> Any:
-        # A manager per plugin parses the specs each time: look only at the hooks' own names
-        # instead of every attribute of the hookspecs module (a third of the cost of a manager).
-        if name not in hookspecs.ALL_HOOKS:
-            return None
-        return super().parse_hookspec_opts(module_or_class, name)
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
         opts = super().parse_hookimpl_opts(plugin, name)
@@ -45,102 +49,34 @@ class AcceleratorPluginManager(pluggy.PluginManager):
         return opts
 
 
-@dataclass(frozen=True)
-class PluginOrigin:
-    """Where a plugin comes from, for messages and for ``accelctl list``."""
-
-    name: str
-    distribution: str | None = None
-    version: str | None = None
-    entry_point: str | None = None
-
-    def describe(self) -> str:
-        """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it."""
-        if self.distribution:
-            version = f" {self.version}" if self.version else ""
-            return f"accelerator {self.name!r} ({self.distribution}{version})"
-        return f"accelerator {self.name!r}"
+_specs: _Specs | None = None
 
 
-@dataclass(frozen=True)
-class LoadedPlugin:
-    """A registered plugin: its object, its own plugin manager and where it came from."""
-
-    origin: PluginOrigin
-    plugin: object
-    manager: AcceleratorPluginManager
-
-    def implements(self, hook: str) -> bool:
-        """True when the plugin implements ``hook``."""
-        caller = getattr(self.manager.hook, hook, None)
-        return bool(caller is not None and caller.get_hookimpls())
-
-
-def instantiate(obj: object, origin: PluginOrigin) -> object:
-    """Entry points may name a module, a class (instantiated with no arguments) or an instance."""
-    if not inspect.isclass(obj):
-        return obj
-    try:
-        with plugin_code():
-            return obj()
-    except Exception as exc:  # anything the plugin raised, its sys.exit() included
-        raise PluginLoadError(
-            f"{origin.describe()}: class {clean(obj.__name__, FIELD_LIMIT)} could not be "
-            f"instantiated with no arguments: {failure_text(exc)}",
-            name=origin.name,
-            distribution=origin.distribution,
-        ) from original(exc)
-
-
-def register(plugin: object, origin: PluginOrigin) -> LoadedPlugin:
-    """Register ``plugin`` in a fresh manager and check it against the hook specs.
-
-    :raises PluginLoadError: for pluggy's validation errors, hooks accelctl does not know and
-        required hooks that are missing; the plugin is unregistered first.
-    """
-    manager = AcceleratorPluginManager()
-
-    def fail(problem: str, cause: BaseException | None = None) -> PluginLoadError:
-        if manager.is_registered(plugin):
-            manager.unregister(plugin)
-        error = PluginLoadError(
-            f"{origin.describe()}: {problem}",
-            name=origin.name,
-            distribution=origin.distribution,
-        )
-        error.__cause__ = cause
-        return error
-
-    try:
-        # pluggy reads every attribute of the plugin, and so may run its code (a property)
-        with plugin_code():
-            manager.register(plugin, name=origin.name)
-            diagnosis = diagnose(manager, plugin)
-    except pluggy.PluginValidationError as exc:
-        raise fail(clean(str(exc)), exc) from exc
-    except ValueError as exc:  # pluggy: already registered
-        raise fail(clean(str(exc)), exc) from exc
-    except Exception as exc:  # the plugin's attributes raised while pluggy read them
-        raise fail(f"registering it failed: {failure_text(exc)}") from original(exc)
-    if diagnosis.unknown:
-        raise fail(diagnosis.unknown_message())
-    if diagnosis.missing:
-        raise fail(diagnosis.missing_message())
-    return LoadedPlugin(origin=origin, plugin=plugin, manager=manager)
+def _manager() -> _Specs:
+    global _specs
+    if _specs is None:
+        _specs = _Specs()
+    return _specs
 
 
 @dataclass(frozen=True)
 class HookDiagnosis:
-    """Which hooks a registered plugin implements, which it lacks, which accelctl does not know."""
+    """Which hooks a plugin implements, which it lacks, which accelctl does not know."""
 
     implemented: tuple[str, ...]
     unknown: tuple[str, ...]
     missing: tuple[str, ...]
     #: Required hooks the plugin defines as plain functions, without ``@accelctl.hookimpl``.
     unmarked: tuple[str, ...]
+    #: Hooks marked as wrappers, which a direct call cannot honour.
+    wrappers: tuple[str, ...] = ()
 
-    def unknown_message(self) -> str:
-        """``unknown hook(s) 'detcet' (did you mean 'detect'?); accelctl's hooks are ...``"""
+    def unknown_message(self) -> str | None:
+        """``unknown hook(s) 'detcet' (did you mean 'detect'?); ...``, or None."""
+        if not self.unknown:
+            return None
+        import difflib  # errors only: not on the start-up path
+
         parts = []
         for name in self.unknown:
             close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
@@ -150,8 +86,10 @@ class HookDiagnosis:
             f"{', '.join(hookspecs.ALL_HOOKS)}"
         )
 
-    def missing_message(self) -> str:
-        """``missing required hook(s) ...`` with what to do about it."""
+    def missing_message(self) -> str | None:
+        """``missing required hook(s) ...`` with what to do about it, or None."""
+        if not self.missing:
+            return None
         if self.unmarked:
             hint = f"{', '.join(self.unmarked)} defined but not marked with @accelctl.hookimpl"
         else:
@@ -161,33 +99,104 @@ class HookDiagnosis:
             )
         return f"missing required hook(s) {', '.join(self.missing)}; {hint}"
 
+    def wrappers_message(self) -> str | None:
+        """Why wrappers are refused, or None."""
+        if not self.wrappers:
+            return None
+        return (
+            f"hook(s) {', '.join(self.wrappers)} are marked as wrappers; accelctl calls a "
+            "plugin's own hook directly, so mark them with a plain @accelctl.hookimpl"
+        )
 
-def diagnose(manager: pluggy.PluginManager, plugin: object) -> HookDiagnosis:
-    """Inspect a plugin registered in ``manager`` (by :func:`register` and by the conformance
-    checks, so both say the same thing)."""
-    callers = manager.get_hookcallers(plugin) or []
-    implemented = tuple(caller.name for caller in callers if caller.has_spec())
-    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in implemented)
+    def problem(self) -> str | None:
+        """The first thing that keeps the plugin from loading, in words; None when none."""
+        return self.unknown_message() or self.missing_message() or self.wrappers_message()
+
+
+def instantiate(obj: object, subject: str) -> object:
+    """An entry point names a module, a class (instantiated with no arguments) or an instance.
+
+    :param subject: the plugin as messages name it (``"accelerator 'x' (acme-x 1.0)"``).
+    """
+    if not inspect.isclass(obj):
+        return obj
+    try:
+        return obj()
+    except BaseException as exc:  # anything the plugin raised, its sys.exit() included
+        raise PluginLoadError(
+            f"{subject}: class {clean(obj.__name__, FIELD_LIMIT)} could not be instantiated with "
+            f"no arguments: {failure_text(contain(exc))}"
+        ) from original(exc)
+
+
+def hook_table(
+    plugin: object, subject: str
+) -> tuple[dict[str, Callable[..., Any]] | None, HookDiagnosis | None, PluginLoadError | None]:
+    """Validate ``plugin`` and take its hook functions: ``(table, diagnosis, None)``, or
+    ``(None, diagnosis or None, error)`` when it does not load. Callers hold
+    :func:`accelctl._fanout.one_at_a_time` (the manager is shared)."""
+    manager = _manager()
+
+    def fail(problem: str, cause: BaseException | None = None) -> PluginLoadError:
+        error = PluginLoadError(f"{subject}: {problem}")
+        error.__cause__ = cause
+        return error
+
+    try:
+        # pluggy reads every attribute of the plugin, and so may run its code (a property)
+        manager.register(plugin)
+    except BaseException as exc:
+        if manager.is_registered(plugin):  # pluggy leaves a refused plugin half registered
+            manager.unregister(plugin)
+        if isinstance(exc, (pluggy.PluginValidationError, ValueError)):  # ValueError: twice
+            return None, None, fail(clean(str(exc)), exc)
+        caught = contain(exc)  # the plugin's attributes raised while pluggy read them
+        return None, None, fail(f"registering it failed: {failure_text(caught)}", original(caught))
+    try:
+        callers = manager.get_hookcallers(plugin) or []
+        impls = {caller.name: caller.get_hookimpls()[0] for caller in callers}
+    finally:
+        manager.unregister(plugin)
+    try:
+        diagnosis = _diagnose(plugin, impls)
+    except BaseException as exc:  # reading an unmarked hook's attribute ran the plugin's code
+        caught = contain(exc)
+        return None, None, fail(f"registering it failed: {failure_text(caught)}", original(caught))
+    problem = diagnosis.problem()
+    if problem is not None:
+        return None, diagnosis, fail(problem)
+    table: dict[str, Callable[..., Any]] = {}
+    for name, impl in impls.items():
+        function = impl.function
+        if name in _ARGUMENT and not impl.argnames:  # pluggy allows fewer parameters
+            table[name] = lambda _argument, _function=function: _function()
+        else:
+            table[name] = function
+    return table, diagnosis, None
+
+
+def _diagnose(plugin: object, impls: dict[str, Any]) -> HookDiagnosis:
+    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
     return HookDiagnosis(
-        implemented=implemented,
-        unknown=tuple(sorted(caller.name for caller in callers if not caller.has_spec())),
+        implemented=tuple(name for name in impls if name in hookspecs.ALL_HOOKS),
+        unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
         missing=missing,
         unmarked=tuple(hook for hook in missing if callable(getattr(plugin, hook, None))),
+        wrappers=tuple(
+            name
+            for name, impl in impls.items()
+            if getattr(impl, "wrapper", False) or getattr(impl, "hookwrapper", False)
+        ),
     )
 
 
-def load_object(obj: object, origin: PluginOrigin) -> LoadedPlugin:
-    """Instantiate (for a class) and register a plugin object.
-
-    An :class:`~accelctl.Accelerator` learns its canonical name from ``origin``, so its default
-    hooks name the accelerator as the registry does (the entry point's name, not the class's).
-    """
-    return register(bind_name(instantiate(obj, origin), origin), origin)
-
-
-def bind_name(plugin: object, origin: PluginOrigin) -> object:
-    """Tell an :class:`~accelctl.Accelerator` installed by an entry point its canonical name
-    (the entry point's, not the class's); return the plugin."""
-    if isinstance(plugin, Accelerator) and origin.entry_point is not None:
-        plugin.bind_entry_point(origin.name)
-    return plugin
+def name_of(obj: object) -> str:
+    """The name of a plugin object that has no entry point, the one rule for it: an
+    :class:`~accelctl.Accelerator`'s :attr:`~accelctl.Accelerator.accelerator_name` (its class's
+    too), else the object's ``name`` or ``__name__`` attribute, else its type's name; lowercase."""
+    if isinstance(obj, Accelerator):
+        return obj.accelerator_name
+    if inspect.isclass(obj) and issubclass(obj, Accelerator):
+        return (obj.name or obj.__name__.removesuffix("Accelerator").lower() or "custom").lower()
+    name = getattr(obj, "name", "") or getattr(obj, "__name__", "") or type(obj).__name__
+    return str(name).lower() if isinstance(name, str) else type(obj).__name__.lower()

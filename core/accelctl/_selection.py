@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import _settings
 from ._accelerator import Accelerator
-from ._config import Settings
-from ._deadline import run_all
 from ._errors import (
     AccelctlError,
     AcceleratorTypeError,
     AcceleratorUnavailableError,
     DeviceSpecError,
-    PluginWarning,
     fresh_copy,
 )
-from ._handle import AcceleratorHandle
-from ._project import ENV_ACCELERATOR, ENV_DEVICES, ENV_DISABLE, ENV_PLUGINS, PROJECT_NAME
-from ._registry import Registry, get_registry
+from ._plugin import AcceleratorHandle
+from ._project import PROJECT_NAME
+from ._registry import Registry, get_registry, install_hint
+from ._status import AcceleratorStatus
 from ._text import quote, safe_repr
 
 if TYPE_CHECKING:
@@ -60,41 +57,6 @@ class Selection:
         }
 
 
-def _skip(exc: AccelctlError) -> None:
-    """A candidate of "auto"/"gpu" whose hook broke is skipped, never silently."""
-    warnings.warn(f"skipping {exc}", PluginWarning, stacklevel=4)
-
-
-def _rank(handle: AcceleratorHandle) -> tuple[int, bool]:
-    """A candidate's priority and whether it is detected (run in a worker, see _best)."""
-    return handle.info.priority, handle.detect()
-
-
-def _best(handles: list[AcceleratorHandle]) -> AcceleratorHandle | None:
-    """The detected candidate of highest priority. The candidates are asked concurrently, each
-    hook call under the deadline; a plugin whose hook breaks (or does not answer) is skipped,
-    loudly."""
-    candidates = []
-    outcomes = run_all([functools.partial(_rank, handle) for handle in handles])
-    for handle, outcome in zip(handles, outcomes, strict=True):
-        if isinstance(outcome.error, AccelctlError):
-            _skip(outcome.error)
-            continue
-        priority, available = outcome.unwrap()
-        if available:
-            candidates.append((-priority, handle.name, handle))
-    return min(candidates, key=lambda c: (c[0], c[1]))[2] if candidates else None
-
-
-def _why(handle: AcceleratorHandle) -> str:
-    try:
-        if handle.detect():
-            return "available"
-        return handle.unavailable_reason() or "not detected"
-    except AccelctlError as exc:
-        return f"broken: {exc}"
-
-
 def select_accelerator(
     accelerator: Any = "auto",
     *,
@@ -104,7 +66,7 @@ def select_accelerator(
     """The accelerator for ``accelerator`` (section "Selecting an accelerator" of the docs).
 
     - ``"auto"``: ``ACCELCTL_ACCELERATOR`` when set; else the available accelerator of highest
-      priority (CPU is the floor).
+      priority (CPU is the floor), every enabled plugin asked at once.
     - ``"gpu"``: the available accelerator of family ``"gpu"`` with the highest priority.
     - a name or alias (any case): that accelerator, which must be available.
     - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
@@ -112,30 +74,30 @@ def select_accelerator(
     ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) when the call
     starts, before any plugin code runs, so no plugin can change what this call selects.
     """
-    return _select(accelerator, registry or get_registry(), Settings.from_environ(environ))
+    chosen = _settings.Selection.read(environ)
+    return _select(accelerator, registry or get_registry(), chosen.accelerator)
 
 
-def _select(accelerator: Any, registry: Registry, settings: Settings) -> AcceleratorHandle:
+def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorHandle:
     if not isinstance(accelerator, str):
         _check_plugin_object(accelerator)
         return AcceleratorHandle.from_object(accelerator)
     key = accelerator.strip().lower()
     if key == "auto":
-        override = settings.accelerator
         if override and override.lower() != "auto":
             try:
-                return _select(override, registry, Settings())
+                return _select(override, registry, "")
             except AccelctlError as exc:
                 # The user asked for "auto": say where the name came from, and the way out.
+                variable = _settings.ACCELERATOR
                 raise fresh_copy(
                     exc,
-                    f'{ENV_ACCELERATOR}={quote(override)} sets what accelerator="auto" means, '
-                    f"and: {str(exc).rstrip('.')}. Unset {ENV_ACCELERATOR} to choose "
-                    "automatically.",
+                    f'{variable}={quote(override)} sets what accelerator="auto" means, and: '
+                    f"{str(exc).rstrip('.')}. Unset {variable} to choose automatically.",
                 ) from exc
-        return _select_auto(registry)
+        return _select_best(registry, family=None)
     if key == "gpu":
-        return _select_gpu(registry)
+        return _select_best(registry, family="gpu")
     handle = registry.get(key)
     if not handle.detect():
         reason = handle.unavailable_reason()
@@ -147,6 +109,50 @@ def _select(accelerator: Any, registry: Registry, settings: Settings) -> Acceler
             reason=reason,
         )
     return handle
+
+
+def _why(status: AcceleratorStatus) -> str:
+    if status.error is not None:
+        return f"broken: {status.error}"
+    return "available" if status.available else status.reason or "not detected"
+
+
+def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
+    """The available accelerator of highest priority (of ``family``, when given); ties go to the
+    first name. Every enabled plugin is probed at once; a broken one is skipped with a warning."""
+    statuses = registry.candidates()
+    if family is not None:  # a broken plugin's family is unknown: named in the error below
+        statuses = [s for s in statuses if s.error is not None or s.family == family]
+    available = [s for s in statuses if s.available]
+    if available:
+        return min(available, key=lambda s: (-(s.priority or 0), s.name)).accelerator
+    if family is None:
+        loadable = [s for s in statuses if s.error is None]
+        installed = ", ".join(f"{s.name} ({_why(s)})" for s in loadable) or "none"
+        disabled = [h.name for h in registry.plugins() if h.state == "disabled"]
+        if disabled:
+            advice = (
+                f"disabled by {_settings.PLUGINS}/{_settings.DISABLE}: {', '.join(disabled)}; "
+                "enable one (cpu is the floor)"
+            )
+        else:
+            advice = "the CPU is the floor: " + install_hint(registry, "cpu")
+        message = (
+            f'accelerator="auto" found no available accelerator (enabled and loadable: '
+            f"{installed}); {advice}"
+        )
+    elif statuses:
+        why = "; ".join(f"{s.name}: {_why(s)}" for s in statuses)
+        message = (
+            f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
+            'Use accelerator="cpu" to run on the CPU'
+        )
+    else:
+        message = (
+            'accelerator="gpu" found no gpu-family accelerator installed; install one: '
+            "pip install accelctl-cuda (NVIDIA, AMD ROCm) or accelctl-mps (Apple silicon)"
+        )
+    raise AcceleratorUnavailableError(message, name=family or "auto")
 
 
 #: What ``accelerator=`` accepts, for the error a wrong type gets.
@@ -182,54 +188,6 @@ def _check_plugin_object(accelerator: object) -> None:
     )
 
 
-def _select_auto(registry: Registry) -> AcceleratorHandle:
-    handles = registry.usable()
-    best = _best(handles)
-    if best is None:
-        installed = ", ".join(f"{h.name} ({_why(h)})" for h in handles) or "none"
-        disabled = registry.disabled_names()
-        if disabled:
-            advice = (
-                f"disabled by {ENV_PLUGINS}/{ENV_DISABLE}: {', '.join(disabled)}; "
-                "enable one (cpu is the floor)"
-            )
-        else:
-            advice = "install the CPU plugin: pip install accelctl-cpu"
-        raise AcceleratorUnavailableError(
-            f'accelerator="auto" found no available accelerator (enabled and loadable: '
-            f"{installed}); {advice}",
-            name="auto",
-        )
-    return best
-
-
-def _select_gpu(registry: Registry) -> AcceleratorHandle:
-    gpus = []
-    broken = []
-    for handle in registry.usable():
-        try:
-            if handle.info.family == "gpu":
-                gpus.append(handle)
-        except AccelctlError as exc:
-            _skip(exc)
-            broken.append(f"{handle.name}: broken: {exc}")
-    best = _best(gpus)
-    if best is None:
-        if gpus or broken:
-            why = "; ".join([f"{h.name}: {_why(h)}" for h in gpus] + broken)
-            message = (
-                f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
-                'Use accelerator="cpu" to run on the CPU'
-            )
-        else:
-            message = (
-                'accelerator="gpu" found no gpu-family accelerator installed; install one: '
-                "pip install accelctl-cuda (NVIDIA, AMD ROCm) or accelctl-mps (Apple silicon)"
-            )
-        raise AcceleratorUnavailableError(message, name="gpu")
-    return best
-
-
 def resolve(
     accelerator: Any = "auto",
     devices: Any = "auto",
@@ -249,12 +207,12 @@ def resolve(
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
-    settings = Settings.from_environ(environ)  # now, before any plugin code runs
-    handle = _select(accelerator, registry or get_registry(), settings)
+    chosen = _settings.Selection.read(environ)  # now, before any plugin code runs
+    handle = _select(accelerator, registry or get_registry(), chosen.accelerator)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
-    if automatic and settings.devices:
-        devices = from_environ = settings.devices
+    if automatic and chosen.devices:
+        devices = from_environ = chosen.devices
         automatic = False
     try:
         parsed = handle.parse_devices(devices)
@@ -264,8 +222,8 @@ def resolve(
         # The user asked for "auto": say where the spec came from, on a copy of the error.
         raise fresh_copy(
             exc,
-            f'{ENV_DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
-            f"{str(exc).rstrip('.')}. Unset {ENV_DEVICES} or give it an accepted spec.",
+            f'{_settings.DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
+            f"{str(exc).rstrip('.')}. Unset {_settings.DEVICES} or give it an accepted spec.",
         ) from exc
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)

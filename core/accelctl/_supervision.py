@@ -25,13 +25,14 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from . import _settings
 from ._errors import AccelctlError
 
 if TYPE_CHECKING:
     import subprocess
 
 #: The launcher's process id, handed to its children.
-ENV_LAUNCHER_PID = "ACCELCTL_LAUNCHER_PID"
+ENV_LAUNCHER_PID = _settings.LAUNCHER_PID
 #: Linux's ``PR_SET_PDEATHSIG`` (``<sys/prctl.h>``).
 _PR_SET_PDEATHSIG = 1
 #: Seconds a child gets to stop after each signal before the next, stronger one.
@@ -64,10 +65,8 @@ def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
 
     :returns: how (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl.
     """
-    raw = environ.get(ENV_LAUNCHER_PID, "")
-    try:
-        launcher = int(raw)
-    except ValueError:
+    launcher = _settings.launcher_pid(environ)
+    if launcher is None:
         return None
     if os.getppid() != launcher:
         # Either the launcher died before this line (then the parent is init or a subreaper),

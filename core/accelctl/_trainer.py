@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from . import _settings
 from ._errors import AccelctlError, PluginWarning, TrainerError
-from ._handle import AcceleratorHandle
 from ._launching.handoff import devices_spec, launch_command_line
-from ._project import ENV_DEVICES
+from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.checkpoint import (
     CHECKPOINT_DIR,
@@ -132,7 +132,7 @@ class Trainer:
             enable_checkpointing, checkpoint_every_n_steps, keep_best, best_metric, best_mode
         )
         self._env = ProcessEnvironment.from_environ(os.environ)
-        if _is_auto(devices) and self._env.launched and not os.environ.get(ENV_DEVICES):
+        if _is_auto(devices) and self._env.launched and not _settings.Selection.read().devices:
             devices = self._env.local_world_size  # a plain torchrun: one device per process
         selection = resolve(accelerator, devices)
         #: The accelerator's handle.

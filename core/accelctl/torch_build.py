@@ -1,21 +1,30 @@
-"""What torch is installed and how it was built, told without importing it.
+"""What torch is installed and how it was built, told without importing it; and importing it.
 
 ``import torch`` costs seconds and hundreds of MiB; the facts ``accelctl env`` reports are written
 in ``torch/version.py``, a module torch's build generates with literal assignments
 (``__version__ = '2.13.0+cpu'``, ``cuda = None``, ``hip = None``, ``xpu = None``). It is read here
 as text and parsed with :mod:`ast`, never executed. Where torch is already imported, its own
 ``torch.version`` is read instead; where the file is missing or not the generated one, torch is
-imported as a last resort.
+imported as a last resort. The core, ``accelctl env`` and the CUDA and XPU plugins all read the
+build through :func:`read_torch_build`.
+
+:func:`import_torch` is how accelctl itself imports torch: with torch's own backend autoload
+deferred to accelctl's scan of installed packages, so that one malformed package (whose
+``entry_points.txt`` torch's autoload cannot parse) does not break it.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import importlib.util
+import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 _FIELDS = ("__version__", "cuda", "hip", "xpu")
@@ -32,6 +41,29 @@ class TorchBuild:
     xpu: str | None = None
     #: ``"version.py"`` (read as text), ``"loaded"`` (torch was already imported) or ``"import"``.
     source: str = "version.py"
+
+    @property
+    def kind(self) -> str:
+        """``"hip"`` (ROCm), ``"cuda"`` or ``"cpu"`` (a ROCm build also sets ``cuda`` on old
+        torch)."""
+        return "hip" if self.hip else "cuda" if self.cuda else "cpu"
+
+    @property
+    def cuda_major(self) -> int | None:
+        """Major version of the CUDA toolkit of a CUDA build, for the driver check."""
+        if not self.cuda or self.hip:
+            return None
+        head = self.cuda.split(".")[0]
+        return int(head) if head.isdigit() else None
+
+    @property
+    def lib_folders(self) -> list[Path]:
+        """``torch/lib``, where torch's shared libraries ship (found without importing it)."""
+        return [Path(self.path) / "lib"]
+
+    def describe(self) -> str:
+        """``"torch 2.13.0+cpu"``, the subject of reasons."""
+        return f"torch {self.version}"
 
 
 def version_literals(path: Path) -> dict[str, Any] | None:
@@ -65,7 +97,7 @@ def _text(value: Any) -> str | None:
 def _from_module(torch: Any, source: str) -> TorchBuild:
     version = torch.version
     return TorchBuild(
-        version=str(torch.__version__),
+        version=str(getattr(version, "__version__", None) or torch.__version__),
         path=str(Path(torch.__file__).parent),
         cuda=_text(getattr(version, "cuda", None)),
         hip=_text(getattr(version, "hip", None)),
@@ -77,12 +109,29 @@ def _from_module(torch: Any, source: str) -> TorchBuild:
 def read_torch_build() -> TorchBuild | None:
     """The installed torch's build; None when torch is not installed.
 
+    torch's own module when it is imported already; else its ``version.py``, read once per
+    process; else (that file is missing or not the generated one) ``import torch``.
+
     :raises Exception: whatever ``import torch`` raises, in the last-resort case only (a broken
         install that has no readable ``version.py``).
     """
-    loaded = sys.modules.get("torch")
+    loaded = loaded_torch()
     if loaded is not None and getattr(loaded, "version", None) is not None:
         return _from_module(loaded, "loaded")
+    return _from_files()
+
+
+def loaded_torch() -> ModuleType | None:
+    """torch's module when it is imported, and its import has finished (another thread may be
+    importing it: a partly initialised module has half its attributes); else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
+@functools.cache
+def _from_files() -> TorchBuild | None:
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -133,3 +182,69 @@ def cudnn_version(build: TorchBuild) -> str | None:
         return importlib.metadata.version(f"nvidia-cudnn-cu{major}")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+#: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
+AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+def import_torch() -> ModuleType:
+    """``import torch``, with its out-of-tree backends loaded from accelctl's scan.
+
+    torch's autoload reads every installed distribution's entry points and fails on the first
+    malformed ``entry_points.txt``, even an unrelated package's; accelctl's scan skips such a
+    package (it is named in a :class:`~accelctl.PluginWarning`). So torch is imported with its
+    autoload off (:func:`import_torch_alone`), and the ``torch.backends`` entry points are then
+    loaded as torch would load them (:func:`load_backends`). Where torch is imported already,
+    nothing is done.
+    """
+    loaded = loaded_torch()
+    if loaded is not None:
+        return loaded
+    torch = import_torch_alone()  # where another thread imports it, this waits for it
+    load_backends()
+    return torch
+
+
+def import_torch_alone() -> ModuleType:
+    """``import torch`` without its out-of-tree backends (see :func:`load_backends`)."""
+    previous = os.environ.get(AUTOLOAD_VARIABLE)
+    os.environ[AUTOLOAD_VARIABLE] = "0"
+    try:
+        import torch
+    finally:
+        if previous is None:
+            del os.environ[AUTOLOAD_VARIABLE]
+        else:
+            os.environ[AUTOLOAD_VARIABLE] = previous
+    return torch
+
+
+def load_backends(strict: bool = False) -> list[str]:
+    """Load the ``torch.backends`` entry points, as torch's autoload does, unless
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; return their names. A backend that fails to load
+    is named in a warning (torch's own import would fail on it), or, ``strict``, raises."""
+    if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
+        return []
+    from ._discovery import TORCH_BACKENDS_GROUP, scan
+    from ._errors import PluginWarning
+
+    loaded = []
+    for found in scan(warn=False):
+        if found.group != TORCH_BACKENDS_GROUP:
+            continue
+        entry = importlib.metadata.EntryPoint(found.name, found.value, found.group)
+        try:
+            entry.load()()  # what torch's own autoload does with each entry point
+        except Exception as exc:
+            if strict:
+                raise
+            warnings.warn(
+                f"torch's out-of-tree backend {found.name!r} ({found.value}) failed to load: "
+                f"{type(exc).__name__}: {exc}",
+                PluginWarning,
+                stacklevel=2,
+            )
+            continue
+        loaded.append(found.name)
+    return loaded

@@ -162,7 +162,7 @@ def test_faults_section(quick_results: tuple[dict, Path]) -> None:
 def test_generated_plugins_are_real_installed_distributions(tmp_path: Path) -> None:
     names = install_fake_plugins(tmp_path, 3)
     assert names == [f"{PREFIX}0000", f"{PREFIX}0001", f"{PREFIX}0002"]
-    registry = accelctl.Registry(path=[str(tmp_path)])
+    registry = accelctl.testing.Registry(path=[str(tmp_path)])
     assert registry.names() == names
     sys.path.insert(0, str(tmp_path))
     try:

@@ -11,7 +11,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from accelctl.cli import cli, env_cmd
+import accelctl.testing
+from accelctl.cli import cli
 
 from fakedists import FakeSite, indexed_plugin
 
@@ -107,10 +108,12 @@ def test_the_cuda_plugin_reports_drivers_and_variables(
     ]
 
 
-def test_no_variables_and_no_facts(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(env_cmd, "DEVICE_VARIABLES", ("ACCELCTL_TEST_UNSET_VARIABLE",))
-    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")  # the CPU plugin has no environment_info
-    result = run("env")
+def test_no_variables_and_no_facts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv("ACCELCTL_HOOK_TIMEOUT")  # the tests' hang guard (tests/conftest.py)
+    site = FakeSite(tmp_path)
+    assert site.copy_installed("accelctl-cpu")  # the CPU plugin has no environment_info
+    with accelctl.testing.installed_plugins(site.root):
+        result = run("env")
     assert result.stdout.endswith("\nvariables:\n  none set\n")
     assert not [line for line in result.stdout.splitlines() if line.startswith("    ")]  # no facts
     assert "drivers:" not in result.stdout

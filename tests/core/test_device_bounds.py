@@ -15,8 +15,8 @@ from accelctl import (
 )
 from accelctl._devices import MAX_DEVICE_COUNT
 from accelctl._errors import PluginHookError
-from accelctl._hookcall import RETURN_CHECKS
 from accelctl._registry import Registry
+from accelctl._returns import RETURN_CHECKS
 
 from fakedists import FakeSite, good_plugin
 

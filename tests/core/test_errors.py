@@ -73,7 +73,7 @@ def test_a_vendors_message_only_spec_error_reaches_the_user_with_its_parts_fille
     vendor_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(vendor_site.root))
-    registry = accelctl.Registry(path=vendor_site.path)
+    registry = accelctl.testing.Registry(path=vendor_site.path)
     with pytest.raises(accelctl.DeviceSpecError) as info:
         accelctl.resolve("vend", devices=5, registry=registry)
     assert str(info.value).startswith("vend: devices=5 is not 'auto'")
@@ -86,7 +86,7 @@ def test_validate_passes_a_vendor_that_raises_spec_errors_from_a_message(
     vendor_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(vendor_site.root))
-    registry = accelctl.Registry(path=vendor_site.path)
+    registry = accelctl.testing.Registry(path=vendor_site.path)
     report = validate("vend", registry=registry, probe_import=False)
     assert report.result("bad_device_specs").status == "pass", report.result("bad_device_specs")
     assert report.passed, report.failures

@@ -12,13 +12,14 @@ import warnings
 import pytest
 
 import accelctl
-from accelctl import PluginHookError, PluginLoadError, PluginWarning, Registry
+from accelctl import PluginHookError, PluginLoadError, PluginWarning
+from accelctl.testing import Registry
 
 from fakedists import FakeSite, good_plugin
 
 
-def _rows(site: FakeSite, detect: bool = True) -> dict[str, accelctl.AcceleratorRecord]:
-    return {row.name: row for row in Registry(path=site.path).records(detect=detect)}
+def _rows(site: FakeSite, detect: bool = True) -> dict[str, accelctl.AcceleratorStatus]:
+    return {row.name: row for row in Registry(path=site.path).listing(detect=detect)}
 
 
 # -- 1. malformed distributions --------------------------------------------------------------
@@ -135,12 +136,18 @@ def test_anything_detect_raises_is_the_plugins_failure(
     source = good_plugin("odd").replace("return True", replacement, 1)
     fake_site.install("acme-odd", {"odd": "hostile_odd"}, {"hostile_odd": source})
     fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
-    rows = _rows(fake_site)
+    rows = _rows(fake_site)  # asked in worker threads, where no Ctrl-C can arrive
     assert rows["odd"].state == "broken"
     assert rows["odd"].error == f"accelerator 'odd' (acme-odd 1.0): {expected}"
     assert rows["good"].state == "available"
+    handle = Registry(path=fake_site.path).get("odd")
+    if "KeyboardInterrupt" in expected:
+        # In the caller's (main) thread it cannot be told from a Ctrl-C: it stops the program.
+        with pytest.raises(KeyboardInterrupt):
+            handle.detect()
+        return
     with pytest.raises(PluginHookError) as caught:
-        Registry(path=fake_site.path).get("odd").detect()
+        handle.detect()
     assert caught.value.__cause__ is not None  # what the plugin raised, for --debug
 
 
@@ -194,38 +201,43 @@ def test_a_real_ctrl_c_during_plugin_code_still_stops(fake_site: FakeSite):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with pytest.raises(KeyboardInterrupt):
         handle.detect()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    # accelctl never replaced the program's handler, around the call or otherwise.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_keyboard_interrupt_in_another_thread_is_the_plugins():
+INTERRUPTING = good_plugin("odd").replace("return True", "raise KeyboardInterrupt", 1)
+
+
+def test_a_keyboard_interrupt_in_another_thread_is_the_plugins(fake_site: FakeSite):
     # Python delivers signals to the main thread only: elsewhere it can only be the plugin's.
-    from accelctl._isolation import plugin_code
-
+    fake_site.install("acme-odd", {"odd": "hostile_kbd"}, {"hostile_kbd": INTERRUPTING})
+    handle = Registry(path=fake_site.path).get("odd")
     caught: list[BaseException] = []
 
     def run() -> None:
         try:
-            with plugin_code():
-                raise KeyboardInterrupt
-        except Exception as exc:
+            handle.detect()
+        except BaseException as exc:
             caught.append(exc)
 
     thread = threading.Thread(target=run)
     thread.start()
     thread.join()
-    assert type(caught[0]).__name__ == "PluginAbort"
+    assert isinstance(caught[0], PluginHookError)
+    assert "KeyboardInterrupt (raised by the plugin's own code, not by Ctrl-C)" in str(caught[0])
 
 
-def test_with_a_handler_of_the_programs_own_a_keyboard_interrupt_passes(monkeypatch):
-    from accelctl._isolation import plugin_code
+def test_with_a_handler_of_the_programs_own_a_keyboard_interrupt_passes(fake_site: FakeSite):
+    fake_site.install("acme-odd", {"odd": "hostile_kbd"}, {"hostile_kbd": INTERRUPTING})
+    handle = Registry(path=fake_site.path).get("odd")
 
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
-        with pytest.raises(KeyboardInterrupt), plugin_code():
-            raise KeyboardInterrupt  # accelctl cannot tell it from a real Ctrl-C: it stops
+        with pytest.raises(KeyboardInterrupt):
+            handle.detect()  # in the main thread: maybe a real Ctrl-C, so it stops
         assert signal.getsignal(signal.SIGINT) is handler
     finally:
         signal.signal(signal.SIGINT, previous)

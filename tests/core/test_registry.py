@@ -12,9 +12,9 @@ from accelctl import (
     PluginConflictError,
     PluginHookError,
     PluginLoadError,
-    Registry,
     UnknownAcceleratorError,
 )
+from accelctl.testing import Registry
 
 from fakedists import FakeSite, good_plugin, undetected_plugin
 
@@ -67,8 +67,8 @@ def registry(site: FakeSite) -> Registry:
     return Registry(path=site.path, environ={})
 
 
-def rows_by_name(reg: Registry) -> dict[str, accelctl.AcceleratorRecord]:
-    return {row.name: row for row in reg.records()}
+def rows_by_name(reg: Registry) -> dict[str, accelctl.AcceleratorStatus]:
+    return {row.name: row for row in reg.listing()}
 
 
 def test_good_module_plugin_loads_with_metadata(fake_site: FakeSite) -> None:
@@ -171,7 +171,8 @@ def test_broken_plugin_is_a_row_and_never_takes_others_down(fake_site: FakeSite,
     assert row.state == "broken" and row.available is None and row.device_count is None
     assert expected in row.error, row.error
     assert f"'{kind}' (broken-{kind} 1.0)" in row.error  # names the plugin and its distribution
-    with pytest.raises(PluginLoadError, match=f"'{kind}'"):
+    # A plugin that loads and whose hook then breaks is a PluginHookError, not a load error.
+    with pytest.raises((PluginLoadError, PluginHookError), match=f"'{kind}'"):
         handle = reg.get(kind)
         handle.detect()
         handle.auto_device_count()
@@ -215,7 +216,7 @@ def test_conflict_names_both_distributions(fake_site: FakeSite) -> None:
         reg.get("npu")
     assert "claimed by 2 distributions: vendor-a and vendor-b" in str(info.value)
     assert info.value.distributions == ("vendor-a", "vendor-b")
-    rows = [row for row in reg.records() if row.name == "npu"]
+    rows = [row for row in reg.listing() if row.name == "npu"]
     assert [row.distribution for row in rows] == ["vendor-a", "vendor-b"]
     assert all("vendor-a and vendor-b" in (row.error or "") for row in rows)
     assert "npu_a" not in sys.modules and "npu_b" not in sys.modules  # no silent winner imported
@@ -238,7 +239,7 @@ def test_alias_conflict_is_an_error(fake_site: FakeSite) -> None:
 )
 def test_invalid_entry_point_names(fake_site: FakeSite, name: str, problem: str) -> None:
     fake_site.install("oddly-named", {name: "odd_mod"}, {"odd_mod": good_plugin("odd")})
-    rows = registry(fake_site).records()
+    rows = registry(fake_site).listing()
     (row,) = rows
     assert row.state == "broken" and problem in (row.error or "")
     assert "odd_mod" not in sys.modules
@@ -260,7 +261,7 @@ def test_records_without_detect_run_no_plugin_code(fake_site: FakeSite) -> None:
     fake_site.install(
         "acme-good", {"good": "nodetect_good"}, {"nodetect_good": good_plugin("good")}
     )
-    rows = {row.name: row for row in registry(fake_site).records(detect=False)}
+    rows = {row.name: row for row in registry(fake_site).listing(detect=False)}
     assert rows["boom"].state == "not-run" and rows["boom"].available is None
     assert rows["good"].distribution == "acme-good" and rows["good"].version == "1.0"
     assert "boom_mod" not in sys.modules and "nodetect_good" not in sys.modules
@@ -280,7 +281,7 @@ def test_blocked_plugins_are_never_imported(
     fake_site.install("boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemExit('imported!')"})
     fake_site.install("acme-good", {"good": "blocked_good"}, {"blocked_good": good_plugin("good")})
     reg = Registry(path=fake_site.path, environ=environ)
-    rows = {row.name: row for row in reg.records()}
+    rows = {row.name: row for row in reg.listing()}
     assert rows["boom"].state == "disabled" and rows["boom"].available is None
     assert rows["boom"].reason == reason and rows["boom"].error is None
     assert "boom_mod" not in sys.modules
@@ -325,7 +326,7 @@ def test_entry_points_are_read_once(fake_site: FakeSite) -> None:
 
 def test_unavailable_row_has_reason_not_error(fake_site: FakeSite) -> None:
     fake_site.install("acme-npu", {"npu": "npu_absent"}, {"npu_absent": undetected_plugin("npu")})
-    (row,) = registry(fake_site).records()
+    (row,) = registry(fake_site).listing()
     assert (row.available, row.device_count, row.state) == (False, 0, "unavailable")
     assert row.reason == "no npu hardware here" and row.error is None
     assert row.to_dict()["family"] == "gpu" and "handle" not in row.to_dict()
@@ -336,7 +337,7 @@ def test_same_distribution_twice_on_path_counts_once(fake_site: FakeSite, tmp_pa
     shadow.install("acme-good", {"good": "shadow_good"}, {})
     fake_site.install("acme-good", {"good": "first_good"}, {"first_good": good_plugin("good")})
     reg = Registry(path=fake_site.path + shadow.path, environ={})
-    assert [e.value for e in reg.entries("good")] == ["first_good"]
+    assert [h.entry_point for h in reg.claimants("good")] == ["first_good"]
 
 
 def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite) -> None:
@@ -345,7 +346,7 @@ def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite
         "Metadata-Version: 2.1\nName: acme-meta\nVersion: 4.5.6\n\n"
         "Name: not-a-header\nVersion: 0.0.0 (the long description)\n"
     )
-    (entry,) = registry(fake_site).entries("meta")
+    (entry,) = registry(fake_site).claimants("meta")
     assert (entry.distribution, entry.version) == ("acme-meta", "4.5.6")
 
 
@@ -354,7 +355,7 @@ def test_lowercase_metadata_headers_fall_back_to_the_full_parser(fake_site: Fake
         "acme-lower", {"lower": "lower_mod"}, {"lower_mod": good_plugin("lower")}
     )
     (info / "METADATA").write_text("metadata-version: 2.1\nname: acme-lower\nversion: 2.0\n")
-    (entry,) = registry(fake_site).entries("lower")
+    (entry,) = registry(fake_site).claimants("lower")
     assert (entry.distribution, entry.version) == ("acme-lower", "2.0")
 
 

@@ -42,3 +42,70 @@ def test_mps_and_cudnn_without_an_import(monkeypatch) -> None:
     except metadata.PackageNotFoundError:
         expected = None
     assert torch_build.cudnn_version(cuda) == expected
+
+
+def test_one_reader_gives_the_facts_every_plugin_needs(tmp_path: Path) -> None:
+    (tmp_path / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"
+        "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n"
+        "xpu: Optional[str] = None\n"
+    )
+    found = torch_build.version_literals(tmp_path / "version.py")
+    assert found is not None
+    build = TorchBuild(found["__version__"], str(tmp_path), found["cuda"], found["hip"])
+    assert (build.kind, build.cuda_major, build.describe()) == ("cuda", 13, "torch 2.11.0+cu130")
+    assert build.lib_folders == [tmp_path / "lib"]
+    rocm = TorchBuild("2.13.0+rocm6.3", "/x", cuda="12.1", hip="6.3.1")  # ROCm sets both, once
+    assert (rocm.kind, rocm.cuda_major) == ("hip", None)
+    assert TorchBuild("2.13.0+xpu", "/x", xpu="20250101").kind == "cpu"  # not a GPU of CUDA's
+
+
+def test_the_loaded_module_wins(monkeypatch) -> None:
+    monkeypatch.setattr(torch.version, "__version__", "2.13.0+rocm6.3")
+    monkeypatch.setattr(torch.version, "hip", "6.3.1")
+    build = torch_build.read_torch_build()
+    assert build is not None
+    assert (build.kind, build.source, build.describe()) == ("hip", "loaded", "torch 2.13.0+rocm6.3")
+
+
+def test_in_a_fresh_process_the_file_is_read_and_import_is_the_last_resort(tmp_path: Path) -> None:
+    """A fake torch package whose import would fail: its version.py is read as text. Without a
+    version.py, torch is imported (here: a fake whose import works)."""
+    import os
+    import subprocess
+    import sys
+
+    reads_file = tmp_path / "a" / "torch"
+    reads_file.mkdir(parents=True)
+    (reads_file / "__init__.py").write_text("raise ImportError('torch must not be imported')\n")
+    (reads_file / "version.py").write_text(
+        "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n"
+    )
+    imports = tmp_path / "b" / "torch"
+    imports.mkdir(parents=True)
+    (imports / "__init__.py").write_text(
+        "import types\n__file__ = __file__\n"
+        "version = types.SimpleNamespace(cuda=None, hip='6.0', xpu=None)\n__version__ = '9.9'\n"
+    )
+    code = (
+        "import sys; from accelctl.torch_build import read_torch_build; b = read_torch_build(); "
+        "print(b.version, b.kind, b.source, 'torch' in sys.modules)"
+    )
+    results = []
+    for folder in (reads_file.parent, imports.parent):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), *sys.path]))
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr
+        results.append(run.stdout.split())
+    assert results == [
+        ["2.11.0+cu130", "cuda", "version.py", "False"],
+        ["9.9", "hip", "import", "True"],
+    ]
+
+
+def test_the_cuda_and_xpu_plugins_read_the_build_through_it() -> None:
+    import accelctl_cuda.probe
+    import accelctl_xpu.probe
+
+    for module in (accelctl_cuda.probe, accelctl_xpu.probe):
+        assert module.read_torch_build is torch_build.read_torch_build

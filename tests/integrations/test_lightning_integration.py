@@ -126,23 +126,32 @@ def _assert_trained(model: TinyRegression, steps: int) -> None:
 # -- the instance form ----------------------------------------------------------------------
 
 
-def test_trainer_trains_on_the_cpu_plugin_passed_as_an_instance(tmp_path: Path) -> None:
+def _spy(calls: list[str], hook: str, method: Any) -> Any:
+    """``method`` that also records its hook's name in ``calls``."""
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        calls.append(hook)
+        return method(*args, **kwargs)
+
+    return spied
+
+
+def test_trainer_trains_on_the_cpu_plugin_passed_as_an_instance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     accelerator = LightningAccelerator("cpu")
     calls: list[str] = []
-    manager = accelerator.accelctl_handle().loaded.manager
-    undo = manager.add_hookcall_monitoring(
-        lambda hook, impls, kwargs: calls.append(hook), lambda *args: None
+    handle = accelerator.accelctl_handle()
+    for hook in ("detect", "auto_device_count", "parse_devices", "get_parallel_devices"):
+        monkeypatch.setattr(handle, hook, _spy(calls, hook, getattr(handle, hook)))
+    monkeypatch.setattr(handle, "device_stats", _spy(calls, "device_stats", handle.device_stats))
+    trainer, model = _fit(
+        accelerator,
+        devices="auto",
+        logger=CSVLogger(tmp_path, name="run", version=0),
+        callbacks=[DeviceStatsMonitor()],
+        log_every_n_steps=1,
     )
-    try:
-        trainer, model = _fit(
-            accelerator,
-            devices="auto",
-            logger=CSVLogger(tmp_path, name="run", version=0),
-            callbacks=[DeviceStatsMonitor()],
-            log_every_n_steps=1,
-        )
-    finally:
-        undo()
 
     _assert_trained(model, steps=3 * 4)
     assert trainer.accelerator is accelerator
@@ -598,9 +607,9 @@ def test_without_lightning_the_import_error_says_what_to_install() -> None:
 # -- register_all and the name form -----------------------------------------------------------
 
 
-def _only(fake_site: Any, **environ: str) -> accelctl.Registry:
+def _only(fake_site: Any, **environ: str) -> accelctl.testing.Registry:
     """An accelctl registry that sees the fake site alone (not the plugins of the venv)."""
-    return accelctl.Registry(path=fake_site.path, environ=environ)
+    return accelctl.testing.Registry(path=fake_site.path, environ=environ)
 
 
 def test_register_all_then_training_by_name(testnpu: Any) -> None:
@@ -610,7 +619,9 @@ def test_register_all_then_training_by_name(testnpu: Any) -> None:
     assert "testnpu" in result.registered
     assert "CPUAccelerator" in result.skipped["cpu"] and "override=True" in result.skipped["cpu"]
     assert result.broken == {}
-    assert sorted(result.registered + list(result.skipped)) == accelctl.get_registry().names()
+    assert sorted(result.registered + list(result.skipped)) == [
+        h.name for h in accelctl.list_accelerators(detect=False)
+    ]
     assert result.to_dict() == json.loads(json.dumps(result.to_dict()))
     assert TRAINER_REGISTRY["cpu"]["accelerator"].__name__ == "CPUAccelerator"  # left alone
     assert "testnpu" in TRAINER_REGISTRY.available_accelerators()

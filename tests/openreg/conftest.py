@@ -125,3 +125,9 @@ def machine(openreg_plugin_target: Path) -> Iterator[UserMachine]:
     """torch_openreg plus the accelctl-openreg plugin (and the in-repo plugins installed in the
     environment)."""
     yield UserMachine([openreg_plugin_target])
+
+
+@pytest.fixture(autouse=True)
+def _scheduler_free(no_scheduler_on_path: None) -> None:
+    """The processes started here see no cluster scheduler the machine may have (Lightning
+    looks for SLURM's ``srun`` on ``PATH``)."""

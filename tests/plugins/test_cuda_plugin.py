@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,7 @@ import torch
 
 import accelctl
 import accelctl_cuda
-from accelctl_cuda import amd, nvml
-from accelctl_cuda.torch_build import TorchBuild, read_version_file, torch_build
+from accelctl_cuda import amd, nvml, probe
 from accelctl_cuda.visible import PhysicalGpu, parse_entries, visible_amd, visible_nvidia
 
 UUIDS = [
@@ -138,25 +138,29 @@ class FakeNvml:
 
 
 @pytest.fixture
-def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty Linux machine (no driver files) whose file system root is ``tmp_path``."""
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(nvml, "ROOT", tmp_path)
     monkeypatch.setattr(amd, "ROOT", tmp_path)
     for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
-    return tmp_path
+    probe.forget()
+    yield tmp_path
+    probe.forget()  # the next test's machine is another one
 
 
 def _touch(root: Path, relative: str, text: str = "") -> None:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+    probe.forget()  # the machine changed: the plugin caches its look per process
 
 
 def _torch(
     monkeypatch: pytest.MonkeyPatch, version: str, cuda: str | None, hip: str | None
 ) -> None:
+    probe.forget()
     monkeypatch.setattr(torch.version, "__version__", version)
     monkeypatch.setattr(torch.version, "cuda", cuda)
     monkeypatch.setattr(torch.version, "hip", hip)
@@ -170,6 +174,7 @@ def install_nvidia(
     _touch(root, "dev/nvidia0")
     fake = FakeNvml([FakeGpu(uuid) for uuid in UUIDS[:count]])
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
+    probe.forget()
     _torch(monkeypatch, f"2.13.0+cu{(torch_cuda or '').replace('.', '')}", torch_cuda, None)
     return fake
 
@@ -290,6 +295,7 @@ def test_nvml_failure_and_missing_nvidia_ml_py_are_reasons(
         "NVIDIA driver files exist, but NVML failed to initialise: Driver/library version mismatch"
     )
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: import raises ImportError
+    probe.forget()
     assert "nvidia-ml-py is not installed" in (accelctl_cuda.unavailable_reason() or "")
 
 
@@ -302,6 +308,7 @@ def test_driver_older_than_torchs_cuda_is_unavailable(
     reason = accelctl_cuda.unavailable_reason() or ""
     assert "supports CUDA up to 11.8" in reason and "needs CUDA 12.8" in reason
     fake.cuda_driver = 12020  # CUDA minor-version compatibility: 12.2 runs a 12.8 build
+    probe.forget()
     assert accelctl_cuda.detect() is True
 
 
@@ -558,56 +565,3 @@ def test_rocm_variable_hiding_every_gpu_and_cuda_torch_on_amd(
     )
     _torch(monkeypatch, "2.13.0+cpu", None, None)
     assert "CPU-only build" in (accelctl_cuda.unavailable_reason() or "")
-
-
-# -- torch's build, read without importing torch ---------------------------------------------
-
-
-def test_version_file_is_parsed_not_executed(tmp_path: Path):
-    path = tmp_path / "version.py"
-    path.write_text(
-        "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n"
-        "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n"
-    )
-    assert read_version_file(path) == TorchBuild("2.11.0+cu130", cuda="13.0", hip=None)
-    assert read_version_file(path).kind == "cuda"  # type: ignore[union-attr]
-    path.write_text("import os\n__version__ = os.environ['X']\n")
-    assert read_version_file(path) is None
-    assert read_version_file(tmp_path / "missing.py") is None
-
-
-def test_torch_build_prefers_the_loaded_module(monkeypatch: pytest.MonkeyPatch):
-    _torch(monkeypatch, "2.13.0+rocm6.3", None, "6.3.1")
-    build = torch_build()
-    assert build is not None
-    assert (build.kind, build.source, build.describe()) == ("hip", "loaded", "torch 2.13.0+rocm6.3")
-
-
-def test_torch_build_in_a_fresh_process_reads_the_file_and_falls_back_to_import(tmp_path: Path):
-    """A fake torch package whose import would fail: its version.py is read as text. Without a
-    version.py, torch is imported (here: a fake whose import works)."""
-    reads_file = tmp_path / "a" / "torch"
-    reads_file.mkdir(parents=True)
-    (reads_file / "__init__.py").write_text("raise ImportError('torch must not be imported')\n")
-    (reads_file / "version.py").write_text(
-        "__version__ = '2.11.0+cu130'\ncuda = '13.0'\nhip = None\n"
-    )
-    imports = tmp_path / "b" / "torch"
-    imports.mkdir(parents=True)
-    (imports / "__init__.py").write_text(
-        "import types\nversion = types.SimpleNamespace(__version__='9.9', cuda=None, hip='6.0')\n"
-    )
-    code = (
-        "import sys; from accelctl_cuda.torch_build import torch_build; b = torch_build(); "
-        "print(b.version, b.kind, b.source, 'torch' in sys.modules)"
-    )
-    results = []
-    for folder in (reads_file.parent, imports.parent):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), *sys.path]))
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        assert run.returncode == 0, run.stderr
-        results.append(run.stdout.split())
-    assert results == [
-        ["2.11.0+cu130", "cuda", "version.py", "False"],
-        ["9.9", "hip", "import", "True"],
-    ]

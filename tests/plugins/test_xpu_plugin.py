@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,8 @@ import accelctl
 import accelctl_xpu
 from accelctl.cli import cli
 from accelctl.testing import validate
+from accelctl.torch_build import TorchBuild
 from accelctl_xpu import driver, runtime
-from accelctl_xpu.torch_build import TorchBuild, read_version_file, torch_build
 from accelctl_xpu.visible import affinity_mask, device_selector, visible_devices
 
 # The module, not the package's ``probe`` function of the same name.
@@ -39,6 +40,7 @@ def _touch(root: Path, relative: str, text: str = "") -> Path:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+    probe.forget()  # the machine changed: the plugin caches its look per process
     return path
 
 
@@ -52,23 +54,25 @@ def _card(root: Path, card: int, vendor: str, kernel_driver: str) -> None:
 
 
 def _torch(monkeypatch: pytest.MonkeyPatch, version: str, xpu: str | None) -> None:
+    probe.forget()  # the machine changed: the plugin caches its look per process
     monkeypatch.setattr(torch.version, "__version__", version)
     monkeypatch.setattr(torch.version, "xpu", xpu, raising=False)
 
 
 @pytest.fixture
-def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty Linux machine (no driver files) whose file system root is ``tmp_path``; Level
     Zero Sysman cannot count (as without ``pyzes``), and ``ldconfig`` knows no loader."""
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(driver, "ROOT", tmp_path)
     monkeypatch.setattr(driver, "find_library", lambda name: None)
-    monkeypatch.setattr(probe, "torch_lib_folders", lambda: [])
+    monkeypatch.setattr(TorchBuild, "lib_folders", property(lambda build: []))
     monkeypatch.setattr(torch.xpu, "_device_count_zes", lambda: -1, raising=False)
     for var in ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "LD_LIBRARY_PATH"):
         monkeypatch.delenv(var, raising=False)
     _torch(monkeypatch, "2.13.0+cpu", None)
-    return tmp_path
+    yield tmp_path
+    probe.forget()  # the next test's machine is another one
 
 
 def install_intel(
@@ -101,7 +105,7 @@ def test_no_driver_says_no_without_reading_torchs_build(
     def never() -> None:
         raise AssertionError("torch's build must not be read on a machine without an Intel GPU")
 
-    monkeypatch.setattr(probe, "torch_build", never)
+    monkeypatch.setattr(probe, "read_torch_build", never)
     _card(machine, 0, "0x10de", "nvidia")  # an NVIDIA GPU is not an Intel one
     assert accelctl_xpu.detect() is False
     assert accelctl_xpu.auto_device_count() == 0
@@ -235,10 +239,12 @@ def test_the_level_zero_loader_is_looked_for(
     )
     own = _touch(tmp_path, f"oneapi/lib/{driver.LOADER}")
     monkeypatch.setenv("LD_LIBRARY_PATH", f"/nowhere{os.pathsep}{own.parent}")
+    probe.forget()
     assert accelctl_xpu.detect() is True
     monkeypatch.delenv("LD_LIBRARY_PATH")
     asked: list[str] = []
     monkeypatch.setattr(driver, "find_library", lambda name: asked.append(name) or "ze.so")
+    probe.forget()
     assert accelctl_xpu.detect() is True  # ldconfig's cache, the last resort
     assert asked == ["ze_loader"]
 
@@ -473,32 +479,6 @@ def test_this_torch_build_has_no_xccl():
     says about xpu."""
     assert torch.distributed.Backend.default_device_backend_map.get("xpu") == "xccl"
     assert runtime.distributed_backend() is None
-
-
-# -- torch's build, read without importing torch ---------------------------------------------------
-
-
-def test_version_file_is_parsed_not_executed(tmp_path: Path):
-    path = tmp_path / "version.py"
-    path.write_text(
-        "from typing import Optional\n__version__ = '2.13.0+xpu'\ndebug = False\n"
-        "cuda: Optional[str] = None\nhip: Optional[str] = None\nxpu: Optional[str] = '20250101'\n"
-    )
-    assert read_version_file(path) == TorchBuild("2.13.0+xpu", xpu="20250101")
-    path.write_text("__version__ = '2.3.0+cpu'\ncuda = None\n")  # before torch wrote xpu=
-    assert read_version_file(path) == TorchBuild("2.3.0+cpu", xpu=None)
-    assert read_version_file(path).has_xpu is False  # type: ignore[union-attr]
-    path.write_text("import os\n__version__ = os.environ['X']\n")
-    assert read_version_file(path) is None
-    assert read_version_file(tmp_path / "missing.py") is None
-
-
-def test_the_pinned_torch_is_read_as_not_xpu(monkeypatch: pytest.MonkeyPatch):
-    build = torch_build()
-    assert build is not None and build.source == "loaded"
-    assert build.has_xpu is (torch.version.xpu is not None)
-    _torch(monkeypatch, "2.13.0+xpu", "20250101")
-    assert torch_build() == TorchBuild("2.13.0+xpu", xpu="20250101", source="loaded")
 
 
 # -- conformance on this machine ----------------------------------------------------------------

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from accelctl import Registry
-from accelctl.testing import validate
+from accelctl.testing import Registry, validate
 
 from fakedists import FakeSite
 
@@ -65,7 +64,7 @@ def test_checks_report_the_records_stage_without_running_the_plugin_again(
     )
     registry = Registry(path=fake_site.path, environ={})
     report = validate("counted", registry=registry, probe_import=False)
-    assert registry.plugin_records("counted")[0].stage == stage
+    assert registry.claimants("counted")[0].stage == stage
     result = report.result(check)
     assert result.status == "fail" and detail in result.detail
     assert len(sys.modules[module].CALLS) == 1  # instantiated by the registry alone

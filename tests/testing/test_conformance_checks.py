@@ -12,7 +12,8 @@ import pytest
 
 import accelctl
 import accelctl.testing
-from accelctl.testing import CHECK_IDS, ValidationReport, checks, validate, validate_installed
+from accelctl.testing import CHECK_IDS, ValidationReport, validate, validate_installed
+from accelctl.testing import _plugin_checks as plugin_checks
 
 from fakedists import FakeSite, good_plugin, indexed_plugin, undetected_plugin
 
@@ -48,7 +49,7 @@ def plugin(*overrides: str, keep: str = REQUIRED) -> str:
 
 def run(site: FakeSite, name: str, **options: object) -> ValidationReport:
     options.setdefault("probe_import", False)
-    return validate(name, registry=accelctl.Registry(path=site.path), **options)  # type: ignore[arg-type]
+    return validate(name, registry=accelctl.testing.Registry(path=site.path), **options)  # type: ignore[arg-type]
 
 
 def statuses(report: ValidationReport) -> dict[str, str]:
@@ -327,7 +328,7 @@ def test_info_with_unknown_family_and_clashing_aliases(fake_site: FakeSite) -> N
 
 
 def test_slow_detect_fails(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checks, "DETECT_CALL_LIMIT_S", 0.02)
+    monkeypatch.setattr(plugin_checks, "DETECT_CALL_LIMIT_S", 0.02)
     source = plugin(
         "@accelctl.hookimpl\ndef detect():\n    import time\n    time.sleep(0.05)\n"
         "    return False\n"
@@ -436,8 +437,8 @@ def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
         f"""
         import json, accelctl
         from accelctl.testing import validate
-        report = validate("vendor", registry=accelctl.Registry(path=[{str(fake_site.root)!r}]),
-                          probe_import=False)
+        registry = accelctl.testing.Registry(path=[{str(fake_site.root)!r}])
+        report = validate("vendor", registry=registry, probe_import=False)
         print(json.dumps(report.result("detect_returns_bool").to_dict()))
         print(json.dumps(report.result("detect_is_fast").to_dict()))
         """
@@ -522,7 +523,7 @@ def test_disabled_plugins_are_skipped_by_default_but_fail_when_named(
 ) -> None:
     fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
     fake_site.install("accelctl-boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemError\n"})
-    registry = accelctl.Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "boom"})
+    registry = accelctl.testing.Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "boom"})
     reports = validate_installed(registry=registry, probe_import=False)
     assert [(r.name, r.passed) for r in reports] == [("boom", True), ("npu", True)]
     assert {r.status for r in reports[0].checks} == {"skip"}

@@ -10,7 +10,7 @@ from fakedists import FakeSite, good_plugin
 
 
 def run(site: FakeSite, name: str) -> ValidationReport:
-    return validate(name, registry=accelctl.Registry(path=site.path), probe_import=False)
+    return validate(name, registry=accelctl.testing.Registry(path=site.path), probe_import=False)
 
 
 def stats_result(site: FakeSite, name: str, source: str) -> tuple[str, str]:

@@ -22,8 +22,9 @@ import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
-from .._project import ENV_ACCELERATOR, ENV_DEVICES
 from .._selection import Selection
+from .._settings import ACCELERATOR as ENV_ACCELERATOR
+from .._settings import DEVICES as ENV_DEVICES
 
 
 def devices_spec(parsed: int | Sequence[int]) -> str:

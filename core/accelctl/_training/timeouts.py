@@ -13,16 +13,16 @@ every collective; NCCL's watchdog aborts the process when it expires.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Mapping
 
+from .. import _settings
 from .._errors import ProcessSetupError, TrainerError
 
 #: The variable that sets the timeout, in seconds.
-ENV_COLLECTIVE_TIMEOUT = "ACCELCTL_COLLECTIVE_TIMEOUT"
+ENV_COLLECTIVE_TIMEOUT = _settings.COLLECTIVE_TIMEOUT
 #: Five minutes: far above a training step or a checkpoint write of a model that fits one
 #: device, far below torch's 30 minutes of silence.
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = _settings.DEFAULT_COLLECTIVE_TIMEOUT_S
 #: What gloo's (and NCCL's) errors say when a collective's time ran out.
 _TIMEOUT_MARKERS = ("timed out", "timeout")
 
@@ -32,24 +32,15 @@ class CollectiveTimeoutError(TrainerError):
     than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
 
 
-def collective_timeout(environ: Mapping[str, str] = os.environ) -> datetime.timedelta:
+def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.timedelta:
     """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s).
 
     :raises ProcessSetupError: for a value that is not a positive number of seconds.
     """
-    raw = environ.get(ENV_COLLECTIVE_TIMEOUT, "").strip()
-    if not raw:
-        return datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
     try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise ProcessSetupError(
-            f"{ENV_COLLECTIVE_TIMEOUT}={raw!r} is not accepted: give the seconds a collective may "
-            f"wait for the other processes, a number > 0 (default {DEFAULT_TIMEOUT_S:g})"
-        )
-    return datetime.timedelta(seconds=seconds)
+        return datetime.timedelta(seconds=_settings.collective_timeout(environ))
+    except _settings.SettingError as exc:
+        raise ProcessSetupError(str(exc)) from None
 
 
 def explain_timeout(

@@ -13,8 +13,6 @@ a CUDA context is never created here.
 
 from __future__ import annotations
 
-import functools
-import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -22,29 +20,15 @@ from typing import Any
 
 import click
 
-from .._deadline import run_all
+from .. import _settings
 from .._errors import AccelctlError
-from .._handle import AcceleratorHandle
-from .._project import (
-    ENV_ACCELERATOR,
-    ENV_DEVICES,
-    ENV_DISABLE,
-    ENV_HOOK_TIMEOUT,
-    ENV_PLUGINS,
-)
-from .._registry import AcceleratorRecord, list_accelerators
+from .._fanout import run_each
+from .._plugin import AcceleratorHandle
+from .._registry import get_registry
+from .._status import AcceleratorStatus
 from .._text import one_line, printable_line
 from ..torch_build import cudnn_version, mps_built, read_torch_build
 from ._output import emit_json
-
-#: accelctl's own variables, shown when set (a vendor's variables are its plugin's to report).
-DEVICE_VARIABLES = (
-    ENV_ACCELERATOR,
-    ENV_PLUGINS,
-    ENV_DISABLE,
-    ENV_DEVICES,
-    ENV_HOOK_TIMEOUT,
-)
 
 
 @dataclass
@@ -92,39 +76,45 @@ def _torch_info() -> dict[str, Any]:
     return info
 
 
-def _facts(handle: AcceleratorHandle) -> dict[str, Any]:
-    return handle.environment_info()
-
-
 def _accelerators() -> list[dict[str, Any]]:
-    records = list_accelerators()
-    rows = [_row(record) for record in records]
-    # Only working plugins are asked (a broken one's row says why already), all concurrently,
-    # each call under the hook deadline: a hanging plugin costs the deadline once, not per plugin.
-    asked = [
-        (row, record.handle)
-        for row, record in zip(rows, records, strict=True)
-        if record.handle is not None and record.state != "broken"
-    ]
-    outcomes = run_all([functools.partial(_facts, handle) for _, handle in asked])
-    for (row, _), outcome in zip(asked, outcomes, strict=True):
-        if isinstance(outcome.error, AccelctlError):
-            row["environment_error"] = one_line(outcome.error)
-        else:
-            row["environment"] = outcome.unwrap()
+    """A row per plugin: its status, then the facts of its ``environment_info`` (asked only of a
+    plugin that loaded and answered: a broken one's row says why already). Every plugin at
+    once, its whole row under one deadline: a hanging plugin costs the deadline once."""
+    handles = get_registry().plugins()
+    probed: dict[int, dict[str, Any]] = {}  # rows whose status is known, by id(handle)
+
+    def ask(handle: AcceleratorHandle) -> dict[str, Any]:
+        status = handle.probe()
+        row = probed[id(handle)] = _row(status)
+        if status.error is None and handle.state == "loaded":
+            try:
+                row["environment"] = handle.environment_info()
+            except AccelctlError as exc:
+                row["environment_error"] = one_line(exc)
+        return row
+
+    rows = []
+    for handle, row in zip(handles, run_each(handles, ask), strict=True):
+        if isinstance(row, AccelctlError):  # late: in its probe, or in environment_info()
+            late, known = one_line(row), probed.get(id(handle))
+            row = {**known, "environment_error": late} if known else _row(handle, late)
+        rows.append(row)
     return rows
 
 
-def _row(record: AcceleratorRecord) -> dict[str, Any]:
+def _row(status: AcceleratorStatus | AcceleratorHandle, error: str | None = None) -> dict[str, Any]:
+    if isinstance(status, AcceleratorHandle):
+        status = AcceleratorStatus(status, error=error)
+    handle = status.accelerator
     return {
-        "name": record.name,
-        "distribution": record.distribution,
-        "version": record.version,
-        "state": record.state,
-        "available": record.available,
-        "device_count": record.device_count,
-        "reason": record.reason,
-        "error": record.error,
+        "name": status.name,
+        "distribution": handle.distribution,
+        "version": handle.version,
+        "state": status.state,
+        "available": status.available,
+        "device_count": status.device_count,
+        "reason": status.reason,
+        "error": status.error,
         "environment": {},
         "environment_error": None,
     }
@@ -138,7 +128,8 @@ def _accelctl_version() -> str:
 
 def collect() -> Environment:
     """Gather the report (no torch import where the plugins need none; no device initialised)."""
-    variables = {name: os.environ[name] for name in DEVICE_VARIABLES if name in os.environ}
+    # accelctl's own variables, shown when set (a vendor's are its plugin's to report).
+    variables = _settings.set_variables()
     return Environment(
         platform=platform.platform(),
         python=(

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import click
 
-from .._registry import AcceleratorRecord, list_accelerators
+from .._fanout import run_each
+from .._plugin import AcceleratorHandle
+from .._registry import get_registry
+from .._status import AcceleratorStatus, settle
 from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")
 
 
-def _available_cell(record: AcceleratorRecord) -> str | None:
-    if record.state in ("broken", "disabled"):
-        return record.state
-    return yes_no(record.available)
-
-
-def _plugin_cell(record: AcceleratorRecord) -> str:
-    dist = record.distribution or "?"
-    return f"{dist} {record.version}" if record.version else dist
+def _row(status: AcceleratorStatus) -> tuple[object, ...]:
+    state, plugin = status.state, status.distribution or "?"
+    return (
+        status.name,
+        state if state in ("broken", "disabled") else yes_no(status.available),
+        status.device_count,
+        status.family,
+        status.priority,
+        f"{plugin} {status.version}" if status.version else plugin,
+        status.description or None,
+    )
 
 
 @click.command("list")
@@ -33,29 +38,21 @@ def list_command(as_json: bool, no_detect: bool) -> None:
 
     Always exits 0: a broken plugin shows as a row with its error.
     """
-    records = list_accelerators(detect=not no_detect)
+    handles = get_registry().plugins()
+    if no_detect:
+        statuses = [AcceleratorStatus.of(handle) for handle in handles]
+    else:  # every plugin probed at once, each under its deadline
+        statuses = settle(handles, run_each(handles, AcceleratorHandle.probe))
     if as_json:
-        emit_json([record.to_dict() for record in records])
+        emit_json([status.to_dict() for status in statuses])
         return
-    if not records:
+    if not statuses:
         click.echo("no accelerator plugin is installed; try: pip install accelctl-cpu")
         return
-    rows = [
-        (
-            r.name,
-            _available_cell(r),
-            r.device_count,
-            r.family,
-            r.priority,
-            _plugin_cell(r),
-            r.description or None,
-        )
-        for r in records
-    ]
-    click.echo(format_table(HEADERS, rows))
-    notes = [(r.name, f"error: {r.error}" if r.error else r.reason) for r in records]
-    notes = [(name, note) for name, note in notes if note]
-    if notes:
+    click.echo(format_table(HEADERS, [_row(status) for status in statuses]))
+    notes = [(s.name, f"error: {s.error}" if s.error else s.reason) for s in statuses]
+    if any(note for _, note in notes):
         click.echo("")
         for name, note in notes:
-            echo_line(f"{name}: {note}")
+            if note:
+                echo_line(f"{name}: {note}")

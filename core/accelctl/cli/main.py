@@ -7,17 +7,16 @@ Sub-command modules are imported only when their command runs (or ``--help`` lis
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-import traceback
+import threading
 import warnings
 from typing import Any
 
 import click
 
-from .._deadline import abandoned_threads
 from .._errors import AccelctlError, PluginWarning
-from .._isolation import counting_interrupts, plugin_output_to_stderr
+from .._fanout import abandoned_threads
+from .._isolation import exit_is_plugin_failure, plugin_output_to_stderr, real_exit
 from .._text import one_line, safe_str
 
 #: command name -> "module:attribute" of its click command. A new command adds one line here.
@@ -49,10 +48,10 @@ class AccelctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
-        # Plugins' prints go to stderr while their code runs, so stdout stays the command's own
-        # (a --json document stays one valid document); a Ctrl-C is told from a plugin's own
-        # KeyboardInterrupt by a handler kept in place for the whole command.
-        with warnings.catch_warnings(), plugin_output_to_stderr(), counting_interrupts():
+        # Plugin code runs in worker threads (accelctl._fanout): what they print goes to stderr,
+        # so stdout stays the command's own (a --json document stays one valid document), and a
+        # plugin's os._exit is its failure, not the end of the command.
+        with warnings.catch_warnings(), plugin_output_to_stderr(), exit_is_plugin_failure():
             default_show = warnings.showwarning
 
             def show(
@@ -84,6 +83,8 @@ class AccelctlGroup(click.Group):
 
 def _fail(exc: BaseException, debug: bool, prefix: str) -> None:
     if debug:
+        import traceback
+
         traceback.print_exception(exc, file=sys.stderr)
     message = one_line(exc)  # plugins' and users' text in it: escaped, bounded
     hint = "" if debug else " (run with --debug for the traceback)"
@@ -105,14 +106,20 @@ def cli(debug: bool) -> None:
 def main() -> None:
     """Console-script entry point.
 
-    A plugin's hook left running past its deadline cannot be stopped: when one is, the process
-    ends with ``os._exit`` once the output is flushed, so that nothing (a thread the stuck hook
-    started, an exit handler) can hold the exit up.
+    A plugin left running past its deadline cannot be stopped, and a thread a plugin started
+    (a non-daemon one) would hold up the interpreter's exit: when either is there, the process
+    ends with ``os._exit`` once the output is flushed.
     """
     try:
         cli(prog_name="accelctl")
     except SystemExit as exc:
-        if abandoned_threads():
+        main_thread = threading.main_thread()
+        lingering = [
+            thread
+            for thread in threading.enumerate()
+            if thread is not main_thread and not thread.daemon and thread.is_alive()
+        ]
+        if abandoned_threads() or lingering:
             _exit_now(exc.code)
         raise
 
@@ -126,4 +133,4 @@ def _exit_now(code: object) -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
             pass
-    os._exit(code or 0)
+    real_exit(code or 0)

@@ -37,7 +37,7 @@ def new_plugin_command(name: str, parent: Path) -> None:
     installs and passes `accelctl validate NAME`, saying "not detected" until its detect() is
     written. Nothing is overwritten.
     """
-    installed = get_registry().entries(name)
+    installed = get_registry().claimants(name)
     if installed:
         dist = installed[0].distribution or "an unnamed distribution"
         raise AccelctlError(

@@ -17,7 +17,8 @@ import click
 
 from .._device_string import device_string
 from .._errors import AccelctlError
-from .._handle import AcceleratorHandle
+from .._fanout import run_each, run_one
+from .._plugin import AcceleratorHandle
 from .._registry import list_accelerators
 from .._selection import select_accelerator
 from .._text import one_line, printable_line
@@ -62,13 +63,13 @@ def _targets(name: str | None) -> list[AcceleratorHandle]:
     Broken plugins are reported on stderr and skipped.
     """
     if name is not None:
-        return [select_accelerator(name)]
+        return [run_one(lambda: select_accelerator(name))]
     handles = []
-    for record in list_accelerators():
-        if record.state == "broken":
-            echo_line(f"warning: skipping {record.name}: {record.error}", err=True)
-        elif record.available and record.handle is not None:
-            handles.append(record.handle)
+    for status in list_accelerators():
+        if status.error is not None:
+            echo_line(f"warning: skipping {status.name}: {status.error}", err=True)
+        elif status.available:
+            handles.append(status.accelerator)
     return handles
 
 
@@ -87,21 +88,30 @@ def _devices(handle: AcceleratorHandle) -> list[str]:
     return list(dict.fromkeys(device_string(kind, index) for index in parsed))
 
 
-def read_all(handles: list[AcceleratorHandle]) -> list[DeviceReading]:
-    """One reading per device of each accelerator; a hook that fails gives a reading with an
-    error instead of stopping the others."""
+def _read(handle: AcceleratorHandle) -> list[DeviceReading]:
+    try:
+        devices = _devices(handle)
+    except AccelctlError as exc:
+        return [DeviceReading(handle.name, "?", error=one_line(exc))]
     readings = []
-    for handle in handles:
+    for device in devices:
         try:
-            devices = _devices(handle)
+            readings.append(DeviceReading(handle.name, device, handle.device_stats(device)))
         except AccelctlError as exc:
-            readings.append(DeviceReading(handle.name, "?", error=one_line(exc)))
-            continue
-        for device in devices:
-            try:
-                readings.append(DeviceReading(handle.name, device, handle.device_stats(device)))
-            except AccelctlError as exc:
-                readings.append(DeviceReading(handle.name, device, error=one_line(exc)))
+            readings.append(DeviceReading(handle.name, device, error=one_line(exc)))
+    return readings
+
+
+def read_all(handles: list[AcceleratorHandle]) -> list[DeviceReading]:
+    """One reading per device of each accelerator, the accelerators read at once, each under
+    the deadline; a hook that fails or does not answer gives a reading with an error instead of
+    stopping the others."""
+    readings = []
+    for handle, read in zip(handles, run_each(handles, _read), strict=True):
+        if isinstance(read, AccelctlError):
+            readings.append(DeviceReading(handle.name, "?", error=one_line(read)))
+        else:
+            readings.extend(read)
     return readings
 
 

@@ -60,7 +60,7 @@ from .._errors import (
     PluginWarning,
     ProcessSetupError,
 )
-from .._handle import AcceleratorHandle
+from .._plugin import AcceleratorHandle
 from .._registry import Registry, get_accelerator, get_registry
 from .._selection import single_process
 from . import _lightning_connector
@@ -424,7 +424,7 @@ def register_all(override: bool = False, *, registry: Registry | None = None) ->
     result = Registration()
     targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
     for name in source.names():
-        blocked = source.disabled_reason(name)
+        blocked = source.claimants(name)[0].reason
         if blocked:
             result.skipped[name] = blocked
             continue

@@ -21,12 +21,15 @@ or call them from code: ``accelctl.testing.validate("hpu")`` returns a
 correct plugin passes on a machine without its device.
 
 :func:`write_distribution` installs a fake plugin distribution into a folder (a ``.dist-info``
-and its modules, as pip leaves them), for tests of what several installed plugins do together.
+and its modules, as pip leaves them), for tests of what several installed plugins do together;
+:class:`Registry` is a registry over chosen folders, and :func:`installed_plugins` makes the
+process-wide one (the CLI's, ``resolve``'s) see only them.
 """
 
 from __future__ import annotations
 
-from ._distributions import write_distribution
+from .._registry import Registry
+from ._distributions import installed_plugins, reset_registry, write_distribution
 from .checks import (
     BAD_DEVICE_SPECS,
     CHECK_IDS,
@@ -56,9 +59,12 @@ __all__ = [
     "Check",
     "CheckResult",
     "ConformanceFailure",
+    "Registry",
     "Status",
     "ValidationReport",
     "assert_conforms",
+    "installed_plugins",
+    "reset_registry",
     "validate",
     "validate_installed",
     "write_distribution",

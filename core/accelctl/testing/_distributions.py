@@ -3,17 +3,20 @@
 A plugin's tests (and accelctl's own, and its benchmark) install fake plugins this way instead of
 mocking ``importlib.metadata``: a ``<name>-<version>.dist-info`` folder with ``METADATA`` and
 ``entry_points.txt`` (and, when asked, ``RECORD``), and the plugin's modules beside it. Put the
-folder on ``sys.path`` (so the modules import) and give it to ``accelctl.Registry(path=[...])``.
+folder on ``sys.path`` (so the modules import) and give it to :class:`accelctl.testing.Registry`
+or :func:`installed_plugins`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .._project import ENTRY_POINT_GROUP
+from .._registry import Registry, set_registry
 
 
 def dist_info_name(distribution: str, version: str) -> str:
@@ -61,3 +64,22 @@ def write_distribution(
         listed += [f"{info.name}/{filename}" for filename in [*generated, "RECORD"]]
         (info / "RECORD").write_text("".join(f"{path},,\n" for path in listed))
     return info
+
+
+@contextlib.contextmanager
+def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
+    """Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) see
+    the distributions on ``paths`` only, for the duration; the registry it used before comes
+    back afterwards. Yields that registry (:func:`accelctl.testing.Registry` over ``paths``)."""
+    registry = Registry(path=[str(path) for path in paths])
+    previous = set_registry(registry)
+    try:
+        yield registry
+    finally:
+        set_registry(previous)
+
+
+def reset_registry() -> None:
+    """Forget the process-wide registry: the next lookup scans the entry points again (in a
+    long-lived process that has just ``pip install``\\ ed a plugin, say)."""
+    set_registry(None)

@@ -44,24 +44,19 @@ def torch_imported() -> bool:
 def cuda_initialized() -> bool | None:
     """``torch.cuda.is_initialized()`` when torch is imported; None when it is not (so no CUDA
     context can exist through torch). Never imports torch."""
-    torch = sys.modules.get("torch")
+    from ..torch_build import loaded_torch
+
+    torch = loaded_torch()
     if torch is None:
         return None
     return bool(torch.cuda.is_initialized())
 
 
-#: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
-AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-TORCH_BACKENDS_GROUP = "torch.backends"
-
-
 def import_torch() -> None:
-    """Import torch now (so a timing that follows does not pay for it); a no-op when it is not
-    installed."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:  # pragma: no cover - torch is a dependency of accelctl
-        pass
+    """Import torch now (so a timing that follows does not pay for it)."""
+    from ..torch_build import import_torch as import_it
+
+    import_it()
 
 
 def import_torch_without_backends() -> Callable[[], list[str]] | None:
@@ -71,36 +66,17 @@ def import_torch_without_backends() -> Callable[[], list[str]] | None:
     point, as ``torch_npu`` and ``torch_openreg`` do): that import is the plugin's cost, so a
     timing of its first ``detect()`` must include it, while torch's own import must not count.
     The returned function loads the backends as ``import torch`` would have (it does nothing when
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``) and returns their names.
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), raising what a backend raises, and returns their names.
 
     :returns: None when torch was imported already: its backends were loaded with it and their
         cost can no longer be measured in this process.
     """
     if "torch" in sys.modules:
         return None
-    original = os.environ.get(AUTOLOAD_VARIABLE)
-    autoload = (original or "1") == "1"  # torch's own reading of the variable
-    os.environ[AUTOLOAD_VARIABLE] = "0"
-    try:
-        import_torch()
-    finally:
-        if original is None:
-            del os.environ[AUTOLOAD_VARIABLE]
-        else:
-            os.environ[AUTOLOAD_VARIABLE] = original
+    from ..torch_build import import_torch_alone, load_backends
 
-    def load_backends() -> list[str]:
-        if not autoload:
-            return []
-        from importlib.metadata import entry_points
-
-        loaded = []
-        for backend in entry_points(group=TORCH_BACKENDS_GROUP):
-            backend.load()()  # what torch's own autoload does with each entry point
-            loaded.append(backend.name)
-        return loaded
-
-    return load_backends
+    import_torch_alone()
+    return lambda: load_backends(strict=True)
 
 
 @dataclass(frozen=True)

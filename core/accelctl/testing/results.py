@@ -107,3 +107,51 @@ _WORDS: tuple[tuple[Status, str], ...] = (
     ("pass", "passed"),
     ("skip", "skipped"),
 )
+
+
+class Run:
+    """Collects the results of one accelerator's checks, in the order of ``ids``; a check left
+    unset ends up skipped. :meth:`start` marks the check in progress (and gives it a deadline of
+    its own where accelctl validates several plugins at once)."""
+
+    def __init__(self, name: str, ids: tuple[str, ...]) -> None:
+        self.name = name
+        self.ids = ids
+        self.distribution: str | None = None
+        self.version: str | None = None
+        self.results: dict[str, CheckResult] = {}
+        #: The check running now (for the report of a plugin that stopped answering).
+        self.current: str | None = None
+
+    def start(self, check: str) -> None:
+        from .._fanout import restart_clock
+
+        self.current = check
+        restart_clock()
+
+    def record(
+        self, check: str, status: Status, detail: str, error: BaseException | None = None
+    ) -> None:
+        self.results.setdefault(check, CheckResult(check, status, detail, error))
+
+    def passed(self, check: str, detail: str) -> None:
+        self.record(check, "pass", detail)
+
+    def failed(self, check: str, detail: str, error: BaseException | None = None) -> None:
+        self.record(check, "fail", detail, error)
+
+    def skipped(self, check: str, detail: str) -> None:
+        self.record(check, "skip", detail)
+
+    def skip_rest(self, detail: str) -> None:
+        for check in self.ids:
+            self.skipped(check, detail)
+
+    def report(self, disabled: str | None = None) -> ValidationReport:
+        return ValidationReport(
+            name=self.name,
+            checks=tuple(self.results[check] for check in self.ids),
+            distribution=self.distribution,
+            version=self.version,
+            disabled=disabled,
+        )

@@ -68,8 +68,9 @@ def _cpu_percent(now: Any) -> float:
     """Machine-wide CPU use since the previous reading of this process, from ``cpu_times()``.
 
     Not ``psutil.cpu_percent(interval=None)``: it keeps its previous sample per *thread*, and the
-    core calls hooks in worker threads (so that it can stop waiting for one), so every reading
-    would be a first one, 0.0. The first reading of a process has nothing to compare with and
+    core calls hooks from several threads (its worker threads, where it asks every plugin at
+    once, and the caller's), so a reading in a new thread would be a first one, 0.0. The first
+    reading of a process has nothing to compare with and
     says 0.0 too; ``accelctl stats`` takes one to throw away first.
     """
     global _previous_times

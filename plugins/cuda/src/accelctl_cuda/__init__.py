@@ -15,9 +15,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import accelctl
+from accelctl.torch_build import loaded_torch
 
 from . import amd, nvml
-from .probe import Probe, probe
+from .probe import Probe, current
 from .visible import CUDA_VAR, HIP_VAR, ROCR_VAR, VisibleGpu
 
 if TYPE_CHECKING:
@@ -32,19 +33,19 @@ DEVICE_VARIABLES = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)
 @accelctl.hookimpl
 def detect() -> bool:
     """True when torch's build matches the GPUs here and at least one of them is visible."""
-    return probe().available
+    return current().available
 
 
 @accelctl.hookimpl
 def unavailable_reason() -> str | None:
     """Why not: no driver, a CPU-only torch, a variable hiding every GPU, an old driver..."""
-    return probe().reason
+    return current().reason
 
 
 @accelctl.hookimpl
 def auto_device_count() -> int:
     """Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``) honoured."""
-    return probe().device_count
+    return current().device_count
 
 
 @accelctl.hookimpl
@@ -64,7 +65,7 @@ def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
 
 def _cuda_in_use() -> bool:
     """True when this process already has a CUDA context: only then is the allocator read."""
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()  # never a torch another thread is still importing
     return torch is not None and bool(torch.cuda.is_initialized())
 
 
@@ -118,7 +119,7 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
     else:
         index = int(sys.modules["torch"].cuda.current_device()) if in_use else 0
     figures: dict[str, int | float] = _allocator_figures(index) if in_use else {}
-    found = probe()
+    found = current()
     if not found.available or index >= len(found.visible):
         return figures
     try:
@@ -157,9 +158,9 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     names this plugin (torch calls AMD GPUs ``cuda``); on an NVIDIA machine it would select NVIDIA
     GPUs under an AMD name, so it is left unclaimed.
     """
-    from .torch_build import torch_build
+    from accelctl.torch_build import read_torch_build
 
-    build = torch_build() if not amd.kfd_present() else None
+    build = read_torch_build() if not amd.kfd_present() else None
     amd_here = amd.kfd_present() or (build is not None and build.kind == "hip")
     return accelctl.AcceleratorInfo(
         description="NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)",

@@ -42,12 +42,19 @@ class NvmlUnavailable(Exception):
     """NVML cannot be used here; the message says why, for ``unavailable_reason``."""
 
 
+_initialised: ModuleType | None = None
+
+
 def load() -> ModuleType:
-    """``pynvml``, initialised.
+    """``pynvml``, initialised once per process (``nvmlInit`` counts its calls: each would need
+    its own ``nvmlShutdown``).
 
     :raises NvmlUnavailable: when nvidia-ml-py is not installed or NVML fails to initialise (no
         driver, or a driver/library mismatch).
     """
+    global _initialised
+    if _initialised is not None and sys.modules.get("pynvml") is _initialised:
+        return _initialised
     try:
         import pynvml
     except ImportError as exc:
@@ -56,8 +63,8 @@ def load() -> ModuleType:
         pynvml.nvmlInit()
     except Exception as exc:  # pynvml.NVMLError and its many subclasses, or OSError
         raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from exc
-    module: ModuleType = pynvml
-    return module
+    _initialised = pynvml
+    return pynvml
 
 
 def _text(value: Any) -> str:

@@ -20,8 +20,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from accelctl.torch_build import TorchBuild, read_torch_build
+
 from . import amd, nvml
-from .torch_build import TorchBuild, torch_build
 from .visible import CUDA_VAR, HIP_VAR, ROCR_VAR, describe_setting, visible_amd, visible_nvidia
 
 
@@ -48,6 +49,27 @@ class Probe:
         return len(self.visible) if self.available else 0
 
 
+#: What the probe reads from the environment: a change to one of them is a new probe.
+VISIBILITY = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)
+_probes: dict[tuple[str | None, ...], Probe] = {}
+
+
+def current() -> Probe:
+    """This process's probe, made once per setting of the visibility variables, so that
+    ``detect``, ``auto_device_count``, ``unavailable_reason`` and ``device_stats`` look (and
+    initialise NVML) once."""
+    key = tuple(os.environ.get(name) for name in VISIBILITY)
+    found = _probes.get(key)
+    if found is None:
+        found = _probes[key] = probe()
+    return found
+
+
+def forget() -> None:
+    """Look again at the next :func:`current` (tests; a driver installed meanwhile)."""
+    _probes.clear()
+
+
 def probe(environ: Mapping[str, str] | None = None) -> Probe:
     """Look at the machine (see the module's docstring for the steps)."""
     environ = os.environ if environ is None else environ
@@ -56,7 +78,10 @@ def probe(environ: Mapping[str, str] | None = None) -> Probe:
     nvidia_files, kfd = nvml.driver_files_present(), amd.kfd_present()
     if not nvidia_files and not kfd:
         return Probe(reason="no NVIDIA or AMD GPU driver found")
-    build = torch_build()
+    try:
+        build = read_torch_build()
+    except Exception:  # a broken torch install: say "not installed" rather than crash detect
+        build = None
     if build is None:
         return Probe(reason="torch is not installed (pip install torch)")
     if build.kind == "hip" and kfd:

@@ -15,10 +15,10 @@ CPU's 0, below a GPU plugin's 100; a dedicated plugin for the same device always
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import accelctl
+from accelctl.torch_build import loaded_torch
 
 from .probe import Backend, probe
 
@@ -76,7 +76,7 @@ def _in_use(found: Backend) -> bool:
     A backend whose module cannot tell is taken as not in use: reading its allocator might
     start its runtime, which ``device_stats`` must never do.
     """
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     if torch is None or found.name is None:
         return False
     is_initialized = getattr(getattr(torch, found.name, None), "is_initialized", None)

@@ -21,11 +21,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+from accelctl.torch_build import import_torch, loaded_torch
 
 from .packages import Installed, scan
 
@@ -153,14 +154,14 @@ def probe(path: Sequence[str] | None = None, environ: Mapping[str, str] | None =
     """
     environ = os.environ if environ is None else environ
     installed = scan(path)
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()  # never a torch another thread is still importing
     if torch is None:
         if not installed.backends or not _autoload_enabled(environ):
             return Backend(reason=_no_backend_reason(installed, environ))
         if importlib.util.find_spec("torch") is None:
             return Backend(reason="torch is not installed (pip install torch)")
         try:
-            import torch
+            torch = import_torch()  # loads the backends as torch's own import would
         except Exception as exc:  # a backend that fails to load breaks `import torch` itself
             message = " ".join(str(exc).split())
             return Backend(reason=f"import torch failed: {type(exc).__name__}: {message}")

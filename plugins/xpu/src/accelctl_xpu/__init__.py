@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import accelctl
 
 from . import runtime
-from .probe import cheap_probe, probe
+from .probe import cheap_probe, current
 from .visible import AFFINITY_VAR, SELECTOR_VAR
 
 if TYPE_CHECKING:
@@ -31,20 +31,20 @@ NAME = "xpu"
 def detect() -> bool:
     """True when an Intel GPU driver, an XPU build of torch and at least one visible device are
     here."""
-    return probe().available
+    return current().available
 
 
 @accelctl.hookimpl
 def unavailable_reason() -> str | None:
     """Why not: no Intel GPU driver, a torch without XPU, no Level Zero loader, a variable hiding
     every device..."""
-    return probe().reason
+    return current().reason
 
 
 @accelctl.hookimpl
 def auto_device_count() -> int:
     """Visible Intel GPUs (``ZE_AFFINITY_MASK`` and ``ONEAPI_DEVICE_SELECTOR`` honoured)."""
-    return probe().device_count
+    return current().device_count
 
 
 @accelctl.hookimpl

@@ -13,10 +13,9 @@ here, while Level Zero's default ``FLAT`` hierarchy shows each tile as a device.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +37,16 @@ LIBRARY_FOLDERS = (
     "usr/local/lib64",
     "opt/intel/oneapi/redist/lib",
 )
+
+
 #: The last resort for finding the loader (``ldconfig``'s cache); tests replace it.
-find_library: Callable[[str], str | None] = ctypes.util.find_library
+def find_library(name: str) -> str | None:
+    """``ctypes.util.find_library`` (ldconfig's cache), imported only on a machine with an Intel
+    GPU: ctypes is not on the path of a machine without one."""
+    import ctypes.util
+
+    return ctypes.util.find_library(name)
+
 
 _CARD = re.compile(r"^card(\d+)$")
 

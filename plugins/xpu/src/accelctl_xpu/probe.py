@@ -20,8 +20,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from accelctl.torch_build import TorchBuild, read_torch_build
+
 from . import driver, runtime
-from .torch_build import TorchBuild, torch_build, torch_lib_folders
 from .visible import AFFINITY_VAR, SELECTOR_VAR, describe_setting, device_selector, visible_devices
 
 INSTALL_HINT = (
@@ -62,20 +63,23 @@ def cheap_probe(environ: Mapping[str, str] | None = None) -> Probe:
     gpus = tuple(driver.intel_gpus()) if linux else ()
     if linux and not gpus:
         return Probe(reason="no Intel GPU driver found (no i915 or xe GPU in /sys/class/drm)")
-    build = torch_build()
+    try:
+        build = read_torch_build()
+    except Exception:  # a broken torch install: say "not installed" rather than crash detect
+        build = None
     if build is None:
         return Probe(gpus=gpus, reason="torch is not installed (pip install torch)")
     base = Probe(torch=build, gpus=gpus)
-    if not build.has_xpu:
+    if not build.xpu:
         return replace(base, reason=f"{build.describe()} is not an XPU build; {INSTALL_HINT}")
     if linux:
-        reason = _linux_stack_reason(environ)
+        reason = _linux_stack_reason(environ, build)
         if reason is not None:
             return replace(base, reason=reason)
     return base
 
 
-def _linux_stack_reason(environ: Mapping[str, str]) -> str | None:
+def _linux_stack_reason(environ: Mapping[str, str], build: TorchBuild) -> str | None:
     nodes = driver.render_nodes()
     if not nodes:
         return (
@@ -87,7 +91,7 @@ def _linux_stack_reason(environ: Mapping[str, str]) -> str | None:
             f"this user may not open /dev/dri/{nodes[0]} "
             "(add it to the 'render' group: sudo usermod -aG render $USER)"
         )
-    if driver.find_loader(environ, torch_lib_folders()) is None:
+    if driver.find_loader(environ, build.lib_folders) is None:
         return (
             f"no Level Zero loader ({driver.LOADER}) found; install Intel's GPU runtime "
             "(the level-zero package) or add its folder to LD_LIBRARY_PATH"
@@ -115,6 +119,26 @@ def count_devices(gpus: int, environ: Mapping[str, str]) -> tuple[int, str]:
     if sysman is not None:
         return len(device_selector(environ.get(SELECTOR_VAR), sysman)), "sysman"
     return len(visible_devices(gpus, environ)), "sysfs"
+
+
+#: What the probe reads from the environment: a change to one of them is a new probe.
+VISIBILITY = (AFFINITY_VAR, SELECTOR_VAR)
+_probes: dict[tuple[str | None, ...], Probe] = {}
+
+
+def current() -> Probe:
+    """This process's probe, made once per setting of the visibility variables, so that
+    ``detect``, ``auto_device_count`` and ``unavailable_reason`` look once."""
+    key = tuple(os.environ.get(name) for name in VISIBILITY)
+    found = _probes.get(key)
+    if found is None:
+        found = _probes[key] = probe()
+    return found
+
+
+def forget() -> None:
+    """Look again at the next :func:`current` (tests; a driver installed meanwhile)."""
+    _probes.clear()
 
 
 def probe(environ: Mapping[str, str] | None = None) -> Probe:

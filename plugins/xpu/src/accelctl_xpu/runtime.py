@@ -17,11 +17,12 @@ import sys
 import warnings
 from typing import Any
 
+from accelctl.torch_build import loaded_torch
+
 
 def in_use() -> bool:
     """True when this process already started torch's XPU runtime (never starts it)."""
-    torch = sys.modules.get("torch")
-    xpu = getattr(torch, "xpu", None)
+    xpu = getattr(loaded_torch(), "xpu", None)
     is_initialized = getattr(xpu, "is_initialized", None)
     return is_initialized is not None and bool(is_initialized())
 

@@ -1,5 +1,6 @@
-"""The plugin record: one per installed entry point, owned by the registry, its state and the
-stage at which loading failed."""
+"""The handle: one object per installed entry point, made by the registry's scan, with its
+identity, its state (and the stage at which loading failed) and its hooks; every consumer reads
+it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import sys
 
 import pytest
 
-from accelctl import PluginConflictError, PluginLoadError, PluginRecord, Registry
-from accelctl._record import LOAD_STAGES
+from accelctl import AcceleratorHandle, PluginConflictError, PluginLoadError
+from accelctl.testing import Registry
 
 from fakedists import FakeSite, good_plugin
 
@@ -31,20 +32,19 @@ def registry(site: FakeSite, environ: dict[str, str] | None = None) -> Registry:
     return Registry(path=site.path, environ=environ or {})
 
 
-def test_a_record_is_not_loaded_until_asked_then_loaded_with_its_handle(
-    fake_site: FakeSite,
-) -> None:
+def test_a_handle_is_not_loaded_until_asked_then_loaded_once(fake_site: FakeSite) -> None:
     fake_site.install("acme-good", {"good": "rec_good"}, {"rec_good": good_plugin("good")}, "2.1")
     reg = registry(fake_site)
-    (record,) = reg.plugin_records("good")
-    assert isinstance(record, PluginRecord)
-    assert record.state == "not-loaded" and record.handle is None
+    (record,) = reg.claimants("good")
+    assert isinstance(record, AcceleratorHandle)
+    assert record.state == "not-loaded" and record.plugin is None
     assert (record.name, record.distribution, record.version) == ("good", "acme-good", "2.1")
     assert record.entry_point == "rec_good"
     assert "rec_good" not in sys.modules  # the scan reads metadata only
-    assert reg.load("good") is record
+    assert record.load() is record
     assert record.state == "loaded" and record.stage is None and record.error is None
-    assert record.handle is reg.get("good")  # the handle lives on the record, loaded once
+    assert reg.get("good") is record  # one object, from the scan to the hook call
+    assert reg.listing()[0].accelerator is record
 
 
 @pytest.mark.parametrize(
@@ -65,26 +65,27 @@ def test_each_load_failure_records_its_stage(
 ) -> None:
     fake_site.install("acme-bad", {"bad": value}, modules)
     reg = registry(fake_site)
-    record = reg.load("bad")
-    assert record.state == "broken" and record.stage == stage and record.handle is None
+    (record,) = reg.claimants("bad")
+    record.load()
+    assert record.state == "broken" and record.stage == stage
     assert isinstance(record.error, PluginLoadError) and message in str(record.error)
     with pytest.raises(PluginLoadError, match=message):  # get() raises what the record says
         reg.get("bad")
-    assert reg.records()[0].error == " ".join(str(record.error).split())
+    assert reg.listing()[0].error == " ".join(str(record.error).split())
 
 
 def test_a_plugin_refused_at_register_keeps_its_object(fake_site: FakeSite) -> None:
     source = good_plugin("bad").replace("def detect", "def detcet")
     fake_site.install("acme-bad", {"bad": "rec_kept"}, {"rec_kept": source})
-    record = registry(fake_site).load("bad")
-    assert record.stage == "register"
+    (record,) = registry(fake_site).claimants("bad")
+    assert record.load().stage == "register"
     assert record.plugin is sys.modules["rec_kept"]  # for the checks to diagnose its hooks
 
 
 def test_an_invalid_name_is_stage_name_and_nothing_is_imported(fake_site: FakeSite) -> None:
     fake_site.install("oddly", {"gpu": "rec_odd"}, {"rec_odd": good_plugin("odd")})
-    record = registry(fake_site).load("gpu")
-    assert (record.state, record.stage) == ("broken", "name")
+    (record,) = registry(fake_site).claimants("gpu")
+    assert (record.load().state, record.stage) == ("broken", "name")
     assert "is reserved" in str(record.error) and "rec_odd" not in sys.modules
 
 
@@ -95,40 +96,43 @@ def test_unreadable_metadata_is_stage_metadata_without_loading(fake_site: FakeSi
         {"rec_meta": good_plugin("meta")},
     )
     reg = registry(fake_site)
-    rows = reg.records(detect=False)  # --no-detect settles it: no plugin code needed
-    (record,) = reg.plugin_records("meta")
+    rows = reg.listing(detect=False)  # --no-detect settles it: no plugin code needed
+    (record,) = reg.claimants("meta")
     assert (record.state, record.stage) == ("broken", "metadata")
     assert rows[0].state == "broken" and "cannot read the entry points" in (rows[0].error or "")
     assert "rec_meta" not in sys.modules
 
 
-def test_two_distributions_claiming_one_name_are_two_records_both_in_conflict(
+def test_two_distributions_claiming_one_name_are_two_handles_both_in_conflict(
     fake_site: FakeSite,
 ) -> None:
     fake_site.install("vendor-a", {"npu": "rec_npu_a"}, {"rec_npu_a": good_plugin("npu")})
     fake_site.install("vendor-b", {"npu": "rec_npu_b"}, {"rec_npu_b": good_plugin("npu")})
     reg = registry(fake_site)
-    records = reg.plugin_records("npu")
+    records = reg.claimants("npu")
     assert [r.distribution for r in records] == ["vendor-a", "vendor-b"]
-    assert reg.load("npu") is records[0]
+    # Known from the metadata alone: --no-detect shows both rows broken.
+    assert [row.state for row in reg.listing(detect=False)] == ["broken", "broken"]
+    with pytest.raises(PluginConflictError, match="vendor-a and vendor-b"):
+        reg.get("npu")
     assert all(r.state == "broken" and r.stage == "conflict" for r in records)
     assert all(isinstance(r.error, PluginConflictError) for r in records)
     assert "rec_npu_a" not in sys.modules and "rec_npu_b" not in sys.modules
 
 
-def test_one_record_per_entry_point(fake_site: FakeSite) -> None:
+def test_one_handle_per_entry_point(fake_site: FakeSite) -> None:
     fake_site.install(
         "acme-two",
         {"one": "rec_one", "two": "rec_two"},
         {"rec_one": good_plugin("one"), "rec_two": good_plugin("two")},
     )
     reg = registry(fake_site)
-    assert [(r.name, r.distribution) for r in reg.plugin_records()] == [
+    assert [(r.name, r.distribution) for r in reg.plugins()] == [
         ("one", "acme-two"),
         ("two", "acme-two"),
     ]
-    reg.records()  # listing loads them: the same records, filled in
-    assert [r.state for r in reg.plugin_records()] == ["loaded", "loaded"]
+    reg.listing()  # listing loads them: the same handles, filled in
+    assert [r.state for r in reg.plugins()] == ["loaded", "loaded"]
 
 
 @pytest.mark.parametrize(
@@ -144,26 +148,24 @@ def test_the_disabled_decision_is_made_once_by_the_registry(
     fake_site.install("acme-off", {"off": "rec_off"}, {"rec_off": "raise SystemExit('imported')"})
     fake_site.install("acme-on", {"on": "rec_on"}, {"rec_on": good_plugin("on")})
     reg = registry(fake_site, environ)
-    (record,) = reg.plugin_records("off")
+    (record,) = reg.claimants("off")
     assert (record.state, record.reason) == ("disabled", reason)
-    assert reg.disabled_reason("off") == reason and reg.disabled_reason("ON") is None
-    assert reg.disabled_names() == ["off"]
-    assert reg.load("off").state == "disabled" and "rec_off" not in sys.modules
+    assert reg.claimants("on")[0].state == "not-loaded"
+    assert record.load().state == "disabled" and "rec_off" not in sys.modules
 
 
 def test_the_stages_are_listed_in_loading_order() -> None:
-    assert LOAD_STAGES == ("metadata", "name", "conflict", "import", "instantiate", "register")
+    assert AcceleratorHandle.STAGES == (
+        "metadata",
+        "name",
+        "conflict",
+        "import",
+        "instantiate",
+        "register",
+    )
 
 
-class _ByPolicy(Registry):
-    """A registry whose disabled decision is not the environment's: every consumer must follow
-    it, which they do only by asking the registry rather than reading the variables."""
-
-    def disabled_reason(self, name: str) -> str | None:
-        return "disabled by site policy" if name == "policed" else None
-
-
-def test_every_consumer_follows_the_registrys_one_disabled_decision(fake_site: FakeSite) -> None:
+def test_every_consumer_reads_the_handles_disabled_state(fake_site: FakeSite) -> None:
     import warnings
 
     from accelctl import AcceleratorUnavailableError, resolve
@@ -172,33 +174,31 @@ def test_every_consumer_follows_the_registrys_one_disabled_decision(fake_site: F
     fake_site.install(
         "acme-policed", {"policed": "rec_policed"}, {"rec_policed": "raise SystemExit('no')"}
     )
-    reg = _ByPolicy(path=fake_site.path, environ={})
-    (record,) = reg.plugin_records("policed")
-    assert (record.state, record.reason) == ("disabled", "disabled by site policy")
-    (row,) = reg.records()
-    assert (row.state, row.reason) == ("disabled", "disabled by site policy")
+    reg = Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "policed"})
+    reason = "disabled by ACCELCTL_DISABLE"
+    (record,) = reg.claimants("policed")
+    assert (record.state, record.reason) == ("disabled", reason)
+    (row,) = reg.listing()
+    assert (row.state, row.reason) == ("disabled", reason)
     (report,) = validate_installed(registry=reg, probe_import=False)
-    assert report.disabled == "disabled by site policy"
-    with pytest.raises(AcceleratorUnavailableError, match="site policy"):
+    assert report.disabled == reason
+    with pytest.raises(AcceleratorUnavailableError, match=reason):
         reg.get("policed")
     with pytest.raises(AcceleratorUnavailableError, match=r"disabled by .*: policed"):
-        resolve("auto", registry=reg)
+        resolve("auto", registry=reg, environ={})
     lightning = pytest.importorskip("accelctl.integrations.lightning")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # skipped as disabled, not warned about as broken
         result = lightning.register_all(registry=reg)
-    assert result.skipped == {"policed": "disabled by site policy"} and result.broken == {}
+    assert result.skipped == {"policed": reason} and result.broken == {}
     assert "rec_policed" not in sys.modules
 
 
 def test_the_concepts_page_names_every_state_and_stage() -> None:
     from pathlib import Path
-    from typing import get_args
-
-    from accelctl._record import PluginState
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "concepts.md").read_text()
-    section = page.split("## 2a. The plugin record", 1)[1].split("\n## ", 1)[0]
-    states = [f'`"{state}"`' for state in get_args(PluginState)]
-    stages = [f"`{stage}`" for stage in LOAD_STAGES]
+    section = page.split("## 2a. One object per plugin", 1)[1].split("\n## ", 1)[0]
+    states = [f'`"{state}"`' for state in AcceleratorHandle.STATES]
+    stages = [f"`{stage}`" for stage in AcceleratorHandle.STAGES]
     assert [word for word in states + stages if word not in section] == []

@@ -1,0 +1,251 @@
+"""Asking many plugins at once: a bounded set of daemon threads and one deadline per plugin.
+
+Where accelctl asks every plugin on the user's behalf (``list``, ``env``, ``stats``, ``"auto"``,
+``"gpu"``, an alias, ``validate``), :func:`run_each` runs one piece of work per plugin (its whole
+probe) in at most :data:`MAX_WORKERS` daemon threads, and waits for each at most
+``ACCELCTL_HOOK_TIMEOUT`` seconds from when that work started. A plugin past its deadline gets its
+:meth:`late` error (naming the hook it is stuck in, read from its thread's stack) and the others
+are unaffected. Python cannot stop a thread: the late one is left running; while it runs, the
+plugin is not asked again (:func:`run_each` answers for it at once), and once it has returned, the
+next :func:`run_each` asks it as usual. Daemon threads never delay the interpreter's exit, which
+is why ``concurrent.futures`` (whose workers are joined at exit) is not used.
+
+Nothing here runs per hook call: a named lookup (``resolve("cuda")``, the Trainer) calls the
+plugin inline, in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
+from typing import Generic, Protocol, TypeVar
+
+from . import _settings
+from ._errors import AccelctlError
+
+#: Threads one :func:`run_each` starts at most: enough for the plugins of one machine; more only
+#: adds GIL contention (1000 plugins: 16 cost half as much CPU again as 8).
+MAX_WORKERS = 8
+
+
+class Askable(Protocol):
+    """What :func:`run_each` asks: a plugin's handle."""
+
+    def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
+        """The error of this plugin past its deadline; ``frame`` is where its thread is."""
+        ...
+
+
+A = TypeVar("A", bound=Askable)
+T = TypeVar("T")
+
+
+class _Task(Generic[A, T]):
+    __slots__ = ("abandoned", "error", "item", "started", "thread", "value", "work")
+
+    def __init__(self, item: A, work: Callable[[A], T]) -> None:
+        self.item, self.work = item, work
+        self.started: float | None = None  # on the clock since then; None: off it
+        self.thread: threading.Thread | None = None
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+
+_local = threading.local()  # .task: the task this worker runs
+#: Plugins whose work is still running past its deadline, and that thread.
+_late: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlError]] = (
+    weakref.WeakKeyDictionary()
+)
+_abandoned: list[threading.Thread] = []
+
+
+def abandoned_threads() -> list[threading.Thread]:
+    """Threads left running plugin code past its deadline that have not ended yet."""
+    _abandoned[:] = [thread for thread in _abandoned if thread.is_alive()]
+    return list(_abandoned)
+
+
+def run_each(
+    items: Sequence[A], work: Callable[[A], T], *, workers: int = MAX_WORKERS
+) -> list[T | AccelctlError]:
+    """``work(item)`` for every item, concurrently; per item its value or the
+    :class:`~accelctl.AccelctlError` it raised or its deadline gave.
+
+    Any other exception ``work`` raises is accelctl's own bug and is raised here.
+
+    :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
+    """
+    timeout = _settings.hook_timeout()
+    if getattr(_local, "task", None) is not None:  # from inside a task: the inner tasks have
+        with off_clock():  # the deadlines, and the outer one waits for them off the clock
+            return _run(items, work, workers, timeout)
+    return _run(items, work, workers, timeout)
+
+
+def _run(
+    items: Sequence[A], work: Callable[[A], T], workers: int, timeout: float | None
+) -> list[T | AccelctlError]:
+    tasks = [_Task(item, work) for item in items]
+    waiting: deque[_Task[A, T]] = deque()
+    for task in tasks:
+        busy = _late.get(task.item)
+        if busy is not None and busy[0].is_alive():
+            task.error = busy[1]  # still stuck since an earlier call: not asked again
+        else:
+            waiting.append(task)
+    running: set[_Task[A, T]] = set()
+    done = threading.Condition()
+    left = [len(waiting)]
+
+    def worker() -> None:
+        while True:
+            with done:
+                if not waiting:
+                    return
+                task = waiting.popleft()
+                running.add(task)
+                task.thread = threading.current_thread()
+                task.started = time.monotonic()
+            _local.task = task
+            try:
+                value, error = task.work(task.item), None
+            except BaseException as exc:  # handed to the caller, as an inline call would
+                value, error = None, exc
+            with done:
+                if task.abandoned:  # given up past its deadline: this thread is done
+                    return
+                task.value, task.error = value, error
+                running.discard(task)
+                left[0] -= 1
+                done.notify_all()
+
+    def start() -> None:
+        threading.Thread(target=worker, name="accelctl-plugin", daemon=True).start()
+
+    with done:
+        for _ in range(min(len(waiting), workers)):
+            start()
+        while left[0]:
+            wait = timeout
+            if timeout is not None:
+                now = time.monotonic()
+                for task in list(running):
+                    started = task.started
+                    if started is None:
+                        continue
+                    remaining = started + timeout - now
+                    if remaining > 0:
+                        wait = min(wait, remaining) if wait is not None else remaining
+                        continue
+                    _give_up(task, timeout)
+                    running.discard(task)
+                    left[0] -= 1
+                    if waiting:
+                        start()  # in place of the stuck one
+            if left[0]:
+                done.wait(wait)
+    results: list[T | AccelctlError] = []
+    for task in tasks:
+        if task.error is None:
+            results.append(task.value)  # type: ignore[arg-type]
+        elif isinstance(task.error, AccelctlError):
+            results.append(task.error)
+        else:
+            raise task.error
+    return results
+
+
+class _Call:
+    """The item of :func:`run_one`: whichever plugin's handle is on the stuck thread's stack."""
+
+    def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
+        from ._plugin import AcceleratorHandle
+
+        inner, owner = frame, None
+        while frame is not None and owner is None:
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, AcceleratorHandle):
+                owner = candidate
+            frame = frame.f_back
+        if owner is not None:
+            return owner.late(seconds, inner)
+        return AccelctlError(f"accelctl did not finish within {seconds:g} s")
+
+
+def run_one(work: Callable[[], T]) -> T:
+    """``work()`` in a worker thread under the deadline (the CLI's named commands, so that a
+    stuck plugin cannot hang them either): its value, or the error it raised or its deadline
+    gave, raised here."""
+    [result] = run_each([_Call()], lambda _: work())
+    if isinstance(result, AccelctlError):
+        raise result
+    return result
+
+
+def _give_up(task: _Task[A, T], timeout: float) -> None:
+    thread = task.thread
+    frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+    task.abandoned = True
+    task.error = error = task.item.late(timeout, frame)
+    if thread is not None:
+        _abandoned.append(thread)
+        _late[task.item] = (thread, error)
+    with _serial:  # a stuck task inside the serial section lets the next one in
+        global _serial_owner
+        if _serial_owner is task:
+            _serial_owner = None
+        _serial.notify_all()
+
+
+def restart_clock() -> None:
+    """Give the current task a new deadline from now (``validate``: one per check)."""
+    task = getattr(_local, "task", None)
+    if task is not None:
+        task.started = time.monotonic()
+
+
+@contextlib.contextmanager
+def off_clock() -> Iterator[None]:
+    """Run accelctl's own slow work (a subprocess with its own timeout) outside the deadline."""
+    task = getattr(_local, "task", None)
+    if task is not None:
+        task.started = None
+    try:
+        yield
+    finally:
+        restart_clock()
+
+
+_serial = threading.Condition()
+_serial_owner: object | None = None
+
+
+@contextlib.contextmanager
+def one_at_a_time() -> Iterator[None]:
+    """A section run by one thread at a time (importing plugins: ``sys.path`` and the variables
+    are compared before and after each import). Waiting to enter is off the clock; a task given
+    up inside it lets the next one in."""
+    global _serial_owner
+    task = getattr(_local, "task", None)
+    me: object = task if task is not None else object()
+    with _serial:
+        if task is not None:
+            task.started = None
+        while _serial_owner is not None:
+            _serial.wait()
+        _serial_owner = me
+    restart_clock()
+    try:
+        yield
+    finally:
+        with _serial:
+            if _serial_owner is me:
+                _serial_owner = None
+                _serial.notify_all()

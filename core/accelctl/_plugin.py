@@ -1,0 +1,411 @@
+"""One installed plugin: :class:`AcceleratorHandle`, its identity, its state and its hooks.
+
+A handle is made for each installed entry point when the registry scans them (or by
+:meth:`AcceleratorHandle.from_object` for a plugin object passed in directly). It loads its
+plugin on first use, once, and every consumer (``accelctl list``, ``validate``, ``env``,
+``stats``, selection, the Trainer, the Lightning bridge) reads the same handle. Each hook method
+calls the plugin's function directly, in the caller's thread, and checks what it returns
+(:mod:`accelctl._returns`): a plugin that raises or returns something else becomes a
+:class:`~accelctl.PluginHookError` naming it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from . import _fanout
+from ._accelerator import Accelerator
+from ._discovery import Found, folder_of, read_name_and_version, reinstall_hint
+from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError
+from ._info import AcceleratorInfo, is_valid_name
+from ._isolation import contain, failure_text, keep_stdout, original, watch_import
+from ._loading import HookDiagnosis, hook_table, instantiate, name_of
+from ._project import RESERVED_NAMES
+from ._returns import RETURN_CHECKS
+from ._status import AcceleratorStatus
+from ._text import clean, describe_exception, one_line, quote, safe_repr, safe_str
+
+if TYPE_CHECKING:
+    import torch
+
+#: ``not-loaded``: found, not imported yet; ``loaded``: its hooks can be called; ``disabled``:
+#: ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` keep it from being imported; ``broken``: loading
+#: failed at :attr:`~AcceleratorHandle.stage` with :attr:`~AcceleratorHandle.error`.
+State = Literal["not-loaded", "loaded", "disabled", "broken"]
+#: Where loading failed, in the order loading runs.
+Stage = Literal["metadata", "name", "conflict", "import", "instantiate", "register"]
+LOAD_STAGES: tuple[Stage, ...] = (
+    "metadata",
+    "name",
+    "conflict",
+    "import",
+    "instantiate",
+    "register",
+)
+
+
+class AcceleratorHandle:
+    """One accelerator plugin: who it is, how loading it went, and a method per hook.
+
+    Obtained from :func:`accelctl.get_accelerator`, :func:`accelctl.resolve`,
+    :func:`accelctl.list_accelerators` or :meth:`from_object`.
+    """
+
+    #: Every :attr:`state`, and every :attr:`stage` in the order loading runs.
+    STATES: tuple[State, ...] = ("not-loaded", "loaded", "disabled", "broken")
+    STAGES: tuple[Stage, ...] = (
+        "metadata",
+        "name",
+        "conflict",
+        "import",
+        "instantiate",
+        "register",
+    )
+
+    def __init__(self, name: str, found: Found | None = None) -> None:
+        #: The canonical name: the entry point's name (or the object's, see :meth:`from_object`).
+        self.name = name
+        self._found = found
+        self._identity: tuple[str | None, str | None] | None = None
+        self.state: State = "not-loaded"
+        #: The stage that failed, with :attr:`error`; None unless broken.
+        self.stage: Stage | None = None
+        #: Why loading failed; None unless broken.
+        self.error: AccelctlError | None = None
+        #: Why it is disabled (names the variable); None unless disabled.
+        self.reason: str | None = None
+        #: The plugin object (module or instance) once imported, kept when registering it failed.
+        self.plugin: object | None = None
+        #: pluggy's verdict on its hooks, once registering ran.
+        self.diagnosis: HookDiagnosis | None = None
+        self._hooks: dict[str, Callable[..., Any]] | None = None
+        self._codes: dict[object, str] = {}
+        self._info: AcceleratorInfo | None = None
+        self._raised = False
+        if found is not None and found.problem:
+            self._fail("metadata", PluginLoadError(f"{self.describe()}: {found.problem}"))
+
+    @classmethod
+    def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
+        """A handle on a plugin object without an entry point: an :class:`Accelerator` instance
+        or subclass, or a module or object with ``@accelctl.hookimpl`` functions.
+
+        :raises PluginLoadError: it cannot be instantiated or its hooks break the specs.
+        """
+        if isinstance(obj, cls):
+            return obj
+        handle = cls(name or name_of(obj))
+        with _fanout.one_at_a_time():
+            handle._load(obj)
+        handle.check()
+        return handle
+
+    # -- identity -----------------------------------------------------------------------------
+
+    @property
+    def distribution(self) -> str | None:
+        """The distribution that installed the plugin; None for an object passed in directly."""
+        return self._read_identity()[0]
+
+    @property
+    def version(self) -> str | None:
+        """That distribution's version."""
+        return self._read_identity()[1]
+
+    @property
+    def entry_point(self) -> str | None:
+        """The entry point's value (``"module:attr"``); None for an object passed in directly."""
+        return None if self._found is None else self._found.value
+
+    def _read_identity(self) -> tuple[str | None, str | None]:
+        if self._identity is None:
+            self._identity = None, None
+            if self._found is not None:
+                dist = self._found.dist
+                try:
+                    self._identity = read_name_and_version(dist)
+                except Exception as exc:  # a broken METADATA: named, never fatal to the others
+                    key = getattr(dist, "_normalized_name", None)
+                    self._identity = key, None
+                    self._fail(
+                        "metadata",
+                        PluginLoadError(
+                            f"{self.describe()}: cannot read the metadata of distribution "
+                            f"{key or '?'} ({folder_of(dist, 'METADATA')}): "
+                            f"{describe_exception(exc)}; {reinstall_hint(key)}"
+                        ),
+                    )
+        return self._identity
+
+    def describe(self) -> str:
+        """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it."""
+        dist, version = self._read_identity()
+        if dist:
+            return f"accelerator {self.name!r} ({dist}{f' {version}' if version else ''})"
+        return f"accelerator {self.name!r}"
+
+    def __repr__(self) -> str:
+        return f"<AcceleratorHandle {self.describe()} {self.state}>"
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def _fail(self, stage: Stage, error: AccelctlError) -> None:
+        if self.state != "broken":
+            self.state, self.stage, self.error = "broken", stage, error
+            self._hooks = None
+
+    def load(self) -> AcceleratorHandle:
+        """Import, instantiate and validate the plugin, once; never raises for its failure
+        (:attr:`state`, :attr:`stage` and :attr:`error` say how it went). A disabled plugin is
+        not imported. Returns the handle."""
+        self._read_identity()
+        if self.state == "not-loaded" and self._found is not None:
+            with _fanout.one_at_a_time():
+                if self.state == "not-loaded":
+                    self._import()
+        return self
+
+    def _import(self) -> None:
+        found = self._found
+        assert found is not None
+        if found.name in RESERVED_NAMES or not is_valid_name(found.name):
+            problem = (
+                f"entry point name {found.name!r} is reserved (reserved: "
+                f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
+                if found.name in RESERVED_NAMES
+                else f"entry point name {quote(found.name)} is not a valid accelerator name; "
+                "use lowercase letters, digits, '_' and '-'"
+            )
+            self._fail("name", PluginLoadError(f"{self.describe()}: {problem}"))
+            return
+        try:
+            with watch_import(self.describe()):
+                obj = metadata.EntryPoint(found.name, found.value, found.group).load()
+        except BaseException as exc:  # anything the plugin raised, its sys.exit() included
+            caught = contain(exc)
+            error = PluginLoadError(
+                f"{self.describe()}: importing {quote(found.value)} failed: {failure_text(caught)}"
+            )
+            error.__cause__ = original(caught)
+            self._fail("import", error)
+            return
+        finally:
+            keep_stdout()
+        self._load(obj)
+
+    def _load(self, obj: object) -> None:
+        try:
+            plugin = instantiate(obj, self.describe())
+        except PluginLoadError as exc:
+            self._fail("instantiate", exc)
+            return
+        if isinstance(plugin, Accelerator) and self._found is not None:
+            plugin.bind_entry_point(self.name)
+        self.plugin = plugin
+        table, self.diagnosis, error = hook_table(plugin, self.describe())
+        keep_stdout()
+        if error is not None:
+            self._fail("register", error)
+            return
+        assert table is not None
+        self._hooks = table
+        for hook, function in table.items():
+            self._codes[getattr(function, "__code__", None)] = hook
+        self.state = "loaded"
+
+    def check(self) -> AcceleratorHandle:
+        """Load the plugin and return the handle, or raise why it cannot be used.
+
+        :raises AcceleratorUnavailableError: it is disabled.
+        :raises PluginLoadError: it failed to load (the same error each time, raised anew).
+        """
+        self.load()
+        if self.state == "loaded":
+            return self
+        if self.state == "disabled":
+            from ._errors import AcceleratorUnavailableError
+
+            name = self.name
+            raise AcceleratorUnavailableError(
+                f"accelerator {name!r} is {self.reason}; unset or change it to use {name!r}",
+                name=name,
+                reason=self.reason,
+            )
+        assert self.error is not None
+        if not self._raised:
+            self._raised = True
+            raise self.error
+        # Raised anew each time, chained to the first: a caller adding context to the error it
+        # caught must not change what the next one sees.
+        copy = type(self.error)(str(self.error))
+        copy.__dict__.update(self.error.__dict__)
+        raise copy from self.error
+
+    def implements(self, hook: str) -> bool:
+        """True when the loaded plugin implements ``hook`` (optional hooks may be absent)."""
+        return self._function(hook) is not None
+
+    # -- calling hooks ------------------------------------------------------------------------
+
+    def _loaded_hooks(self) -> dict[str, Callable[..., Any]]:
+        hooks = self.check()._hooks
+        assert hooks is not None
+        return hooks
+
+    def _function(self, hook: str) -> Callable[..., Any] | None:
+        hooks = self._hooks if self._hooks is not None else self._loaded_hooks()
+        return hooks.get(hook)
+
+    def _failed(self, hook: str, exc: BaseException) -> AccelctlError:
+        """The error for what ``hook`` raised (a ``DeviceSpecError`` from the device hooks
+        passes through, its parts filled in); a Ctrl-C is raised as it is."""
+        if isinstance(exc, DeviceSpecError) and hook in ("parse_devices", "get_parallel_devices"):
+            if exc.accelerator is None:
+                exc.accelerator = self.name
+            return exc
+        caught = contain(exc)
+        error = PluginHookError(
+            f"{self.describe()}: hook {hook}() raised {failure_text(caught)}",
+            name=self.name,
+            hook=hook,
+            distribution=self.distribution,
+        )
+        error.__cause__ = original(caught)
+        return error
+
+    def _returned(self, hook: str, value: Any) -> Any:
+        try:
+            return RETURN_CHECKS[hook](value)
+        except Exception as exc:  # TypeError/ValueError from the checks, or the value's own
+            raise PluginHookError(
+                f"{self.describe()}: hook {hook}() returned {safe_repr(value)} "
+                f"({type(value).__name__}); {clean(safe_str(exc))}",
+                name=self.name,
+                hook=hook,
+                distribution=self.distribution,
+            ) from exc
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        function = self._function(hook)
+        if function is None:
+            return None
+        try:
+            value = function(*args)
+        except BaseException as exc:
+            raise self._failed(hook, exc)  # noqa: B904 - the cause is set: what the plugin raised
+        return self._returned(hook, value)
+
+    def detect(self) -> bool:
+        """True when the accelerator can run torch work here now."""
+        hooks = self._hooks if self._hooks is not None else self._loaded_hooks()
+        try:
+            value = hooks["detect"]()
+        except BaseException as exc:
+            raise self._failed("detect", exc)  # noqa: B904 - the cause is set
+        return value if value is True or value is False else self._returned("detect", value)
+
+    def auto_device_count(self) -> int:
+        """Devices visible here; 0 when not detected."""
+        return int(self._call("auto_device_count"))
+
+    def parse_devices(self, devices: Any) -> int | list[int]:
+        """Normalise a devices spec; raises :class:`~accelctl.DeviceSpecError` for bad ones."""
+        try:
+            result: int | list[int] = self._call("parse_devices", devices)
+        except DeviceSpecError as exc:
+            if exc.spec is None:
+                exc.spec = devices
+            raise
+        return result
+
+    def get_parallel_devices(self, devices: Any) -> list[torch.device]:
+        """One ``torch.device`` per process for what :meth:`parse_devices` returned."""
+        if "torch" not in sys.modules:
+            from .torch_build import import_torch
+
+            with _fanout.off_clock():  # torch's first import is not the plugin's time
+                import_torch()  # accelctl's own: a malformed package cannot break it
+        result: list[torch.device] = self._call("get_parallel_devices", devices)
+        return result
+
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``."""
+        result: dict[str, int | float] = self._call("device_stats", device)
+        return result
+
+    def unavailable_reason(self) -> str | None:
+        """Why the accelerator is not available here, when the plugin says."""
+        result: str | None = self._call("unavailable_reason")
+        return result
+
+    @property
+    def info(self) -> AcceleratorInfo:
+        """The plugin's :class:`~accelctl.AcceleratorInfo` (defaults when it has no
+        ``accelerator_info`` hook), read once."""
+        if self._info is None:
+            self._info = self.accelerator_info()
+        return self._info
+
+    def accelerator_info(self) -> AcceleratorInfo:
+        """Call the ``accelerator_info`` hook (uncached; see :attr:`info`)."""
+        result: AcceleratorInfo | None = self._call("accelerator_info")
+        return AcceleratorInfo() if result is None else result
+
+    def setup_device(self, device: torch.device) -> None:
+        """Make ``device`` current in this process (nothing when the plugin has no such hook)."""
+        self._call("setup_device", device)
+
+    def teardown(self) -> None:
+        """Release what the accelerator holds (nothing when the plugin has no such hook)."""
+        self._call("teardown")
+
+    def environment_info(self) -> dict[str, str | int | float | bool | None]:
+        """The plugin's facts for ``accelctl env`` (``{}`` when it has no such hook)."""
+        result: dict[str, str | int | float | bool | None] | None = self._call("environment_info")
+        return {} if result is None else result
+
+    # -- asked with the others ----------------------------------------------------------------
+
+    def probe(self) -> AcceleratorStatus:
+        """Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected,
+        its devices or why not. Never raises for the plugin's failure (the status says it)."""
+        if self.state == "disabled":
+            return AcceleratorStatus(self, reason=self.reason)
+        self.load()
+        if self.state != "loaded" or self._hooks is None:
+            return AcceleratorStatus(self, error=one_line(self.error or "not loaded"))
+        try:
+            info = self.info
+            try:
+                detected = self._hooks["detect"]()
+            except BaseException as exc:
+                raise self._failed("detect", exc)  # noqa: B904 - the cause is set
+            if detected is not True and detected is not False:
+                detected = self._returned("detect", detected)
+            if detected:
+                return AcceleratorStatus(self, True, self.auto_device_count(), info=info)
+            return AcceleratorStatus(self, False, 0, self.unavailable_reason(), info=info)
+        except AccelctlError as exc:
+            return AcceleratorStatus(self, error=one_line(exc))
+
+    def late(self, seconds: float, frame: FrameType | None) -> PluginHookError:
+        """The error of this plugin when it has not answered within ``seconds`` (read from where
+        its thread is: the outermost of its hook functions on the stack, else its import)."""
+        doing = "its import" if self.state == "not-loaded" else "its hooks"
+        while frame is not None:
+            hook = self._codes.get(frame.f_code)
+            if hook is not None:
+                doing = f"{hook}()"
+            frame = frame.f_back
+        return PluginHookError(
+            f"{self.describe()}: {doing} did not answer within {seconds:g} s "
+            "(ACCELCTL_HOOK_TIMEOUT: how long accelctl waits for each plugin where it asks "
+            "several at once)",
+            name=self.name,
+            distribution=self.distribution,
+            hook=doing.removesuffix("()") if doing.endswith("()") else None,
+        )

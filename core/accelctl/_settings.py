@@ -1,0 +1,161 @@
+"""accelctl's own settings: every ``ACCELCTL_*`` variable, read here and nowhere else.
+
+:data:`VARIABLES` is the table of them (docs/concepts.md section 10 shows the same table; a test
+keeps the two equal, and another that no other module names an ``ACCELCTL_*`` variable). Each is
+read at one documented time, before any plugin code can change it:
+
+- ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``: at a registry's first scan, before it imports any
+  plugin;
+- ``ACCELCTL_ACCELERATOR`` / ``ACCELCTL_DEVICES``: when :func:`accelctl.resolve` starts;
+- ``ACCELCTL_HOOK_TIMEOUT``: when accelctl starts asking several plugins at once;
+- ``ACCELCTL_COLLECTIVE_TIMEOUT``: when a Trainer joins its process group;
+- ``ACCELCTL_LAUNCHER_PID``: when a launched child starts (set by the launcher, not by people);
+- all of them, as they are, when ``accelctl env`` reports what is set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._errors import AccelctlError
+
+ACCELERATOR = "ACCELCTL_ACCELERATOR"
+PLUGINS = "ACCELCTL_PLUGINS"
+DISABLE = "ACCELCTL_DISABLE"
+DEVICES = "ACCELCTL_DEVICES"
+HOOK_TIMEOUT = "ACCELCTL_HOOK_TIMEOUT"
+COLLECTIVE_TIMEOUT = "ACCELCTL_COLLECTIVE_TIMEOUT"
+LAUNCHER_PID = "ACCELCTL_LAUNCHER_PID"
+
+#: Seconds accelctl waits for one plugin's answer where it asks several at once.
+DEFAULT_HOOK_TIMEOUT_S = 10.0
+#: Seconds a collective of the Trainer's process group may wait for the other processes.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
+
+#: name -> what it means (the table of docs/concepts.md section 10).
+VARIABLES: dict[str, str] = {
+    ACCELERATOR: 'what accelerator="auto" means (`cpu` keeps a script off the GPU)',
+    PLUGINS: "comma list: load only these plugins (set and empty: none)",
+    DISABLE: "comma list: never load these plugins",
+    DEVICES: 'what devices="auto" means (set by `accelctl launch` for its children)',
+    HOOK_TIMEOUT: f"seconds one plugin may take to answer where accelctl asks several at once "
+    f"(default {DEFAULT_HOOK_TIMEOUT_S:g}; `none` or `0`: no deadline)",
+    COLLECTIVE_TIMEOUT: f"seconds a collective of the Trainer may wait for the other processes "
+    f"(default {DEFAULT_COLLECTIVE_TIMEOUT_S:g})",
+    LAUNCHER_PID: "set by `accelctl launch` in its children, which die with it",
+}
+
+#: The variables a plugin's import must leave alone (restored and reported when it does not).
+USER_CHOICES = (ACCELERATOR, PLUGINS, DISABLE, DEVICES)
+
+
+class SettingError(AccelctlError, ValueError):
+    """An ``ACCELCTL_*`` variable holds what it cannot mean (the user's error, never a
+    plugin's)."""
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def _names(value: str) -> frozenset[str]:
+    return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class PluginFilter:
+    """``ACCELCTL_PLUGINS`` (``allow``: None when unset, every plugin) and ``ACCELCTL_DISABLE``."""
+
+    allow: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> PluginFilter:
+        """Read both variables now (a registry does so at its first scan)."""
+        env = _environ(environ)
+        allow = env.get(PLUGINS)
+        return cls(None if allow is None else _names(allow), _names(env.get(DISABLE, "")))
+
+    @property
+    def active(self) -> bool:
+        """True when either variable narrows the plugins."""
+        return self.allow is not None or bool(self.deny)
+
+    def blocked_reason(self, name: str) -> str | None:
+        """Why ``name`` must not be imported, naming the variable; None when it may be."""
+        if name in self.deny:
+            return f"disabled by {DISABLE}"
+        if self.allow is not None and name not in self.allow:
+            return (
+                f"disabled: {PLUGINS}={','.join(sorted(self.allow)) or '<empty>'} does not list it"
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset)."""
+
+    accelerator: str = ""
+    devices: str = ""
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> Selection:
+        """Read both variables now (:func:`accelctl.resolve` does so when it starts)."""
+        env = _environ(environ)
+        return cls(env.get(ACCELERATOR, "").strip(), env.get(DEVICES, "").strip())
+
+
+def _seconds(
+    name: str, default: float, environ: Mapping[str, str] | None, off: bool
+) -> float | None:
+    raw = _environ(environ).get(name, "").strip()
+    if not raw:
+        return default
+    if off and raw.lower() in ("0", "none", "off"):
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    # threading's waits overflow past about 9e9 s (their C limit); a year is "forever" enough.
+    if not 0 < seconds <= 366 * 24 * 3600:
+        forever = ", or 'none' to wait forever" if off else ""
+        raise SettingError(
+            f"{name}={raw[:40]!r} is not accepted: give a number of seconds > 0 (at most a "
+            f"year; default {default:g}){forever}"
+        )
+    return seconds
+
+
+def hook_timeout(environ: Mapping[str, str] | None = None) -> float | None:
+    """``ACCELCTL_HOOK_TIMEOUT`` in seconds; None: no deadline.
+
+    :raises SettingError: for a value that is not a positive number of seconds.
+    """
+    return _seconds(HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT_S, environ, off=True)
+
+
+def collective_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """``ACCELCTL_COLLECTIVE_TIMEOUT`` in seconds.
+
+    :raises SettingError: for a value that is not a positive number of seconds.
+    """
+    seconds = _seconds(COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_S, environ, off=False)
+    assert seconds is not None
+    return seconds
+
+
+def set_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of :data:`VARIABLES` that are set, as they are (``accelctl env``)."""
+    env = _environ(environ)
+    return {name: env[name] for name in VARIABLES if name in env}
+
+
+def launcher_pid(environ: Mapping[str, str] | None = None) -> int | None:
+    """The launcher's process id in a child of ``accelctl launch``; None elsewhere."""
+    raw = _environ(environ).get(LAUNCHER_PID, "").strip()
+    return int(raw) if raw.isdigit() else None

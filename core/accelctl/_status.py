@@ -1,0 +1,120 @@
+"""How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``.
+
+A status is a view: the plugin's identity and load state are read from its handle, and what its
+hooks said (available, devices, why not) is kept beside it, for this one listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._errors import AccelctlError
+from ._info import AcceleratorInfo
+from ._text import one_line
+
+if TYPE_CHECKING:
+    from ._plugin import AcceleratorHandle
+
+
+@dataclass(frozen=True)
+class AcceleratorStatus:
+    """One installed accelerator and what its hooks said here.
+
+    ``available`` and ``device_count`` are None when detection did not run (``--no-detect``), the
+    plugin is disabled, or it is broken. ``reason`` says why a working plugin is unavailable or
+    disabled; ``error`` is the one-line cause of a broken plugin (it failed to load, or a hook
+    raised, broke its specification or did not answer).
+    """
+
+    accelerator: AcceleratorHandle
+    available: bool | None = None
+    device_count: int | None = None
+    reason: str | None = None
+    error: str | None = None
+    info: AcceleratorInfo | None = None
+
+    @classmethod
+    def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
+        """From package metadata alone (no plugin code runs): disabled, broken (its metadata
+        cannot be read, two distributions claim its name, or it was loaded already and failed),
+        else not run."""
+        handle.distribution  # noqa: B018 - reads the metadata, which may break the handle
+        if handle.state == "broken" and handle.error is not None:
+            return cls(handle, error=one_line(handle.error))
+        return cls(handle, reason=handle.reason)
+
+    @property
+    def name(self) -> str:
+        """The accelerator's canonical name."""
+        return self.accelerator.name
+
+    @property
+    def distribution(self) -> str | None:
+        """The distribution that installed the plugin."""
+        return self.accelerator.distribution
+
+    @property
+    def version(self) -> str | None:
+        """That distribution's version."""
+        return self.accelerator.version
+
+    @property
+    def family(self) -> str | None:
+        """The accelerator's family (``"gpu"``), where its info was read."""
+        return self.info.family if self.info else None
+
+    @property
+    def priority(self) -> int | None:
+        """Its priority under ``"auto"``, where its info was read."""
+        return self.info.priority if self.info else None
+
+    @property
+    def description(self) -> str | None:
+        """Its description, where its info was read."""
+        return self.info.description if self.info else None
+
+    @property
+    def state(self) -> str:
+        """``"available"``, ``"unavailable"``, ``"disabled"``, ``"broken"`` or ``"not-run"``."""
+        if self.error is not None:
+            return "broken"
+        if self.accelerator.state == "disabled":
+            return "disabled"
+        if self.available is None:
+            return "not-run"
+        return "available" if self.available else "unavailable"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of ``accelctl list --json``."""
+        info = self.info
+        return {
+            "name": self.name,
+            "available": self.available,
+            "device_count": self.device_count,
+            "family": self.family,
+            "priority": self.priority,
+            "distribution": self.distribution,
+            "version": self.version,
+            "entry_point": self.accelerator.entry_point,
+            "description": self.description,
+            "distributed_backend": info.distributed_backend if info else None,
+            "aliases": list(info.aliases) if info else [],
+            "state": self.state,
+            "reason": self.reason,
+            "error": self.error,
+        }
+
+
+def settle(
+    handles: Sequence[AcceleratorHandle], probed: Sequence[AcceleratorStatus | AccelctlError]
+) -> list[AcceleratorStatus]:
+    """The statuses of a probe of ``handles``: a plugin that did not answer in time (its
+    :class:`~accelctl.AccelctlError` in ``probed``) is a broken row."""
+    return [
+        result
+        if isinstance(result, AcceleratorStatus)
+        else AcceleratorStatus(handle, error=one_line(result))
+        for handle, result in zip(handles, probed, strict=True)
+    ]
