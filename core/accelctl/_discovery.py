@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ._errors import PluginWarning
-from ._project import ENTRY_POINT_GROUP
+from ._info import is_valid_name
+from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
 from ._text import describe_exception, quote
 
 TORCH_BACKENDS_GROUP = "torch.backends"
@@ -37,6 +38,35 @@ class Found:
     value: str
     dist: metadata.Distribution
     problem: str | None = None
+
+    def identity(self) -> tuple[str | None, str | None, str | None]:
+        """The distribution's name and version from its metadata, and why they cannot be read
+        (None when they can)."""
+        try:
+            return (*read_name_and_version(self.dist), None)
+        except Exception as exc:  # a broken METADATA: named, never fatal to the others
+            key = getattr(self.dist, "_normalized_name", None)
+            return (
+                key,
+                None,
+                f"cannot read the metadata of distribution {key or '?'} "
+                f"({folder_of(self.dist, 'METADATA')}): {describe_exception(exc)}; "
+                f"{reinstall_hint(key)}",
+            )
+
+    def name_problem(self) -> str | None:
+        """Why the entry point's name cannot be an accelerator's, or None when it can."""
+        if self.name in RESERVED_NAMES:
+            return (
+                f"entry point name {self.name!r} is reserved (reserved: "
+                f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
+            )
+        if not is_valid_name(self.name):
+            return (
+                f"entry point name {quote(self.name)} is not a valid accelerator name; use "
+                "lowercase letters, digits, '_' and '-'"
+            )
+        return None
 
 
 def folder_of(dist: metadata.Distribution, filename: str = "") -> str:

@@ -19,15 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from . import _fanout
 from ._accelerator import Accelerator
-from ._discovery import Found, folder_of, read_name_and_version, reinstall_hint
+from ._discovery import Found
 from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError
-from ._info import AcceleratorInfo, is_valid_name
+from ._info import AcceleratorInfo
 from ._isolation import contain, failure_text, keep_stdout, original, watch_import
 from ._loading import HookDiagnosis, hook_table, instantiate, name_of
-from ._project import RESERVED_NAMES
 from ._returns import RETURN_CHECKS
 from ._status import AcceleratorStatus
-from ._text import clean, describe_exception, one_line, quote, safe_repr, safe_str
+from ._text import clean, one_line, quote, safe_repr, safe_str
 
 if TYPE_CHECKING:
     import torch
@@ -125,20 +124,10 @@ class AcceleratorHandle:
         if self._identity is None:
             self._identity = None, None
             if self._found is not None:
-                dist = self._found.dist
-                try:
-                    self._identity = read_name_and_version(dist)
-                except Exception as exc:  # a broken METADATA: named, never fatal to the others
-                    key = getattr(dist, "_normalized_name", None)
-                    self._identity = key, None
-                    self._fail(
-                        "metadata",
-                        PluginLoadError(
-                            f"{self.describe()}: cannot read the metadata of distribution "
-                            f"{key or '?'} ({folder_of(dist, 'METADATA')}): "
-                            f"{describe_exception(exc)}; {reinstall_hint(key)}"
-                        ),
-                    )
+                dist, version, problem = self._found.identity()
+                self._identity = dist, version
+                if problem:
+                    self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
         return self._identity
 
     def describe(self) -> str:
@@ -172,14 +161,8 @@ class AcceleratorHandle:
     def _import(self) -> None:
         found = self._found
         assert found is not None
-        if found.name in RESERVED_NAMES or not is_valid_name(found.name):
-            problem = (
-                f"entry point name {found.name!r} is reserved (reserved: "
-                f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
-                if found.name in RESERVED_NAMES
-                else f"entry point name {quote(found.name)} is not a valid accelerator name; "
-                "use lowercase letters, digits, '_' and '-'"
-            )
+        problem = found.name_problem()
+        if problem:
             self._fail("name", PluginLoadError(f"{self.describe()}: {problem}"))
             return
         try:

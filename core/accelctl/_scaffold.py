@@ -91,7 +91,7 @@ def render(names: PluginNames) -> dict[str, str]:
     """The package's files: relative path -> content."""
     values = names.substitutions()
     files = {
-        "pyproject.toml": "pyproject.toml",
+        "pyproject.toml": "pyproject.toml.txt",
         "README.md": "README.md",
         f"src/{names.module}/__init__.py": "module.py.txt",
         f"src/{names.module}/py.typed": None,
