@@ -32,6 +32,8 @@ from ._errors import AccelctlError
 #: Threads one :func:`run_each` starts at most: enough for the plugins of one machine; more only
 #: adds GIL contention (1000 plugins: 16 cost half as much CPU again as 8).
 MAX_WORKERS = 8
+#: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
+POLL_S = 0.2
 
 
 class Askable(Protocol):
@@ -150,7 +152,9 @@ def _run(
                     if waiting:
                         start()  # in place of the stuck one
             if left[0]:
-                done.wait(wait)
+                # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
+                # handled by Python in the main thread only once that thread runs again.
+                done.wait(POLL_S if wait is None else min(wait, POLL_S))
     results: list[T | AccelctlError] = []
     for task in tasks:
         if task.error is None:

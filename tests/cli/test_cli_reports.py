@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import json
 
-from click.testing import CliRunner, Result
-
-from accelctl.cli import cli
+from cliharness import Cli
 
 from fakedists import FakeSite, good_plugin
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
-def test_resolve_json_error_is_a_json_object_on_stdout(fake_site: FakeSite) -> None:
+def test_resolve_json_error_is_a_json_object_on_stdout(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
-    result = invoke("resolve", "--accelerator", "goood", "--json")
+    result = cli("resolve", "--accelerator", "goood", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     assert document["error_type"] == "UnknownAcceleratorError"
@@ -27,24 +21,24 @@ def test_resolve_json_error_is_a_json_object_on_stdout(fake_site: FakeSite) -> N
     assert result.stderr == f"error: {document['error']}\n"
 
 
-def test_resolve_json_error_for_a_bad_devices_spec(fake_site: FakeSite) -> None:
+def test_resolve_json_error_for_a_bad_devices_spec(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
-    result = invoke("resolve", "-a", "good", "-d", "7", "--json")
+    result = cli("resolve", "-a", "good", "-d", "7", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     assert document["error_type"] == "DeviceSpecError"
     assert "good: devices='7' asks for 7 devices, more than are visible" in document["error"]
 
 
-def test_resolve_without_json_prints_nothing_on_stdout_on_error() -> None:
-    result = invoke("resolve", "--accelerator", "nope")
+def test_resolve_without_json_prints_nothing_on_stdout_on_error(cli: Cli) -> None:
+    result = cli("resolve", "--accelerator", "nope")
     assert result.exit_code == 1 and result.stdout == ""
 
 
-def test_validate_reports_a_disabled_plugin_as_disabled(fake_site: FakeSite) -> None:
+def test_validate_reports_a_disabled_plugin_as_disabled(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
     env = {"ACCELCTL_PLUGINS": "cpu,good", "ACCELCTL_DISABLE": "cpu"}
-    result = invoke("validate", env=env)
+    result = cli("validate", env=env)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert (
@@ -56,14 +50,14 @@ def test_validate_reports_a_disabled_plugin_as_disabled(fake_site: FakeSite) -> 
     verdict, _, disabled = lines[-1].partition("; disabled, not validated: ")
     assert verdict == "1 accelerator(s) validated, all passed"
     assert "cpu" in disabled.split(", ")
-    report = {r["name"]: r for r in json.loads(invoke("validate", "--json", env=env).stdout)}
+    report = {r["name"]: r for r in json.loads(cli("validate", "--json", env=env).stdout)}
     assert report["cpu"]["passed"] is None
     assert report["cpu"]["disabled"] == "disabled by ACCELCTL_DISABLE"
     assert report["good"]["passed"] is True and report["good"]["disabled"] is None
 
 
-def test_validate_when_every_plugin_is_disabled() -> None:
-    result = invoke("validate", env={"ACCELCTL_PLUGINS": "cpu", "ACCELCTL_DISABLE": "cpu"})
+def test_validate_when_every_plugin_is_disabled(cli: Cli) -> None:
+    result = cli("validate", env={"ACCELCTL_PLUGINS": "cpu", "ACCELCTL_DISABLE": "cpu"})
     assert result.exit_code == 0
     last = result.stdout.splitlines()[-1]
     assert last.startswith("disabled, not validated: ") and "cpu" in last

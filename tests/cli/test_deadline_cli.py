@@ -7,15 +7,12 @@ hang guard (a stuck CLI fails the test instead of hanging the run), far above wh
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
-from click.testing import CliRunner
-
-from accelctl.cli import cli
+from cliharness import Cli
 
 from fakedists import GATE_MODULE, FakeSite, good_plugin, waiting_plugin
 
@@ -32,7 +29,7 @@ FOREVER_DETECT = """
 #: The deadline these tests set. A working plugin in the same run must answer within it even on a
 #: loaded 2-core machine, so it is generous; the hung plugin never answers, so only the tests'
 #: length grows with it (each waits for it once).
-DEADLINE_S = 5
+DEADLINE_S = 3
 
 
 @pytest.fixture
@@ -46,25 +43,15 @@ def hung_site(fake_site: FakeSite) -> FakeSite:
     return fake_site
 
 
-def accelctl(site: FakeSite, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=os.pathsep.join([*site.path, env.get("PYTHONPATH", "")]),
-        ACCELCTL_HOOK_TIMEOUT=str(DEADLINE_S),
-        ACCELCTL_PLUGINS="cpu,hung,good",
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "accelctl", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=HANG_GUARD_S,
-    )
+def hung_run(cli: Cli, site: FakeSite, *args: str) -> subprocess.CompletedProcess[str]:
+    """``accelctl ARGS`` in a fresh interpreter, with the deadline of these tests."""
+    env = {"ACCELCTL_HOOK_TIMEOUT": str(DEADLINE_S), "ACCELCTL_PLUGINS": "cpu,hung,good"}
+    return cli.process(*args, path=site.path, env=env, timeout=HANG_GUARD_S)
 
 
 @pytest.mark.slow
-def test_list_json_ends_with_the_hung_plugin_broken(hung_site: FakeSite) -> None:
-    done = accelctl(hung_site, "list", "--json")
+def test_list_json_ends_with_the_hung_plugin_broken(cli: Cli, hung_site: FakeSite) -> None:
+    done = hung_run(cli, hung_site, "list", "--json")
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["good"]["available"] is True and rows["cpu"]["available"] is True
@@ -73,8 +60,8 @@ def test_list_json_ends_with_the_hung_plugin_broken(hung_site: FakeSite) -> None
 
 
 @pytest.mark.slow
-def test_resolve_auto_skips_the_hung_plugin_and_ends(hung_site: FakeSite) -> None:
-    done = accelctl(hung_site, "resolve", "--json")
+def test_resolve_auto_skips_the_hung_plugin_and_ends(cli: Cli, hung_site: FakeSite) -> None:
+    done = hung_run(cli, hung_site, "resolve", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["accelerator"] == "good"
     assert "warning: skipping accelerator 'hung'" in done.stderr
@@ -82,8 +69,8 @@ def test_resolve_auto_skips_the_hung_plugin_and_ends(hung_site: FakeSite) -> Non
 
 
 @pytest.mark.slow
-def test_resolve_of_the_hung_plugin_is_a_one_line_error(hung_site: FakeSite) -> None:
-    done = accelctl(hung_site, "resolve", "--accelerator", "hung")
+def test_resolve_of_the_hung_plugin_is_a_one_line_error(cli: Cli, hung_site: FakeSite) -> None:
+    done = hung_run(cli, hung_site, "resolve", "--accelerator", "hung")
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "error: accelerator 'hung' (acme-hung 1.0): detect() did not answer" in done.stderr
@@ -100,13 +87,15 @@ def gate(fake_site: FakeSite) -> Iterator[FakeSite]:
 
 
 @pytest.mark.slow
-def test_stats_reports_a_device_that_does_not_answer(gate: FakeSite, monkeypatch) -> None:
+def test_stats_reports_a_device_that_does_not_answer(
+    cli: Cli, gate: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,hung")
     gate.install(
         "acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "device_stats")}
     )
-    result = CliRunner().invoke(cli, ["stats", "--json"], catch_exceptions=False)
+    result = cli("stats", "--json")
     assert result.exit_code == 1
     readings = {entry["accelerator"]: entry for entry in json.loads(result.stdout)}
     assert readings["cpu"]["error"] is None and readings["cpu"]["stats"]
@@ -114,10 +103,12 @@ def test_stats_reports_a_device_that_does_not_answer(gate: FakeSite, monkeypatch
 
 
 @pytest.mark.slow
-def test_validate_fails_a_detect_that_does_not_answer(gate: FakeSite, monkeypatch) -> None:
+def test_validate_fails_a_detect_that_does_not_answer(
+    cli: Cli, gate: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
     gate.install("acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "detect")})
-    result = CliRunner().invoke(cli, ["validate", "hung", "--json"], catch_exceptions=False)
+    result = cli("validate", "hung", "--json")
     assert result.exit_code == 1
     [report] = json.loads(result.stdout)
     checks = {check["check"]: check for check in report["checks"]}

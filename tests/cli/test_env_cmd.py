@@ -9,24 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
+from cliharness import Cli
 
 import accelctl.testing
-from accelctl.cli import cli
 
 from fakedists import FakeSite, indexed_plugin
 
 
-def run(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
-def test_json_report(monkeypatch: pytest.MonkeyPatch):
+def test_json_report(cli: Cli, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,cuda,mps")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
     monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("ACCELCTL_HOOK_TIMEOUT")  # the tests' hang guard: exactly these variables
-    result = run("env", "--json")
+    result = cli("env", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["torch"]["version"] == torch.__version__
@@ -45,10 +40,10 @@ def test_json_report(monkeypatch: pytest.MonkeyPatch):
     assert rows["cpu"]["environment"] == {} and rows["cpu"]["environment_error"] is None
 
 
-def test_human_block(monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
+def test_human_block(cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
     fake_site.install("acme-broken", {"broken": "env_broken"}, {"env_broken": "import nope_y"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,mps,broken")
-    result = run("env")
+    result = cli("env")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == ["platform", "python", "torch", "accelctl"]
@@ -63,7 +58,7 @@ def test_human_block(monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
 
 
 def test_the_cuda_plugin_reports_drivers_and_variables(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     """The NVIDIA driver (through NVML), the amdgpu module's version and CUDA's variables come
     from the CUDA plugin's environment_info, shown under its row; the core reads no driver."""
@@ -88,7 +83,7 @@ def test_the_cuda_plugin_reports_drivers_and_variables(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cuda")
-    report = json.loads(run("env", "--json").stdout)
+    report = json.loads(cli("env", "--json").stdout)
     [row] = [row for row in report["accelerators"] if row["name"] == "cuda"]
     assert row["environment"] == {
         "nvidia_driver": "570.86.15",
@@ -98,7 +93,7 @@ def test_the_cuda_plugin_reports_drivers_and_variables(
     }
     assert row["environment_error"] is None
     assert "drivers" not in report and report["variables"] == {"ACCELCTL_PLUGINS": "cuda"}
-    lines = run("env").stdout.splitlines()
+    lines = cli("env").stdout.splitlines()
     cuda = next(i for i, line in enumerate(lines) if line.strip().startswith("cuda "))
     assert lines[cuda + 1 : cuda + 5] == [
         "    nvidia_driver: 570.86.15",
@@ -108,12 +103,12 @@ def test_the_cuda_plugin_reports_drivers_and_variables(
     ]
 
 
-def test_no_variables_and_no_facts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.delenv("ACCELCTL_HOOK_TIMEOUT")  # the tests' hang guard (tests/conftest.py)
+def test_no_variables_and_no_facts(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv("ACCELCTL_HOOK_TIMEOUT")  # the tests' hang guard (conftest.py)
     site = FakeSite(tmp_path)
     assert site.copy_installed("accelctl-cpu")  # the CPU plugin has no environment_info
     with accelctl.testing.installed_plugins(site.root):
-        result = run("env")
+        result = cli("env")
     assert result.stdout.endswith("\nvariables:\n  none set\n")
     assert not [line for line in result.stdout.splitlines() if line.startswith("    ")]  # no facts
     assert "drivers:" not in result.stdout
@@ -127,13 +122,13 @@ FACTS_PLUGIN = """
 
 
 def test_a_plugins_facts_are_shown_under_its_row(
-    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite
 ):
     fake_site.install(
         "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=FACTS_PLUGIN)}
     )
     monkeypatch.setenv("ACCELCTL_PLUGINS", "acme")
-    report = json.loads(run("env", "--json").stdout)
+    report = json.loads(cli("env", "--json").stdout)
     [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
     assert row["environment"] == {
         "acme_driver": "3.1",
@@ -142,7 +137,7 @@ def test_a_plugins_facts_are_shown_under_its_row(
         "ecc": True,
         "firmware": None,
     }
-    result = run("env")
+    result = cli("env")
     lines = result.stdout.splitlines()
     acme = next(i for i, line in enumerate(lines) if line.strip().startswith("acme "))
     assert "acme-chip 1.0: available, 2 devices" in lines[acme]
@@ -169,7 +164,7 @@ def test_a_plugins_facts_are_shown_under_its_row(
     ids=["raises", "list", "object", "empty-key", "nested", "sys-exit"],
 )
 def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
-    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, body: str, expected: str
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, body: str, expected: str
 ):
     extra = f"""
         @accelctl.hookimpl
@@ -183,7 +178,7 @@ def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
         "good-chip", {"good": "env_good"}, {"env_good": indexed_plugin("good", extra=FACTS_PLUGIN)}
     )
     monkeypatch.setenv("ACCELCTL_PLUGINS", "acme,good,cpu")
-    result = run("env", "--json")
+    result = cli("env", "--json")
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.stdout)["accelerators"]}
     assert rows["acme"]["environment"] == {}
@@ -192,7 +187,7 @@ def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
     assert rows["acme"]["state"] == "available"  # the row itself is unharmed
     assert rows["good"]["environment"]["acme_driver"] == "3.1"  # nor are the others
     assert rows["good"]["environment_error"] is None
-    text = run("env")
+    text = cli("env")
     assert text.exit_code == 0
     lines = text.stdout.splitlines()
     acme = next(i for i, line in enumerate(lines) if line.strip().startswith("acme "))
@@ -201,7 +196,7 @@ def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
 
 
 def test_broken_and_disabled_plugins_are_not_asked(
-    monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, tmp_path: Path
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, tmp_path: Path
 ):
     called = tmp_path / "called"
     extra = f"""
@@ -214,7 +209,7 @@ def test_broken_and_disabled_plugins_are_not_asked(
         "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=extra)}
     )
     monkeypatch.setenv("ACCELCTL_DISABLE", "acme")
-    report = json.loads(run("env", "--json").stdout)
+    report = json.loads(cli("env", "--json").stdout)
     [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
     assert (row["state"], row["environment"], row["environment_error"]) == ("disabled", {}, None)
     assert not called.exists()

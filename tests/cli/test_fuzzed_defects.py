@@ -7,42 +7,24 @@ the real ``accelctl`` in a fresh interpreter, with the hostile package on its ``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from cliharness import Cli
 
 from fakedists import FakeSite, good_plugin
 
+#: A hang guard: the command ends in about a second, or never (the defect).
 HANG_GUARD_S = 120
 
 
-def accelctl(
-    site: FakeSite, *args: str, autoload: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """``accelctl ARGS``; ``autoload``: with torch's backend autoload on, as on a user's machine
-    (tests/conftest.py turns it off for the suite)."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("ACCELCTL_") or key == "ACCELCTL_HOOK_TIMEOUT"
-    }
-    if autoload:
-        env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-    env["PYTHONPATH"] = os.pathsep.join([*site.path, env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "accelctl", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=HANG_GUARD_S,
-    )
-
-
-def test_a_named_lookup_survives_an_unrelated_malformed_distribution(fake_site: FakeSite) -> None:
+def test_a_named_lookup_survives_an_unrelated_malformed_distribution(
+    cli: Cli, fake_site: FakeSite
+) -> None:
     # torch's own backend autoload fails on it (TypeError from importlib.metadata) at the first
     # `import torch`, which this fresh interpreter has not done yet.
     fake_site.install_raw("junk", {"entry_points.txt": "[console_scripts]\nnot a pair\n"})
-    done = accelctl(fake_site, "resolve", "--accelerator", "cpu", "--json", autoload=True)
+    done = cli.process(
+        "resolve", "--accelerator", "cpu", "--json", path=fake_site.path, autoload=True
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["devices"] == ["cpu"]
     assert "skipping a broken distribution: cannot read the entry points of distribution junk" in (
@@ -52,7 +34,7 @@ def test_a_named_lookup_survives_an_unrelated_malformed_distribution(fake_site: 
 
 
 def test_a_plugin_that_starts_a_non_daemon_thread_at_import_does_not_hold_list_up(
-    fake_site: FakeSite,
+    cli: Cli, fake_site: FakeSite
 ) -> None:
     source = good_plugin("threaded").replace(
         "import accelctl",
@@ -61,17 +43,18 @@ def test_a_plugin_that_starts_a_non_daemon_thread_at_import_does_not_hold_list_u
         1,
     )
     fake_site.install("acme-threaded", {"threaded": "fz_threaded"}, {"fz_threaded": source})
-    done = accelctl(fake_site, "list", "--json")  # the hang guard fails the test if it hangs
+    # The hang guard fails the test if the command never ends.
+    done = cli.process("list", "--json", path=fake_site.path, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["threaded"]["available"] is True
 
 
 def test_a_second_distribution_claiming_cpu_is_never_answered_with_pip_install_accelctl_cpu(
-    fake_site: FakeSite,
+    cli: Cli, fake_site: FakeSite
 ) -> None:
     fake_site.install("other-cpu", {"cpu": "accelctl_cpu"}, {})
-    done = accelctl(fake_site, "resolve")
+    done = cli.process("resolve", path=fake_site.path)
     assert done.returncode == 1
     assert "'cpu' is claimed by 2 distributions: accelctl-cpu and other-cpu" in done.stderr
     assert "pip install accelctl-cpu" not in done.stderr
@@ -79,12 +62,12 @@ def test_a_second_distribution_claiming_cpu_is_never_answered_with_pip_install_a
 
 
 def test_a_plugin_calling_os_exit_in_detect_is_its_row_not_the_end_of_list(
-    fake_site: FakeSite,
+    cli: Cli, fake_site: FakeSite
 ) -> None:
     source = good_plugin("quitter").replace("return True", "import os\n        os._exit(7)", 1)
     fake_site.install("acme-quitter", {"quitter": "fz_quitter"}, {"fz_quitter": source})
     fake_site.install("acme-good", {"good": "fz_good"}, {"fz_good": good_plugin("good")})
-    done = accelctl(fake_site, "list", "--json")
+    done = cli.process("list", "--json", path=fake_site.path)
     assert done.returncode == 0, (done.returncode, done.stderr)
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["good"]["available"] is True

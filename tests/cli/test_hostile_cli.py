@@ -3,28 +3,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
-from click.testing import CliRunner, Result
-
-from accelctl.cli import cli
+from click.testing import Result
+from cliharness import Cli, strict_json
 
 from fakedists import FakeSite, good_plugin
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
-def _reject(constant: str) -> Any:
-    raise ValueError(f"not strict JSON: {constant}")
-
-
-def strict_json(text: str) -> Any:
-    """Parse as strict parsers do: NaN and Infinity are not JSON."""
-    return json.loads(text, parse_constant=_reject)
 
 
 def _no_traceback(result: Result) -> None:
@@ -53,8 +36,10 @@ def malformed_site(fake_site: FakeSite) -> FakeSite:
 
 
 @pytest.mark.parametrize("args", [("list",), ("list", "--no-detect")], ids=["detect", "no-detect"])
-def test_list_survives_malformed_distributions(malformed_site: FakeSite, args: tuple[str, ...]):
-    result = run(*args, "--json")
+def test_list_survives_malformed_distributions(
+    cli: Cli, malformed_site: FakeSite, args: tuple[str, ...]
+):
+    result = cli(*args, "--json")
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in strict_json(result.stdout)}
     assert rows["cpu"]["state"] in ("available", "not-run")
@@ -63,15 +48,15 @@ def test_list_survives_malformed_distributions(malformed_site: FakeSite, args: t
     assert "warning: skipping a broken distribution: cannot read the entry points of " in (
         result.stderr
     )
-    table = run(*args)
+    table = cli(*args)
     assert table.exit_code == 0 and "latin: error: accelerator 'latin'" in table.stdout
 
 
-def test_resolve_survives_malformed_distributions(malformed_site: FakeSite):
-    result = run("resolve", "--accelerator", "cpu", "--json")
+def test_resolve_survives_malformed_distributions(cli: Cli, malformed_site: FakeSite):
+    result = cli("resolve", "--accelerator", "cpu", "--json")
     assert result.exit_code == 0, result.output
     assert strict_json(result.stdout)["accelerator"] == "cpu"
-    result = run("resolve", "--accelerator", "latin")
+    result = cli("resolve", "--accelerator", "latin")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: accelerator 'latin' (acme_latin): cannot read the")
     _no_traceback(result)
@@ -104,15 +89,17 @@ def chatty_site(fake_site: FakeSite) -> FakeSite:
     ],
     ids=["list", "resolve", "env", "stats"],
 )
-def test_json_stays_valid_when_a_plugin_prints(chatty_site: FakeSite, args: tuple[str, ...]):
-    result = run(*args, env={"ACCELCTL_PLUGINS": "chatty"})
+def test_json_stays_valid_when_a_plugin_prints(
+    cli: Cli, chatty_site: FakeSite, args: tuple[str, ...]
+):
+    result = cli(*args, env={"ACCELCTL_PLUGINS": "chatty"})
     assert result.exit_code == 0, result.output
     strict_json(result.stdout)
     assert "hello from import" in result.stderr and "hello from detect" in result.stderr
     assert "hello" not in result.stdout
 
 
-def test_what_a_plugins_own_thread_prints_stays_off_stdout(fake_site: FakeSite):
+def test_what_a_plugins_own_thread_prints_stays_off_stdout(cli: Cli, fake_site: FakeSite):
     source = good_plugin("threaded").replace(
         "return True",
         "import threading\n"
@@ -123,7 +110,7 @@ def test_what_a_plugins_own_thread_prints_stays_off_stdout(fake_site: FakeSite):
         1,
     )
     fake_site.install("acme-t", {"threaded": "hostile_cli_t"}, {"hostile_cli_t": source})
-    result = run("list", "--json", env={"ACCELCTL_PLUGINS": "threaded"})
+    result = cli("list", "--json", env={"ACCELCTL_PLUGINS": "threaded"})
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in strict_json(result.stdout)}
     assert rows["threaded"]["state"] == "available"
@@ -131,8 +118,8 @@ def test_what_a_plugins_own_thread_prints_stays_off_stdout(fake_site: FakeSite):
 
 
 @pytest.mark.slow  # validate probes the plugin's import in a fresh interpreter
-def test_validate_json_stays_valid_when_a_plugin_prints(chatty_site: FakeSite):
-    result = run("validate", "chatty", "--json")
+def test_validate_json_stays_valid_when_a_plugin_prints(cli: Cli, chatty_site: FakeSite):
+    result = cli("validate", "chatty", "--json")
     strict_json(result.stdout)
     assert "hello from import" in result.stderr
 
@@ -169,25 +156,25 @@ def test_validate_json_stays_valid_when_a_plugin_prints(chatty_site: FakeSite):
     ids=["base-exception-at-import", "generator-exit", "keyboard-interrupt", "str-raises"],
 )
 def test_base_exceptions_are_named_never_a_traceback(
-    fake_site: FakeSite, source: str, expected: str
+    cli: Cli, fake_site: FakeSite, source: str, expected: str
 ):
     fake_site.install("acme-odd", {"odd": "hostile_cli_odd"}, {"hostile_cli_odd": source})
-    listed = run("list", "--json")
+    listed = cli("list", "--json")
     assert listed.exit_code == 0, listed.output
     rows = {row["name"]: row for row in strict_json(listed.stdout)}
     assert rows["odd"]["state"] == "broken" and expected in rows["odd"]["error"]
     assert rows["cpu"]["state"] == "available"
-    result = run("resolve", "--accelerator", "odd")
+    result = cli("resolve", "--accelerator", "odd")
     assert result.exit_code == 1
     assert result.stderr.startswith("error: accelerator 'odd' (acme-odd 1.0): ")
     assert expected in result.stderr and "Aborted!" not in result.output
     _no_traceback(result)
-    auto = run("resolve", "--json")  # "auto" skips it, loudly
+    auto = cli("resolve", "--json")  # "auto" skips it, loudly
     assert auto.exit_code == 0 and strict_json(auto.stdout)["accelerator"] == "cpu"
     assert "warning: skipping accelerator 'odd'" in auto.stderr
 
 
-def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(fake_site: FakeSite):
+def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(cli: Cli, fake_site: FakeSite):
     source = good_plugin("slow").replace(
         "return True",
         "import os, signal, time\n"
@@ -198,7 +185,7 @@ def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(fake_site: FakeSit
     )
     fake_site.install("acme-slow", {"slow": "hostile_cli_slow"}, {"hostile_cli_slow": source})
     # The hook deadline must not decide this test on a loaded machine: far above the sleep.
-    result = run("resolve", "--accelerator", "slow", env={"ACCELCTL_HOOK_TIMEOUT": "600"})
+    result = cli("resolve", "--accelerator", "slow", env={"ACCELCTL_HOOK_TIMEOUT": "600"})
     assert result.exit_code == 1 and "Aborted!" in result.output
     assert "error:" not in result.output  # the user's Ctrl-C, not the plugin's failure
 
@@ -206,7 +193,7 @@ def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(fake_site: FakeSit
 # -- 4. strict JSON ----------------------------------------------------------------------------
 
 
-def test_stats_json_writes_null_for_nan_and_infinity(fake_site: FakeSite):
+def test_stats_json_writes_null_for_nan_and_infinity(cli: Cli, fake_site: FakeSite):
     source = good_plugin("odd").replace(
         '{"memory_used_bytes": 1}',
         '{"memory_used_bytes": float("nan"), "power_watts": float("inf"), '
@@ -214,7 +201,7 @@ def test_stats_json_writes_null_for_nan_and_infinity(fake_site: FakeSite):
         1,
     )
     fake_site.install("acme-odd", {"odd": "hostile_cli_odd"}, {"hostile_cli_odd": source})
-    result = run("stats", "odd", "--json")
+    result = cli("stats", "odd", "--json")
     assert result.exit_code == 0, result.output
     readings = strict_json(result.stdout)
     assert readings[0]["stats"] == {
@@ -223,7 +210,7 @@ def test_stats_json_writes_null_for_nan_and_infinity(fake_site: FakeSite):
         "memory_total_bytes": None,
         "odd.fine": 0.5,
     }
-    table = run("stats", "odd")
+    table = cli("stats", "odd")
     assert table.exit_code == 0 and "nan" not in table.stdout.lower()
 
 
@@ -232,29 +219,29 @@ def test_stats_json_writes_null_for_nan_and_infinity(fake_site: FakeSite):
 ESCAPE = "\x1b]0;pwned\x07"
 
 
-def test_escape_sequences_and_huge_errors_never_reach_the_terminal(fake_site: FakeSite):
+def test_escape_sequences_and_huge_errors_never_reach_the_terminal(cli: Cli, fake_site: FakeSite):
     described = good_plugin("pwn").replace("test accelerator", "\\x1b]0;pwned\\x07 accelerator", 1)
     fake_site.install("acme-pwn", {"pwn": "hostile_cli_pwn"}, {"hostile_cli_pwn": described})
     loud = good_plugin("loud").replace(
         "return True", "raise RuntimeError('\\x1b[2J' + 'x' * 2_000_000)", 1
     )
     fake_site.install("acme-loud", {"loud": "hostile_cli_loud"}, {"hostile_cli_loud": loud})
-    table = run("list")
+    table = cli("list")
     assert table.exit_code == 0
     assert "\x1b" not in table.output and "\x07" not in table.output
     assert "pwn \\x1b]0;pwned\\x07 accelerator" in table.stdout
     assert max(len(line) for line in table.output.splitlines()) < 5000
-    listed = run("list", "--json")
+    listed = cli("list", "--json")
     rows = {row["name"]: row for row in strict_json(listed.stdout)}
     assert rows["pwn"]["description"] == f"pwn {ESCAPE} accelerator"  # JSON escapes it itself
     assert len(listed.stdout) < 50_000
-    result = run("resolve", "--accelerator", "loud")
+    result = cli("resolve", "--accelerator", "loud")
     assert result.exit_code == 1 and len(result.stderr) < 5000
     assert "\x1b" not in result.stderr and "RuntimeError: \\x1b[2Jxxx" in result.stderr
 
 
-def test_a_huge_accelctl_accelerator_gives_a_bounded_escaped_error():
-    result = run("resolve", env={"ACCELCTL_ACCELERATOR": "\x1b[31m" + "y" * 100_000})
+def test_a_huge_accelctl_accelerator_gives_a_bounded_escaped_error(cli: Cli):
+    result = cli("resolve", env={"ACCELCTL_ACCELERATOR": "\x1b[31m" + "y" * 100_000})
     assert result.exit_code == 1
     assert len(result.stderr) < 2000 and result.stderr.count("\n") == 1
     assert "\x1b" not in result.stderr
@@ -263,8 +250,8 @@ def test_a_huge_accelctl_accelerator_gives_a_bounded_escaped_error():
 
 
 @pytest.mark.parametrize("name", ["gpu:0", "", "../x", "x; rm -rf ~"])
-def test_no_pip_hint_for_what_cannot_be_a_package(name: str):
-    result = run("resolve", "--accelerator", name)
+def test_no_pip_hint_for_what_cannot_be_a_package(cli: Cli, name: str):
+    result = cli("resolve", "--accelerator", name)
     assert result.exit_code == 1
     assert "pip install" not in result.stderr
     assert "Accelerator names are lowercase letters, digits, '_' and '-'." in result.stderr
@@ -273,12 +260,14 @@ def test_no_pip_hint_for_what_cannot_be_a_package(name: str):
 # -- 6. plugins that steer the selection -------------------------------------------------------
 
 
-def test_a_plugin_setting_accelctl_devices_at_import_is_named_and_ignored(fake_site: FakeSite):
+def test_a_plugin_setting_accelctl_devices_at_import_is_named_and_ignored(
+    cli: Cli, fake_site: FakeSite
+):
     evil = good_plugin("aaa", priority=-1).replace(
         "import accelctl", "import accelctl, os\n    os.environ['ACCELCTL_DEVICES'] = '3'", 1
     )
     fake_site.install("acme-aaa", {"aaa": "hostile_cli_aaa"}, {"hostile_cli_aaa": evil})
-    auto = run("resolve", "--json")  # imports every plugin, aaa first
+    auto = cli("resolve", "--json")  # imports every plugin, aaa first
     assert auto.exit_code == 0, auto.output
     assert strict_json(auto.stdout)["devices"] == ["cpu"]
     assert "warning: accelerator 'aaa' (acme-aaa 1.0): importing it set ACCELCTL_DEVICES" in (

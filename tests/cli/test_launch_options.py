@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cliharness import Cli
 
-from accelctl.cli import cli
 from accelctl.cli.launch_cmd import _check_address
 
 
@@ -16,16 +15,12 @@ from accelctl.cli.launch_cmd import _check_address
     ["$(touch PWNED)", "`touch PWNED`", "a b", "host;rm", "-node", "node..x", "x" * 300, ""],
 )
 def test_a_master_addr_that_is_no_address_is_a_usage_error(
-    address: str, tmp_path: Path, monkeypatch
+    cli: Cli, address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('must not run')\n")
-    result = CliRunner().invoke(
-        cli,
-        ["launch", "--nnodes", "2", "--master-addr", address, str(script)],
-        catch_exceptions=False,
-    )
+    result = cli("launch", "--nnodes", "2", "--master-addr", address, str(script))
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--master-addr'" in result.stderr
     assert "is not a host name or an IP address" in result.stderr

@@ -6,9 +6,7 @@ import json
 import sys
 
 import pytest
-from click.testing import CliRunner
-
-from accelctl.cli import cli
+from cliharness import Cli
 
 from fakedists import FakeSite, good_plugin, undetected_plugin
 
@@ -27,10 +25,6 @@ LIST_FIELDS = {
 }
 
 
-def run(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
 @pytest.fixture
 def site(fake_site: FakeSite) -> FakeSite:
     fake_site.install("acme-good", {"good": "cli_good"}, {"cli_good": good_plugin("good", 5)})
@@ -39,8 +33,8 @@ def site(fake_site: FakeSite) -> FakeSite:
     return fake_site
 
 
-def test_list_json_rows(site: FakeSite) -> None:
-    result = run("list", "--json", env={"ACCELCTL_DISABLE": "gone"})
+def test_list_json_rows(cli: Cli, site: FakeSite) -> None:
+    result = cli("list", "--json", env={"ACCELCTL_DISABLE": "gone"})
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert all(LIST_FIELDS <= set(row) for row in rows.values())
@@ -54,8 +48,8 @@ def test_list_json_rows(site: FakeSite) -> None:
     assert "ModuleNotFoundError: No module named 'not_there'" in broken["error"]
 
 
-def test_list_disabled_rows_name_the_variable(site: FakeSite) -> None:
-    result = run("list", "--json", env={"ACCELCTL_DISABLE": "broken,npu"})
+def test_list_disabled_rows_name_the_variable(cli: Cli, site: FakeSite) -> None:
+    result = cli("list", "--json", env={"ACCELCTL_DISABLE": "broken,npu"})
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["broken"]["available"] is None and rows["broken"]["error"] is None
     assert rows["broken"]["reason"] == "disabled by ACCELCTL_DISABLE"
@@ -63,16 +57,16 @@ def test_list_disabled_rows_name_the_variable(site: FakeSite) -> None:
     assert "cli_broken" not in sys.modules and "cli_npu" not in sys.modules
 
 
-def test_list_no_detect_runs_no_plugin_code(site: FakeSite) -> None:
-    result = run("list", "--json", "--no-detect")
+def test_list_no_detect_runs_no_plugin_code(cli: Cli, site: FakeSite) -> None:
+    result = cli("list", "--json", "--no-detect")
     assert result.exit_code == 0
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["good"]["available"] is None and rows["good"]["version"] == "1.0"
     assert not {"cli_good", "cli_npu", "cli_broken"} & set(sys.modules)
 
 
-def test_list_table_for_people(site: FakeSite) -> None:
-    result = run("list")
+def test_list_table_for_people(cli: Cli, site: FakeSite) -> None:
+    result = cli("list")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     header = lines[0].split()
@@ -88,23 +82,23 @@ def test_list_table_for_people(site: FakeSite) -> None:
     assert "broken: error: accelerator 'broken' (acme-broken 1.0): importing" in result.stdout
 
 
-def test_resolve_json(site: FakeSite) -> None:
-    result = run("resolve", "--accelerator", "good", "--devices", "1,", "--json")
+def test_resolve_json(cli: Cli, site: FakeSite) -> None:
+    result = cli("resolve", "--accelerator", "good", "--devices", "1,", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["accelerator"] == "good" and data["devices"] == ["cpu"]
     assert data["distributed_backend"] == "gloo"
 
 
-def test_resolve_auto_and_env(site: FakeSite) -> None:
-    data = json.loads(run("resolve", "--json").stdout)
+def test_resolve_auto_and_env(cli: Cli, site: FakeSite) -> None:
+    data = json.loads(cli("resolve", "--json").stdout)
     assert data["accelerator"] == "good"  # priority 5 beats cpu's 0
-    data = json.loads(run("resolve", "--json", env={"ACCELCTL_ACCELERATOR": "cpu"}).stdout)
+    data = json.loads(cli("resolve", "--json", env={"ACCELCTL_ACCELERATOR": "cpu"}).stdout)
     assert data["accelerator"] == "cpu" and data["devices"] == ["cpu"]
 
 
-def test_resolve_human(site: FakeSite) -> None:
-    result = run("resolve", "-a", "cpu", "-d", "2")
+def test_resolve_human(cli: Cli, site: FakeSite) -> None:
+    result = cli("resolve", "-a", "cpu", "-d", "2")
     assert result.exit_code == 0
     assert "accelerator:         cpu (accelctl-cpu 0.1.0)" in result.stdout
     assert "devices:             cpu, cpu" in result.stdout
@@ -128,8 +122,10 @@ def test_resolve_human(site: FakeSite) -> None:
         (["-a", "gpu"], 'error: accelerator="gpu" found no available gpu-family accelerator'),
     ],
 )
-def test_resolve_errors_are_one_line_exit_1(site: FakeSite, args: list[str], message: str) -> None:
-    result = run("resolve", *args)
+def test_resolve_errors_are_one_line_exit_1(
+    cli: Cli, site: FakeSite, args: list[str], message: str
+) -> None:
+    result = cli("resolve", *args)
     assert result.exit_code == 1
     assert result.stdout == ""
     *warnings, error = result.stderr.strip().splitlines()
@@ -138,25 +134,25 @@ def test_resolve_errors_are_one_line_exit_1(site: FakeSite, args: list[str], mes
     assert "Traceback" not in result.stderr
 
 
-def test_debug_shows_the_traceback(site: FakeSite) -> None:
-    result = run("--debug", "resolve", "-a", "nope")
+def test_debug_shows_the_traceback(cli: Cli, site: FakeSite) -> None:
+    result = cli("--debug", "resolve", "-a", "nope")
     assert result.exit_code == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "UnknownAcceleratorError" in result.stderr
 
 
-def test_auto_warns_about_broken_plugins_on_stderr(site: FakeSite) -> None:
-    result = run("resolve", "--json")
+def test_auto_warns_about_broken_plugins_on_stderr(cli: Cli, site: FakeSite) -> None:
+    result = cli("resolve", "--json")
     assert result.exit_code == 0
     assert "warning: skipping accelerator 'broken' (acme-broken 1.0)" in result.stderr
     json.loads(result.stdout)  # stdout stays pure JSON
 
 
 @pytest.mark.parametrize("args", [["list", "--bogus"], ["resolve", "--devices"], ["nosuchcommand"]])
-def test_usage_errors_exit_2(args: list[str]) -> None:
-    assert run(*args).exit_code == 2
+def test_usage_errors_exit_2(cli: Cli, args: list[str]) -> None:
+    assert cli(*args).exit_code == 2
 
 
-def test_version() -> None:
-    result = run("--version")
+def test_version(cli: Cli) -> None:
+    result = cli("--version")
     assert result.exit_code == 0 and result.stdout.startswith("accelctl, version ")

@@ -9,21 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliharness import Cli
 
 from accelctl._scaffold import PluginNames
-from accelctl.cli import cli
 
 
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def test_generated_package_installs_and_passes_validate(tmp_path: Path) -> None:
+def test_generated_package_installs_and_passes_validate(cli: Cli, tmp_path: Path) -> None:
     # pip builds the package with this environment's setuptools (no network for an isolated
     # build); the dev extra should list it, since Python 3.12+ venvs come without it.
     pytest.importorskip("setuptools.build_meta", reason="building the package needs setuptools")
-    result = invoke("new-plugin", "my-chip", "--path", str(tmp_path))
+    result = cli("new-plugin", "my-chip", "--path", str(tmp_path))
     assert result.exit_code == 0, result.output
     root = tmp_path / "accelctl-my-chip"
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
@@ -75,23 +70,23 @@ def test_generated_package_installs_and_passes_validate(tmp_path: Path) -> None:
     assert "12 passed, 5 skipped" in tests.stdout
 
 
-def test_refuses_to_overwrite(tmp_path: Path) -> None:
+def test_refuses_to_overwrite(cli: Cli, tmp_path: Path) -> None:
     existing = tmp_path / "accelctl-npu"
     existing.mkdir()
     (existing / "keep.txt").write_text("mine")
-    result = invoke("new-plugin", "npu", "--path", str(tmp_path))
+    result = cli("new-plugin", "npu", "--path", str(tmp_path))
     assert result.exit_code == 1
     assert f"error: {existing} exists already; nothing was written" in result.stderr
     assert [p.name for p in existing.iterdir()] == ["keep.txt"]
 
 
-def test_refuses_an_installed_name() -> None:
-    result = invoke("new-plugin", "cpu")
+def test_refuses_an_installed_name(cli: Cli) -> None:
+    result = cli("new-plugin", "cpu")
     assert result.exit_code == 1
     assert "an accelerator named 'cpu' is installed already (from accelctl-cpu)" in result.stderr
 
 
-def test_bad_names_are_usage_errors_that_say_what_is_accepted(tmp_path: Path) -> None:
+def test_bad_names_are_usage_errors_that_say_what_is_accepted(cli: Cli, tmp_path: Path) -> None:
     cases = {
         "NPU": "use lowercase letters, digits, '_' and '-', as in 'npu' or 'my-chip' (did you "
         "mean 'npu'?)",
@@ -101,7 +96,7 @@ def test_bad_names_are_usage_errors_that_say_what_is_accepted(tmp_path: Path) ->
         "my chip": "'my chip' is not a valid accelerator name",
     }
     for name, message in cases.items():
-        result = invoke("new-plugin", name, "--path", str(tmp_path))
+        result = cli("new-plugin", name, "--path", str(tmp_path))
         assert result.exit_code == 2, name
         assert message in " ".join(result.stderr.split()), result.stderr
     assert list(tmp_path.iterdir()) == []

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from cliharness import Cli
 
-from accelctl.cli import cli, stats_cmd
+from accelctl.cli import stats_cmd
 
 from fakedists import FakeSite
 
@@ -46,10 +46,6 @@ def accelerator_info():
 """
 
 
-def run(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
 @pytest.fixture
 def gpu_site(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> FakeSite:
     fake_site.install("acme-fakegpu", {"fakegpu": "stats_fakegpu"}, {"stats_fakegpu": GPU_PLUGIN})
@@ -58,9 +54,9 @@ def gpu_site(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> FakeSite:
     return fake_site
 
 
-def test_json_has_every_available_device_and_no_unavailable_one(monkeypatch):
+def test_json_has_every_available_device_and_no_unavailable_one(cli: Cli, monkeypatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,cuda,mps")
-    result = run("stats", "--json")
+    result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
     entries = json.loads(result.stdout)
     assert [(e["accelerator"], e["device"], e["error"]) for e in entries] == [("cpu", "cpu", None)]
@@ -69,22 +65,22 @@ def test_json_has_every_available_device_and_no_unavailable_one(monkeypatch):
     assert set(stats) == {"cpu_percent", "memory_used_bytes", "memory_total_bytes", "swap_percent"}
 
 
-def test_name_unknown_or_unavailable_is_one_line_and_exit_1(monkeypatch):
+def test_name_unknown_or_unavailable_is_one_line_and_exit_1(cli: Cli, monkeypatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,mps")
-    result = run("stats", "mps")
+    result = cli("stats", "mps")
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(
         "error: accelerator 'mps' is installed but not available here: "
     )
-    result = run("stats", "nope", "--json")
+    result = cli("stats", "nope", "--json")
     assert result.exit_code == 1 and result.stdout == ""
     assert "no accelerator named 'nope' is installed" in result.stderr
     assert "Traceback" not in result.output
 
 
-def test_a_failing_device_is_reported_and_exits_1_a_broken_plugin_is_a_warning(gpu_site):
-    result = run("stats", "--json")
+def test_a_failing_device_is_reported_and_exits_1_a_broken_plugin_is_a_warning(cli: Cli, gpu_site):
+    result = cli("stats", "--json")
     assert result.exit_code == 1
     entries = {(e["accelerator"], e["device"]): e for e in json.loads(result.stdout)}
     assert set(entries) == {("cpu", "cpu"), ("fakegpu", "meta:0"), ("fakegpu", "meta:1")}
@@ -94,8 +90,8 @@ def test_a_failing_device_is_reported_and_exits_1_a_broken_plugin_is_a_warning(g
     assert "warning: skipping broken: " in result.stderr and "nope_x" in result.stderr
 
 
-def test_one_name_and_the_human_table(gpu_site):
-    result = run("stats", "fakegpu")
+def test_one_name_and_the_human_table(cli: Cli, gpu_site):
+    result = cli("stats", "fakegpu")
     assert result.exit_code == 1  # device 1's sensor fails
     lines = result.stdout.splitlines()
     assert lines[0].split() == [
@@ -129,13 +125,13 @@ def test_one_name_and_the_human_table(gpu_site):
     assert "cpu" not in result.stdout.split()
 
 
-def test_cpu_alone_exits_0(gpu_site):
-    result = run("stats", "cpu", "--json")
+def test_cpu_alone_exits_0(cli: Cli, gpu_site):
+    result = cli("stats", "cpu", "--json")
     assert result.exit_code == 0
     assert [e["accelerator"] for e in json.loads(result.stdout)] == ["cpu"]
 
 
-def test_watch_refreshes_until_ctrl_c_and_exits_0(monkeypatch):
+def test_watch_refreshes_until_ctrl_c_and_exits_0(cli: Cli, monkeypatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
     sleeps: list[float] = []
 
@@ -145,20 +141,20 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(monkeypatch):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
-    result = run("stats", "--json", "--watch", "0.5")
+    result = cli("stats", "--json", "--watch", "0.5")
     assert result.exit_code == 0
     documents = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(documents) == 3 and sleeps == [stats_cmd.FIRST_READING_WAIT_S, 0.5, 0.5, 0.5]
     assert all(doc[0]["accelerator"] == "cpu" for doc in documents)
     sleeps.clear()
-    result = run("stats", "--watch", "2")
+    result = cli("stats", "--watch", "2")
     assert result.exit_code == 0
     assert result.stdout.count("every 2s, Ctrl-C to stop") == 3
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
-def test_watch_needs_a_positive_number(value: str):
-    result = run("stats", "--watch", value)
+def test_watch_needs_a_positive_number(cli: Cli, value: str):
+    result = cli("stats", "--watch", value)
     assert result.exit_code == 2
     assert "--watch" in result.stderr
 
@@ -202,11 +198,16 @@ def accelerator_info():
     ],
 )
 def test_devices_are_strings_built_from_parse_devices(
-    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch, parsed: str, info: str, devices: list[str]
+    cli: Cli,
+    fake_site: FakeSite,
+    monkeypatch: pytest.MonkeyPatch,
+    parsed: str,
+    info: str,
+    devices: list[str],
 ) -> None:
     source = COUNTING_PLUGIN.format(parsed=parsed, info=info)
     fake_site.install("acme-procs", {"procs": "stats_procs"}, {"stats_procs": source})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "procs")
-    result = run("stats", "--json")
+    result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
     assert [entry["device"] for entry in json.loads(result.stdout)] == devices

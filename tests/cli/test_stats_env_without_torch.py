@@ -4,13 +4,12 @@ none (a machine without a GPU), checked in a fresh interpreter as for ``list``."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+from cliharness import Cli
 
 PROBE = textwrap.dedent(
     """
@@ -31,23 +30,11 @@ PROBE = textwrap.dedent(
 IN_REPO = "cpu,cuda,mps,hpu,privateuse1"
 
 
-def run(*args: str) -> tuple[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
-    environ["ACCELCTL_PLUGINS"] = IN_REPO
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=120,  # a hang guard: the command takes well under a second
-    )
-    return result.stdout, result.stderr
-
-
 @pytest.mark.skipif(sys.platform == "darwin", reason="the MPS plugin imports torch on macOS")
 @pytest.mark.parametrize("command", ["stats", "env"])
-def test_imports_no_torch(command: str) -> None:
-    stdout, stderr = run(command, "--json")
+def test_imports_no_torch(cli: Cli, command: str) -> None:
+    done = cli.process(command, "--json", code=PROBE, env={"ACCELCTL_PLUGINS": IN_REPO})
+    stdout, stderr = done.stdout, done.stderr
     assert "TORCH=False EXIT=0" in stderr, stderr
     document = json.loads(stdout)
     if command == "stats":
@@ -61,8 +48,8 @@ def test_imports_no_torch(command: str) -> None:
         assert document["torch"]["mps_built"] is False
 
 
-def test_human_forms_too() -> None:
+def test_human_forms_too(cli: Cli) -> None:
     for command in ("stats", "env"):
-        _, stderr = run(command)
+        stderr = cli.process(command, code=PROBE, env={"ACCELCTL_PLUGINS": IN_REPO}).stderr
         if sys.platform != "darwin":
             assert "TORCH=False EXIT=0" in stderr, stderr

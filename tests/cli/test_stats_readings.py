@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import types
 
 import pytest
-from click.testing import CliRunner
+from cliharness import Cli
 
 import accelctl
-from accelctl.cli import cli, stats_cmd
+from accelctl.cli import stats_cmd
 
 #: Hang guard of the subprocess test: far above what it takes.
 HANG_GUARD_S = 120
@@ -53,11 +54,13 @@ def step_psutil(monkeypatch) -> None:
     monkeypatch.setattr(accelctl_cpu, "_previous_times", None)
 
 
-def test_one_shot_cpu_percent_is_a_real_reading(step_psutil, monkeypatch) -> None:
+def test_one_shot_cpu_percent_is_a_real_reading(
+    cli: Cli, step_psutil: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
     sleeps: list[float] = []
     monkeypatch.setattr(stats_cmd.time, "sleep", sleeps.append)
-    result = CliRunner().invoke(cli, ["stats", "--json"], catch_exceptions=False)
+    result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
     [reading] = json.loads(result.stdout)
     assert reading["stats"]["cpu_percent"] == 60.0
@@ -65,21 +68,29 @@ def test_one_shot_cpu_percent_is_a_real_reading(step_psutil, monkeypatch) -> Non
     assert sleeps == [stats_cmd.FIRST_READING_WAIT_S] and sleeps[0] >= 0.1
 
 
-def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil) -> None:
-    # The core calls each hook in a worker thread of its own: psutil.cpu_percent() would say
-    # 0.0 every time.
+def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil: None) -> None:
+    # `accelctl stats` reads each round in worker threads of its own, the library in the
+    # caller's: psutil.cpu_percent(), which keeps its sample per thread, would say 0.0.
     cpu = accelctl.get_accelerator("cpu")
-    assert cpu.device_stats("cpu")["cpu_percent"] == 0.0  # nothing to compare with yet
-    assert cpu.device_stats("cpu")["cpu_percent"] == 60.0
+    readings: list[float] = []
+    for _ in range(2):
+        thread = threading.Thread(
+            target=lambda: readings.append(cpu.device_stats("cpu")["cpu_percent"])
+        )
+        thread.start()
+        thread.join()
+    assert readings == [0.0, 60.0]  # nothing to compare with yet, then the real reading
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "1e-9", "0.01", "1e6"])
-def test_watch_refuses_non_finite_and_absurd_intervals(value: str, monkeypatch) -> None:
+def test_watch_refuses_non_finite_and_absurd_intervals(
+    cli: Cli, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def sleep(seconds: float) -> None:  # a refused interval must not get as far as sleeping
         raise AssertionError(f"slept {seconds}")
 
     monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
-    result = CliRunner().invoke(cli, ["stats", "--watch", value])
+    result = cli("stats", "--watch", value)
     assert result.exit_code == 2
     assert "Invalid value for '--watch'" in result.stderr
     assert "from 0.1 to 86400" in result.stderr

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
+from cliharness import Cli
 
-from accelctl.cli import cli
 from accelctl.testing import CHECK_IDS
 
 from fakedists import FakeSite, good_plugin, undetected_plugin
@@ -38,10 +38,6 @@ def device_stats(device):
 """
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
-
-
 def as_json(result: Result) -> list[dict[str, Any]]:
     data = json.loads(result.stdout)
     assert isinstance(data, list)
@@ -57,8 +53,8 @@ def site(fake_site: FakeSite) -> FakeSite:
     return fake_site
 
 
-def test_json_shape_for_a_passing_plugin(site: FakeSite) -> None:
-    result = invoke("validate", "good", "--json")
+def test_json_shape_for_a_passing_plugin(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "good", "--json")
     assert result.exit_code == 0, result.output
     [report] = as_json(result)
     assert {"name", "passed", "checks"} <= set(report)
@@ -69,16 +65,16 @@ def test_json_shape_for_a_passing_plugin(site: FakeSite) -> None:
         assert check["status"] in ("pass", "skip") and check["detail"]
 
 
-def test_absent_hardware_passes_and_says_why_checks_skipped(site: FakeSite) -> None:
-    result = invoke("validate", "npu", "--json")
+def test_absent_hardware_passes_and_says_why_checks_skipped(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "npu", "--json")
     assert result.exit_code == 0
     checks = {c["check"]: c for c in as_json(result)[0]["checks"]}
     assert checks["devices_auto"]["status"] == "skip"
     assert checks["devices_auto"]["detail"].endswith("no npu hardware here")
 
 
-def test_broken_import_exits_1_with_the_cause_and_no_traceback(site: FakeSite) -> None:
-    result = invoke("validate", "broken")
+def test_broken_import_exits_1_with_the_cause_and_no_traceback(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "broken")
     assert result.exit_code == 1
     assert "Traceback" not in result.output
     assert result.stdout.startswith("broken (acme-broken 1.0): FAILED (1 failed, 16 skipped)\n")
@@ -91,8 +87,8 @@ def test_broken_import_exits_1_with_the_cause_and_no_traceback(site: FakeSite) -
     assert result.stdout.rstrip().endswith("1 accelerator(s) validated, failed: broken")
 
 
-def test_raising_hook_fails_its_check_with_the_reason(site: FakeSite) -> None:
-    result = invoke("validate", "raiser", "--json")
+def test_raising_hook_fails_its_check_with_the_reason(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "raiser", "--json")
     assert result.exit_code == 1
     [report] = as_json(result)
     assert report["passed"] is False
@@ -102,15 +98,17 @@ def test_raising_hook_fails_its_check_with_the_reason(site: FakeSite) -> None:
     }
 
 
-def test_debug_prints_the_plugins_traceback(site: FakeSite) -> None:
-    result = invoke("--debug", "validate", "raiser")
+def test_debug_prints_the_plugins_traceback(cli: Cli, site: FakeSite) -> None:
+    result = cli("--debug", "validate", "raiser")
     assert result.exit_code == 1
     assert "--- raiser: detect_returns_bool ---" in result.stderr
     assert 'raise RuntimeError("firmware handshake failed")' in result.stderr
 
 
-def test_default_validates_every_enabled_plugin_and_skips_disabled_ones(site: FakeSite) -> None:
-    result = invoke("validate", "--json", env={"ACCELCTL_PLUGINS": "good,npu,broken"})
+def test_default_validates_every_enabled_plugin_and_skips_disabled_ones(
+    cli: Cli, site: FakeSite
+) -> None:
+    result = cli("validate", "--json", env={"ACCELCTL_PLUGINS": "good,npu,broken"})
     assert result.exit_code == 1  # broken fails
     reports = {report["name"]: report for report in as_json(result)}
     assert {"good", "npu", "broken", "raiser", "cpu"} <= set(reports)
@@ -125,15 +123,15 @@ def test_default_validates_every_enabled_plugin_and_skips_disabled_ones(site: Fa
     )
 
 
-def test_only_passing_plugins_exit_0(site: FakeSite) -> None:
-    result = invoke("validate", "good", "npu")
+def test_only_passing_plugins_exit_0(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "good", "npu")
     assert result.exit_code == 0
     assert result.stdout.rstrip().endswith("2 accelerator(s) validated, all passed")
     assert "good (acme-good 1.0): passed (15 passed, 2 skipped)" in result.stdout
 
 
-def test_unknown_name_fails_with_the_nearest_name(site: FakeSite) -> None:
-    result = invoke("validate", "goood", "--json")
+def test_unknown_name_fails_with_the_nearest_name(cli: Cli, site: FakeSite) -> None:
+    result = cli("validate", "goood", "--json")
     assert result.exit_code == 1
     [report] = as_json(result)
     loads = report["checks"][0]
@@ -142,9 +140,9 @@ def test_unknown_name_fails_with_the_nearest_name(site: FakeSite) -> None:
     assert "Did you mean 'good'?" in loads["detail"]
 
 
-def test_the_plugins_installed_here_pass() -> None:
+def test_the_plugins_installed_here_pass(cli: Cli) -> None:
     """cpu, the hpu example and, once installed, cuda and mps: all pass on this machine."""
-    result = invoke("validate", "--json")
+    result = cli("validate", "--json")
     reports = {report["name"]: report for report in as_json(result)}
     assert {"cpu", "hpu"} <= set(reports)
     assert result.exit_code == 0, [r for r in reports.values() if not r["passed"]]

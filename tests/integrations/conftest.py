@@ -1,4 +1,4 @@
-"""The Lightning tests see no cluster scheduler the machine may have (``tests/conftest.py``)."""
+"""The Lightning tests see no cluster scheduler the machine may have (``conftest.py``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 
 Everything runs in processes of its own, started with torch's backend autoload on (as on a
 user's machine) and with the plugin's pip target on ``PYTHONPATH``: the test process itself keeps
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (see ``tests/conftest.py``), so no other test sees openreg.
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (see ``conftest.py``), so no other test sees openreg.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class UserMachine:
         env = {
             key: value
             for key, value in os.environ.items()
-            if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (tests/conftest.py)
+            if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (conftest.py)
             or (not key.startswith("ACCELCTL_") and key != "TORCH_DEVICE_BACKEND_AUTOLOAD")
         }
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in self.path)

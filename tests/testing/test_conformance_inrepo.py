@@ -55,5 +55,5 @@ class TestXPUConformance(AcceleratorConformance):
 
 # The generic PrivateUse1 plugin (accelctl-torch-backend) is not checked in this process: its
 # device checks need a loaded backend, which tests keep off (TORCH_DEVICE_BACKEND_AUTOLOAD=0, see
-# tests/conftest.py), so they could only skip here. `accelctl validate` runs every check on it
-# against the real torch_openreg backend in tests/plugins/test_torch_backend_openreg.py.
+# conftest.py), so they could only skip here. `accelctl validate` runs every check on it against
+# the real torch_openreg backend in plugins/torch-backend/tests/test_torch_backend_openreg.py.

@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean accelctl environment per test, and fake installed plugins."""
+"""The fixtures every test of the repository shares (tests/, plugins/*/tests/, examples/*/tests/):
+a clean accelctl environment per test, and fake installed plugins (tests/fakedists.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 
 import accelctl.testing
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/fakedists.py is a helper, not a package
+sys.path.insert(0, str(Path(__file__).parent / "tests"))  # tests/fakedists.py: a helper module
+
+from cliharness import Cli
 
 from fakedists import FakeSite
 
@@ -50,7 +53,7 @@ _CLUSTER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_", "PET_"
 HOOK_TIMEOUT_S = "120"
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parent
 
 
 def _project_distributions() -> list[str]:
@@ -104,3 +107,9 @@ def no_scheduler_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     (and warns when a machine has it but the process was not started with it), so tests of
     Lightning's defaults must not see what the machine has installed."""
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """``accelctl`` commands, in this process or in a fresh interpreter (tests/cliharness.py)."""
+    return Cli()

@@ -1,6 +1,6 @@
 """The torch-backend plugin on a real out-of-tree backend: PyTorch's own torch_openreg.
 
-The test process keeps torch's backend autoloading off (tests/conftest.py), so these tests opt in
+The test process keeps torch's backend autoloading off (conftest.py), so these tests opt in
 by running a fresh interpreter without ``TORCH_DEVICE_BACKEND_AUTOLOAD``: there ``import torch``
 loads torch_openreg, which renames PrivateUse1 to ``openreg`` with 2 emulated devices and no
 distributed backend. The wheel is ../shared/backends/torch_openreg-*.whl; where it is not
@@ -45,7 +45,7 @@ def with_backend(extra_path: list[str] | None = None, **variables: str) -> dict[
     environ = {
         key: value
         for key, value in os.environ.items()
-        if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (tests/conftest.py)
+        if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (conftest.py)
         or (key != "TORCH_DEVICE_BACKEND_AUTOLOAD" and not key.startswith("ACCELCTL_"))
     }
     if extra_path:
