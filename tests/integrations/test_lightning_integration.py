@@ -722,7 +722,7 @@ DDP_SCRIPT = '''
 
     sys.path.insert(0, {tests!r})
     import lightning
-    from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader
+    from tinymodel import TinyRegression, exit_without_teardown, quiet_trainer_options, tiny_loader
 
     from accelctl.integrations.lightning import LightningAccelerator
 
@@ -763,6 +763,7 @@ DDP_SCRIPT = '''
             max_epochs=4, callbacks=[Report()], **quiet_trainer_options(),
         )
         trainer.fit(TinyRegression(), tiny_loader())
+        exit_without_teardown()
 '''
 
 
