@@ -13,6 +13,9 @@ from pathlib import Path
 # change what torch, and so "auto", sees in every test. Set before anything imports torch; the
 # tests under tests/openreg/ turn the autoload back on in the processes they start.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+# The suite runs tests in parallel (pytest-xdist), many of them starting processes that train:
+# one torch thread each, not one per core each, which would only add contention.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 

@@ -57,6 +57,9 @@ def accelerator_info():
 
 BROKEN = "import widget_sdk_that_is_not_installed\n"
 
+#: Real pip installs into a folder of their own: minutes of the suite, none of the quick loop.
+pytestmark = pytest.mark.slow
+
 
 def make_package(root: Path, dist: str, name: str, module: str, source: str) -> Path:
     package = root / dist

@@ -21,11 +21,16 @@ sys.path.insert(0, str(ROOT))  # `bench` is a folder of the repository, not an i
 from bench.fakeplugins import PREFIX, install_fake_plugins  # noqa: E402
 from bench.targets import Target  # noqa: E402
 
+#: Sections already run in this test process (each xdist worker runs only what its tests need).
+_RUNS: dict[str, tuple[dict, Path]] = {}
 
-@pytest.fixture(scope="module")
-def quick_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    """One quick run of every section, with its results file and plot in a temporary folder."""
-    out = tmp_path_factory.mktemp("bench")
+
+def quick_run(section: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """One quick run of ``section`` (tiny sizes, one repeat), with its results file and plot in
+    a temporary folder: each section in a process of its own, so the sections run in parallel."""
+    if section in _RUNS:
+        return _RUNS[section]
+    out = tmp_path_factory.mktemp(f"bench-{section}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
     proc = subprocess.run(
         [
@@ -33,6 +38,8 @@ def quick_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]
             "-m",
             "bench",
             "--quick",
+            "--sections",
+            section,
             "--sizes",
             "0,2",
             "--output",
@@ -44,27 +51,54 @@ def quick_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]
         env=env,
         capture_output=True,
         text=True,
-        # A hang guard, not a speed limit: the quick run takes tens of seconds alone and several
-        # minutes on a loaded 2-core machine; only a run that never ends should fail here.
+        # A hang guard, not a speed limit: a quick section takes seconds alone and a minute or
+        # more on a loaded 2-core machine; only a run that never ends should fail here.
         timeout=1800,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "## CLI start-up" in proc.stdout  # the Markdown tables are printed
-    return json.loads((out / "results.json").read_text()), out
+    _RUNS[section] = json.loads((out / "results.json").read_text()), out
+    return _RUNS[section]
 
 
-def test_results_file_has_every_section_and_the_machine(quick_results: tuple[dict, Path]) -> None:
-    results, _ = quick_results
+@pytest.fixture
+def startup_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    return quick_run("startup", tmp_path_factory)
+
+
+@pytest.fixture
+def scaling_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    return quick_run("scaling", tmp_path_factory)
+
+
+@pytest.fixture
+def dispatch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    return quick_run("dispatch", tmp_path_factory)
+
+
+@pytest.fixture
+def faults_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    return quick_run("faults", tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_a_results_file_has_its_section_and_the_machine(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from bench.__main__ import SECTIONS
+
+    assert set(SECTIONS) == {"startup", "scaling", "dispatch", "trainer", "faults"}
+    results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
-    assert set(results["sections"]) == {"startup", "scaling", "dispatch", "trainer", "faults"}
+    assert set(results["sections"]) == {"trainer"}
     assert not any("error" in section for section in results["sections"].values())
     machine = results["machine"]
     assert machine["logical_cores"] >= 1 and machine["packages"]["accelctl"]
 
 
-def test_startup_section(quick_results: tuple[dict, Path]) -> None:
-    startup = quick_results[0]["sections"]["startup"]
+@pytest.mark.slow
+def test_startup_section(startup_run: tuple[dict, Path]) -> None:
+    startup = startup_run[0]["sections"]["startup"]
     labels = [command["label"] for command in startup["commands"]]
     for label in ("python -c pass", "accelctl list --json", 'python -c "import torch"'):
         assert label in labels
@@ -84,8 +118,9 @@ def test_startup_section(quick_results: tuple[dict, Path]) -> None:
     assert {t["target"] for t in startup["targets"]} >= {"accelctl list / floor <= 1.5"}
 
 
-def test_scaling_counts_plugin_imports(quick_results: tuple[dict, Path]) -> None:
-    scaling = quick_results[0]["sections"]["scaling"]
+@pytest.mark.slow
+def test_scaling_counts_plugin_imports(scaling_run: tuple[dict, Path]) -> None:
+    scaling = scaling_run[0]["sections"]["scaling"]
     assert scaling["sizes"] == [0, 2]
     rows = {(row["command"], row["extra_plugins"]): row for row in scaling["rows"]}
     assert len(rows) == 5 * 2
@@ -101,19 +136,8 @@ def test_scaling_counts_plugin_imports(quick_results: tuple[dict, Path]) -> None
         assert rows["list --json", size]["torch_imported"] is False
     named = [t for t in scaling["targets"] if "imported == 1" in t["target"]]
     assert len(named) == 2 and all(t["holds"] for t in named)
-
-
-def test_dispatch_section_times_every_hook(quick_results: tuple[dict, Path]) -> None:
-    rows = quick_results[0]["sections"]["dispatch"]["rows"]
-    null_hooks = {row["hook"] for row in rows if row["plugin"].startswith("null")}
-    assert null_hooks == set(hookspecs.ALL_HOOKS)
-    assert {row["hook"] for row in rows if row["plugin"].startswith("cpu")} >= {"detect"}
-    for row in rows:
-        assert row["direct_us"] > 0 and row["handle_us"] > 0
-
-
-def test_plot_is_a_png_when_matplotlib_is_installed(quick_results: tuple[dict, Path]) -> None:
-    results, out = quick_results
+    # The plot is a PNG where matplotlib is installed.
+    results, out = scaling_run
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -122,8 +146,19 @@ def test_plot_is_a_png_when_matplotlib_is_installed(quick_results: tuple[dict, P
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_report_renders_a_results_file(quick_results: tuple[dict, Path]) -> None:
-    _, out = quick_results
+@pytest.mark.slow
+def test_dispatch_section_times_every_hook(dispatch_run: tuple[dict, Path]) -> None:
+    rows = dispatch_run[0]["sections"]["dispatch"]["rows"]
+    null_hooks = {row["hook"] for row in rows if row["plugin"].startswith("null")}
+    assert null_hooks == set(hookspecs.ALL_HOOKS)
+    assert {row["hook"] for row in rows if row["plugin"].startswith("cpu")} >= {"detect"}
+    for row in rows:
+        assert row["direct_us"] > 0 and row["handle_us"] > 0
+
+
+@pytest.mark.slow
+def test_report_renders_a_results_file(dispatch_run: tuple[dict, Path]) -> None:
+    _, out = dispatch_run
     proc = subprocess.run(
         [sys.executable, "-m", "bench.report", str(out / "results.json")],
         cwd=ROOT,
@@ -132,7 +167,7 @@ def test_report_renders_a_results_file(quick_results: tuple[dict, Path]) -> None
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "| `accelctl list --json` |" in proc.stdout and "## Hook dispatch" in proc.stdout
+    assert "## Hook dispatch" in proc.stdout and "| null (does nothing) | detect |" in proc.stdout
 
 
 def test_bad_arguments_name_what_is_accepted() -> None:
@@ -147,8 +182,9 @@ def test_bad_arguments_name_what_is_accepted() -> None:
     assert "nope" in proc.stderr and "startup,scaling,dispatch,trainer,faults" in proc.stderr
 
 
-def test_faults_section(quick_results: tuple[dict, Path]) -> None:
-    faults = quick_results[0]["sections"]["faults"]
+@pytest.mark.slow
+def test_faults_section(faults_run: tuple[dict, Path]) -> None:
+    faults = faults_run[0]["sections"]["faults"]
     # The reports are the launcher's one line naming the rank that failed first.
     assert faults["killed_rank_exit_code"] == 137
     assert faults["killed_rank_report"].startswith("accelctl launch: rank 1 of 2 failed (killed")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cliharness import Cli
 
 from fakedists import FakeSite, good_plugin
@@ -16,6 +17,7 @@ from fakedists import FakeSite, good_plugin
 HANG_GUARD_S = 120
 
 
+@pytest.mark.slow
 def test_a_named_lookup_survives_an_unrelated_malformed_distribution(
     cli: Cli, fake_site: FakeSite
 ) -> None:

@@ -14,6 +14,7 @@ from cliharness import Cli
 from accelctl._scaffold import PluginNames
 
 
+@pytest.mark.slow
 def test_generated_package_installs_and_passes_validate(cli: Cli, tmp_path: Path) -> None:
     # pip builds the package with this environment's setuptools (no network for an isolated
     # build); the dev extra should list it, since Python 3.12+ venvs come without it.

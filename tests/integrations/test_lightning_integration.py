@@ -591,6 +591,7 @@ def test_a_plugin_whose_detect_breaks_counts_as_unavailable_with_a_warning() -> 
         assert bound.is_available() is False
 
 
+@pytest.mark.slow
 def test_without_lightning_the_import_error_says_what_to_install() -> None:
     code = (
         "import sys; sys.modules['lightning'] = None\n"

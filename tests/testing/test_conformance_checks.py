@@ -463,6 +463,7 @@ def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
     assert seconds >= 0.4  # the runtime's 0.4 s import is on the plugin's clock
 
 
+@pytest.mark.slow
 def test_module_level_torch_import_fails_import_is_light(fake_site: FakeSite) -> None:
     source = "import torch\n" + plugin()
     fake_site.install("accelctl-heavy", {"heavy": "heavy_mod"}, {"heavy_mod": source})
@@ -564,6 +565,7 @@ def test_pytest_face_needs_an_accelerator() -> None:
         TestNothing().test_loads()  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path) -> None:
     source = plugin("@accelctl.hookimpl\ndef auto_device_count():\n    return 3\n")
     fake_site.install("accelctl-ci", {"ci": "ci_mod"}, {"ci_mod": source})

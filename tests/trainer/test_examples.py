@@ -21,6 +21,7 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_cv_example_learns_the_digits_on_the_cpu(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +58,7 @@ def test_cv_example_refuses_cpu_with_another_accelerator() -> None:
         cv.parse_args(["--cpu", "--accelerator", "cuda"])
 
 
+@pytest.mark.slow
 def test_custom_accelerator_example_trains_with_an_instance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
