@@ -28,6 +28,13 @@ _ACCELCTL_VARS = (
     "ACCELCTL_DEVICES",
 )
 
+#: A scheduler's or launcher's variables that the Trainer and ``accelctl launch`` read (the suite
+#: run inside an srun step, a MASTER_ADDR exported in the shell): no test sees them unless it sets
+#: them itself.
+_SCHEDULER_PREFIXES = ("SLURM_", "PET_", "OMPI_COMM_WORLD_")
+_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
+_LAUNCHER_VARS += ("MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
 #: The hook deadline in tests and the processes they start. accelctl's default (10 s) is for
 #: people; here a plugin that imports torch inside a hook (seconds on a loaded 2-core machine)
 #: must never be reported as hung by chance, so the deadline is only a hang guard. The tests of
@@ -64,11 +71,14 @@ def _use_default_registry(monkeypatch: pytest.MonkeyPatch, *sites: FakeSite) -> 
 
 @pytest.fixture(autouse=True)
 def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> Iterator[None]:
-    """No ACCELCTL_* variable from the caller's shell, and a fresh process-wide registry that
-    sees the in-repo plugins only: each test sees the plugins it sets up, whatever else is
-    installed."""
+    """No ACCELCTL_* variable from the caller's shell (nor a scheduler's or a launcher's), and a
+    fresh process-wide registry that sees the in-repo plugins only: each test sees the plugins
+    it sets up, whatever else is installed."""
     for var in _ACCELCTL_VARS:
         monkeypatch.delenv(var, raising=False)
+    for var in list(os.environ):
+        if var.startswith(_SCHEDULER_PREFIXES) or var in _LAUNCHER_VARS:
+            monkeypatch.delenv(var)
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", HOOK_TIMEOUT_S)
     _use_default_registry(monkeypatch, project_site)
     yield
