@@ -94,36 +94,12 @@ class SlurmStep:
     tasks_on_node: int
     nodes: int
     node_rank: int
-    #: The step's node list as SLURM wrote it (``accelctl-node[1-2]``), and its variable.
-    nodelist: str
-    nodelist_variable: str
-    #: ``MASTER_ADDR`` / ``MASTER_PORT`` when set (they win over the node list and the job id).
-    master_addr_set: str | None = None
-    master_port_set: str | None = None
-
-    @property
-    def master_addr(self) -> str:
-        """``MASTER_ADDR`` when set, else the first host of the step's node list."""
-        return self.master_addr_set or expand_hostlist(self.nodelist)[0]
-
-    @property
-    def master_port(self) -> int:
-        """``MASTER_PORT`` when set, else one derived from the job id (the same on every node)."""
-        if self.master_port_set:
-            try:
-                return int(self.master_port_set)
-            except ValueError:
-                raise ProcessSetupError(
-                    f"MASTER_PORT={self.master_port_set!r} is not a port number"
-                ) from None
-        return PORT_BASE + self.job_id % PORT_SPAN
-
-    def describe_master(self) -> str:
-        """Where the rendezvous is and where each half came from, for a launcher's note."""
-        addr = f"{self.nodelist_variable}={self.nodelist}"
-        addr = "MASTER_ADDR" if self.master_addr_set else addr
-        port = "MASTER_PORT" if self.master_port_set else "SLURM_JOB_ID"
-        return f"{self.master_addr}:{self.master_port} (host from {addr}, port from {port})"
+    #: ``MASTER_ADDR`` when set, else the first host of the step's node list; ``MASTER_PORT``
+    #: when set, else one derived from the job id (the same on every node, without talking).
+    master_addr: str
+    master_port: int
+    #: Where they came from, for a launcher's note.
+    master_from: str
 
 
 def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
@@ -140,22 +116,21 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
         for name in names:
             if environ.get(name, "").strip():
                 return name, environ[name].strip()
-        raise ProcessSetupError(
-            f"this SLURM job step sets none of {', '.join(names)}; is srun older than SLURM 20?"
-        )
+        raise ProcessSetupError(f"this SLURM job step sets none of {', '.join(names)}")
 
     def number(*names: str) -> int:
         name, raw = first(*names)
         if not raw.isdigit():
-            raise ProcessSetupError(f"SLURM's {name}={raw!r} is not a whole number")
+            raise ProcessSetupError(f"{name}={raw!r} is not a whole number")
         return int(raw)
 
-    node_rank = number("SLURM_NODEID")
-    nodelist_variable, nodelist = first(
-        "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
-    )
+    job, node_rank = number("SLURM_JOB_ID"), number("SLURM_NODEID")
+    hosts = first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+    addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    addr_from = "MASTER_ADDR" if addr else f"{hosts[0]}={hosts[1]}"
+    port_from = "MASTER_PORT" if port else "SLURM_JOB_ID"
     return SlurmStep(
-        job_id=number("SLURM_JOB_ID", "SLURM_JOBID"),
+        job_id=job,
         step_id=int(step),
         rank=number("SLURM_PROCID"),
         local_rank=number("SLURM_LOCALID"),
@@ -165,8 +140,7 @@ def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
         ),
         nodes=number("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
         node_rank=node_rank,
-        nodelist=nodelist,
-        nodelist_variable=nodelist_variable,
-        master_addr_set=environ.get("MASTER_ADDR") or None,
-        master_port_set=environ.get("MASTER_PORT") or None,
+        master_addr=addr or expand_hostlist(hosts[1])[0],
+        master_port=number("MASTER_PORT") if port else PORT_BASE + job % PORT_SPAN,
+        master_from=f"host from {addr_from}, port from {port_from}",
     )

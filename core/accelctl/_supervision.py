@@ -197,18 +197,12 @@ def forwarding_user_signals() -> Iterator[None]:
 
 
 def _children() -> list[int]:
-    me, found = os.getpid(), []
-    try:
-        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:  # not Linux
-        return []
-    for entry in entries:
-        try:
+    """This process's children, from Linux's ``/proc`` (none elsewhere)."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The fields after the command, which is in parentheses and may hold anything.
             with open(f"/proc/{entry}/stat") as file:
-                stat = file.read()
-        except OSError:
-            continue
-        # Fields after the command, which is in parentheses and may hold any character.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-            found.append(int(entry))
+                if entry.isdigit() and int(file.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(entry))
     return found

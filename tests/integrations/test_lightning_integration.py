@@ -361,8 +361,15 @@ class _RecordDtype(TinyRegression):
 
 
 @pytest.mark.parametrize("by_name", [False, True], ids=["instance", "name"])
-def test_mixed_precision_autocasts_on_the_plugins_device_type(testnpu: Any, by_name: bool) -> None:
+def test_mixed_precision_autocasts_on_the_plugins_device_type(
+    testnpu: Any, by_name: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Item 8: Lightning autocasts on "cuda" for any accelerator but its own "cpu" and "mps".
+    # Lightning warns when the machine has SLURM's srun (the SLURM tests install it) and this test
+    # turns warnings into errors: it sees no srun on its PATH, only what it sets up.
+    path = os.environ["PATH"].split(os.pathsep)
+    without_srun = [folder for folder in path if not os.path.exists(os.path.join(folder, "srun"))]
+    monkeypatch.setenv("PATH", os.pathsep.join(without_srun))
     if by_name:
         register_all()
     accelerator = "testnpu" if by_name else LightningAccelerator("testnpu")

@@ -193,8 +193,9 @@ def _slurm_conf(root: Path, munge_socket: Path) -> str:
         "SlurmUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        # A requeued job waits this long before it may start again (SLURM's default: 120 s).
-        f"AuthInfo=socket={munge_socket},cred_expire=8",
+        # A requeued job waits this long (+1 s) before it may start again: SLURM's least (its
+        # default is 120 s).
+        f"AuthInfo=socket={munge_socket},cred_expire=5",
         f"StateSaveLocation={root / 'state'}",
         f"SlurmdSpoolDir={root / 'spool-%n'}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",

@@ -4,8 +4,8 @@ Three epochs of a linear model on 64 samples, 8 a batch, seeded: with two proces
 epoch each, a logging step every 2. Rank 0 saves the final weights to ``OUT/final.pt``; every
 process writes ``OUT/rank<R>.json`` (its rank, world size, local rank and SLURM node). DEVICES is
 the Trainer's ``devices`` (default ``"auto"``). ``--pace``: in the job's first run, after step 2,
-rank 0 writes ``OUT/running`` and every step sleeps 0.5 s, so that a signal sent once that file
-exists arrives mid-run.
+rank 0 writes ``OUT/running``, every process waits for ``OUT/signalled`` (the test writes it once
+it has sent its signal) and then sleeps 0.3 s a step, so that the signal arrives mid-run.
 """
 
 import json
@@ -31,9 +31,14 @@ class Net(nn.Module):
 
     def training_step(self, batch, batch_idx):
         if pace and trainer.global_step >= 2:
-            if trainer.global_step == 2 and trainer.is_global_zero:
-                open(os.path.join(out, "running"), "w").close()
-            time.sleep(0.5)
+            if trainer.global_step == 2:
+                if trainer.is_global_zero:
+                    open(os.path.join(out, "running"), "w").close()
+                for _ in range(3000):  # a hang guard of 5 minutes
+                    if os.path.exists(os.path.join(out, "signalled")):
+                        break
+                    time.sleep(0.1)
+            time.sleep(0.3)
         x, y = batch
         return nn.functional.mse_loss(self.linear(x), y)
 

@@ -132,14 +132,13 @@ def plan_nodes(
     where += " (SLURM_NODEID, SLURM_STEP_NUM_NODES)"
     if step.nodes == 1:
         return Nodes(1, 0, master_addr, master_port, note=f"{where}; one node, a local rendezvous")
-    master = step.describe_master()
-    if master_addr or master_port:
-        master = f"{master_addr or step.master_addr}:{master_port or step.master_port} (options)"
+    addr, port = master_addr or step.master_addr, master_port or step.master_port
+    source = "--master-addr/--master-port" if master_addr or master_port else step.master_from
     return Nodes(
         step.nodes,
         step.node_rank,
-        master_addr or step.master_addr,
-        master_port or step.master_port,
+        addr,
+        port,
         run_id=f"slurm-{step.job_id}.{step.step_id}",
-        note=f"{where}; rendezvous at {master}",
+        note=f"{where}; rendezvous at {addr}:{port} ({source})",
     )

@@ -7,7 +7,6 @@ advances its ``global_step``.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -123,7 +122,6 @@ def train_epoch(
                     world_size=trainer._env.world_size,
                     step=step,
                     checkpoint=trainer.root_dir / CHECKPOINT_DIR / LAST,
-                    environ=os.environ,
                 )
             progress.mark("loading a batch", step)
         if window:

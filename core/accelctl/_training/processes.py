@@ -92,16 +92,9 @@ class ProcessEnvironment:
             rank, size, local, local_size = (number(name) for name in _OMPI)
             env = cls(rank, local, size, local_size, True, "mpirun", addr, number("MASTER_PORT"))
         elif (step := slurm_step(environ)) is not None:
-            env = cls(
-                rank=step.rank,
-                local_rank=step.local_rank,
-                world_size=step.tasks,
-                local_world_size=step.tasks_on_node,
-                launched=True,
-                launcher=f"srun (SLURM job {step.job_id}, step {step.step_id})",
-                master_addr=step.master_addr,
-                master_port=step.master_port,
-            )
+            srun = f"srun (SLURM job {step.job_id}, step {step.step_id})"
+            env = cls(step.rank, step.local_rank, step.tasks, step.tasks_on_node, True, srun,
+                      step.master_addr, step.master_port)  # fmt: skip
         else:
             return cls()
         if not (0 <= env.rank < env.world_size and 0 <= env.local_rank < env.local_world_size):
@@ -155,11 +148,8 @@ def choose_device(
             f"launcher; this process was started alone. Run:\n    {launch_command_line}"
         )
     if env.launched and env.local_world_size != count:
-        fix = (
-            f"srun --ntasks-per-node={count}"
-            if env.launcher.startswith("srun")
-            else "launch with --devices matching the script"
-        )
+        fix = "launch with --devices matching the script"
+        fix = f"srun --ntasks-per-node={count}" if env.launcher.startswith("srun") else fix
         raise ProcessSetupError(
             f"{env.launcher} started {env.local_world_size} process(es) on this machine but the "
             f"Trainer has {count} {accelerator} device(s) ({', '.join(str(d) for d in devices)}). "
@@ -207,11 +197,7 @@ def join_process_group(
         host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
         init_method = f"tcp://{host}:{env.master_port}"
     dist.init_process_group(
-        backend=backend,
-        init_method=init_method,
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timeout,
+        backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
     )
     return True
 

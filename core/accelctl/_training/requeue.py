@@ -2,14 +2,11 @@
 
 A batch job warned that its time is nearly up (``sbatch --signal=USR1@90``) or that it is being
 preempted gets a signal. ``Trainer(requeue_signal=...)`` catches it: the fit ends the step it is
-in, writes ``last.ckpt``, asks SLURM to requeue the job (``scontrol requeue $SLURM_JOB_ID``, from
-rank 0) and the process exits with status 0. The requeued job runs the same script again with
-``SLURM_RESTART_COUNT`` above 0, and ``fit`` resumes from ``last.ckpt`` by itself.
-
-With several processes all of them must stop at the same step (the checkpoint is a collective).
-The request rides on the next logging step's all-reduce of the figures (every
-``log_every_n_steps``), which every process makes anyway: stopping costs no collective of its own.
-Alone, the fit stops after the step in which the signal came.
+in, writes ``last.ckpt``, rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, and the processes exit
+with status 0. The requeued job runs the script again with ``SLURM_RESTART_COUNT`` above 0, and
+``fit`` resumes from ``last.ckpt`` by itself. With several processes all stop at the same step
+(the checkpoint is a collective): the request rides on the next logging step's all-reduce of the
+figures, which they make anyway, so stopping costs no collective of its own.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ from typing import Any, NoReturn
 
 from .._errors import TrainerError
 
-#: What ``requeue_signal="auto"`` catches inside a SLURM job: the signal ``sbatch --signal``
-#: sends unless told another.
+#: What ``requeue_signal="auto"`` catches inside a SLURM job: what ``sbatch --signal`` sends.
 AUTO_SIGNAL = signal.SIGUSR1
 
 
@@ -37,26 +33,25 @@ class RequeueError(TrainerError):
 def parse_requeue_signal(
     value: Any, *, checkpointing: bool, environ: Mapping[str, str] = os.environ
 ) -> tuple[int | None, bool]:
-    """The signal to catch and whether it was asked for by name (``"auto"`` is not).
+    """The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
+    writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
 
-    ``"auto"``: SIGUSR1 inside a SLURM job (``SLURM_JOB_ID``) that writes checkpoints, and only
-    when nothing else handles SIGUSR1 when ``fit`` starts; None: never.
-
-    :raises TrainerError: for a name that is not a signal that can be caught, or a signal asked
-        for with checkpoints off (there would be nothing to resume from).
+    :raises TrainerError: for what is not a signal that can be caught, or a named signal with
+        checkpoints off (there would be nothing to resume from).
     """
     if value is None or value is False:
         return None, False
     if isinstance(value, str) and value.strip().lower() == "auto":
         return (AUTO_SIGNAL if checkpointing and "SLURM_JOB_ID" in environ else None), False
-    name = value.strip().upper() if isinstance(value, str) else value
+    signum: signal.Signals | None = None
     try:
-        signum = signal.Signals(name) if isinstance(name, int) else signal.Signals[name]
+        if isinstance(value, str):
+            name = value.strip().upper()
+            signum = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            signum = signal.Signals(value)
     except (KeyError, ValueError):
-        try:
-            signum = signal.Signals[f"SIG{name}"]
-        except (KeyError, TypeError):
-            signum = None
+        pass
     if signum is None or signum in (signal.SIGKILL, signal.SIGSTOP):
         raise TrainerError(
             f"requeue_signal={value!r} is not a signal that can be caught: give a name such as "
@@ -71,16 +66,11 @@ def parse_requeue_signal(
 
 
 class RequeueOnSignal:
-    """The handler of one ``fit``: notes the signal; the training loop stops at a step boundary.
-
-    Installed from the main thread only (Python's rule for signal handlers); ``"auto"`` leaves a
-    handler someone else installed alone.
-    """
+    """The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
+    training loop stops at a step boundary. ``"auto"`` leaves a handler of someone else's."""
 
     def __init__(self, signum: int | None, explicit: bool) -> None:
-        self.signum, self.explicit = signum, explicit
-        #: True once the signal came.
-        self.requested = False
+        self.signum, self.requested = signum or 0, False
         self._previous: Any = None
         self.armed = (
             signum is not None
@@ -89,61 +79,49 @@ class RequeueOnSignal:
         )
 
     def arm(self) -> None:
-        if self.armed and self.signum is not None:
+        if self.armed:
             self._previous = signal.signal(self.signum, self._note)
 
     def disarm(self) -> None:
-        if self.armed and self.signum is not None and self._previous is not None:
+        if self._previous is not None:
             signal.signal(self.signum, self._previous)
             self._previous = None
 
     def _note(self, signum: int, frame: object) -> None:
         self.requested = True
 
-    def leave(
-        self, *, rank: int, world_size: int, step: int, checkpoint: Path, environ: Mapping[str, str]
-    ) -> NoReturn:
-        """After the checkpoint, on every process: requeue the job (rank 0) and exit.
+    def leave(self, *, rank: int, world_size: int, step: int, checkpoint: Path) -> NoReturn:
+        """After the checkpoint, on every process: requeue the job (rank 0), and exit.
 
-        :raises RequeueError: in rank 0 when ``scontrol requeue`` failed.
+        :raises RequeueError: in rank 0, when ``scontrol requeue`` failed.
         """
-        name = signal.Signals(self.signum or 0).name
+        said = f"{signal.Signals(self.signum).name} received: checkpoint written at step {step}"
+        said += f" ({checkpoint})"
         if world_size > 1:
             import torch.distributed as dist
 
             dist.barrier()  # the checkpoint is complete before anything is requeued
-        job = environ.get("SLURM_JOB_ID")
-        if job is None:  # asked for by name outside SLURM: stop, with the signal's status
+        job = os.environ.get("SLURM_JOB_ID")
+        if job is None:  # a signal named outside SLURM: stop with the signal's status
             if rank == 0:
-                print(
-                    f"accelctl: {name} received: checkpoint written at step {step} "
-                    f"({checkpoint}); not in a SLURM job, so nothing requeues it: run again "
-                    f"with fit(ckpt_path='last') to resume",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            raise SystemExit(128 + (self.signum or 0))
+                again = "run again with fit(ckpt_path='last') to resume"
+                print(f"accelctl: {said}; not in a SLURM job, so nothing requeues it: {again}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            raise SystemExit(128 + self.signum)
         # Once requeued, SLURM stops the job's processes with SIGTERM: these are leaving anyway.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if rank == 0:
             try:
-                done = subprocess.run(
-                    ["scontrol", "requeue", job], capture_output=True, text=True, timeout=120
-                )
+                done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
                 failed = done.returncode != 0 and (done.stderr or done.stdout).strip()
-            except (OSError, subprocess.TimeoutExpired) as exc:
+            except OSError as exc:
                 failed = str(exc)
             if failed:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 raise RequeueError(
-                    f"{name} received: checkpoint written at step {step} ({checkpoint}), but "
-                    f"`scontrol requeue {job}` failed: {failed}. Resume from it with "
+                    f"{said}, but `scontrol requeue {job}` failed: {failed}. Resume from it with "
                     f"fit(ckpt_path='last') in a new job (sbatch --requeue lets SLURM requeue it)"
                 )
-            print(
-                f"accelctl: {name} received: checkpoint written at step {step} ({checkpoint}); "
-                f"SLURM job {job} requeued, it resumes from there",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"accelctl: {said}; SLURM job {job} requeued, it resumes from there",
+                  file=sys.stderr, flush=True)  # fmt: skip
         raise SystemExit(0)
