@@ -83,4 +83,4 @@ def test_a_launcher_passes_sigusr1_and_sigusr2_on_to_its_processes() -> None:
         timeout=120,  # a hang guard
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["SIGUSR1", "SIGUSR2"]
+    assert sorted(done.stdout.split()) == ["SIGUSR1", "SIGUSR2"]  # in either order
