@@ -207,7 +207,7 @@ class Trainer:
             self.root_dir / METRICS_FILE if self.is_global_zero else None, run=run, restart=restarts
         )
         requeue, progress = RequeueOnSignal(*self._requeue), Progress()
-        watch = HangWatch(self._env, progress, run) if self._env.distributed else None
+        watch = HangWatch(self._env, progress, restarts) if self._env.distributed else None
         try:
             requeue.arm()
             self.accelerator.setup_device(self.device)

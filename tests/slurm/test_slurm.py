@@ -108,6 +108,24 @@ def test_srun_python_without_a_launcher_trains_as_one_run(
     assert len({p["node"] for p in ran}) == nodes  # any free node(s) of the cluster
 
 
+def test_a_hung_task_of_srun_python_is_named_with_every_ranks_stack(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Without a launcher: the rendezvous store is rank 0's, the processes on two nodes."""
+    done = slurm_cluster.run(
+        "srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+        PYTHON, str(SCRIPT), str(tmp_path), "auto", "--hang",
+        ACCELCTL_COLLECTIVE_TIMEOUT="3",
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "CollectiveTimeoutError: rank 1 of 2 did not arrive: rank 0 waited 3 s for it in " in (
+        done.stderr
+    ), done.stderr[-3000:]
+    hung = done.stderr[done.stderr.index("rank 1 of 2 (pid ") :]
+    assert "in training_step of step 3:" in hung.splitlines()[0]
+    assert "time.sleep(600)" in hung
+
+
 def test_tasks_that_do_not_match_the_devices_are_refused_when_the_trainer_is_made(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ process writes ``OUT/rank<R>.json`` (its rank, world size, local rank and SLURM 
 the Trainer's ``devices`` (default ``"auto"``). ``--pace``: in the job's first run, after step 2,
 rank 0 writes ``OUT/running``, every process waits for ``OUT/signalled`` (the test writes it once
 it has sent its signal) and then sleeps 0.3 s a step, so that the signal arrives mid-run.
+``--hang``: rank 1 sleeps for 10 minutes in its third step.
 """
 
 import json
@@ -30,6 +31,8 @@ class Net(nn.Module):
         self.linear = nn.Linear(4, 1)
 
     def training_step(self, batch, batch_idx):
+        if "--hang" in sys.argv and trainer.global_rank == 1 and trainer.global_step == 2:
+            time.sleep(600)
         if pace and trainer.global_step >= 2:
             if trainer.global_step == 2:
                 if trainer.is_global_zero:

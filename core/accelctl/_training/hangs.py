@@ -48,9 +48,10 @@ class Progress:
 class HangWatch:
     """The watcher thread of one fit's process, and the report of a collective that timed out."""
 
-    def __init__(self, env: ProcessEnvironment, progress: Progress, run: str) -> None:
+    def __init__(self, env: ProcessEnvironment, progress: Progress, restarts: int) -> None:
         self.env, self.progress = env, progress
-        self._prefix = f"accelctl/hang/{run}/{next(_fits)}/"
+        # The same in every process of the run (a run's store can outlive a restart).
+        self._prefix = f"accelctl/hang/{restarts}/{next(_fits)}/"
         self._asked = self._prefix + f"ask/{env.rank}"
         self._main = threading.get_ident()
         self._thread: threading.Thread | None = None
