@@ -12,17 +12,20 @@ Two halves:
 - in the launcher of a single process, :func:`wait_forwarding_signals` passes SIGINT and SIGTERM
   on to the child, and escalates (SIGTERM, then SIGKILL) when it does not stop within a few
   seconds. torchrun does the same for its workers (``launch`` turns its ``SignalException`` into
-  the exit status ``128 + signal``).
+  the exit status ``128 + signal``). SIGUSR1 and SIGUSR2, a scheduler's warning before a time
+  limit or a preemption (``sbatch --signal=USR1@90``), are passed on to the launched processes
+  (:func:`forwarding_user_signals`) instead of ending the launcher.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from . import _settings
@@ -163,3 +166,42 @@ def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
         return process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         return None
+
+
+#: Signals a launcher passes on to its processes rather than ending on them.
+USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+@contextlib.contextmanager
+def forwarding_user_signals() -> Iterator[None]:
+    """While the launch runs, SIGUSR1 and SIGUSR2 to this process are sent on to every process it
+    started (its children, from Linux's ``/proc``; elsewhere they are ignored). Under SLURM a
+    worker may receive the signal twice, from SLURM and from its launcher: handlers must not mind
+    (the Trainer's does not)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in USER_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _children() -> list[int]:
+    """This process's children, from Linux's ``/proc`` (none elsewhere)."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The fields after the command, which is in parentheses and may hold anything.
+            with open(f"/proc/{entry}/stat") as file:
+                if entry.isdigit() and int(file.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(entry))
+    return found

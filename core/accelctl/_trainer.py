@@ -1,5 +1,3 @@
-# Over 400 lines for a reason: the Trainer class is one idea, its constructor and fit loop read
-# top to bottom; the parts that stand alone are in accelctl._training (figures, model, data, ...).
 """``accelctl.Trainer``: a small training loop on whatever accelerator the registry selects.
 
 The reference consumer of the registry: it resolves an accelerator by name, alias, ``"gpu"``,
@@ -31,7 +29,6 @@ checkpoints that resume exactly, and figures in ``<root_dir>/metrics.jsonl``. Re
 from __future__ import annotations
 
 import os
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
@@ -41,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from . import _settings
-from ._errors import AccelctlError, PluginWarning, TrainerError
+from ._errors import TrainerError
 from ._launching.handoff import devices_spec, launch_command_line
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
@@ -50,15 +47,14 @@ from ._training.checkpoint import (
     CheckpointConfig,
     Checkpointer,
     Resume,
-    epoch_rng_state,
     resolve_ckpt_path,
     restart_count,
     resumed_batches,
-    set_epoch_rng_state,
-    set_rng_state,
 )
-from ._training.data import batch_size, move_to_device, set_epoch, shard_loader
-from ._training.figures import epoch_figures, reduce_window, validate
+from ._training.data import set_epoch, shard_loader
+from ._training.epoch import train_epoch
+from ._training.figures import validate
+from ._training.hangs import HangWatch, Progress
 from ._training.metrics_log import METRICS_FILE, MetricsLog
 from ._training.model import TrainingStep, check_model, optimizer_of
 from ._training.precision import Precision, parse_precision
@@ -68,8 +64,9 @@ from ._training.processes import (
     join_process_group,
     script_argv,
 )
-from ._training.progress import progress_bar
-from ._training.timeouts import collective_timeout, explain_timeout
+from ._training.requeue import RequeueOnSignal, parse_requeue_signal
+from ._training.rng import epoch_rng_state, set_epoch_rng_state, set_rng_state
+from ._training.timeouts import collective_timeout
 
 if TYPE_CHECKING:
     from torch import nn
@@ -98,6 +95,9 @@ class Trainer:
     :param keep_best: also keep the best this many epoch-end checkpoints, ranked by
         ``best_metric`` (a key of :attr:`metrics`, such as ``"val_loss"``), lower is better with
         ``best_mode="min"``, higher with ``"max"``.
+    :param requeue_signal: a signal (``"SIGUSR1"``, a number) on which :meth:`fit` stops at a
+        checkpoint and requeues its SLURM job, which resumes from there; ``"auto"``: SIGUSR1
+        inside a SLURM job that nothing else handles it in; None: never.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -121,6 +121,7 @@ class Trainer:
         keep_best: int = 0,
         best_metric: str = "val_loss",
         best_mode: str = "min",
+        requeue_signal: Any = "auto",
     ) -> None:
         self.max_epochs = _positive_int("max_epochs", max_epochs)
         self.log_every_n_steps = _positive_int("log_every_n_steps", log_every_n_steps)
@@ -131,6 +132,7 @@ class Trainer:
         self.checkpointing = CheckpointConfig(
             enable_checkpointing, checkpoint_every_n_steps, keep_best, best_metric, best_mode
         )
+        self._requeue = parse_requeue_signal(requeue_signal, checkpointing=enable_checkpointing)
         self._env = ProcessEnvironment.from_environ(os.environ)
         if _is_auto(devices) and self._env.launched and not _settings.Selection.read().devices:
             devices = self._env.local_world_size  # a plain torchrun: one device per process
@@ -204,12 +206,17 @@ class Trainer:
         log = MetricsLog(
             self.root_dir / METRICS_FILE if self.is_global_zero else None, run=run, restart=restarts
         )
+        requeue, progress = RequeueOnSignal(*self._requeue), Progress()
+        watch = HangWatch(self._env, progress, restarts) if self._env.distributed else None
         try:
+            requeue.arm()
             self.accelerator.setup_device(self.device)
             if self._env.distributed:
                 backend = self.accelerator.info.distributed_backend
                 assert backend is not None  # choose_device refused None
                 owns_group = join_process_group(backend, self._env, self.device, timeout)
+                assert watch is not None
+                watch.start()
             model.to(self.device)
             optimizer = optimizer_of(model)
             checkpointer = Checkpointer(
@@ -260,14 +267,15 @@ class Trainer:
                         train_loader, resume.batches_done, resume.rng, self.device
                     )
                 else:
-                    if every is not None:  # a mid-epoch checkpoint needs the epoch's start
+                    if every is not None or requeue.armed:  # a mid-epoch checkpoint needs it
                         epoch_rng = epoch_rng_state(train_loader, self.device)
                     batches = enumerate(train_loader)
 
                 def save_mid_epoch(done: int, epoch: int = epoch, start: Any = epoch_rng) -> None:
                     checkpointer.save(epoch, done, self.global_step, start, self.metrics)
 
-                figures = self._train_epoch(
+                figures = train_epoch(
+                    self,
                     epoch,
                     training_step,
                     optimizer,
@@ -278,8 +286,11 @@ class Trainer:
                     batches=batches,
                     every_n_steps=every,
                     checkpoint=save_mid_epoch,
+                    requeue=requeue,
+                    progress=progress,
                 )
                 if val_loader is not None:
+                    progress.mark("validation", self.global_step)
                     model.eval()
                     with torch.no_grad():
                         figures.update(
@@ -289,130 +300,38 @@ class Trainer:
                 log.write({"kind": "epoch", "epoch": epoch, "step": self.global_step, **figures})
                 on_epoch_end = getattr(model, "on_epoch_end", None)
                 if callable(on_epoch_end):
+                    progress.mark("on_epoch_end", self.global_step)
                     on_epoch_end(self)
                 if saving:  # after on_epoch_end: the states are those the next epoch starts with
+                    progress.mark("the epoch's checkpoint", self.global_step)
                     checkpointer.save(epoch + 1, 0, self.global_step, None, figures, epoch_end=True)
         except BaseException as exc:
-            self._finish(owns_group, log, quiet=True)
-            if self._env.distributed:
-                explained = explain_timeout(
-                    exc,
-                    timeout=timeout,
-                    rank=self._env.rank,
-                    world_size=self._env.world_size,
-                    step=self.global_step,
-                )
-                if explained is not None:
-                    raise explained from exc
-            raise
-        self._finish(owns_group, log, quiet=False)
-
-    def _train_epoch(
-        self,
-        epoch: int,
-        training_step: Callable[[Any, int], Any],
-        optimizer: torch.optim.Optimizer,
-        scaler: torch.amp.GradScaler | None,
-        autocast: Any,
-        loader: Iterable[Any],
-        log: MetricsLog,
-        *,
-        batches: Iterable[tuple[int, Any]],
-        every_n_steps: int | None = None,
-        checkpoint: Callable[[int], None] | None = None,
-    ) -> dict[str, float]:
-        """One epoch over ``batches`` (``enumerate(loader)``, or its rest after a resume);
-        ``checkpoint(batches_done)`` is called after every ``every_n_steps``-th optimizer step."""
-        device, every = self.device, self.log_every_n_steps
-        bar = None
-        if self.is_global_zero:
-            description = f"epoch {epoch + 1}/{self.max_epochs}"
-            bar = progress_bar(
-                self.enable_progress_bar, total=_length(loader), description=description
+            # Before the group goes: the report asks the other processes through its store.
+            explained = (
+                watch.explain(exc, timeout=timeout, step=self.global_step) if watch else None
             )
-        # Losses stay on the device until a logging step: no per-step synchronisation.
-        window: list[torch.Tensor] = []
-        window_samples = 0
-        epoch_loss = torch.zeros((), device=device)
-        epoch_steps = epoch_samples = 0
-        started = window_started = time.perf_counter()
-        stats_ok = True
-        try:
-            for batch_idx, batch in batches:
-                batch = move_to_device(batch, device)
-                with autocast:
-                    loss = training_step(batch, batch_idx)
-                if not isinstance(loss, torch.Tensor):
-                    raise TrainerError(
-                        f"training_step must return the loss as a tensor, returned "
-                        f"{type(loss).__name__} (batch {batch_idx})"
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    _backward(scaler.scale(loss))
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    _backward(loss)
-                    optimizer.step()
-                window.append(loss.detach())
-                samples = batch_size(batch)
-                window_samples += samples
-                epoch_samples += samples
-                epoch_steps += 1
-                self.global_step += 1
-                if bar is not None:
-                    bar.update(1)
-                if self.global_step % every == 0:
-                    window_loss, mean, count = reduce_window(
-                        window, window_samples, device=device, env=self._env
-                    )
-                    epoch_loss += window_loss
-                    now = time.perf_counter()
-                    record: dict[str, Any] = {
-                        "kind": "step",
-                        "step": self.global_step,
-                        "epoch": epoch,
-                        "train_loss": mean,
-                        "samples_per_second": count / max(now - window_started, 1e-9),
-                    }
-                    if self.is_global_zero and stats_ok:
-                        stats, stats_ok = self._device_stats()
-                        record.update((k, v) for k, v in stats.items() if k not in record)
-                    log.write(record)
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
-                    window, window_samples, window_started = [], 0, now
-                if (
-                    checkpoint is not None
-                    and every_n_steps
-                    and self.global_step % every_n_steps == 0
-                ):
-                    checkpoint(batch_idx + 1)
-            if window:
-                epoch_loss += torch.stack(window).float().sum()
-        finally:
-            if bar is not None:
-                bar.close()
-        elapsed = time.perf_counter() - started
-        return epoch_figures(
-            epoch_loss, epoch_steps, epoch_samples, elapsed, device=device, env=self._env
-        )
+            self._finish(owns_group, log, requeue, watch, quiet=True)
+            if explained is not None:
+                raise explained from exc
+            raise
+        self._finish(owns_group, log, requeue, watch, quiet=False)
 
-    def _device_stats(self) -> tuple[dict[str, int | float], bool]:
-        """Rank 0's device stats for a log line; a plugin whose hook breaks is warned about once
-        and not asked again (training goes on without the figures)."""
-        try:
-            return self.accelerator.device_stats(self.device), True
-        except AccelctlError as exc:
-            warnings.warn(f"device stats disabled for this fit: {exc}", PluginWarning, stacklevel=3)
-            return {}, False
-
-    def _finish(self, owns_group: bool, log: MetricsLog, *, quiet: bool) -> None:
-        """Close the log, leave the process group this fit created, and call the accelerator's
-        ``teardown``. After a failure (``quiet``) a cleanup error is only warned about, so that the
-        training error is the one that surfaces."""
+    def _finish(
+        self,
+        owns_group: bool,
+        log: MetricsLog,
+        requeue: RequeueOnSignal,
+        watch: HangWatch | None,
+        *,
+        quiet: bool,
+    ) -> None:
+        """Close the log, restore the signal's handler, stop the hang watcher, leave the process
+        group this fit created, and call the accelerator's ``teardown``. After a failure
+        (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
         log.close()
+        requeue.disarm()
+        if watch is not None:
+            watch.stop()
         steps: list[Callable[[], object]] = []
         if owns_group:
             import torch.distributed as dist
@@ -439,18 +358,6 @@ class Trainer:
                 f"devices={spec!r}) from Python, or `accelctl launch` with a script"
             )
         return launch_command_line(name, spec, argv)
-
-
-def _backward(loss: Any) -> None:
-    loss.backward()
-
-
-def _length(loader: Iterable[Any]) -> int | None:
-    """Batches in ``loader`` when it knows (an iterable dataset's loader may not)."""
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return None
 
 
 def _is_auto(devices: Any) -> bool:

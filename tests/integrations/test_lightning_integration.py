@@ -372,6 +372,8 @@ class _RecordDtype(TinyRegression):
 @pytest.mark.parametrize("by_name", [False, True], ids=["instance", "name"])
 def test_mixed_precision_autocasts_on_the_plugins_device_type(testnpu: Any, by_name: bool) -> None:
     # Item 8: Lightning autocasts on "cuda" for any accelerator but its own "cpu" and "mps".
+    # (Lightning warns when the machine has SLURM's srun and this test turns warnings into
+    # errors: the tests here see no srun, see conftest.py's no_scheduler_on_path.)
     if by_name:
         register_all()
     accelerator = "testnpu" if by_name else LightningAccelerator("testnpu")

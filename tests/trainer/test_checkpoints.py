@@ -201,7 +201,7 @@ def test_checkpoints_are_replaced_atomically(
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", torn)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*last\.ckpt: disk full"):
         trainer(tmp_path).fit(Classifier(), train_loader())
     assert last.read_bytes() == before  # the previous checkpoint is whole
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no temporary left
@@ -257,3 +257,54 @@ def test_the_module_has_no_numpy_dependency_at_import() -> None:
         warnings.simplefilter("error")
         state = checkpoint_module.rng_state(torch.device("cpu"))
     assert isinstance(state["torch"], torch.Tensor)
+
+
+def test_a_checkpoint_that_cannot_be_written_names_the_file_and_keeps_the_last_good_one(
+    tmp_path: Path,
+) -> None:
+    """The file-size limit of a job (``ulimit -f``), hit at the second epoch's checkpoint."""
+    import resource
+
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    model = Classifier()
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def on_epoch_end(t: accelctl.Trainer) -> None:
+        if t.current_epoch == 1:  # epoch 0's checkpoint is on disk: smaller files only now
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1024, limits[1]))
+
+    model.on_epoch_end = on_epoch_end  # type: ignore[method-assign,assignment]
+    try:
+        with pytest.raises(CheckpointError) as caught:
+            trainer(tmp_path, enable_progress_bar=False).fit(model, train_loader())
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)  # the test process's own, again
+    message = str(caught.value)
+    assert message.startswith(f"cannot write checkpoint {last}: File too large (a full disk, or ")
+    assert "the last good one, written 20" in message and f"is intact at {last}" in message
+    assert message.endswith("then resume with fit(ckpt_path='last')")
+    state = torch.load(last, weights_only=True)  # whole, and the first epoch's
+    assert (state["epoch"], state["global_step"]) == (1, 8)
+    assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+
+
+def test_resuming_from_a_checkpoint_of_another_model_names_the_parameters(tmp_path: Path) -> None:
+    trainer(tmp_path, enable_progress_bar=False).fit(Classifier(), train_loader())
+
+    class Wider(Classifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 3)
+            self.extra = nn.Linear(3, 3)
+
+    with pytest.raises(CheckpointError) as caught:
+        trainer(tmp_path, enable_progress_bar=False).fit(Wider(), train_loader(), ckpt_path="last")
+    message = str(caught.value)
+    assert message.startswith(f"checkpoint {tmp_path / 'checkpoints' / 'last.ckpt'} was written ")
+    assert message.split(" was written for another model: ")[1].startswith(
+        "linear.weight is [2, 8] in the checkpoint, [3, 8] in the model; linear.bias is [2] in "
+        "the checkpoint, [3] in the model; missing from the checkpoint: extra.bias, extra.weight."
+    )
+    assert message.endswith(
+        "Resume with the model it was trained with, or start afresh from another root_dir"
+    )

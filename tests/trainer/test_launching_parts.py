@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from accelctl._errors import LaunchError
-from accelctl._launching.options import NodeOptionError, check_nodes
+from accelctl._launching.options import NodeOptionError, Nodes, check_nodes
 from accelctl._launching.scripts import torchrun_argv
 from accelctl.cli.main import cli
 from accelctl.launcher import launch_script
@@ -71,24 +71,18 @@ def test_check_nodes_accepts_one_machine_without_an_address_and_several_with_one
 
 
 def test_torchrun_argv_uses_a_free_local_port_on_one_machine() -> None:
-    argv = torchrun_argv(
-        2, nnodes=1, node_rank=0, master_addr=None, master_port=None, max_restarts=0
-    )
+    argv = torchrun_argv(2, Nodes(), max_restarts=0)
     assert argv == ["--nproc-per-node", "2", "--nnodes", "1", "--max-restarts", "0", "--standalone"]
 
 
 def test_torchrun_argv_names_the_rendezvous_when_one_is_given() -> None:
-    several = torchrun_argv(
-        4, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=None, max_restarts=3
-    )
+    several = torchrun_argv(4, Nodes(2, 1, "10.0.0.1"), max_restarts=3)
     assert several == [
         "--nproc-per-node", "4", "--nnodes", "2", "--max-restarts", "3",
         "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29500",
     ]  # fmt: skip
     # A port alone on one machine: that port on localhost, not torchrun's standalone mode.
-    port_only = torchrun_argv(
-        1, nnodes=1, node_rank=0, master_addr=None, master_port=1234, max_restarts=0
-    )
+    port_only = torchrun_argv(1, Nodes(master_port=1234), max_restarts=0)
     assert port_only[-6:] == [
         "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "1234",
     ]  # fmt: skip

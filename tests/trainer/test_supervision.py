@@ -96,16 +96,26 @@ def test_a_killed_rank_is_the_one_reported_with_its_signal(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_a_hung_rank_ends_the_run_after_the_collective_timeout(tmp_path: Path) -> None:
+def test_a_hung_rank_is_named_with_every_ranks_stack_after_the_collective_timeout(
+    tmp_path: Path,
+) -> None:
     env = {"ACCELCTL_COLLECTIVE_TIMEOUT": "3"}
     code, stderr = finish(launcher(tmp_path, "hang", "--devices", "2", env=env))
     assert code == 1, stderr
     line = report(stderr)
+    # The rank that hung is named (not the one that timed out), with where each one is.
     assert line.startswith(
-        "accelctl launch: rank 0 of 2 failed (exit code 1): CollectiveTimeoutError: rank 0 of 2 "
-        "waited 3 s in a collective after optimizer step 2 and gave up: another process hung"
+        "accelctl launch: rank 0 of 2 failed (exit code 1): CollectiveTimeoutError: rank 1 of 2 "
+        "did not arrive: rank 0 waited 3 s for it in backward (the gradients' all-reduce) of "
+        "step 3 and gave up; rank 1 is in training_step of step 3"
     ), line
     assert "ACCELCTL_COLLECTIVE_TIMEOUT" in line
+    # Every rank's Python stack at that moment, printed once, by the rank that gave up first.
+    assert stderr.count("Every rank's stack, innermost call last:") == 1, stderr
+    hung = stderr[stderr.index("rank 1 of 2 (pid ") :]
+    assert "in training_step of step 3:" in hung.splitlines()[0]
+    assert "time.sleep(600)" in hung  # the line rank 1 hangs on
+    assert "rank 0 of 2 (pid " in stderr
 
 
 @pytest.mark.slow

@@ -72,9 +72,11 @@ class RankFailure:
         return self.returncode or 1
 
     def describe(self, what: str | None = None) -> str:
-        """One line: ``"rank 1 of 2 failed (exit code 1): ValueError: boom"``."""
+        """One line: ``"rank 1 of 2 failed (exit code 1): ValueError: boom"`` (the error's first
+        line: the child printed the rest with its traceback)."""
         who = what or f"rank {self.rank} of {self.world_size}"
-        return f"{who} failed ({self._status()}): {self.error}"
+        first = self.error.strip().splitlines()[0] if self.error.strip() else self.error
+        return f"{who} failed ({self._status()}): {first}"
 
     def _status(self) -> str:
         if self.returncode < 0:

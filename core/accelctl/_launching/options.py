@@ -3,10 +3,19 @@
 ``accelctl launch`` and :func:`accelctl.launcher.launch_script` share these checks (the CLI turns
 a :class:`NodeOptionError` into a usage error on the option it names), so that an impossible
 combination is refused once, with the same words, before torch is imported.
+
+The machines come from the options, else from the scheduler the launch runs under
+(:func:`plan_nodes`): torchrun's own ``PET_*`` variables (Kubeflow's elastic jobs), which torchrun
+reads itself, or a SLURM job step of one task per node (:mod:`accelctl._cluster`).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .._cluster import slurm_step
 from .._errors import LaunchError
 from .._selection import Selection
 
@@ -61,3 +70,75 @@ def check_processes(selection: Selection, processes: int) -> None:
             f"None), but {processes} processes were asked for; use --devices 1 on one machine, "
             f"or another accelerator (--cpu for several CPU processes)"
         )
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The machines of one launch, and this one's place among them."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    #: torchrun's ``PET_*`` variables set the rendezvous: accelctl passes none of its own.
+    from_torchrun_env: bool = False
+    #: torchrun's run id (``TORCHELASTIC_RUN_ID`` in every process), when a scheduler gives one.
+    run_id: str | None = None
+    #: One line saying what was taken from where (None when nothing came from a scheduler).
+    note: str | None = None
+
+
+def plan_nodes(
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Nodes:
+    """The machines of a launch: options given win, then torchrun's ``PET_*`` variables, then a
+    SLURM job step (``srun`` with one task per node), then this machine alone.
+
+    :raises NodeOptionError: for options that cannot work together, an option that contradicts
+        the SLURM job step, or a step of several tasks per node (each would launch its own).
+    """
+    given = (nnodes, node_rank, master_addr, master_port) != (None,) * 4
+    torchrun_env = sorted(name for name in environ if name.startswith("PET_"))
+    if torchrun_env and not given:
+        note = f"the rendezvous is torchrun's own, from {', '.join(torchrun_env)}"
+        return Nodes(from_torchrun_env=True, note=note)
+    step = slurm_step(environ)
+    if step is None:
+        check_nodes(1 if nnodes is None else nnodes, node_rank or 0, master_addr)
+        return Nodes(1 if nnodes is None else nnodes, node_rank or 0, master_addr, master_port)
+    if step.tasks_on_node > 1:
+        raise NodeOptionError(
+            f"accelctl launch starts one process per device itself, so under srun it runs as one "
+            f"task per node, but this SLURM job step has {step.tasks_on_node} tasks on this node: "
+            f"run `srun --ntasks-per-node=1 accelctl launch ...`, or run the script without "
+            f"accelctl launch (`srun --ntasks-per-node={step.tasks_on_node} python SCRIPT`: the "
+            f"Trainer reads SLURM's variables)"
+        )
+    for option, value, theirs, variable in (
+        ("--nnodes", nnodes, step.nodes, "SLURM_STEP_NUM_NODES"),
+        ("--node-rank", node_rank, step.node_rank, "SLURM_NODEID"),
+    ):
+        if value is not None and value != theirs:
+            raise NodeOptionError(
+                f"{value} contradicts the SLURM job step this runs in ({variable}={theirs}): "
+                f"leave {option} out under srun, it is read from the job",
+                option=option,
+            )
+    where = f"SLURM job {step.job_id} step {step.step_id}: node {step.node_rank} of {step.nodes}"
+    where += " (SLURM_NODEID, SLURM_STEP_NUM_NODES)"
+    if step.nodes == 1:
+        return Nodes(1, 0, master_addr, master_port, note=f"{where}; one node, a local rendezvous")
+    addr, port = master_addr or step.master_addr, master_port or step.master_port
+    source = "--master-addr/--master-port" if master_addr or master_port else step.master_from
+    return Nodes(
+        step.nodes,
+        step.node_rank,
+        addr,
+        port,
+        run_id=f"slurm-{step.job_id}.{step.step_id}",
+        note=f"{where}; rendezvous at {addr}:{port} ({source})",
+    )

@@ -20,10 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._selection import Selection, resolve
-from .._supervision import LaunchInterruptedError, launcher_environment, wait_forwarding_signals
+from .._supervision import (
+    LaunchInterruptedError,
+    forwarding_user_signals,
+    launcher_environment,
+    wait_forwarding_signals,
+)
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
-from .options import check_nodes, check_processes, check_restarts
+from .options import Nodes, check_processes, check_restarts, plan_nodes
 from .torch_logs import quiet_torch_logs
 
 #: What every child runs: ``python -m accelctl.launcher SCRIPT ARGS`` (see :mod:`.child`).
@@ -36,8 +41,8 @@ def launch_script(
     *,
     accelerator: Any = "auto",
     devices: Any = "auto",
-    nnodes: int = 1,
-    node_rank: int = 0,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
     master_addr: str | None = None,
     master_port: int | None = None,
     quiet: bool = True,
@@ -48,6 +53,9 @@ def launch_script(
     One device on one machine, without restarts: ``python script args`` in a child process.
     Otherwise torchrun starts ``nproc_per_node = len(devices)`` processes on this machine,
     ``nnodes`` machines in all (rendezvous at ``master_addr:master_port``, node 0 hosts it).
+    The machine options left out (None) are read from the scheduler: torchrun's ``PET_*``
+    variables, or the SLURM job step of one task per node this runs in (:func:`.plan_nodes`;
+    one line on stderr says what was taken from where); else this machine alone.
 
     :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
     :param max_restarts: when a process fails, restart the whole group up to this many times
@@ -56,15 +64,18 @@ def launch_script(
     :returns: the selection the children ran on, when every process exited with status 0.
     :raises LaunchFailedError: when a child failed, naming it and its error.
     :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
-    :raises LaunchError: for impossible multi-machine options (a ``NodeOptionError``).
+    :raises LaunchError: for impossible multi-machine options, or options that contradict the
+        SLURM job step (a ``NodeOptionError``).
     """
-    check_nodes(nnodes, node_rank, master_addr)
+    nodes = plan_nodes(nnodes, node_rank, master_addr, master_port)
     check_restarts(max_restarts)
     selection = resolve(accelerator, devices)
     nproc = len(selection.devices)
-    check_processes(selection, nproc * nnodes)
+    check_processes(selection, nproc * nodes.nnodes)
+    if nodes.note:
+        print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
     child_env = {**selection_environment(selection), **launcher_environment()}
-    if nproc == 1 and nnodes == 1 and not max_restarts:
+    if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
         _run_single(script, script_args, child_env)
         return selection
 
@@ -76,14 +87,7 @@ def launch_script(
     parse_args: Callable[[list[str]], Any] = torchrun.parse_args
     run: Callable[[Any], None] = torchrun.run
 
-    argv = torchrun_argv(
-        nproc,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        master_addr=master_addr,
-        master_port=master_port,
-        max_restarts=max_restarts,
-    )
+    argv = torchrun_argv(nproc, nodes, max_restarts=max_restarts)
     argv += ["--module", CHILD_MODULE, script, *script_args]
     env = dict(child_env)
     if max_restarts and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
@@ -95,10 +99,10 @@ def launch_script(
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
     try:
         # torchrun's children inherit this process's environment.
-        with patched_environ(env), quiet_torch_logs(quiet):
+        with patched_environ(env), quiet_torch_logs(quiet), forwarding_user_signals():
             run(parse_args(argv))
     except ChildFailedError as exc:
-        failure = RankFailure.from_child_failed(exc, nproc * nnodes)
+        failure = RankFailure.from_child_failed(exc, nproc * nodes.nnodes)
         restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""
         raise LaunchFailedError(
             failure.describe() + "; the other processes were stopped" + restarts,
@@ -111,24 +115,22 @@ def launch_script(
     return selection
 
 
-def torchrun_argv(
-    nproc: int,
-    *,
-    nnodes: int,
-    node_rank: int,
-    master_addr: str | None,
-    master_port: int | None,
-    max_restarts: int,
-) -> list[str]:
-    """torchrun's options for ``nproc`` processes on each of ``nnodes`` machines (the part of
-    its command line before the program)."""
-    argv = ["--nproc-per-node", str(nproc), "--nnodes", str(nnodes)]
-    argv += ["--max-restarts", str(max_restarts)]
-    if nnodes == 1 and master_addr is None and master_port is None:
+def torchrun_argv(nproc: int, nodes: Nodes, *, max_restarts: int) -> list[str]:
+    """torchrun's options for ``nproc`` processes on each of the machines of ``nodes`` (the part
+    of its command line before the program). Under torchrun's ``PET_*`` variables only the
+    processes per machine (and restarts asked for) are given: torchrun reads the rest."""
+    argv = ["--nproc-per-node", str(nproc)]
+    if nodes.from_torchrun_env:
+        return argv + (["--max-restarts", str(max_restarts)] if max_restarts else [])
+    argv += ["--nnodes", str(nodes.nnodes), "--max-restarts", str(max_restarts)]
+    if nodes.nnodes == 1 and nodes.master_addr is None and nodes.master_port is None:
         argv.append("--standalone")  # a free port on localhost: two launches never collide
     else:
-        argv += ["--node-rank", str(node_rank), "--master-addr", master_addr or "127.0.0.1"]
-        argv += ["--master-port", str(master_port or 29500)]
+        argv += ["--node-rank", str(nodes.node_rank)]
+        argv += ["--master-addr", nodes.master_addr or "127.0.0.1"]
+        argv += ["--master-port", str(nodes.master_port or 29500)]
+    if nodes.run_id:
+        argv += ["--rdzv-id", nodes.run_id]
     return argv
 
 
@@ -141,7 +143,8 @@ def _run_single(script: str, script_args: Sequence[str], child_env: Mapping[str,
         env = {**os.environ, **child_env, ERROR_FILE_VARIABLE: error_file}
         command = [sys.executable, "-m", CHILD_MODULE, script, *script_args]
         process = subprocess.Popen(command, env=env)
-        returncode = wait_forwarding_signals(process)
+        with forwarding_user_signals():
+            returncode = wait_forwarding_signals(process)
         if returncode == 0:
             return
         from torch.distributed.elastic.multiprocessing.errors import ProcessFailure

@@ -1,5 +1,3 @@
-# Over 400 lines for a reason: the checkpoint format, its writer and its reader are one contract
-# (what save writes, restore and the resumed data order read), kept in one place on purpose.
 """Checkpoints of a ``fit``: what they hold, when they are written, how a fit resumes from one.
 
 A checkpoint is one ``torch.save`` file of plain containers and tensors (no pickled classes), so
@@ -26,14 +24,16 @@ either the previous checkpoint or the new one, never a torn file.
 from __future__ import annotations
 
 import os
-import random
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import TrainerError
+from .best import BestCheckpoints, best_name
+from .rng import rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch
@@ -44,8 +44,9 @@ CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 #: Bumped when the layout changes in a way an older reader cannot follow.
 FORMAT = 1
-#: The variable torchrun sets in the processes of a restarted group (0 at the first start).
-RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
+#: The variables that count restarts: torchrun's in the processes of a restarted group, SLURM's
+#: in a requeued job (each 0 or unset at the first start).
+RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
 
 class CheckpointError(TrainerError):
@@ -92,11 +93,15 @@ class CheckpointConfig:
 
 
 def restart_count(environ: Mapping[str, str] = os.environ) -> int:
-    """How many times torchrun restarted this group (0 outside torchrun, or at its first start)."""
-    try:
-        return int(environ.get(RESTART_VARIABLE, "0"))
-    except ValueError:
-        return 0
+    """How many times this run was started again: torchrun's restarts of the group plus SLURM's
+    requeues of the job (0 at the first start)."""
+    count = 0
+    for name in RESTART_VARIABLES:
+        try:
+            count += int(environ.get(name, "0"))
+        except ValueError:
+            pass
+    return count
 
 
 def resolve_ckpt_path(
@@ -104,7 +109,8 @@ def resolve_ckpt_path(
 ) -> Path | None:
     """The checkpoint a fit resumes from, or None to start afresh.
 
-    ``None``: ``last`` in a group torchrun restarted (``--max-restarts``), else nothing.
+    ``None``: ``last`` in a group torchrun restarted (``--max-restarts``) or a requeued SLURM job,
+    else nothing.
     ``"last"``: ``<folder>/last.ckpt`` when it exists (a first run has none: warned, afresh).
     Anything else is a path, which must exist.
 
@@ -151,8 +157,18 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
             # against a power cut, at a cost every epoch.
             file.flush()
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         temporary.unlink(missing_ok=True)
+        if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "writ" in str(exc)):
+            kept = "there is no earlier one"
+            if path.is_file():
+                written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+                kept = f"the last good one, written {written}, is intact at {path}"
+            raise CheckpointError(
+                f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
+                f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
+                f"raise the limit, then resume with fit(ckpt_path='last')"
+            ) from exc
         raise
 
 
@@ -183,113 +199,6 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
     return state
 
 
-# -- random states ---------------------------------------------------------------------------
-
-
-def _device_module(device: torch.device) -> Any | None:
-    """``torch.cuda`` and the like, when it has per-device random states."""
-    import torch
-
-    if device.type == "cpu":
-        return None
-    module = getattr(torch, device.type, None)
-    if module is None or not callable(getattr(module, "get_rng_state", None)):
-        return None
-    return module
-
-
-def _generators(loader: Iterable[Any]) -> list[torch.Generator]:
-    """The loader's own generators (its ``generator`` and its sampler's), each once."""
-    import torch
-
-    found: list[torch.Generator] = []
-    for owner in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
-        generator = getattr(owner, "generator", None)
-        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
-            found.append(generator)
-    return found
-
-
-def rng_state(device: torch.device) -> dict[str, Any]:
-    """This process's random states as tensors and plain values (``weights_only``-loadable)."""
-    import torch
-
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    module = _device_module(device)
-    if module is not None:
-        state["device"] = module.get_rng_state(device.index or 0).cpu()
-    try:
-        import numpy
-    except ImportError:
-        pass
-    else:
-        kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
-        state["numpy"] = [
-            kind,
-            torch.from_numpy(numpy.asarray(keys).astype("int64")),
-            int(position),
-            int(has_gauss),
-            float(gauss),
-        ]
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
-    """Restore what :func:`rng_state` saved (a part saved on another kind of machine is skipped)."""
-    import torch
-
-    torch.set_rng_state(state["torch"].cpu())
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-    module = _device_module(device)
-    if module is not None and "device" in state:
-        module.set_rng_state(state["device"].cpu(), device.index or 0)
-    if "numpy" in state:
-        try:
-            import numpy
-        except ImportError:
-            return
-        kind, keys, position, has_gauss, gauss = state["numpy"]
-        numpy.random.set_state((kind, keys.numpy().astype("uint32"), position, has_gauss, gauss))
-
-
-def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
-    """What an epoch's data order depends on, taken before its iterator starts."""
-    import torch
-
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "generators": [generator.get_state() for generator in _generators(loader)],
-    }
-    module = _device_module(device)
-    if module is not None:
-        state["device"] = module.get_rng_state(device.index or 0).cpu()
-    return state
-
-
-def set_epoch_rng_state(
-    state: Mapping[str, Any], loader: Iterable[Any], device: torch.device
-) -> None:
-    """Restore :func:`epoch_rng_state`'s states before an epoch's iterator is replayed."""
-    import torch
-
-    torch.set_rng_state(state["torch"].cpu())
-    generators = _generators(loader)
-    saved = state.get("generators", [])
-    if len(saved) != len(generators):
-        warnings.warn(
-            f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
-            f"{len(saved)}: the resumed epoch may see its batches in another order",
-            stacklevel=3,
-        )
-    for generator, generator_state in zip(generators, saved, strict=False):
-        generator.set_state(generator_state.cpu())
-    module = _device_module(device)
-    if module is not None and "device" in state:
-        module.set_rng_state(state["device"].cpu(), device.index or 0)
-
-
 def resumed_batches(
     loader: Iterable[Any], skip: int, after_skip: Mapping[str, Any] | None, device: torch.device
 ) -> Iterator[tuple[int, Any]]:
@@ -310,49 +219,6 @@ def resumed_batches(
     return enumerate(iterator, start=skip)
 
 
-# -- the kept best ---------------------------------------------------------------------------
-
-
-@dataclass
-class BestCheckpoints:
-    """The ``keep_best`` best epoch-end checkpoints: ``[score, file name]``, best first."""
-
-    config: CheckpointConfig
-    kept: list[list[Any]] = field(default_factory=list)
-
-    def score_of(self, metrics: Mapping[str, float]) -> float:
-        """The ranked figure of an epoch's ``metrics``.
-
-        :raises CheckpointError: when the epoch does not report it.
-        """
-        name = self.config.best_metric
-        if name not in metrics:
-            raise CheckpointError(
-                f"keep_best={self.config.keep_best} ranks checkpoints by best_metric={name!r}, "
-                f"which this fit's epochs do not report; they report: {', '.join(sorted(metrics))}"
-                f" (validation figures are val_<name> of validation_step's dict)"
-            )
-        return float(metrics[name])
-
-    def offer(self, score: float, name: str) -> tuple[bool, list[str]]:
-        """Whether a checkpoint scoring ``score`` is kept, and the file names it pushes out."""
-        import math
-
-        if not math.isfinite(score):
-            return False, []
-        sign = 1.0 if self.config.best_mode == "min" else -1.0
-        ranked = sorted([*self.kept, [score, name]], key=lambda item: sign * float(item[0]))
-        kept, dropped = ranked[: self.config.keep_best], ranked[self.config.keep_best :]
-        self.kept = kept
-        return any(item[1] == name for item in kept), [str(item[1]) for item in dropped]
-
-
-def best_name(epoch: int, metric: str, score: float) -> str:
-    """``best-epoch=3-val_loss=0.1234.ckpt``."""
-    safe = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in metric)
-    return f"best-epoch={epoch}-{safe}={score:.4g}.ckpt"
-
-
 def per_rank(values: Sequence[Any], rank: int, world_size: int, what: str) -> Any | None:
     """Rank ``rank``'s entry of a per-rank list saved by a run of ``len(values)`` processes."""
     if len(values) != world_size:
@@ -363,6 +229,21 @@ def per_rank(values: Sequence[Any], rank: int, world_size: int, what: str) -> An
             stacklevel=3,
         )
     return values[rank] if rank < len(values) else None
+
+
+def _mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """The parameters and buffers where two state dicts disagree ("" when they agree)."""
+    shapes = [
+        f"{key} is {list(value.shape)} in the checkpoint, {list(current[key].shape)} in the model"
+        for key, value in saved.items()
+        if key in current and tuple(getattr(value, "shape", ())) != tuple(current[key].shape)
+    ]
+    missing, extra = sorted(set(current) - set(saved)), sorted(set(saved) - set(current))
+    parts = shapes[:5] + [f"and {len(shapes) - 5} more of another shape"] * (len(shapes) > 5)
+    for what, keys in (("missing from the checkpoint", missing), ("not in the model", extra)):
+        if keys:
+            parts.append(f"{what}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}")
+    return "; ".join(parts)
 
 
 # -- one fit's checkpoints -------------------------------------------------------------------
@@ -415,6 +296,12 @@ class Checkpointer:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
         model, optimizer, scaler = self.model, self.optimizer, self.scaler
         state = load(path, self.device)
+        mismatch = _mismatch(state["model"], model.state_dict())
+        if mismatch:
+            raise CheckpointError(
+                f"checkpoint {path} was written for another model: {mismatch}. Resume with the "
+                f"model it was trained with, or start afresh from another root_dir"
+            )
         try:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])

@@ -26,19 +26,25 @@ def _vector(values: list[torch.Tensor | float | int], device: torch.device) -> t
 
 
 def reduce_window(
-    window: list[torch.Tensor], samples: int, *, device: torch.device, env: ProcessEnvironment
-) -> tuple[torch.Tensor, float, int]:
+    window: list[torch.Tensor],
+    samples: int,
+    *,
+    device: torch.device,
+    env: ProcessEnvironment,
+    stop: bool = False,
+) -> tuple[torch.Tensor, float, int, bool]:
     """The window's loss sum in this process (a tensor, for the epoch's total), and across all
-    processes the window's mean loss and its samples (read here: a logging step syncs)."""
+    processes the window's mean loss, its samples and whether any process asks to ``stop``
+    (read here: a logging step syncs; the flag rides along for free)."""
     local = torch.stack(window).float().sum()
     if not env.distributed:
-        return local, float(local) / len(window), samples
+        return local, float(local) / len(window), samples, stop
     import torch.distributed as dist
 
-    figures = _vector([local, len(window), samples], device)
+    figures = _vector([local, len(window), samples, float(stop)], device)
     dist.all_reduce(figures)
-    loss_sum, steps, count = figures.tolist()
-    return local, loss_sum / steps, int(count)
+    loss_sum, steps, count, stops = figures.tolist()
+    return local, loss_sum / steps, int(count), stops > 0
 
 
 def epoch_figures(

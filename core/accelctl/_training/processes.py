@@ -1,8 +1,16 @@
 """This process among the processes of one run: the launcher's variables, its device, the group.
 
-``accelctl launch`` (and ``torchrun`` under it) starts one process per device and tells each
-where it sits through the variables torchrun defines: ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``. A process with none of them runs alone.
+A launcher or scheduler starts one process per device and tells each where it sits. Read in this
+order, the first that applies wins (``docs/training.md``, "Clusters", has the table):
+
+1. torchrun's variables (``accelctl launch``, ``torchrun``, Kubeflow's PyTorchJob): ``RANK``,
+   ``WORLD_SIZE``, with ``LOCAL_RANK`` (or, one process per machine, ``MASTER_ADDR``),
+   ``LOCAL_WORLD_SIZE``; torch reads ``MASTER_ADDR`` / ``MASTER_PORT`` itself;
+2. Open MPI's (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE``,
+   with ``MASTER_ADDR`` and ``MASTER_PORT`` (MPI has no rendezvous address to give);
+3. a SLURM job step (``srun python train.py``, :mod:`accelctl._cluster`).
+
+A process with none of them runs alone.
 """
 
 from __future__ import annotations
@@ -13,13 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._cluster import slurm_step
 from .._errors import ProcessSetupError
 
 if TYPE_CHECKING:
     import torch
 
-#: The variables that mark a process started by torchrun (all three must be set).
-LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+#: Open MPI's names for rank, size, local rank and local size.
+_OMPI = tuple(f"OMPI_COMM_WORLD_{n}" for n in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE"))
 
 
 @dataclass(frozen=True)
@@ -32,15 +41,19 @@ class ProcessEnvironment:
     local_world_size: int = 1
     #: True when a launcher (torchrun) started this process.
     launched: bool = False
+    #: Who started it, for messages: ``"torchrun"``, ``"mpirun"``, ``"srun"`` ("" alone).
+    launcher: str = ""
+    #: The rendezvous, where known (torch reads torchrun's from the environment itself).
+    master_addr: str | None = None
+    master_port: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> ProcessEnvironment:
-        """Read torchrun's variables; a process without all of :data:`LAUNCH_VARIABLES` is alone.
+        """Read the launcher's variables, in the order of the module's docstring.
 
-        :raises ProcessSetupError: for a variable that is not a valid number.
+        :raises ProcessSetupError: for a variable that is not a valid number, or an MPI run
+            without ``MASTER_ADDR`` / ``MASTER_PORT``.
         """
-        if not all(name in environ for name in LAUNCH_VARIABLES):
-            return cls()
 
         def number(name: str, default: int | None = None) -> int:
             raw = environ.get(name)
@@ -51,21 +64,44 @@ class ProcessEnvironment:
             except ValueError:
                 raise ProcessSetupError(
                     f"the launcher's variable {name}={raw!r} is not a whole number; it is set by "
-                    f"torchrun / accelctl launch and should not be set by hand"
+                    f"the launcher (torchrun, accelctl launch, mpirun, srun) and should not be "
+                    f"set by hand"
                 ) from None
 
-        world_size = number("WORLD_SIZE")
-        env = cls(
-            rank=number("RANK"),
-            local_rank=number("LOCAL_RANK"),
-            world_size=world_size,
-            local_world_size=number("LOCAL_WORLD_SIZE", default=world_size),
-            launched=True,
-        )
+        addr, port = environ.get("MASTER_ADDR") or None, environ.get("MASTER_PORT")
+        if "RANK" in environ and "WORLD_SIZE" in environ and ("LOCAL_RANK" in environ or addr):
+            world_size = number("WORLD_SIZE")
+            alone_on_node = "LOCAL_RANK" not in environ  # a PyTorchJob: one process per pod
+            env = cls(
+                rank=number("RANK"),
+                local_rank=number("LOCAL_RANK", default=0),
+                world_size=world_size,
+                local_world_size=number("LOCAL_WORLD_SIZE", 1 if alone_on_node else world_size),
+                launched=True,
+                launcher="torchrun",
+                master_addr=addr,
+                master_port=number("MASTER_PORT") if port else None,
+            )
+        elif _OMPI[0] in environ:
+            if not (addr and port):
+                raise ProcessSetupError(
+                    "mpirun started this process (OMPI_COMM_WORLD_RANK is set) but MASTER_ADDR "
+                    "and MASTER_PORT are not both set: torch.distributed needs them to meet; "
+                    "pass them on, e.g. mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500"
+                )
+            rank, size, local, local_size = (number(name) for name in _OMPI)
+            env = cls(rank, local, size, local_size, True, "mpirun", addr, number("MASTER_PORT"))
+        elif (step := slurm_step(environ)) is not None:
+            srun = f"srun (SLURM job {step.job_id}, step {step.step_id})"
+            env = cls(step.rank, step.local_rank, step.tasks, step.tasks_on_node, True, srun,
+                      step.master_addr, step.master_port)  # fmt: skip
+        else:
+            return cls()
         if not (0 <= env.rank < env.world_size and 0 <= env.local_rank < env.local_world_size):
             raise ProcessSetupError(
-                f"inconsistent launcher variables: RANK={env.rank}, WORLD_SIZE={env.world_size}, "
-                f"LOCAL_RANK={env.local_rank}, LOCAL_WORLD_SIZE={env.local_world_size}"
+                f"inconsistent launcher variables ({env.launcher}): RANK={env.rank}, "
+                f"WORLD_SIZE={env.world_size}, LOCAL_RANK={env.local_rank}, "
+                f"LOCAL_WORLD_SIZE={env.local_world_size}"
             )
         return env
 
@@ -112,11 +148,12 @@ def choose_device(
             f"launcher; this process was started alone. Run:\n    {launch_command_line}"
         )
     if env.launched and env.local_world_size != count:
+        fix = "launch with --devices matching the script"
+        fix = f"srun --ntasks-per-node={count}" if env.launcher.startswith("srun") else fix
         raise ProcessSetupError(
-            f"the launcher started {env.local_world_size} process(es) on this machine but the "
+            f"{env.launcher} started {env.local_world_size} process(es) on this machine but the "
             f"Trainer has {count} {accelerator} device(s) ({', '.join(str(d) for d in devices)}). "
-            f'Leave devices="auto" in the script to take the launcher\'s selection, or launch '
-            f"with --devices matching the script"
+            f'Leave devices="auto" in the script to take one device per process, or {fix}'
         )
     return devices[env.local_rank if env.launched else 0]
 
@@ -129,7 +166,8 @@ def join_process_group(
 ) -> bool:
     """Join the default ``torch.distributed`` process group of this run.
 
-    Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT``.
+    Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT`` (under torchrun), else at
+    the address the scheduler's variables gave (:class:`ProcessEnvironment`).
 
     :param timeout: how long each collective may wait for the other processes (None: torch's).
 
@@ -154,8 +192,12 @@ def join_process_group(
                 f"exists, but the launcher started {env.world_size} processes"
             )
         return False
+    init_method = None  # torchrun's: torch reads MASTER_ADDR / MASTER_PORT (or its agent's store)
+    if env.launcher != "torchrun" and env.master_addr is not None:
+        host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
+        init_method = f"tcp://{host}:{env.master_port}"
     dist.init_process_group(
-        backend=backend, rank=env.rank, world_size=env.world_size, timeout=timeout
+        backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
     )
     return True
 

@@ -8,7 +8,7 @@ import re
 import click
 
 from .._launching.failures import LaunchFailedError
-from .._launching.options import NodeOptionError, check_nodes
+from .._launching.options import NodeOptionError, plan_nodes
 from .._launching.scripts import launch_script
 from .._supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
@@ -55,28 +55,30 @@ def _check_address(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option(
     "--nnodes",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Machines taking part; start the same command on each.",
+    default=None,
+    help="Machines taking part; start the same command on each [default: 1, or the SLURM job "
+    "step's nodes under srun].",
 )
 @click.option(
     "--node-rank",
     type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="This machine's rank, 0 to NNODES-1 (0 hosts the rendezvous).",
+    default=None,
+    help="This machine's rank, 0 to NNODES-1 (0 hosts the rendezvous) [default: 0, or "
+    "SLURM_NODEID under srun].",
 )
 @click.option(
     "--master-addr",
     default=None,
     callback=_check_address,
-    help="Address of the machine with --node-rank 0 (required with --nnodes > 1).",
+    help="Address of the machine with --node-rank 0 (required with --nnodes > 1) [default under "
+    "srun: MASTER_ADDR, else the job step's first node].",
 )
 @click.option(
     "--master-port",
     type=click.IntRange(1, 65535),
     default=None,
-    help="Rendezvous port on --master-addr [default: a free port on one machine, else 29500].",
+    help="Rendezvous port on --master-addr [default: a free port on one machine, else 29500; "
+    "under srun: MASTER_PORT, else one derived from SLURM_JOB_ID].",
 )
 @click.option(
     "--max-restarts",
@@ -94,8 +96,8 @@ def launch_command(
     accelerator: str,
     devices: str,
     cpu: bool,
-    nnodes: int,
-    node_rank: int,
+    nnodes: int | None,
+    node_rank: int | None,
     master_addr: str | None,
     master_port: int | None,
     max_restarts: int,
@@ -110,6 +112,7 @@ def launch_command(
     the others are stopped and launch exits with that process's status, naming the first that
     failed; with --max-restarts N the group is restarted instead, up to N times. Ctrl-C (or
     SIGTERM) stops every process and exits 130 (143); processes die with a killed launcher.
+    Under srun (one task per node) the machines are read from the SLURM job step.
 
     \b
     Examples:
@@ -117,6 +120,7 @@ def launch_command(
       accelctl launch --accelerator cuda --devices 0,1 train.py
       accelctl launch --cpu --devices 4 --max-restarts 3 train.py
       accelctl launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --devices 8 train.py
+      srun --nodes 2 --ntasks-per-node 1 accelctl launch --devices 8 train.py
     """
     if cpu:
         if accelerator.strip().lower() not in ("auto", "cpu"):
@@ -126,7 +130,7 @@ def launch_command(
             )
         accelerator = "cpu"
     try:
-        check_nodes(nnodes, node_rank, master_addr)
+        plan_nodes(nnodes, node_rank, master_addr, master_port)
     except NodeOptionError as exc:
         if exc.option is None:
             raise click.UsageError(exc.problem) from None

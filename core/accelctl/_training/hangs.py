@@ -1,0 +1,170 @@
+"""Which rank did not arrive at a collective that timed out, and what every rank was doing then.
+
+Each process of a multi-process fit runs a watcher thread waiting on the run's rendezvous store
+(one pending request, ended with the fit; per step the loop only counts the points it passes).
+When a collective times out (gloo raises after ``ACCELCTL_COLLECTIVE_TIMEOUT``), the first
+process to give up asks every process through the store where it is; each watcher answers with
+its Python stack and its count. The processes behind the others did not arrive. The report is a
+first line naming them, then every rank's stack; the other processes that gave up repeat the
+first line, so that whichever one a launcher blames names the same. A process stuck in C code
+holding the GIL cannot answer, and is named as such. NCCL's watchdog ends a process before Python
+sees the timeout: this report is gloo's (for NCCL, torch's ``TORCH_NCCL_DUMP_ON_TIMEOUT``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+import socket
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from .processes import ProcessEnvironment
+from .timeouts import CollectiveTimeoutError, explain_timeout
+
+#: Seconds the reporter waits for answers (they take milliseconds, unless a process cannot).
+ANSWER_WAIT_S = 5.0
+STACK_FRAMES = 12  # the innermost frames of each stack shown
+_fits = itertools.count()  # store keys per fit: every rank of a run calls fit as often
+
+
+@dataclass
+class Progress:
+    """Where this process is in its fit: set by the training loop, read by the watcher."""
+
+    passed: int = 0
+    where: str = "setting up"
+    step: int = 0
+
+    def mark(self, where: str, step: int) -> None:
+        self.passed, self.where, self.step = self.passed + 1, where, step
+
+
+class HangWatch:
+    """The watcher thread of one fit's process, and the report of a collective that timed out."""
+
+    def __init__(self, env: ProcessEnvironment, progress: Progress, restarts: int) -> None:
+        self.env, self.progress = env, progress
+        # The same in every process of the run (a run's store can outlive a restart).
+        self._prefix = f"accelctl/hang/{restarts}/{next(_fits)}/"
+        self._asked = self._prefix + f"ask/{env.rank}"
+        self._main = threading.get_ident()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the watcher (where the rendezvous store's address is known)."""
+        if self.env.master_addr and self.env.master_port:
+            self._thread = threading.Thread(target=self._watch, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """End the watcher before the fit returns: a thread still waiting on the store when the
+        interpreter exits aborts the process once the store closes (C++ cannot unwind it)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            try:  # its question, answered "done"
+                self._store(seconds=2).set(self._asked, "done")
+            except Exception:
+                pass  # the store is gone already, and so is the watcher's wait
+            thread.join(timeout=10)
+
+    def _store(self, seconds: float = 30) -> Any:
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+        timeout = datetime.timedelta(seconds=seconds)
+        addr, port = self.env.master_addr or "", int(self.env.master_port or 0)
+        return TCPStore(addr, port, timeout=timeout, wait_for_workers=False)
+
+    def _watch(self) -> None:
+        try:
+            store = self._store()
+            while True:
+                try:
+                    store.wait([self._asked], datetime.timedelta(days=7))
+                    break
+                except Exception as exc:
+                    if "timeout" not in str(exc).lower():
+                        return  # the store is gone: the run is over
+            if store.get(self._asked) != b"done":
+                frame = sys._current_frames().get(self._main)
+                stack = traceback.format_stack(frame) if frame is not None else []
+                store.set(self._prefix + f"answer/{self.env.rank}", self._answer(stack))
+        except Exception:
+            return  # no watcher: a hang is reported without the names
+
+    def _answer(self, stack: list[str]) -> str:
+        return json.dumps(
+            {
+                "passed": self.progress.passed,
+                "where": f"{self.progress.where} of step {self.progress.step}",
+                "who": f"pid {os.getpid()} on {socket.gethostname()}",
+                "stack": "".join(stack[-STACK_FRAMES:]),
+            }
+        )
+
+    def explain(
+        self, error: BaseException, *, timeout: datetime.timedelta, step: int
+    ) -> CollectiveTimeoutError | None:
+        """The error a collective's timeout becomes (None for any other error): the ranks that
+        did not arrive and every rank's stack where the store answers, else the plain timeout."""
+        env, prefix = self.env, self._prefix
+        plain = explain_timeout(
+            error, timeout=timeout, rank=env.rank, world_size=env.world_size, step=step
+        )
+        if plain is None or self._thread is None:
+            return plain
+        try:
+            store, me, world = self._store(), env.rank, env.world_size
+            stack = traceback.format_tb(error.__traceback__)  # where it waited
+            store.set(prefix + f"answer/{me}", self._answer(stack))
+            if store.add(prefix + "reporter", 1) != 1:  # another rank reports: its first line
+                store.wait([prefix + "verdict"], datetime.timedelta(seconds=ANSWER_WAIT_S + 10))
+                return CollectiveTimeoutError(store.get(prefix + "verdict").decode())
+            for rank in set(range(world)) - {me}:
+                store.set(prefix + f"ask/{rank}", "1")
+            keys = [prefix + f"answer/{rank}" for rank in range(world)]
+            try:
+                store.wait(keys, datetime.timedelta(seconds=ANSWER_WAIT_S))
+            except Exception:
+                pass  # some did not answer: named as such
+            answers = {r: json.loads(store.get(k)) for r, k in enumerate(keys) if store.check([k])}
+        except Exception:
+            return plain
+        first = _verdict(answers, me, world, timeout.total_seconds())
+        store.set(prefix + "verdict", f"{first}; rank {me}'s report shows every rank's stack")
+        stacks = "".join(
+            f"\nrank {rank} of {world} ({answer['who']}), in {answer['where']}:\n{answer['stack']}"
+            for rank, answer in sorted(answers.items())
+        )
+        return CollectiveTimeoutError(f"{first}\nEvery rank's stack, innermost call last:{stacks}")
+
+
+def _verdict(answers: dict[int, Any], me: int, world: int, seconds: float) -> str:
+    """The report's first line: who did not arrive where the others waited."""
+    top = max(answer["passed"] for answer in answers.values())
+    missing = [r for r in range(world) if r not in answers or answers[r]["passed"] < top]
+    waited = answers[me]["where"]
+    if not missing:
+        return (
+            f"every rank of {world} reached {waited} and waited {seconds:g} s in a collective "
+            f"that did not complete: a network problem, or a rank works longer than "
+            f"ACCELCTL_COLLECTIVE_TIMEOUT allows (raise it, in seconds)"
+        )
+    where = [
+        f"rank {r} is in {answers[r]['where']}"
+        if r in answers
+        else f"rank {r} did not answer (dead, unreachable, or stuck holding Python's GIL)"
+        for r in missing
+    ]
+    many = len(missing) > 1
+    return (
+        f"rank{'s' if many else ''} {', '.join(map(str, missing))} of {world} did not arrive: "
+        f"rank {me} waited {seconds:g} s for {'them' if many else 'it'} in {waited} and gave up; "
+        f"{'; '.join(where)} (if it only works longer alone, raise ACCELCTL_COLLECTIVE_TIMEOUT, "
+        f"in seconds)"
+    )

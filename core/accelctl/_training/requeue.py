@@ -1,0 +1,127 @@
+"""Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it.
+
+A batch job warned that its time is nearly up (``sbatch --signal=USR1@90``) or that it is being
+preempted gets a signal. ``Trainer(requeue_signal=...)`` catches it: the fit ends the step it is
+in, writes ``last.ckpt``, rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, and the processes exit
+with status 0. The requeued job runs the script again with ``SLURM_RESTART_COUNT`` above 0, and
+``fit`` resumes from ``last.ckpt`` by itself. With several processes all stop at the same step
+(the checkpoint is a collective): the request rides on the next logging step's all-reduce of the
+figures, which they make anyway, so stopping costs no collective of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .._errors import TrainerError
+
+#: What ``requeue_signal="auto"`` catches inside a SLURM job: what ``sbatch --signal`` sends.
+AUTO_SIGNAL = signal.SIGUSR1
+
+
+class RequeueError(TrainerError):
+    """The fit stopped at a checkpoint on its signal, but its job could not be requeued."""
+
+
+def parse_requeue_signal(
+    value: Any, *, checkpointing: bool, environ: Mapping[str, str] = os.environ
+) -> tuple[int | None, bool]:
+    """The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
+    writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
+
+    :raises TrainerError: for what is not a signal that can be caught, or a named signal with
+        checkpoints off (there would be nothing to resume from).
+    """
+    if value is None or value is False:
+        return None, False
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return (AUTO_SIGNAL if checkpointing and "SLURM_JOB_ID" in environ else None), False
+    signum: signal.Signals | None = None
+    try:
+        if isinstance(value, str):
+            name = value.strip().upper()
+            signum = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            signum = signal.Signals(value)
+    except (KeyError, ValueError):
+        pass
+    if signum is None or signum in (signal.SIGKILL, signal.SIGSTOP):
+        raise TrainerError(
+            f"requeue_signal={value!r} is not a signal that can be caught: give a name such as "
+            f'"SIGUSR1" (what sbatch --signal=USR1@90 sends), a number, "auto" or None'
+        )
+    if not checkpointing:
+        raise TrainerError(
+            f"requeue_signal={value!r} stops the fit at a checkpoint, but enable_checkpointing is "
+            f"False: turn checkpoints on, or pass requeue_signal=None"
+        )
+    return int(signum), True
+
+
+class RequeueOnSignal:
+    """The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
+    training loop stops at a step boundary. ``"auto"`` leaves a handler of someone else's."""
+
+    def __init__(self, signum: int | None, explicit: bool) -> None:
+        self.signum, self.requested = signum or 0, False
+        self._previous: Any = None
+        self.armed = (
+            signum is not None
+            and threading.current_thread() is threading.main_thread()
+            and (explicit or signal.getsignal(signum) == signal.SIG_DFL)
+        )
+
+    def arm(self) -> None:
+        if self.armed:
+            self._previous = signal.signal(self.signum, self._note)
+
+    def disarm(self) -> None:
+        if self._previous is not None:
+            signal.signal(self.signum, self._previous)
+            self._previous = None
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+    def leave(self, *, rank: int, world_size: int, step: int, checkpoint: Path) -> NoReturn:
+        """After the checkpoint, on every process: requeue the job (rank 0), and exit.
+
+        :raises RequeueError: in rank 0, when ``scontrol requeue`` failed.
+        """
+        said = f"{signal.Signals(self.signum).name} received: checkpoint written at step {step}"
+        said += f" ({checkpoint})"
+        if world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # the checkpoint is complete before anything is requeued
+        job = os.environ.get("SLURM_JOB_ID")
+        if job is None:  # a signal named outside SLURM: stop with the signal's status
+            if rank == 0:
+                again = "run again with fit(ckpt_path='last') to resume"
+                print(f"accelctl: {said}; not in a SLURM job, so nothing requeues it: {again}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            raise SystemExit(128 + self.signum)
+        # Once requeued, SLURM stops the job's processes with SIGTERM: these are leaving anyway.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if rank == 0:
+            try:
+                done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+                failed = done.returncode != 0 and (done.stderr or done.stdout).strip()
+            except OSError as exc:
+                failed = str(exc)
+            if failed:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                raise RequeueError(
+                    f"{said}, but `scontrol requeue {job}` failed: {failed}. Resume from it with "
+                    f"fit(ckpt_path='last') in a new job (sbatch --requeue lets SLURM requeue it)"
+                )
+            print(f"accelctl: {said}; SLURM job {job} requeued, it resumes from there",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(0)

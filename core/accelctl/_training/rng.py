@@ -1,0 +1,124 @@
+"""The random states a checkpoint saves, and the data order a fit resumed mid-epoch replays.
+
+A checkpoint (:mod:`.checkpoint`) holds, per rank, the random states at the checkpoint
+(:func:`rng_state`) and at the start of its epoch (:func:`epoch_rng_state`): the data order of an
+epoch depends on the latter only (a shuffling ``DataLoader`` draws its seed from the global
+generator when its iterator starts; the loader's own generators, where it has them), so a fit
+resumed mid-epoch restores them, reads and drops the batches already trained
+(``checkpoint.resumed_batches``), restores the former, and goes on as if it had never stopped. Every
+state is tensors and plain values, which ``torch.load(weights_only=True)`` reads.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _device_module(device: torch.device) -> Any | None:
+    """``torch.cuda`` and the like, when it has per-device random states."""
+    import torch
+
+    if device.type == "cpu":
+        return None
+    module = getattr(torch, device.type, None)
+    if module is None or not callable(getattr(module, "get_rng_state", None)):
+        return None
+    return module
+
+
+def _generators(loader: Iterable[Any]) -> list[torch.Generator]:
+    """The loader's own generators (its ``generator`` and its sampler's), each once."""
+    import torch
+
+    found: list[torch.Generator] = []
+    for owner in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random states as tensors and plain values (``weights_only``-loadable)."""
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    module = _device_module(device)
+    if module is not None:
+        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        kind, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+        state["numpy"] = [
+            kind,
+            torch.from_numpy(numpy.asarray(keys).astype("int64")),
+            int(position),
+            int(has_gauss),
+            float(gauss),
+        ]
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    """Restore what :func:`rng_state` saved (a part saved on another kind of machine is skipped)."""
+    import torch
+
+    torch.set_rng_state(state["torch"].cpu())
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    module = _device_module(device)
+    if module is not None and "device" in state:
+        module.set_rng_state(state["device"].cpu(), device.index or 0)
+    if "numpy" in state:
+        try:
+            import numpy
+        except ImportError:
+            return
+        kind, keys, position, has_gauss, gauss = state["numpy"]
+        numpy.random.set_state((kind, keys.numpy().astype("uint32"), position, has_gauss, gauss))
+
+
+def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
+    """What an epoch's data order depends on, taken before its iterator starts."""
+    import torch
+
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "generators": [generator.get_state() for generator in _generators(loader)],
+    }
+    module = _device_module(device)
+    if module is not None:
+        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    return state
+
+
+def set_epoch_rng_state(
+    state: Mapping[str, Any], loader: Iterable[Any], device: torch.device
+) -> None:
+    """Restore :func:`epoch_rng_state`'s states before an epoch's iterator is replayed."""
+    import torch
+
+    torch.set_rng_state(state["torch"].cpu())
+    generators = _generators(loader)
+    saved = state.get("generators", [])
+    if len(saved) != len(generators):
+        warnings.warn(
+            f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
+            f"{len(saved)}: the resumed epoch may see its batches in another order",
+            stacklevel=3,
+        )
+    for generator, generator_state in zip(generators, saved, strict=False):
+        generator.set_state(generator_state.cpu())
+    module = _device_module(device)
+    if module is not None and "device" in state:
+        module.set_rng_state(state["device"].cpu(), device.index or 0)
