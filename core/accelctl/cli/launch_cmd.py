@@ -7,9 +7,12 @@ import re
 
 import click
 
+from .._fanout import run_one
 from .._launching.failures import LaunchFailedError
+from .._launching.handoff import devices_spec
 from .._launching.options import NodeOptionError, plan_nodes
 from .._launching.scripts import launch_script
+from .._selection import resolve
 from .._supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 
@@ -136,12 +139,15 @@ def launch_command(
             raise click.UsageError(exc.problem) from None
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
     debug = bool(ctx.find_root().params.get("debug"))
+    # The selection is made under the deadline, as for `resolve` (a stuck plugin is an error,
+    # never a hung launcher); the launch then builds the same devices from it.
+    selection = run_one(lambda: resolve(accelerator, devices))
     try:
         launch_script(
             script,
             script_args,
-            accelerator=accelerator,
-            devices=devices,
+            accelerator=selection.accelerator,
+            devices=devices_spec(selection.parsed),
             nnodes=nnodes,
             node_rank=node_rank,
             master_addr=master_addr,
