@@ -19,6 +19,8 @@ from typing import Any
 import accelctl
 import accelctl.testing
 
+from .targets import Target
+
 
 def _null_plugin() -> accelctl.Accelerator:
     import torch
@@ -135,9 +137,58 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
         repeats,
         quick,
     )
+    worst = max(row["handle_us"] / row["pluggy_us"] for row in rows)
+    targets = [
+        Target("a hook call through the handle / a bare pluggy call <= 3", round(worst, 3), 3)
+    ]
     try:
         cpu = accelctl.testing.Registry().get("cpu")
     except accelctl.AccelctlError as exc:  # the CPU plugin is not installed here
-        return {"rows": rows, "cpu_plugin": f"skipped: {exc}"}
+        return {"rows": rows, "cpu_plugin": f"skipped: {exc}", "targets": _to_dicts(targets)}
     rows += _measure_plugin(f"cpu ({cpu.distribution} {cpu.version})", cpu, repeats, quick)
-    return {"rows": rows, "cpu_plugin": "measured"}
+    return {
+        "rows": rows,
+        "cpu_plugin": "measured",
+        "concurrent": _concurrent_calls(seconds=0.2 if quick else 5.0),
+        "targets": _to_dicts(targets),
+    }
+
+
+def _to_dicts(targets: list[Target]) -> list[dict[str, Any]]:
+    return [target.to_dict() for target in targets]
+
+
+def _concurrent_calls(seconds: float, threads: int = 8) -> dict[str, Any]:
+    """Calls completed in ``seconds`` by ``threads`` threads, each calling in turn
+    ``accelctl.resolve("cpu", 1)``, ``accelctl.get_accelerator("cpu")`` and the handle's
+    ``device_stats("cpu")`` (the load issue 17 measured: 7,164 calls in 10 s with a thread per
+    hook call, 125,000 before it); and the same load in one thread, for the ratio."""
+    import threading
+    import time
+
+    def hammer(counts: list[int], until: float) -> None:
+        done = 0
+        while time.perf_counter() < until:
+            accelctl.resolve("cpu", 1)
+            accelctl.get_accelerator("cpu").device_stats("cpu")
+            done += 3
+        counts.append(done)
+
+    def run(n: int) -> int:
+        counts: list[int] = []
+        until = time.perf_counter() + seconds
+        workers = [threading.Thread(target=hammer, args=(counts, until)) for _ in range(n)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return sum(counts)
+
+    many, one = run(threads), run(1)
+    return {
+        "threads": threads,
+        "seconds": seconds,
+        "calls": many,
+        "calls_per_s": round(many / seconds),
+        "one_thread_calls_per_s": round(one / seconds),
+    }

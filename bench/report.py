@@ -80,9 +80,20 @@ def _dispatch(section: dict[str, Any]) -> str:
         (r["plugin"], r["hook"], r["direct_us"], r["pluggy_us"], r["handle_us"], r["overhead_us"])
         for r in section["rows"]
     ]
-    return _table(
+    table = _table(
         ("plugin", "hook", "direct µs", "pluggy hook µs", "handle µs", "handle - direct µs"), rows
     )
+    concurrent = section.get("concurrent")
+    if concurrent:
+        table += (
+            f'\n\n{concurrent["threads"]} threads calling `resolve("cpu", 1)`, '
+            f'`get_accelerator("cpu")` and `device_stats` in turn for {concurrent["seconds"]:g} s: '
+            f"{concurrent['calls']:,} calls ({concurrent['calls_per_s']:,}/s; one thread alone: "
+            f"{concurrent['one_thread_calls_per_s']:,}/s)."
+        )
+    if section.get("targets"):
+        table += "\n\n" + _targets(section["targets"])
+    return table
 
 
 def _trainer(section: dict[str, Any]) -> str:
