@@ -1,12 +1,6 @@
-"""Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
-
-Indexed accelerators (CUDA, HPU, XPU, ...) use :func:`parse_indexed_devices`; the CPU counts
-processes with :func:`parse_process_count`; single-device accelerators (MPS) use
-:func:`parse_single_device`. Every refusal is a :class:`~accelctl.DeviceSpecError` whose message
-names the accelerator, repeats the spec as given, says what is visible and lists the accepted forms.
-
-Counts and indices are bounded by :data:`MAX_DEVICE_COUNT`, far above any machine, so that a
-spec such as ``10**10`` is refused here instead of exhausting memory further on.
+"""Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages
+(docs/concepts.md section 5). Each refusal is a :class:`~accelctl.DeviceSpecError` naming the
+accelerator, the spec as given, what is visible and the accepted forms.
 """
 
 from __future__ import annotations
@@ -14,6 +8,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import DeviceSpecError
@@ -25,15 +20,13 @@ INDEXED_FORMS = (
 PROCESS_COUNT_FORMS = '"auto" (1 process), k >= 1 or "k" (k processes)'
 SINGLE_DEVICE_FORMS = '"auto", -1, 1, "1", [0] or "0," (the one device)'
 
-#: The most devices (or processes) a spec may ask for, and the bound of a device index: far above
-#: any machine (the largest have a few dozen accelerators or a few hundred cores), low enough that
-#: building one ``torch.device`` per process stays cheap.
+#: The most devices (or processes) a spec may ask for, and the bound of an index: far above any
+#: machine, low enough that ``10**10`` is refused here instead of exhausting memory further on.
 MAX_DEVICE_COUNT = 65536
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _ALL = "all"
-#: Digits that can still be a count or index (anything longer is refused before ``int()``, whose
-#: own limit on digits would otherwise raise a bare ValueError).
+#: Digits that can still be a count or index (longer is refused before ``int()``'s own limit).
 _MAX_DIGITS = len(str(MAX_DEVICE_COUNT))
 _TOO_LARGE = (
     f"is too large: accelctl accepts at most {MAX_DEVICE_COUNT} devices (or processes) and "
@@ -49,22 +42,15 @@ def _visible_phrase(accelerator: str, visible: int) -> str:
     return f"{visible} {accelerator} devices are visible (indices 0-{visible - 1})"
 
 
+@dataclass(frozen=True)
 class _Refusal:
     """Builds the errors of one parse: the accelerator, the spec and the context never change."""
 
-    def __init__(
-        self,
-        accelerator: str,
-        spec: object,
-        visible: int | None,
-        visible_phrase: str,
-        accepted: str,
-    ) -> None:
-        self.accelerator = accelerator
-        self.spec = spec
-        self.visible = visible
-        self.visible_phrase = visible_phrase
-        self.accepted = accepted
+    accelerator: str
+    spec: object
+    visible: int | None
+    visible_phrase: str
+    accepted: str
 
     def __call__(self, problem: str) -> DeviceSpecError:
         message = (
@@ -90,8 +76,8 @@ def _shown(spec: object) -> str:
 
 
 def _is_bool(value: Any) -> bool:
-    """True for bools and boolean scalars of numpy or torch (``torch.tensor(True)`` converts to
-    an index, so its dtype is read: torch is not imported here)."""
+    """True for bools and boolean numpy or torch scalars (``torch.tensor(True)`` converts to an
+    index, so its dtype is read)."""
     if isinstance(value, bool):
         return True
     scalar = getattr(value, "ndim", None) == 0
@@ -99,8 +85,7 @@ def _is_bool(value: Any) -> bool:
 
 
 def _as_int(value: Any) -> int | None:
-    """An int for ints and int-likes (numpy integers, 0-d integer tensors), None for everything
-    else (bools included)."""
+    """An int for ints and int-likes (numpy ints, 0-d integer tensors), else None (bools too)."""
     if _is_bool(value):
         return None
     try:
@@ -197,14 +182,11 @@ def parse_indexed_devices(devices: Any, *, visible: int, accelerator: str) -> li
     ``"i,j"``, ``"i,"``, ``[i, j]``   exactly those indices
     ================================  ==========================
 
-    White space around a string spec is ignored. Everything else (``0``, ``[]``, ``""``,
-    ``None``, ``True``, ``1.5``, ``"abc"``, ``"[0]"``, ``-2``, duplicates, an index >=
-    ``visible``, more devices than ``visible``) raises :class:`~accelctl.DeviceSpecError`.
+    White space around a string is ignored; everything else (``0``, ``[]``, ``None``, ``True``,
+    ``1.5``, ``"[0]"``, ``-2``, duplicates, indices or counts past ``visible``) raises
+    :class:`~accelctl.DeviceSpecError`. Returns the indices in rank order.
 
-    :param devices: the spec as the user gave it.
     :param visible: how many devices this process can see (honouring ``*_VISIBLE_DEVICES``).
-    :param accelerator: the accelerator's name, used in error messages.
-    :returns: the device indices, in rank order.
     """
     refuse = _Refusal(
         accelerator, devices, visible, _visible_phrase(accelerator, visible), INDEXED_FORMS
@@ -235,14 +217,9 @@ def _select(value: int | str | list[int], visible: int, refuse: _Refusal) -> lis
 
 
 def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
-    """Parse a devices spec for an accelerator that runs ``k`` processes on one device (the CPU).
-
-    ``"auto"`` is 1; ``k`` or ``"k"`` (k >= 1) is k. Indices and ``-1`` are refused with a
-    message saying the accelerator takes a process count, as is every bad form of the indexed
-    table.
-
-    :returns: the number of processes.
-    """
+    """The number of processes for a devices spec of an accelerator that runs ``k`` processes on
+    one device (the CPU): ``"auto"`` is 1, ``k`` or ``"k"`` (k >= 1) is k; indices and ``-1`` are
+    refused, saying it takes a process count."""
     cores = os.cpu_count() or 1
     refuse = _Refusal(
         accelerator,
@@ -263,17 +240,10 @@ def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
 
 
 def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> list[int]:
-    """Parse a devices spec for an accelerator that exposes a single device (MPS).
-
-    ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``; anything more is a
-    :class:`~accelctl.DeviceSpecError` saying that the accelerator exposes a single device.
-
-    :param visible: 1 when the device is there, 0 when it is not.
-    """
-    phrase = (
-        f"{accelerator} exposes a single device"
-        if visible
-        else f"{accelerator} exposes a single device and it is not available here"
-    )
+    """Parse a devices spec for an accelerator that exposes a single device (MPS), ``visible`` (1)
+    or not (0): ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``."""
+    phrase = f"{accelerator} exposes a single device"
+    if not visible:
+        phrase += " and it is not available here"
     refuse = _Refusal(accelerator, devices, visible, phrase, SINGLE_DEVICE_FORMS)
     return _select(_normalise(devices, refuse), min(visible, 1), refuse)

@@ -1,17 +1,10 @@
 """Asking many plugins at once: a bounded set of daemon threads and one deadline per plugin.
 
-Where accelctl asks every plugin on the user's behalf (``list``, ``env``, ``stats``, ``"auto"``,
-``"gpu"``, an alias, ``validate``), :func:`run_each` runs one piece of work per plugin (its whole
-probe) in at most :data:`MAX_WORKERS` daemon threads, and waits for each at most
-``ACCELCTL_HOOK_TIMEOUT`` seconds from when that work started. A plugin past its deadline gets its
-:meth:`late` error (naming the hook it is stuck in, read from its thread's stack) and the others
-are unaffected. Python cannot stop a thread: the late one is left running; while it runs, the
-plugin is not asked again (:func:`run_each` answers for it at once), and once it has returned, the
-next :func:`run_each` asks it as usual. Daemon threads never delay the interpreter's exit, which
-is why ``concurrent.futures`` (whose workers are joined at exit) is not used.
-
-Nothing here runs per hook call: a named lookup (``resolve("cuda")``, the Trainer) calls the
-plugin inline, in the caller's thread.
+Where accelctl asks every plugin (``list``, ``env``, ``stats``, ``"auto"``, an alias,
+``validate``), :func:`run_each` runs each one's work in a daemon thread and waits for it at most
+``ACCELCTL_HOOK_TIMEOUT`` seconds; a late plugin gets its :meth:`late` error and is left running
+(Python cannot stop a thread), not asked again until it returns. Daemon threads never delay the
+interpreter's exit, unlike ``concurrent.futures``. Nothing here runs per hook call.
 """
 
 from __future__ import annotations
@@ -29,8 +22,7 @@ from typing import Generic, Protocol, TypeVar
 from . import _settings
 from ._errors import AccelctlError
 
-#: Threads one :func:`run_each` starts at most: enough for the plugins of one machine; more only
-#: adds GIL contention (1000 plugins: 16 cost half as much CPU again as 8).
+#: Threads one :func:`run_each` starts at most: more only adds GIL contention.
 MAX_WORKERS = 8
 #: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
 POLL_S = 0.2
@@ -78,17 +70,14 @@ def run_each(
     items: Sequence[A], work: Callable[[A], T], *, workers: int = MAX_WORKERS
 ) -> list[T | AccelctlError]:
     """``work(item)`` for every item, concurrently; per item its value or the
-    :class:`~accelctl.AccelctlError` it raised or its deadline gave.
-
-    Any other exception ``work`` raises is accelctl's own bug and is raised here.
+    :class:`~accelctl.AccelctlError` it raised or its deadline gave (any other exception is
+    accelctl's own bug, raised here).
 
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
     timeout = _settings.hook_timeout()
-    if getattr(_local, "task", None) is not None:  # from inside a task: the inner tasks have
-        with off_clock():  # the deadlines, and the outer one waits for them off the clock
-            return _run(items, work, workers, timeout)
-    return _run(items, work, workers, timeout)
+    with off_clock():  # inside a task, the inner tasks have the deadlines: the outer one waits
+        return _run(items, work, workers, timeout)
 
 
 def _run(
@@ -184,9 +173,8 @@ class _Call:
 
 
 def run_one(work: Callable[[], T]) -> T:
-    """``work()`` in a worker thread under the deadline (the CLI's named commands, so that a
-    stuck plugin cannot hang them either): its value, or the error it raised or its deadline
-    gave, raised here."""
+    """``work()`` in a worker thread under the deadline (the CLI's named commands): its value, or
+    the error it raised or its deadline gave, raised here."""
     [result] = run_each([_Call()], lambda _: work())
     if isinstance(result, AccelctlError):
         raise result
@@ -233,9 +221,8 @@ _serial_owner: object | None = None
 
 @contextlib.contextmanager
 def one_at_a_time() -> Iterator[None]:
-    """A section run by one thread at a time (importing plugins: ``sys.path`` and the variables
-    are compared before and after each import). Waiting to enter is off the clock; a task given
-    up inside it lets the next one in."""
+    """A section run by one thread at a time (importing plugins, compared before and after).
+    Waiting to enter is off the clock; a task given up inside it lets the next one in."""
     global _serial_owner
     task = getattr(_local, "task", None)
     me: object = task if task is not None else object()

@@ -1,21 +1,7 @@
 """What a plugin's code may not do to accelctl: raise through it, end it, write on its stdout,
-or steer its configuration. Nothing here is set up per hook call.
-
-- Whatever plugin code raises is the plugin's failure (:func:`contain`): ``Exception`` as it is,
-  any other ``BaseException`` (``SystemExit``, ``GeneratorExit``, a plugin's own
-  ``KeyboardInterrupt`` off the main thread) as a :class:`PluginAbort`. A ``KeyboardInterrupt``
-  in the main thread is let through as the user's Ctrl-C (:func:`users_interrupt`).
-- The CLI runs every plugin's code in worker threads (:mod:`accelctl._fanout`), so while
-  :func:`plugin_output_to_stderr` is in force what other threads write to ``sys.stdout`` goes to
-  stderr and ``--json`` stays one document; while :func:`exit_is_plugin_failure` is in force a
-  plugin's ``os._exit`` is a failure instead of the end of the command. **Choice:** both are the
-  CLI's, not the library's: ``sys.stdout`` and ``os._exit`` belong to the whole process.
-- :class:`watch_import` wraps a plugin's import: a plugin whose import changes ``sys.path`` or one
-  of the user's ``ACCELCTL_*`` choices is named in a :class:`~accelctl.PluginWarning`, and the
-  change is undone.
-
-What no in-process guard can stop: a crash or an ``_exit`` in native code, writes to file
-descriptor 1 that bypass ``sys.stdout``, and what threads the plugin starts do besides printing.
+or steer its configuration (docs/concepts.md section 11). Nothing here is set up per hook call;
+the stdout and ``os._exit`` guards are the CLI's only, since both belong to the whole process.
+No in-process guard stops a crash or an ``_exit`` in native code, or writes to descriptor 1.
 """
 
 from __future__ import annotations
@@ -35,9 +21,8 @@ from ._text import FIELD_LIMIT, clean, describe_exception, quote
 
 
 class PluginAbort(Exception):
-    """A ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``GeneratorExit``, a
-    plugin's own ``KeyboardInterrupt``...), raised by plugin code and contained: ``original`` is
-    what the plugin raised (also the ``__cause__``)."""
+    """A ``BaseException`` that is not an ``Exception`` (``SystemExit``, a plugin's own
+    ``KeyboardInterrupt``...) raised by plugin code, contained; ``original`` is what it raised."""
 
     def __init__(self, original: BaseException) -> None:
         super().__init__(describe_exception(original))
@@ -61,26 +46,17 @@ def failure_text(exc: BaseException) -> str:
 # -- containment ---------------------------------------------------------------------------
 
 
-def _in_main_thread() -> bool:
-    return threading.get_ident() == threading.main_thread().ident
-
-
 def users_interrupt(exc: BaseException) -> bool:
     """True when ``exc`` is a Ctrl-C to let through: a ``KeyboardInterrupt`` in the main thread.
-
-    **Choice:** Python delivers signals to the main thread only, so elsewhere a
-    ``KeyboardInterrupt`` can only be the plugin's own. In the main thread accelctl cannot tell
-    the two apart without replacing the program's SIGINT handler around every call, which it
-    does not do: it lets the interrupt through.
-    """
-    return isinstance(exc, KeyboardInterrupt) and _in_main_thread()
+    Signals reach only the main thread, so elsewhere it is the plugin's own; in the main thread
+    telling them apart would need a SIGINT handler around every call."""
+    is_main = threading.get_ident() == threading.main_thread().ident
+    return isinstance(exc, KeyboardInterrupt) and is_main
 
 
 def contain(exc: BaseException) -> Exception:
-    """What plugin code raised, as an ``Exception`` to report: itself, or a :class:`PluginAbort`.
-
-    :raises KeyboardInterrupt: ``exc`` itself, when it is the user's (:func:`users_interrupt`).
-    """
+    """What plugin code raised, as an ``Exception`` to report: itself, or a :class:`PluginAbort`;
+    the user's Ctrl-C (:func:`users_interrupt`) is raised again."""
     if isinstance(exc, Exception):
         return exc
     if users_interrupt(exc):
@@ -103,10 +79,8 @@ def real_exit(code: int) -> NoReturn:
 
 @contextmanager
 def exit_is_plugin_failure() -> Iterator[None]:
-    """While in force (the CLI, for a command), ``os._exit(code)`` called in this process raises
-    :class:`ProcessExit` instead, which the plugin's code then fails with like any exception;
-    in a child process (after a ``fork``) it ends that child as usual. It costs nothing per
-    call: ``os._exit`` itself is replaced, once."""
+    """While in force (the CLI, for a command), ``os._exit(code)`` in this process raises
+    :class:`ProcessExit`, which the plugin's code fails with; a forked child still exits."""
     pid = os.getpid()
 
     def intercept(status: int) -> NoReturn:
@@ -127,9 +101,8 @@ def exit_is_plugin_failure() -> Iterator[None]:
 
 
 class _StdoutRouter:
-    """``sys.stdout`` while :func:`plugin_output_to_stderr` is in force: what the thread that
-    turned it on writes goes to the real stdout; what any other thread writes (plugin code, which
-    the CLI runs in worker threads, and the threads plugins start) goes to stderr."""
+    """``sys.stdout`` while :func:`plugin_output_to_stderr` is in force: the thread that turned it
+    on writes to the real stdout, any other (plugin code, its threads) to stderr."""
 
     def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
         self._stdout = stdout
@@ -154,9 +127,8 @@ class _StdoutRouter:
 
 @contextmanager
 def plugin_output_to_stderr() -> Iterator[None]:
-    """While in force, what other threads than this one write to ``sys.stdout`` goes to
-    ``sys.stderr`` (see :class:`_StdoutRouter`); ``sys.stdout`` is put back afterwards, and put
-    back again after each piece of plugin code that replaced it (:func:`keep_stdout`)."""
+    """While in force, what other threads write to ``sys.stdout`` goes to ``sys.stderr``, so
+    ``--json`` stays one document (see :class:`_StdoutRouter` and :func:`keep_stdout`)."""
     global _router
     if _router is not None:
         yield
@@ -183,19 +155,11 @@ def keep_stdout() -> None:
 # -- imports ------------------------------------------------------------------------------------
 
 
-def _accelctl_variables() -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in USER_CHOICES}
-
-
 class watch_import:
-    """Around a plugin's import: undo and report what it did to accelctl's configuration.
-
-    **Choices:** ``ACCELCTL_*`` variables the import set, changed or removed are put back (they
-    are the user's choice, read by accelctl when it selects). ``sys.path`` entries the import
-    removed or reordered are put back in their places, with what the import added kept after
-    them; entries it only added are kept where it put them (a vendor's package may need them).
-    Either way a :class:`~accelctl._errors.PluginWarning` names the plugin.
-    """
+    """Around a plugin's import: undo and report (a :class:`~accelctl.PluginWarning`) what it
+    did to accelctl's configuration. ``ACCELCTL_*`` variables are put back (the user's choice);
+    ``sys.path`` entries removed or reordered are put back, what it only added is kept (a
+    vendor's package may need it)."""
 
     __slots__ = ("_path", "_subject", "_variables")
 
@@ -205,7 +169,7 @@ class watch_import:
 
     def __enter__(self) -> None:
         self._path = list(sys.path)
-        self._variables = _accelctl_variables()
+        self._variables = {name: os.environ.get(name) for name in USER_CHOICES}
 
     def __exit__(
         self,
@@ -224,8 +188,8 @@ class watch_import:
 
     def _undo_variables(self) -> list[str]:
         changes = []
-        for name, value in _accelctl_variables().items():
-            before = self._variables[name]
+        for name, before in self._variables.items():
+            value = os.environ.get(name)
             if value == before:
                 continue
             if before is None:

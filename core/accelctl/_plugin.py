@@ -1,12 +1,7 @@
 """One installed plugin: :class:`AcceleratorHandle`, its identity, its state and its hooks.
 
-A handle is made for each installed entry point when the registry scans them (or by
-:meth:`AcceleratorHandle.from_object` for a plugin object passed in directly). It loads its
-plugin on first use, once, and every consumer (``accelctl list``, ``validate``, ``env``,
-``stats``, selection, the Trainer, the Lightning bridge) reads the same handle. Each hook method
-calls the plugin's function directly, in the caller's thread, and checks what it returns
-(:mod:`accelctl._returns`): a plugin that raises or returns something else becomes a
-:class:`~accelctl.PluginHookError` naming it.
+Every consumer reads the same handle (docs/concepts.md, section 2a); each hook method calls the
+plugin's function in the caller's thread and checks what it returns (:mod:`accelctl._returns`).
 """
 
 from __future__ import annotations
@@ -15,7 +10,7 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from . import _fanout
 from ._accelerator import Accelerator
@@ -37,14 +32,6 @@ if TYPE_CHECKING:
 State = Literal["not-loaded", "loaded", "disabled", "broken"]
 #: Where loading failed, in the order loading runs.
 Stage = Literal["metadata", "name", "conflict", "import", "instantiate", "register"]
-LOAD_STAGES: tuple[Stage, ...] = (
-    "metadata",
-    "name",
-    "conflict",
-    "import",
-    "instantiate",
-    "register",
-)
 
 
 class AcceleratorHandle:
@@ -55,15 +42,8 @@ class AcceleratorHandle:
     """
 
     #: Every :attr:`state`, and every :attr:`stage` in the order loading runs.
-    STATES: tuple[State, ...] = ("not-loaded", "loaded", "disabled", "broken")
-    STAGES: tuple[Stage, ...] = (
-        "metadata",
-        "name",
-        "conflict",
-        "import",
-        "instantiate",
-        "register",
-    )
+    STATES: tuple[State, ...] = get_args(State)
+    STAGES: tuple[Stage, ...] = get_args(Stage)
 
     def __init__(self, name: str, found: Found | None = None) -> None:
         #: The canonical name: the entry point's name (or the object's, see :meth:`from_object`).
@@ -90,8 +70,8 @@ class AcceleratorHandle:
 
     @classmethod
     def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
-        """A handle on a plugin object without an entry point: an :class:`Accelerator` instance
-        or subclass, or a module or object with ``@accelctl.hookimpl`` functions.
+        """A handle on a plugin object without an entry point (an :class:`Accelerator` instance
+        or subclass, or a module or object with ``@accelctl.hookimpl`` functions).
 
         :raises PluginLoadError: it cannot be instantiated or its hooks break the specs.
         """
@@ -148,9 +128,8 @@ class AcceleratorHandle:
             self._hooks = None
 
     def load(self) -> AcceleratorHandle:
-        """Import, instantiate and validate the plugin, once; never raises for its failure
-        (:attr:`state`, :attr:`stage` and :attr:`error` say how it went). A disabled plugin is
-        not imported. Returns the handle."""
+        """Import, instantiate and validate the plugin, once (a disabled one is not imported);
+        never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
         self._read_identity()
         if self.state == "not-loaded" and self._found is not None:
             with _fanout.one_at_a_time():
@@ -213,11 +192,8 @@ class AcceleratorHandle:
             from ._errors import AcceleratorUnavailableError
 
             name = self.name
-            raise AcceleratorUnavailableError(
-                f"accelerator {name!r} is {self.reason}; unset or change it to use {name!r}",
-                name=name,
-                reason=self.reason,
-            )
+            message = f"accelerator {name!r} is {self.reason}; unset or change it to use {name!r}"
+            raise AcceleratorUnavailableError(message, name=name, reason=self.reason)
         assert self.error is not None
         if not self._raised:
             self._raised = True
@@ -235,17 +211,17 @@ class AcceleratorHandle:
     # -- calling hooks ------------------------------------------------------------------------
 
     def _loaded_hooks(self) -> dict[str, Callable[..., Any]]:
-        hooks = self.check()._hooks
-        assert hooks is not None
-        return hooks
+        if self._hooks is None:
+            self.check()
+        assert self._hooks is not None
+        return self._hooks
 
     def _function(self, hook: str) -> Callable[..., Any] | None:
-        hooks = self._hooks if self._hooks is not None else self._loaded_hooks()
-        return hooks.get(hook)
+        return self._loaded_hooks().get(hook)
 
     def _failed(self, hook: str, exc: BaseException) -> AccelctlError:
-        """The error for what ``hook`` raised (a ``DeviceSpecError`` from the device hooks
-        passes through, its parts filled in); a Ctrl-C is raised as it is."""
+        """The error for what ``hook`` raised (a device hook's ``DeviceSpecError`` passes, its
+        parts filled in); a Ctrl-C is raised as it is."""
         if isinstance(exc, DeviceSpecError) and hook in ("parse_devices", "get_parallel_devices"):
             if exc.accelerator is None:
                 exc.accelerator = self.name
@@ -284,9 +260,8 @@ class AcceleratorHandle:
 
     def detect(self) -> bool:
         """True when the accelerator can run torch work here now."""
-        hooks = self._hooks if self._hooks is not None else self._loaded_hooks()
         try:
-            value = hooks["detect"]()
+            value = self._loaded_hooks()["detect"]()
         except BaseException as exc:
             raise self._failed("detect", exc)  # noqa: B904 - the cause is set
         return value if value is True or value is False else self._returned("detect", value)
@@ -312,18 +287,15 @@ class AcceleratorHandle:
 
             with _fanout.off_clock():  # torch's first import is not the plugin's time
                 import_torch()  # accelctl's own: a malformed package cannot break it
-        result: list[torch.device] = self._call("get_parallel_devices", devices)
-        return result
+        return cast("list[torch.device]", self._call("get_parallel_devices", devices))
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``."""
-        result: dict[str, int | float] = self._call("device_stats", device)
-        return result
+        return cast("dict[str, int | float]", self._call("device_stats", device))
 
     def unavailable_reason(self) -> str | None:
         """Why the accelerator is not available here, when the plugin says."""
-        result: str | None = self._call("unavailable_reason")
-        return result
+        return cast("str | None", self._call("unavailable_reason"))
 
     @property
     def info(self) -> AcceleratorInfo:

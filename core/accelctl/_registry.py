@@ -36,11 +36,8 @@ _LONGEST_HINTED_NAME = 64
 
 
 class Registry:
-    """The accelerator plugins installed on ``path`` (default: ``sys.path``).
-
-    :param environ: where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read (default:
-        ``os.environ``, at the first scan).
-    """
+    """The accelerator plugins installed on ``path`` (default: ``sys.path``); ``environ`` is
+    where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read at the first scan."""
 
     def __init__(
         self, path: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
@@ -66,12 +63,11 @@ class Registry:
                 if len(handles) > 1:  # a conflict: one row each, by distribution
                     handles.sort(key=lambda handle: handle.distribution or "")
                 reason = self.plugin_filter.blocked_reason(name)
+                error = _conflict(name, handles) if len(handles) > 1 and not reason else None
                 for handle in handles:
                     if reason:
                         handle.state, handle.reason = "disabled", reason
-                if len(handles) > 1 and not reason:
-                    error = _conflict(name, handles)
-                    for handle in handles:
+                    elif error is not None:
                         handle._fail("conflict", error)
             self._by_name = dict(sorted(by_name.items()))
         return self._by_name
@@ -95,9 +91,8 @@ class Registry:
     def get(self, name: str) -> AcceleratorHandle:
         """The loaded accelerator called ``name`` (canonical name or alias, any case).
 
-        :raises UnknownAcceleratorError: nothing installed has that name or alias.
-        :raises AcceleratorUnavailableError: it is disabled.
-        :raises PluginLoadError: it failed to load, or two distributions claim it.
+        :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError: nothing
+            has that name, it is disabled, or it failed to load or is claimed twice.
         """
         if not isinstance(name, str):
             raise TypeError(f"accelerator name must be a str, not {type(name).__name__}")
@@ -112,12 +107,12 @@ class Registry:
         handles = self._scan().get(key)
         if handles:
             return handles[0].check()
-        owners = []
-        for handle, aliases in zip(
-            enabled := self.enabled(), _fanout.run_each(enabled, _aliases), strict=True
-        ):
-            if not isinstance(aliases, AccelctlError) and key in aliases:
-                owners.append(handle)
+        enabled = self.enabled()
+        owners = [
+            handle
+            for handle, aliases in zip(enabled, _fanout.run_each(enabled, _aliases), strict=True)
+            if not isinstance(aliases, AccelctlError) and key in aliases
+        ]
         if len(owners) > 1:
             claimants = [f"{h.name} ({h.distribution or 'no distribution'})" for h in owners]
             raise PluginConflictError(
@@ -138,9 +133,8 @@ class Registry:
         return settle(plugins, _fanout.run_each(plugins, AcceleratorHandle.probe))
 
     def candidates(self) -> list[AcceleratorStatus]:
-        """Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; each one whose
-        plugin broke is reported in a :class:`~accelctl.PluginWarning` (skipped, never
-        silently)."""
+        """Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; a broken one is
+        named in a :class:`~accelctl.PluginWarning`."""
         enabled = self.enabled()
         statuses = settle(enabled, _fanout.run_each(enabled, AcceleratorHandle.probe))
         for status in statuses:
@@ -178,8 +172,8 @@ class Registry:
 
 
 def install_hint(registry: Registry, name: str) -> str:
-    """``pip install accelctl-<name>``, or, when that distribution is installed already, what
-    stands in the way (its row in ``accelctl list``): never a pip command for what is there."""
+    """``pip install accelctl-<name>``, or, when that distribution is installed already, a
+    pointer to its row in ``accelctl list``."""
     distribution = WELL_KNOWN.get(name, f"accelctl-{name}")
     installed = {h.distribution for h in registry.plugins()}
     if distribution in installed:
@@ -224,10 +218,8 @@ def set_registry(registry: Registry | None) -> Registry | None:
 
 
 def get_accelerator(name: str) -> AcceleratorHandle:
-    """A handle on the loaded accelerator called ``name`` (canonical name or alias, any case).
-
-    A canonical name imports that plugin alone.
-    """
+    """A handle on the loaded accelerator called ``name`` (canonical name or alias, any case);
+    a canonical name imports that plugin alone."""
     return get_registry().get(name)
 
 

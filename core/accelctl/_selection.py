@@ -63,17 +63,10 @@ def select_accelerator(
     registry: Registry | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> AcceleratorHandle:
-    """The accelerator for ``accelerator`` (section "Selecting an accelerator" of the docs).
-
-    - ``"auto"``: ``ACCELCTL_ACCELERATOR`` when set; else the available accelerator of highest
-      priority (CPU is the floor), every enabled plugin asked at once.
-    - ``"gpu"``: the available accelerator of family ``"gpu"`` with the highest priority.
-    - a name or alias (any case): that accelerator, which must be available.
-    - an :class:`~accelctl.Accelerator` instance, a handle or another plugin object: used as it is.
-
-    ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) when the call
-    starts, before any plugin code runs, so no plugin can change what this call selects.
-    """
+    """The accelerator for ``accelerator`` (docs/concepts.md section 6): ``"auto"``, ``"gpu"``, a
+    name or alias (any case, which must be available), or a plugin object used as it is.
+    ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) before any plugin
+    code runs, so no plugin can change what this call selects."""
     chosen = _settings.Selection.read(environ)
     return _select(accelerator, registry or get_registry(), chosen.accelerator)
 
@@ -118,8 +111,8 @@ def _why(status: AcceleratorStatus) -> str:
 
 
 def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
-    """The available accelerator of highest priority (of ``family``, when given); ties go to the
-    first name. Every enabled plugin is probed at once; a broken one is skipped with a warning."""
+    """The available accelerator of highest priority (of ``family``, when given; ties: the first
+    name), every enabled plugin probed at once."""
     statuses = registry.candidates()
     if family is not None:  # a broken plugin's family is unknown: named in the error below
         statuses = [s for s in statuses if s.error is not None or s.family == family]
@@ -163,8 +156,8 @@ ACCEPTED_ACCELERATORS = (
 
 
 def _check_plugin_object(accelerator: object) -> None:
-    """Refuse, as the caller's mistake, what is no plugin object at all (a ``torch.device``,
-    None, a number, a list): it would otherwise be loaded and blamed as a broken plugin."""
+    """Refuse, as the caller's mistake, what is no plugin object (a ``torch.device``, None, a
+    number), which would otherwise be blamed as a broken plugin."""
     if isinstance(accelerator, (AcceleratorHandle, Accelerator)) or (
         isinstance(accelerator, type) and issubclass(accelerator, Accelerator)
     ):
@@ -183,8 +176,7 @@ def _check_plugin_object(accelerator: object) -> None:
         hint = f" For a torch.device, pass its type: accelerator={device_type!r}{devices}."
     raise AcceleratorTypeError(
         f"accelerator={safe_repr(accelerator)} ({type(accelerator).__name__}) is not an "
-        "accelerator; "
-        f"accepted: {ACCEPTED_ACCELERATORS}.{hint}"
+        f"accelerator; accepted: {ACCEPTED_ACCELERATORS}.{hint}"
     )
 
 
@@ -195,15 +187,12 @@ def resolve(
     registry: Registry | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Selection:
-    """Choose the accelerator and its devices, as a Trainer does.
+    """Choose the accelerator (as :func:`select_accelerator`) and its devices, as a Trainer does.
 
-    :param accelerator: ``"auto"``, ``"gpu"``, a name or alias (any case), or an instance.
     :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set, else
-        every visible device of an accelerator with a distributed backend, and the first visible
-        device of one that runs in a single process.
+        every visible device of an accelerator with a distributed backend, else the first one.
     :param environ: where ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` are read (default:
-        ``os.environ``), once, when the call starts: before any plugin code runs.
-    :returns: a :class:`Selection`.
+        ``os.environ``), once, before any plugin code runs.
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
@@ -231,8 +220,6 @@ def resolve(
 
 
 def single_process(parsed: int | list[int]) -> int | list[int]:
-    """What ``devices="auto"`` keeps of a parse on an accelerator that runs in one process (no
-    ``distributed_backend``): its first device. Every visible device stays reachable by an
-    explicit spec (``"1,"``); only the automatic choice is bounded, so that "auto" never selects
-    a setup that cannot run."""
+    """What ``devices="auto"`` keeps on an accelerator without ``distributed_backend``: its first
+    device, so that "auto" never selects a setup that cannot run (a spec such as ``"1,"`` can)."""
     return min(parsed, 1) if isinstance(parsed, int) else parsed[:1]

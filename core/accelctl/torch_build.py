@@ -1,16 +1,9 @@
 """What torch is installed and how it was built, told without importing it; and importing it.
 
-``import torch`` costs seconds and hundreds of MiB; the facts ``accelctl env`` reports are written
-in ``torch/version.py``, a module torch's build generates with literal assignments
-(``__version__ = '2.13.0+cpu'``, ``cuda = None``, ``hip = None``, ``xpu = None``). It is read here
-as text and parsed with :mod:`ast`, never executed. Where torch is already imported, its own
-``torch.version`` is read instead; where the file is missing or not the generated one, torch is
-imported as a last resort. The core, ``accelctl env`` and the CUDA and XPU plugins all read the
-build through :func:`read_torch_build`.
-
-:func:`import_torch` is how accelctl itself imports torch: with torch's own backend autoload
-deferred to accelctl's scan of installed packages, so that one malformed package (whose
-``entry_points.txt`` torch's autoload cannot parse) does not break it.
+``import torch`` costs seconds, so :func:`read_torch_build` parses the literal assignments of the
+generated ``torch/version.py`` with :mod:`ast` (never executing it), importing torch only as a
+last resort. :func:`import_torch` is how accelctl imports torch: its backend autoload replaced by
+accelctl's scan, which one malformed ``entry_points.txt`` cannot break.
 """
 
 from __future__ import annotations
@@ -44,8 +37,7 @@ class TorchBuild:
 
     @property
     def kind(self) -> str:
-        """``"hip"`` (ROCm), ``"cuda"`` or ``"cpu"`` (a ROCm build also sets ``cuda`` on old
-        torch)."""
+        """``"hip"`` (ROCm), ``"cuda"`` or ``"cpu"`` (old ROCm builds also set ``cuda``)."""
         return "hip" if self.hip else "cuda" if self.cuda else "cpu"
 
     @property
@@ -67,9 +59,9 @@ class TorchBuild:
 
 
 def version_literals(path: Path) -> dict[str, Any] | None:
-    """The literal top-level assignments of ``__version__``, ``cuda``, ``hip`` and ``xpu`` in a
-    ``torch/version.py``, parsed with :mod:`ast` and never executed; None when the file is
-    missing or not the generated one. Plugins read their own build facts through it."""
+    """The literal top-level ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a
+    ``torch/version.py``, never executed; None when the file is missing or not the generated
+    one."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, ValueError):
@@ -107,14 +99,8 @@ def _from_module(torch: Any, source: str) -> TorchBuild:
 
 
 def read_torch_build() -> TorchBuild | None:
-    """The installed torch's build; None when torch is not installed.
-
-    torch's own module when it is imported already; else its ``version.py``, read once per
-    process; else (that file is missing or not the generated one) ``import torch``.
-
-    :raises Exception: whatever ``import torch`` raises, in the last-resort case only (a broken
-        install that has no readable ``version.py``).
-    """
+    """The installed torch's build (None without torch): from the imported module, else its
+    ``version.py`` (read once per process), else ``import torch``, whose errors it raises."""
     loaded = loaded_torch()
     if loaded is not None and getattr(loaded, "version", None) is not None:
         return _from_module(loaded, "loaded")
@@ -122,8 +108,7 @@ def read_torch_build() -> TorchBuild | None:
 
 
 def loaded_torch() -> ModuleType | None:
-    """torch's module when it is imported, and its import has finished (another thread may be
-    importing it: a partly initialised module has half its attributes); else None."""
+    """torch's module once its import has finished (not while another thread imports it)."""
     torch = sys.modules.get("torch")
     if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
         return None
@@ -154,8 +139,7 @@ def _from_files() -> TorchBuild | None:
 
 
 def mps_built(build: TorchBuild) -> bool:
-    """Whether torch has its MPS backend: torch builds it on macOS only, so elsewhere the answer
-    needs no import; on macOS torch is asked (``torch.backends.mps.is_built()``)."""
+    """Whether torch has its MPS backend (built on macOS only: elsewhere no import is needed)."""
     if sys.platform != "darwin" and build.source != "loaded":
         return False
     import torch
@@ -164,9 +148,8 @@ def mps_built(build: TorchBuild) -> bool:
 
 
 def cudnn_version(build: TorchBuild) -> str | None:
-    """The cuDNN version of a CUDA build: the library's, where torch is already imported (read
-    from the library, no CUDA context); else the version of the ``nvidia-cudnn-cu<major>`` wheel
-    that torch's pip build loads; None for other builds or when neither is known."""
+    """The cuDNN version of a CUDA build: the library's where torch is imported (no CUDA
+    context), else that of the ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
     if not build.cuda:
         return None
     if build.source != "version.py":
@@ -189,15 +172,9 @@ AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def import_torch() -> ModuleType:
-    """``import torch``, with its out-of-tree backends loaded from accelctl's scan.
-
-    torch's autoload reads every installed distribution's entry points and fails on the first
-    malformed ``entry_points.txt``, even an unrelated package's; accelctl's scan skips such a
-    package (it is named in a :class:`~accelctl.PluginWarning`). So torch is imported with its
-    autoload off (:func:`import_torch_alone`), and the ``torch.backends`` entry points are then
-    loaded as torch would load them (:func:`load_backends`). Where torch is imported already,
-    nothing is done.
-    """
+    """``import torch`` with its autoload off, then its out-of-tree backends loaded from
+    accelctl's scan (:func:`load_backends`), which skips a malformed ``entry_points.txt`` that
+    torch's own autoload fails on; nothing when torch is imported already."""
     loaded = loaded_torch()
     if loaded is not None:
         return loaded
@@ -221,9 +198,9 @@ def import_torch_alone() -> ModuleType:
 
 
 def load_backends(strict: bool = False) -> list[str]:
-    """Load the ``torch.backends`` entry points, as torch's autoload does, unless
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; return their names. A backend that fails to load
-    is named in a warning (torch's own import would fail on it), or, ``strict``, raises."""
+    """Load the ``torch.backends`` entry points as torch's autoload does, unless
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; their names. One that fails is named in a warning,
+    or, ``strict``, raises."""
     if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
         return []
     from ._discovery import TORCH_BACKENDS_GROUP, scan

@@ -1,24 +1,12 @@
 """Checkpoints of a ``fit``: what they hold, when they are written, how a fit resumes from one.
 
-A checkpoint is one ``torch.save`` file of plain containers and tensors (no pickled classes), so
-that ``torch.load(weights_only=True)`` reads it and loading one never runs code from the file:
-
-- ``model``, ``optimizer``, ``scaler``: the ``state_dict`` of each (``scaler`` None without one);
-- ``epoch``, ``batches_done``, ``global_step``: where training stands; ``batches_done`` counts the
-  batches of ``epoch`` already trained (0 at an epoch's end: the next epoch starts afresh);
-- ``rng``: per rank, the random states at the checkpoint (torch, the device's, NumPy's, Python's);
-- ``epoch_rng``: per rank, the states at the start of ``epoch`` (torch's, the device's and the
-  loader's own generators): the data order of an epoch depends on them only (a shuffling
-  ``DataLoader`` draws its seed from the global generator when its iterator starts; a
-  ``DistributedSampler`` shuffles by its seed and the epoch), so a fit resumed mid-epoch replays
-  them, reads and drops the ``batches_done`` batches it had trained, and goes on with the same
-  batches in the same order as a fit that was never stopped;
-- ``metrics``, ``best`` (the kept best checkpoints, ``[score, file name]``), ``run``,
-  ``world_size``.
-
-Files are written by rank 0 into ``<root_dir>/checkpoints/`` atomically: into a temporary file in
-the same folder, flushed, then ``os.replace``-d over the old one, so a kill at any moment leaves
-either the previous checkpoint or the new one, never a torn file.
+One ``torch.save`` file of tensors and plain containers, read with ``torch.load(weights_only=True)``
+(docs/training.md, "Checkpoints and resuming"), written by rank 0. Its keys: ``model``,
+``optimizer``, ``scaler`` (state dicts), ``epoch``, ``batches_done`` (of ``epoch``; 0 at its end),
+``global_step``, ``rng`` (per rank, the random states now), ``epoch_rng`` (per rank, the states at
+the start of ``epoch``, which alone decide its data order: a fit resumed mid-epoch replays them and
+drops the batches already trained), ``metrics``, ``best`` (``[score, file name]``), ``run``,
+``world_size``.
 """
 
 from __future__ import annotations
@@ -68,20 +56,12 @@ class CheckpointConfig:
     best_mode: str = "min"
 
     def __post_init__(self) -> None:
-        if self.every_n_steps is not None and (
-            isinstance(self.every_n_steps, bool)
-            or not isinstance(self.every_n_steps, int)
-            or self.every_n_steps < 1
-        ):
+        if self.every_n_steps is not None and not _whole(self.every_n_steps, 1):
             raise TrainerError(
                 f"checkpoint_every_n_steps={self.every_n_steps!r} is not accepted: give a whole "
                 f"number >= 1, or None to write checkpoints at epoch ends only"
             )
-        if (
-            isinstance(self.keep_best, bool)
-            or not isinstance(self.keep_best, int)
-            or (self.keep_best < 0)
-        ):
+        if not _whole(self.keep_best, 0):
             raise TrainerError(
                 f"keep_best={self.keep_best!r} is not accepted: give a whole number >= 0"
             )
@@ -90,6 +70,10 @@ class CheckpointConfig:
                 f"best_mode={self.best_mode!r} is not accepted: 'min' (lower {self.best_metric} "
                 f"is better) or 'max'"
             )
+
+
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def restart_count(environ: Mapping[str, str] = os.environ) -> int:
@@ -107,12 +91,9 @@ def restart_count(environ: Mapping[str, str] = os.environ) -> int:
 def resolve_ckpt_path(
     ckpt_path: str | os.PathLike[str] | None, folder: Path, restarts: int
 ) -> Path | None:
-    """The checkpoint a fit resumes from, or None to start afresh.
-
-    ``None``: ``last`` in a group torchrun restarted (``--max-restarts``) or a requeued SLURM job,
-    else nothing.
-    ``"last"``: ``<folder>/last.ckpt`` when it exists (a first run has none: warned, afresh).
-    Anything else is a path, which must exist.
+    """The checkpoint a fit resumes from, or None to start afresh: for ``None``, ``"last"`` after
+    a restart (torchrun's or a SLURM requeue), else nothing; for ``"last"``, ``<folder>/last.ckpt``
+    when it exists (else a warning, and afresh); anything else is a path, which must be a file.
 
     :raises CheckpointError: for a path that is not a file.
     """
@@ -152,9 +133,8 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
     try:
         with temporary.open("wb") as file:
             torch.save(dict(state), file)
-            # Flushed, not fsync-ed: the replace is atomic against a killed process, which is
-            # what a checkpoint guards; an fsync (~30 ms for a few MiB here) would also guard
-            # against a power cut, at a cost every epoch.
+            # Not fsync-ed: the replace guards against a kill; an fsync would guard against a
+            # power cut too, at ~30 ms for a few MiB every epoch.
             file.flush()
         os.replace(temporary, path)
     except BaseException as exc:
@@ -175,8 +155,7 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
 def load(path: Path, device: torch.device) -> dict[str, Any]:
     """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain containers only.
 
-    :raises CheckpointError: for a file that is not a checkpoint of this format (or holds
-        anything that would run code when loaded).
+    :raises CheckpointError: for a file that is not a checkpoint of this format.
     """
     import pickle
 
@@ -203,8 +182,7 @@ def resumed_batches(
     loader: Iterable[Any], skip: int, after_skip: Mapping[str, Any] | None, device: torch.device
 ) -> Iterator[tuple[int, Any]]:
     """``enumerate(loader)`` from batch ``skip`` on: the first ``skip`` batches are read and
-    dropped (the loader's order is replayed, not re-drawn), then the random states of the
-    checkpoint are restored, so that training goes on as if it had never stopped."""
+    dropped, then the checkpoint's random states restored, as if training had never stopped."""
     iterator = iter(loader)
     for _ in range(skip):
         try:
@@ -265,13 +243,8 @@ class Resume:
 
 
 class Checkpointer:
-    """Writes and reads the checkpoints of one ``fit``'s model, optimizer and gradient scaler
-    (rank 0 writes; every rank reads).
-
-    :param folder: ``<root_dir>/checkpoints``.
-    :param rank: this process's rank; ``world_size``: the processes (random states are gathered
-        from all of them into rank 0's file, one collective per checkpoint).
-    """
+    """Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
+    and gradient scaler in ``folder`` (``<root_dir>/checkpoints``)."""
 
     def __init__(
         self,
@@ -337,11 +310,9 @@ class Checkpointer:
         *,
         epoch_end: bool = False,
     ) -> None:
-        """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks). Called on every
-        rank at the same point: the random states of all ranks go into rank 0's file.
-
-        :param epoch: the epoch to resume in; ``batches_done``: its batches already trained.
-        """
+        """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
+        ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
+        into rank 0's file."""
         rng = [rng_state(self.device)]
         epoch_rngs = [epoch_rng]
         if self.world_size > 1:

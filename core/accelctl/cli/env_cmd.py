@@ -1,21 +1,15 @@
 """``accelctl env``: a block to paste into a bug report.
 
-Platform, Python, torch and the GPU runtimes it was built for, accelctl and every plugin with its
-distribution version, each accelerator's availability and device count, the facts each plugin adds
-through its optional ``environment_info`` hook (drivers, the vendor's visible-device variables),
-and accelctl's own environment variables.
-
-The core knows no vendor: a driver or a vendor's variable is the plugin's to report. torch's facts
-come from ``torch/version.py`` read as text (:mod:`accelctl.torch_build`): the command imports no
-torch where the plugins need none (a machine without a GPU), and no device runtime is initialised:
-a CUDA context is never created here.
+The core knows no vendor: drivers and a vendor's variables are each plugin's ``environment_info``
+to report. torch's facts are read without importing it (:mod:`accelctl.torch_build`), and no
+device runtime is initialised.
 """
 
 from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
@@ -44,14 +38,7 @@ class Environment:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
-        return {
-            "platform": self.platform,
-            "python": self.python,
-            "accelctl": self.accelctl,
-            "torch": self.torch,
-            "accelerators": self.accelerators,
-            "variables": self.variables,
-        }
+        return asdict(self)
 
 
 def _torch_info() -> dict[str, Any]:
@@ -77,9 +64,8 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _accelerators() -> list[dict[str, Any]]:
-    """A row per plugin: its status, then the facts of its ``environment_info`` (asked only of a
-    plugin that loaded and answered: a broken one's row says why already). Every plugin at
-    once, its whole row under one deadline: a hanging plugin costs the deadline once."""
+    """A row per plugin: its status, then its ``environment_info`` (where it loaded and answered);
+    every plugin at once, its whole row under one deadline."""
     handles = get_registry().plugins()
     probed: dict[int, dict[str, Any]] = {}  # rows whose status is known, by id(handle)
 
@@ -128,8 +114,6 @@ def _accelctl_version() -> str:
 
 def collect() -> Environment:
     """Gather the report (no torch import where the plugins need none; no device initialised)."""
-    # accelctl's own variables, shown when set (a vendor's are its plugin's to report).
-    variables = _settings.set_variables()
     return Environment(
         platform=platform.platform(),
         python=(
@@ -138,7 +122,7 @@ def collect() -> Environment:
         accelctl=_accelctl_version(),
         torch=_torch_info(),
         accelerators=_accelerators(),
-        variables=variables,
+        variables=_settings.set_variables(),  # accelctl's own, when set
     )
 
 

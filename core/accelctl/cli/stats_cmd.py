@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -49,19 +49,12 @@ class DeviceReading:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read)."""
-        return {
-            "accelerator": self.accelerator,
-            "device": self.device,
-            "stats": self.stats,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 def _targets(name: str | None) -> list[AcceleratorHandle]:
-    """The accelerators to read: NAME (which must be available) or every available one.
-
-    Broken plugins are reported on stderr and skipped.
-    """
+    """The accelerators to read: NAME (which must be available) or every available one (broken
+    ones are skipped with a warning on stderr)."""
     if name is not None:
         return [run_one(lambda: select_accelerator(name))]
     handles = []
@@ -74,13 +67,8 @@ def _targets(name: str | None) -> list[AcceleratorHandle]:
 
 
 def _devices(handle: AcceleratorHandle) -> list[str]:
-    """Every device ``devices="auto"`` gives, as strings, without importing torch.
-
-    ``parse_devices("auto")`` gives indices (``"<type>:<i>"`` each) or, for a process-count
-    accelerator such as the CPU, a count of processes that share the one device (``"<type>"``
-    once). The type is the plugin's ``device_type``, else its name. ``get_parallel_devices``
-    would give the same devices as ``torch.device`` objects, at the cost of importing torch.
-    """
+    """Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
+    for a process count), without importing torch: the type is ``device_type``, else the name."""
     parsed = handle.parse_devices("auto")
     kind = handle.info.device_type or handle.name
     if isinstance(parsed, int):
@@ -169,8 +157,7 @@ def render_table(readings: list[DeviceReading]) -> str:
     return "\n".join(lines)
 
 
-#: The shortest and longest ``--watch`` intervals: shorter would read the devices in a busy loop,
-#: longer (a day) is no watch.
+#: The shortest and longest ``--watch`` intervals (a busy loop; a day).
 WATCH_MIN_S = 0.1
 WATCH_MAX_S = 86400.0
 #: Between the reading thrown away and the first one shown (psutil needs 0.1 s or more).
@@ -212,9 +199,8 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
     """
     handles = _targets(name)
     if handles:
-        # Some figures are rates since the previous reading (the CPU's cpu_percent through
-        # psutil), so a process's first reading has nothing to compare with and says 0: take one
-        # to throw away, and let a short while pass (hooks may not sleep; the CLI may).
+        # Rates since the previous reading (psutil's cpu_percent) say 0 the first time: take a
+        # reading to throw away, and wait a little (hooks may not sleep; the CLI may).
         read_all(handles)
         time.sleep(FIRST_READING_WAIT_S)
     if watch is None:

@@ -19,12 +19,11 @@ from .._text import one_line
 from . import probes
 from .results import Run
 
-#: ``detect()``'s first call in a process may import the vendor's runtime, and is timed with
-#: that import (torch itself is imported before the clock starts, without its out-of-tree
-#: backends, which are loaded on the clock: they are the vendor's runtime).
+#: ``detect()``'s first call, timed with the vendor runtime's import (torch's own excluded, its
+#: out-of-tree backends included: they are the vendor's runtime).
 DETECT_FIRST_CALL_LIMIT_S = 5.0
-#: Every later ``detect()`` call: ``accelctl list`` and ``resolve("auto")`` call it for every
-#: plugin, so it must answer in milliseconds; this bound leaves room for a loaded CI machine.
+#: Every later ``detect()`` call (``list`` and ``"auto"`` ask every plugin), with room for a
+#: loaded CI machine.
 DETECT_CALL_LIMIT_S = 0.5
 #: Importing the plugin's module in a fresh interpreter (accelctl's own import excluded).
 IMPORT_LIMIT_S = 2.0
@@ -32,8 +31,8 @@ IMPORT_LIMIT_S = 2.0
 
 @dataclass
 class Subject:
-    """What is being validated: the handle, the module whose import is measured (None when it
-    cannot be imported by name) and how the report names it."""
+    """What is validated: the handle, the module whose import is measured (None: not importable
+    by name) and how the report names it."""
 
     handle: AcceleratorHandle
     module: str | None
@@ -90,8 +89,7 @@ def check_import(subject: Subject, run: Run, probe_import: bool) -> None:
 
 
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
-    """pluggy's validation and the required hooks, read from the handle's load; True when both
-    pass."""
+    """pluggy's validation and the required hooks, from the handle's load; True if both pass."""
     run.start("hooks_match_specs")
     diagnosis = handle.diagnosis
     if diagnosis is None:  # pluggy refused the plugin, or reading its attributes raised
@@ -146,21 +144,19 @@ def check_detect(handle: AcceleratorHandle, run: Run) -> bool | None:
     try:
         detected, first = timed(first_detect)
         again, later = timed(handle.detect)
-    except AccelctlError as exc:
-        run.failed("detect_returns_bool", strip_subject(one_line(exc), handle), exc)
-        run.skipped("detect_is_fast", "detect() failed")
-        run.skipped("detect_leaves_cuda_uninitialised", "detect() failed")
-        return None
     except Exception as exc:  # a torch backend that fails to load breaks `import torch` too
-        run.failed(
-            "detect_returns_bool",
-            f"loading torch's out-of-tree backends failed before detect() ran: "
-            f"{one_line(exc)}; `import torch` fails the same way here "
-            f"(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the autoload off)",
-            exc,
-        )
-        run.skipped("detect_is_fast", "detect() did not run")
-        run.skipped("detect_leaves_cuda_uninitialised", "detect() did not run")
+        if isinstance(exc, AccelctlError):
+            detail, why = strip_subject(one_line(exc), handle), "detect() failed"
+        else:
+            detail, why = (
+                f"loading torch's out-of-tree backends failed before detect() ran: "
+                f"{one_line(exc)}; `import torch` fails the same way here "
+                f"(TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns the autoload off)",
+                "detect() did not run",
+            )
+        run.failed("detect_returns_bool", detail, exc)
+        run.skipped("detect_is_fast", why)
+        run.skipped("detect_leaves_cuda_uninitialised", why)
         return None
     cuda_after = probes.cuda_initialized()
     if again != detected:

@@ -1,16 +1,7 @@
-"""The conformance checks of contract section 9, run by ``accelctl validate`` and by the pytest
-face (:class:`accelctl.testing.AcceleratorConformance`): one implementation, two faces.
-
-:func:`validate` checks one accelerator (an installed name or alias, or a plugin object such as
-an :class:`accelctl.Accelerator` instance) and returns a
-:class:`~accelctl.testing.ValidationReport` with one result per entry of :data:`CHECKS`, in order.
-It never raises for a broken plugin: the plugin's own error becomes a failed check's detail. A
-check that cannot run here (no hardware, an optional hook left out, an earlier check failed) is
-skipped and says why. :func:`validate_installed` checks several at once, each check under the
-deadline (``ACCELCTL_HOOK_TIMEOUT``): a plugin that stops answering fails the check it was in.
-
-The checks themselves are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and
-:mod:`._device_checks` (device specs, ``torch.device`` round trips, stats, the backend).
+"""The conformance checks of docs/concepts.md section 9, behind both ``accelctl validate`` and
+:class:`accelctl.testing.AcceleratorConformance`. A check that cannot run here says why it is
+skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves
+are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
 """
 
 from __future__ import annotations
@@ -54,8 +45,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Check:
-    """One conformance check: its id (``accelctl validate`` prints it, the pytest face names its
-    test ``test_<id>``) and what it verifies."""
+    """One conformance check: its id (the pytest face's test is ``test_<id>``) and what it does."""
 
     id: str
     title: str
@@ -135,14 +125,8 @@ CHECKS: tuple[Check, ...] = (
     ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
-
-_DEVICE_CHECKS = (
-    "devices_auto",
-    "devices_minus_one",
-    "devices_one",
-    "device_stats",
-    "distributed_backend",
-)
+#: The checks that need the hardware: every one from ``devices_auto`` on.
+_DEVICE_CHECKS = CHECK_IDS[CHECK_IDS.index("devices_auto") :]
 
 
 def validate(
@@ -151,16 +135,14 @@ def validate(
     registry: Registry | None = None,
     probe_import: bool = True,
 ) -> ValidationReport:
-    """Run every check of :data:`CHECKS` on one accelerator, in the caller's thread.
+    """Run every check of :data:`CHECKS` on one accelerator, in the caller's thread; a report
+    with one result per check, never an exception for a broken plugin.
 
-    :param accelerator: an installed accelerator's canonical name or alias (any case), or a
-        plugin object without an entry point: an :class:`accelctl.Accelerator` instance or
-        subclass, a module or object with ``@accelctl.hookimpl`` functions, or a handle.
-    :param registry: where names are looked up and alias clashes searched (default: the
-        process-wide registry).
-    :param probe_import: measure the plugin's import in a fresh interpreter
-        (``import_is_light``); False skips that check and saves a subprocess.
-    :returns: a report with one result per check; it never raises for a broken plugin.
+    :param accelerator: an installed name or alias (any case), or a plugin object without an entry
+        point (an :class:`accelctl.Accelerator` instance or subclass, a module or object with
+        ``@accelctl.hookimpl`` functions, a handle).
+    :param registry: where names and alias clashes are looked up (default: the process-wide one).
+    :param probe_import: False skips ``import_is_light`` (a subprocess).
     """
     registry = registry or get_registry()
     run = Run(str(accelerator).strip().lower() if isinstance(accelerator, str) else "?", CHECK_IDS)
@@ -177,12 +159,8 @@ def validate_installed(
     probe_import: bool = True,
 ) -> list[ValidationReport]:
     """Validate the accelerators called ``names``, or every installed one, all at once, each
-    check under the deadline.
-
-    By default a plugin disabled by ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` is not imported:
-    its report skips every check and names the variable. A disabled plugin asked for by name
-    fails ``loads``, since the validation asked for cannot run.
-    """
+    check under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not imported: its
+    report skips every check, or, asked for by name, fails ``loads``."""
     registry = registry or get_registry()
     asked = (
         registry.names() if names is None else list(dict.fromkeys(n.strip().lower() for n in names))
@@ -203,8 +181,7 @@ def validate_installed(
 
     everything = [_Asked(Run(name, CHECK_IDS)) for name in asked]
     if len(everything) > 1:
-        # Importing torch changes the process's environment for a while (its backend autoload
-        # is turned off, to time a vendor runtime on its own): not while other checks run.
+        # Importing torch turns its backend autoload off for a while: not while checks run.
         from ..torch_build import import_torch
 
         import_torch()
@@ -233,9 +210,8 @@ class _Asked:
 
 
 def _handle_of(accelerator: object, registry: Registry, run: Run) -> AcceleratorHandle | None:
-    """The handle to check, loaded; None (with ``loads`` failed) when there is nothing to check.
-    The checks go on from a plugin that imports, even when registering it failed (they say
-    which hook)."""
+    """The handle to check, loaded; None (``loads`` failed) when there is nothing to check. A plugin
+    that imports is checked even when registering it failed (the checks say which hook)."""
     if isinstance(accelerator, AcceleratorHandle):
         handle = accelerator
     elif isinstance(accelerator, str):

@@ -1,9 +1,5 @@
-"""Measurements of the running process for the conformance checks: is torch imported, is CUDA
-initialised, and what importing a plugin costs in a fresh interpreter.
-
-None of these imports torch unless asked to (:func:`import_torch`): asking
-``torch.cuda.is_initialized()`` in a process where torch is not imported yet would pay for the
-import and prove nothing, since no CUDA context can exist without it.
+"""Measurements for the conformance checks: is CUDA initialised, what importing a plugin costs
+in a fresh interpreter, whether a distributed backend exists. Only the device checks import torch.
 """
 
 from __future__ import annotations
@@ -36,11 +32,6 @@ else:
 """
 
 
-def torch_imported() -> bool:
-    """True when torch is imported in this process."""
-    return "torch" in sys.modules
-
-
 def cuda_initialized() -> bool | None:
     """``torch.cuda.is_initialized()`` when torch is imported; None when it is not (so no CUDA
     context can exist through torch). Never imports torch."""
@@ -52,24 +43,12 @@ def cuda_initialized() -> bool | None:
     return bool(torch.cuda.is_initialized())
 
 
-def import_torch() -> None:
-    """Import torch now (so a timing that follows does not pay for it)."""
-    from ..torch_build import import_torch as import_it
-
-    import_it()
-
-
 def import_torch_without_backends() -> Callable[[], list[str]] | None:
-    """Import torch itself now, but not its out-of-tree backends, and return what loads them.
+    """Import torch now, but not its out-of-tree backends, and return what loads them (raising
+    what a backend raises): a vendor runtime that comes through torch's backend autoload
+    (``torch_npu``, ``torch_openreg``) is timed with the plugin's first ``detect()``.
 
-    A vendor's runtime may arrive through torch's backend autoload (a ``torch.backends`` entry
-    point, as ``torch_npu`` and ``torch_openreg`` do): that import is the plugin's cost, so a
-    timing of its first ``detect()`` must include it, while torch's own import must not count.
-    The returned function loads the backends as ``import torch`` would have (it does nothing when
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), raising what a backend raises, and returns their names.
-
-    :returns: None when torch was imported already: its backends were loaded with it and their
-        cost can no longer be measured in this process.
+    :returns: None when torch was imported already, its backends with it.
     """
     if "torch" in sys.modules:
         return None
@@ -81,11 +60,8 @@ def import_torch_without_backends() -> Callable[[], list[str]] | None:
 
 @dataclass(frozen=True)
 class ImportProbe:
-    """What importing one module in a fresh interpreter did.
-
-    ``error`` is set when the import failed there; ``unreachable`` when the module cannot be
-    found by name at all (a module defined in a test file or ``__main__``), which says nothing
-    about the plugin.
+    """What importing one module in a fresh interpreter did: ``error`` when the import failed,
+    ``unreachable`` when the module cannot be found by name (defined in a test or ``__main__``).
     """
 
     module: str
@@ -96,9 +72,8 @@ class ImportProbe:
 
 
 def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
-    """Import ``module`` in a fresh interpreter on this process's ``sys.path`` and report its
-    cost: the seconds it took (accelctl's own import excluded) and the heavy modules it pulled
-    in."""
+    """Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
+    (accelctl's own import excluded) and the heavy modules it pulled in."""
     env = dict(os.environ)
     paths = [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -128,14 +103,9 @@ def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
 
 
 def backend_problem(backend: str, device_type: str) -> str | None:
-    """Why the ``torch.distributed`` backend ``backend`` cannot carry ``device_type`` tensors here.
-
-    ``backend`` is a name (``"gloo"``) or torch's per-device form (``"cpu:gloo,cuda:nccl"``).
-
-    :returns: None when torch has the backend registered for that device type (and, for the
-        built-in ones, compiled in); ``"skip: <why>"`` when this torch cannot tell (no
-        ``torch.distributed``); otherwise a phrase saying what is wrong.
-    """
+    """Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
+    ``device_type`` tensors here: None when it can (registered, and compiled in), ``"skip: <why>"``
+    when this torch cannot tell, else a phrase saying what is wrong."""
     import torch.distributed as dist
 
     if not dist.is_available():

@@ -13,14 +13,9 @@ STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one conformance check on one accelerator.
-
-    :param check: the check's id, one of :data:`accelctl.testing.CHECK_IDS`.
-    :param status: ``"pass"``, ``"fail"`` or ``"skip"``.
-    :param detail: one line: what was seen on a pass, the reason on a fail or a skip.
-    :param error: the exception behind a failure, when there is one (for tracebacks with
-        ``accelctl --debug validate`` and in pytest); never part of :meth:`to_dict`.
-    """
+    """The outcome of one conformance check (an id of :data:`accelctl.testing.CHECK_IDS`) on one
+    accelerator: ``detail`` is one line, what was seen or why; ``error``, the exception behind a
+    failure (for ``--debug`` and pytest tracebacks), is never part of :meth:`to_dict`."""
 
     check: str
     status: Status
@@ -41,13 +36,9 @@ class CheckResult:
 class ValidationReport:
     """Every check's result for one accelerator, in the order of :data:`accelctl.testing.CHECKS`.
 
-    :param name: the accelerator's canonical name (or the name asked for, when none matched).
-    :param checks: the results.
-    :param distribution: the distribution that installed the plugin; None for an object passed in
-        directly or a name that matched nothing.
-    :param version: that distribution's version.
-    :param disabled: why the plugin was not validated (``"disabled by ACCELCTL_DISABLE"``) when
-        ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` kept it out; every check is then skipped.
+    ``name`` is the canonical name (or the one asked for, when none matched); ``distribution``
+    None for an object passed in directly; ``disabled`` why ``ACCELCTL_PLUGINS`` /
+    ``ACCELCTL_DISABLE`` kept the plugin out (every check is then skipped).
     """
 
     name: str
@@ -71,10 +62,7 @@ class ValidationReport:
         return sum(1 for result in self.checks if result.status == status)
 
     def result(self, check: str) -> CheckResult:
-        """The result of the check with id ``check``.
-
-        :raises KeyError: naming the ids this report has.
-        """
+        """The result of the check with id ``check``; a ``KeyError`` names the ids there are."""
         for result in self.checks:
             if result.check == check:
                 return result
@@ -110,9 +98,8 @@ _WORDS: tuple[tuple[Status, str], ...] = (
 
 
 class Run:
-    """Collects the results of one accelerator's checks, in the order of ``ids``; a check left
-    unset ends up skipped. :meth:`start` marks the check in progress (and gives it a deadline of
-    its own where accelctl validates several plugins at once)."""
+    """Collects one accelerator's results, in the order of ``ids`` (the first recorded counts);
+    :meth:`start` marks the check in progress and gives it a deadline of its own."""
 
     def __init__(self, name: str, ids: tuple[str, ...]) -> None:
         self.name = name
