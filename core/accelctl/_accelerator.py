@@ -13,11 +13,9 @@ if TYPE_CHECKING:
 
 
 class Accelerator(abc.ABC):
-    """Base class of class-based accelerator plugins.
-
-    A subclass's methods named after hooks *are* its hooks (no ``@accelctl.hookimpl`` needed).
-    Only :meth:`detect` and :meth:`auto_device_count` must be written; the rest have defaults that
-    fit an indexed accelerator whose ``torch.device`` type is :attr:`device_type`:
+    """Base class of class-based accelerator plugins: methods named after hooks *are* its hooks.
+    Only :meth:`detect` and :meth:`auto_device_count` must be written; the other defaults fit an
+    indexed accelerator whose ``torch.device`` type is :attr:`device_type`:
 
     .. code-block:: python
 
@@ -30,15 +28,13 @@ class Accelerator(abc.ABC):
             def detect(self) -> bool: ...
             def auto_device_count(self) -> int: ...
 
-    Register it with an entry point (``hpu = "accelctl_hpu:HPUAccelerator"``: the class is
-    instantiated with no arguments), or pass an instance straight to
-    ``accelctl.resolve(HPUAccelerator())`` or ``accelctl.Trainer(accelerator=HPUAccelerator())``.
+    Register it with an entry point (``hpu = "accelctl_hpu:HPUAccelerator"``), or pass an
+    instance straight to ``accelctl.resolve()`` or ``accelctl.Trainer(accelerator=...)``.
     """
 
     #: Canonical name; the entry point's name wins when the class is installed as a plugin.
     name: ClassVar[str] = ""
-    #: ``torch.device`` type of the default :meth:`get_parallel_devices`; defaults to :attr:`name`
-    #: (declared, never guessed from the class's or the entry point's name).
+    #: ``torch.device`` type of the default :meth:`get_parallel_devices` (default: :attr:`name`).
     device_type: ClassVar[str] = ""
     description: ClassVar[str] = ""
     family: ClassVar[str | None] = None
@@ -51,8 +47,7 @@ class Accelerator(abc.ABC):
 
     @property
     def accelerator_name(self) -> str:
-        """The accelerator's name, in messages and errors: the entry point's name when the plugin
-        was installed through one, else :attr:`name`, else (an instance passed in directly) the
+        """The accelerator's name in messages: the entry point's name, else :attr:`name`, else the
         class name without "Accelerator"."""
         return (
             self._entry_point_name
@@ -80,8 +75,7 @@ class Accelerator(abc.ABC):
         )
 
     def get_parallel_devices(self, devices: Any) -> list[torch.device]:
-        """Default: ``torch.device(device_type, i)`` for each index (or ``range(count)``),
-        :attr:`device_type` defaulting to :attr:`name`."""
+        """Default: ``torch.device(device_type, i)`` for each index (or ``range(count)``)."""
         import torch
 
         device_type = self.device_type or self.name
@@ -106,6 +100,5 @@ class Accelerator(abc.ABC):
             priority=self.priority,
             distributed_backend=self.distributed_backend,
             aliases=tuple(self.aliases),
-            # accelctl stats names devices "<device_type>:<i>" without torch.
             device_type=self.device_type or None,
         )

@@ -1,17 +1,9 @@
 """What a cluster scheduler tells a process about its job: SLURM's job step, from its variables.
 
-``srun`` starts the tasks of a job step with the step's shape in ``SLURM_*`` variables: this
-task's rank (``SLURM_PROCID``), its rank on the node (``SLURM_LOCALID``), the step's tasks, nodes
-and node list, this node's index (``SLURM_NODEID``). The step's own variables
-(``SLURM_STEP_NUM_NODES``, ``SLURM_STEP_NODELIST``, ...) come first: a step may use fewer nodes
-than its job.
-
-Only a task *inside a job step* reads them. A batch script (``sbatch`` without ``srun``) and an
-interactive allocation (``salloc``) carry ``SLURM_JOB_ID``, ``SLURM_NTASKS`` and the node list
-too, but are one process on one node: taking the job's shape for its own, such a process would
-wait for tasks that never start. ``SLURM_STEP_ID`` tells them apart: set by ``srun`` only, and a
-number below SLURM's special steps (batch, extern, the interactive step of
-``LaunchParameters=use_interactive_step``).
+The step's own variables (``SLURM_STEP_NUM_NODES``, ...) come before the job's: a step may use
+fewer nodes. Only a task inside a job step reads them: a batch script or ``salloc`` has the job's
+variables too but is one process, which would wait for tasks that never start. ``SLURM_STEP_ID``
+tells them apart: set by ``srun`` only, below SLURM's special steps (batch, extern, interactive).
 """
 
 from __future__ import annotations
@@ -103,11 +95,8 @@ class SlurmStep:
 
 
 def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
-    """This task's SLURM job step, or None outside one (no ``srun``: a batch script, ``salloc``,
-    no SLURM at all).
-
-    :raises ProcessSetupError: for a SLURM variable that cannot be read.
-    """
+    """This task's SLURM job step, or None outside one (a batch script, ``salloc``, no SLURM);
+    a :class:`ProcessSetupError` for a SLURM variable that cannot be read."""
     step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "")).strip()
     if not step.isdigit() or int(step) >= SPECIAL_STEPS_FROM or "SLURM_JOB_ID" not in environ:
         return None

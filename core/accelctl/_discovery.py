@@ -1,12 +1,9 @@
 """Finding what is installed: one pass over the distributions, reading text, importing nothing.
 
-Each distribution's ``entry_points.txt`` is read once as text. Only files that declare one of the
-two groups accelctl cares about are parsed (by hand, so that one bad line breaks only its own
-distribution): ``accelctl.accelerators`` (the plugins) and ``torch.backends`` (the out-of-tree
-torch backends that ``import torch`` would load, see :func:`accelctl.torch_build.import_torch`).
-A file that does not parse and declares neither group is reported in a
-:class:`~accelctl.PluginWarning` and skipped: it breaks torch's own backend autoload, which reads
-every distribution's entry points.
+Each ``entry_points.txt`` is read once; those declaring ``accelctl.accelerators`` or
+``torch.backends`` are parsed by hand, so that one bad line breaks only its own distribution. A
+broken file that declares neither is named in a :class:`~accelctl.PluginWarning` (torch's own
+backend autoload fails on it).
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ class Found:
     problem: str | None = None
 
     def identity(self) -> tuple[str | None, str | None, str | None]:
-        """The distribution's name and version from its metadata, and why they cannot be read
-        (None when they can)."""
+        """The distribution's name and version, and why they cannot be read (None when they can)."""
         try:
             return (*read_name_and_version(self.dist), None)
         except Exception as exc:  # a broken METADATA: named, never fatal to the others
@@ -78,8 +74,8 @@ def folder_of(dist: metadata.Distribution, filename: str = "") -> str:
 
 
 def dist_key(dist: metadata.Distribution) -> str:
-    """The distribution's normalised name: from its folder's name where it has one (what
-    :func:`importlib.metadata.entry_points` relies on too), else from its metadata."""
+    """The distribution's normalised name: from its folder's name where it has one (as
+    :func:`importlib.metadata.entry_points` does), else from its metadata."""
     key = getattr(dist, "_normalized_name", None)
     if key:
         return str(key)
@@ -95,12 +91,9 @@ def reinstall_hint(name: str | None) -> str:
 
 
 def scan(path: Sequence[str] | None = None, *, warn: bool = True) -> Iterator[Found]:
-    """Every entry point of the two groups on ``path`` (default: ``sys.path``).
-
-    A distribution installed twice counts once (the first wins, as for imports). ``warn``:
-    name a broken distribution that declares neither group in a warning (the registry's scan
-    does; a second scan of the same path need not say it again).
-    """
+    """Every entry point of the two groups on ``path`` (default: ``sys.path``); a distribution
+    installed twice counts once (the first, as for imports). ``warn``: name a broken one that
+    declares neither group (a second scan need not say it again)."""
     dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
     seen: set[str] = set()
     for dist in dists:
@@ -125,8 +118,7 @@ def _entries(
 ) -> Iterator[Found]:
     """The entries of one ``entry_points.txt``; all marked with the problem when it is bad."""
     if error is None and not any(header in text for header in _HEADERS):
-        # Most distributions declare neither group: only look for a line that would break
-        # torch's autoload.
+        # Most declare neither group: only look for a line that would break torch's autoload.
         if all(
             "=" in line or line.lstrip()[:1] in ("", "#", ";", "[") for line in text.splitlines()
         ):
@@ -174,10 +166,7 @@ def _entries(
 
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
     """``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
-    whole file (over hundreds of plugins it costs more than the scan).
-
-    :raises Exception: whatever reading the file raises (an unreadable METADATA).
-    """
+    whole file (over hundreds of plugins it costs more than the scan); raises what reading does."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}
     for line in text.splitlines():

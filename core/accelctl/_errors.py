@@ -1,12 +1,6 @@
-"""Every error accelctl raises, all under :class:`AccelctlError`.
-
-Messages teach: what was asked, what exists, what to do next. The CLI prints ``str(error)`` as one
-line on stderr.
-
-Every class is constructible from a message alone, so a plugin raises them as it would a builtin
-(``raise accelctl.DeviceSpecError("npu: devices=5 asks for more than the 4 visible")``). The
-structured parts (``name``, ``spec``, ...) are optional keyword arguments, kept as attributes for
-programs; accelctl fills them in where it knows them, and they are ``None`` (or empty) otherwise.
+"""Every error accelctl raises, all under :class:`AccelctlError`; messages teach what was asked,
+what exists and what to do next. Each class takes a message alone, so a plugin raises them as it
+would a builtin; the structured parts (``name``, ``spec``, ...) are optional keywords.
 """
 
 from __future__ import annotations
@@ -46,9 +40,8 @@ class AcceleratorTypeError(AccelctlError, TypeError):
 
 
 def fresh_copy(error: AccelctlError, message: str | None = None) -> AccelctlError:
-    """A new error of the same class and parts as ``error`` (optionally with another message),
-    so that an error kept in a cache is raised anew each time, never edited in place. The
-    caller raises it ``from error``."""
+    """A new error of the same class and parts as ``error`` (optionally another message): an error
+    kept is raised anew each time (``from error``), never edited in place."""
     copied = type(error)(str(error) if message is None else message)
     copied.__dict__.update(error.__dict__)
     return copied
@@ -95,11 +88,8 @@ class PluginConflictError(PluginLoadError):
 
 
 class DeviceSpecError(AccelctlError, ValueError):
-    """A devices spec that the accelerator does not accept.
-
-    The message names the accelerator, repeats the spec as given, says what is visible and lists
-    the accepted forms; the parts are kept as attributes for programs.
-    """
+    """A devices spec that the accelerator does not accept: the message names the accelerator,
+    the spec, what is visible and the accepted forms, all kept as attributes too."""
 
     def __init__(
         self,
@@ -130,9 +120,8 @@ class PrecisionError(AccelctlError, ValueError):
 
 
 class ProcessSetupError(AccelctlError):
-    """The devices asked for do not fit the processes that run: several devices outside a
-    launcher, an accelerator that runs in one process only, or a launcher that started another
-    number of processes than there are devices."""
+    """The devices asked for do not fit the processes that run (several devices outside a
+    launcher, or a launcher that started another number of processes)."""
 
 
 class TrainerError(AccelctlError, ValueError):

@@ -24,23 +24,17 @@ def is_valid_name(name: str) -> bool:
 @dataclass(frozen=True)
 class AcceleratorInfo:
     """Description, family, priority, distributed backend, aliases and device type of one
-    accelerator.
-
-    Returned by the optional ``accelerator_info`` hook (a dict of these fields is accepted too)
-    and exposed as :attr:`AcceleratorHandle.info`. Fields are checked and normalised on creation:
-    aliases are lower-cased into a tuple, a wrong type raises ``TypeError``/``ValueError`` with the
-    field's name.
-    """
+    accelerator, from the optional ``accelerator_info`` hook (a dict of these fields is accepted
+    too). Checked on creation (a ``TypeError``/``ValueError`` names the field); aliases are
+    lower-cased into a tuple."""
 
     description: str = ""
     family: str | None = None
     priority: int = 0
     distributed_backend: str | None = None
     aliases: tuple[str, ...] = field(default=())
-    #: torch's device type of this accelerator's devices where it differs from the canonical
-    #: name (a plugin ``privateuse1`` whose devices are ``openreg:i``); None: the name itself.
-    #: ``accelctl stats``, which runs without torch, asks ``device_stats`` for
-    #: ``"<device_type>:<index>"``.
+    #: torch's device type where it is not the canonical name (``privateuse1``'s ``openreg:i``):
+    #: what ``accelctl stats``, without torch, names devices by (``"<device_type>:<index>"``).
     device_type: str | None = None
 
     def __post_init__(self) -> None:

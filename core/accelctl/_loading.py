@@ -1,16 +1,13 @@
 """From a plugin object to the table of its hook functions, validated once by pluggy.
 
-**Choice (pluggy along its grain):** accelctl calls one plugin's hook at a time, which pluggy's
-hook callers do not offer (they call every registered plugin). So pluggy validates each plugin
-once, when it loads: the plugin is registered in one shared ``PluginManager`` that holds the
-specs (:mod:`accelctl.hookspecs`), checked (pluggy's own validation of every hook's signature,
-then accelctl's: no unknown hook, every required one, no wrappers), its hook functions are taken
-from pluggy's ``HookImpl`` records into a plain table, and it is unregistered again: nothing of it
-stays registered, validated or not. Hook calls then call the functions directly.
+accelctl calls one plugin's hook at a time, which pluggy's callers do not offer; so a plugin is
+registered in one shared ``PluginManager`` once, checked, its hook functions copied into a plain
+table, and unregistered again (docs/concepts.md section 2a, "pluggy along its grain").
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,13 +22,8 @@ from ._isolation import contain, failure_text, original
 from ._project import PROJECT_NAME
 from ._text import FIELD_LIMIT, clean
 
-#: The hooks that take an argument, and its name in the specification.
-_ARGUMENT = {
-    "parse_devices": "devices",
-    "get_parallel_devices": "devices",
-    "device_stats": "device",
-    "setup_device": "device",
-}
+#: The hooks that take an argument.
+_ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", "setup_device"})
 
 
 class _Specs(pluggy.PluginManager):
@@ -49,14 +41,9 @@ class _Specs(pluggy.PluginManager):
         return opts
 
 
-_specs: _Specs | None = None
-
-
+@functools.cache
 def _manager() -> _Specs:
-    global _specs
-    if _specs is None:
-        _specs = _Specs()
-    return _specs
+    return _Specs()
 
 
 @dataclass(frozen=True)
@@ -114,10 +101,8 @@ class HookDiagnosis:
 
 
 def instantiate(obj: object, subject: str) -> object:
-    """An entry point names a module, a class (instantiated with no arguments) or an instance.
-
-    :param subject: the plugin as messages name it (``"accelerator 'x' (acme-x 1.0)"``).
-    """
+    """The plugin an entry point names: a module, a class (instantiated with no arguments) or an
+    instance; ``subject`` names it in messages."""
     if not inspect.isclass(obj):
         return obj
     try:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from . import _fanout
 from ._accelerator import Accelerator
 from ._discovery import Found
-from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError
+from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError, fresh_copy
 from ._info import AcceleratorInfo
 from ._isolation import contain, failure_text, keep_stdout, original, watch_import
 from ._loading import HookDiagnosis, hook_table, instantiate, name_of
@@ -200,9 +200,7 @@ class AcceleratorHandle:
             raise self.error
         # Raised anew each time, chained to the first: a caller adding context to the error it
         # caught must not change what the next one sees.
-        copy = type(self.error)(str(self.error))
-        copy.__dict__.update(self.error.__dict__)
-        raise copy from self.error
+        raise fresh_copy(self.error) from self.error
 
     def implements(self, hook: str) -> bool:
         """True when the loaded plugin implements ``hook`` (optional hooks may be absent)."""

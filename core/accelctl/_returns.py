@@ -1,8 +1,6 @@
-"""What each hook may return: one check per hook, which also normalises the value.
-
-A check raises ``TypeError`` (or the value's own ``ValueError``) saying what was expected; the
-handle turns that into a :class:`~accelctl.PluginHookError` naming the plugin and the hook.
-**Choice:** the checks are strict: ``True`` is not a device count and a ``bool`` is not a figure.
+"""What each hook may return: one check per hook, which also normalises the value, and raises a
+``TypeError`` saying what was expected (the handle names the plugin and hook). **Choice:** strict:
+``True`` is not a device count and a ``bool`` is not a figure.
 """
 
 from __future__ import annotations
@@ -77,10 +75,6 @@ def _check_reason(value: Any) -> str | None:
     return None if value is None else clean(value) or None
 
 
-def _check_info(value: Any) -> AcceleratorInfo:
-    return AcceleratorInfo.coerce(value)
-
-
 #: Most facts one plugin may add to ``accelctl env``, and the longest key: a report, not a dump.
 MAX_ENVIRONMENT_FACTS = 64
 MAX_FACT_KEY = 64
@@ -108,10 +102,6 @@ def _check_facts(value: Any) -> dict[str, str | int | float | bool | None]:
     return facts
 
 
-def _ignore(value: Any) -> None:
-    return None
-
-
 #: How each hook's return value is checked and normalised.
 RETURN_CHECKS: dict[str, Callable[[Any], Any]] = {
     "detect": _check_bool,
@@ -120,8 +110,8 @@ RETURN_CHECKS: dict[str, Callable[[Any], Any]] = {
     "get_parallel_devices": _check_devices,
     "device_stats": _check_stats,
     "unavailable_reason": _check_reason,
-    "accelerator_info": _check_info,
-    "setup_device": _ignore,
-    "teardown": _ignore,
+    "accelerator_info": AcceleratorInfo.coerce,
+    "setup_device": lambda value: None,
+    "teardown": lambda value: None,
     "environment_info": _check_facts,
 }

@@ -1,9 +1,6 @@
 """``accelctl new-plugin``: a ready plugin package for a new accelerator, from the templates in
-``accelctl/templates/new_plugin`` (``string.Template``, ``$name`` placeholders; package data).
-
-The package they make installs, loads and passes ``accelctl validate`` as generated: every hook is
-written and documented, and ``detect()`` says "not detected" until its author teaches it to find
-the hardware.
+``accelctl/templates/new_plugin`` (``string.Template``). As generated it passes ``accelctl
+validate``, ``detect()`` saying "not detected" until its author teaches it the hardware.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ class PluginNames:
         }
 
 
-#: The longest name ``new-plugin`` accepts: it names a distribution, a module and files, whose
-#: names file systems bound (255 bytes is common), and no accelerator needs more.
+#: The longest name ``new-plugin`` accepts: it names a distribution, a module and files.
 MAX_NAME_LENGTH = 64
 
 

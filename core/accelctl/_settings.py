@@ -1,16 +1,7 @@
 """accelctl's own settings: every ``ACCELCTL_*`` variable, read here and nowhere else.
 
-:data:`VARIABLES` is the table of them (docs/concepts.md section 10 shows the same table; a test
-keeps the two equal, and another that no other module names an ``ACCELCTL_*`` variable). Each is
-read at one documented time, before any plugin code can change it:
-
-- ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE``: at a registry's first scan, before it imports any
-  plugin;
-- ``ACCELCTL_ACCELERATOR`` / ``ACCELCTL_DEVICES``: when :func:`accelctl.resolve` starts;
-- ``ACCELCTL_HOOK_TIMEOUT``: when accelctl starts asking several plugins at once;
-- ``ACCELCTL_COLLECTIVE_TIMEOUT``: when a Trainer joins its process group;
-- ``ACCELCTL_LAUNCHER_PID``: when a launched child starts (set by the launcher, not by people);
-- all of them, as they are, when ``accelctl env`` reports what is set.
+:data:`VARIABLES` is the table of docs/concepts.md section 10 (a test keeps the two equal), which
+also says when each is read: always before any plugin code can change it.
 """
 
 from __future__ import annotations
@@ -53,8 +44,7 @@ USER_CHOICES = (ACCELERATOR, PLUGINS, DISABLE, DEVICES)
 
 
 class SettingError(AccelctlError, ValueError):
-    """An ``ACCELCTL_*`` variable holds what it cannot mean (the user's error, never a
-    plugin's)."""
+    """An ``ACCELCTL_*`` variable holds what it cannot mean (the user's error, not a plugin's)."""
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -132,18 +122,12 @@ def _seconds(
 
 
 def hook_timeout(environ: Mapping[str, str] | None = None) -> float | None:
-    """``ACCELCTL_HOOK_TIMEOUT`` in seconds; None: no deadline.
-
-    :raises SettingError: for a value that is not a positive number of seconds.
-    """
+    """``ACCELCTL_HOOK_TIMEOUT`` in seconds; None: no deadline. Raises :class:`SettingError`."""
     return _seconds(HOOK_TIMEOUT, DEFAULT_HOOK_TIMEOUT_S, environ, off=True)
 
 
 def collective_timeout(environ: Mapping[str, str] | None = None) -> float:
-    """``ACCELCTL_COLLECTIVE_TIMEOUT`` in seconds.
-
-    :raises SettingError: for a value that is not a positive number of seconds.
-    """
+    """``ACCELCTL_COLLECTIVE_TIMEOUT`` in seconds. Raises :class:`SettingError`."""
     seconds = _seconds(COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_S, environ, off=False)
     assert seconds is not None
     return seconds

@@ -1,7 +1,5 @@
-"""How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``.
-
-A status is a view: the plugin's identity and load state are read from its handle, and what its
-hooks said (available, devices, why not) is kept beside it, for this one listing.
+"""How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``:
+a view of its handle plus what its hooks said in this one listing.
 """
 
 from __future__ import annotations
@@ -20,13 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AcceleratorStatus:
-    """One installed accelerator and what its hooks said here.
-
-    ``available`` and ``device_count`` are None when detection did not run (``--no-detect``), the
-    plugin is disabled, or it is broken. ``reason`` says why a working plugin is unavailable or
-    disabled; ``error`` is the one-line cause of a broken plugin (it failed to load, or a hook
-    raised, broke its specification or did not answer).
-    """
+    """One installed accelerator and what its hooks said here: ``available`` and ``device_count``
+    are None where detection did not run; ``reason`` says why a working plugin is unavailable or
+    disabled, ``error`` why a broken one is (in one line)."""
 
     accelerator: AcceleratorHandle
     available: bool | None = None
@@ -37,8 +31,7 @@ class AcceleratorStatus:
 
     @classmethod
     def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
-        """From package metadata alone (no plugin code runs): disabled, broken (its metadata
-        cannot be read, two distributions claim its name, or it was loaded already and failed),
+        """From package metadata alone (no plugin code runs): disabled, broken (as known so far),
         else not run."""
         handle.distribution  # noqa: B018 - reads the metadata, which may break the handle
         if handle.state == "broken" and handle.error is not None:

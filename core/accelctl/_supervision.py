@@ -1,20 +1,9 @@
-"""Launched processes stay under their launcher: they die with it, and a signal to it stops them.
-
-Two halves:
-
-- in each child, :func:`die_with_launcher` (called before the script or function runs) asks
-  Linux to SIGKILL the process when the launcher dies (``prctl(PR_SET_PDEATHSIG)``), or, where
-  there is no such call (macOS), starts a thread that checks every second whether the parent
-  changed. torchrun starts every worker in a session of its own, so without this a SIGKILLed
-  launcher leaves its workers training unsupervised. Limits: Linux sends the signal when the
-  *thread* that started the child ends (accelctl starts children from the launcher's main
-  thread); the macOS watchdog notices within a second;
-- in the launcher of a single process, :func:`wait_forwarding_signals` passes SIGINT and SIGTERM
-  on to the child, and escalates (SIGTERM, then SIGKILL) when it does not stop within a few
-  seconds. torchrun does the same for its workers (``launch`` turns its ``SignalException`` into
-  the exit status ``128 + signal``). SIGUSR1 and SIGUSR2, a scheduler's warning before a time
-  limit or a preemption (``sbatch --signal=USR1@90``), are passed on to the launched processes
-  (:func:`forwarding_user_signals`) instead of ending the launcher.
+"""Launched processes stay under their launcher: they die with it, and a signal to it stops them
+(docs/training.md, "Supervision"). In each child :func:`die_with_launcher` (torchrun puts workers
+in sessions of their own, so a SIGKILLed launcher would leave them training); in the launcher
+:func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning).
+Linux's death signal comes when the launcher's *thread* that started the child ends: accelctl
+starts children from its main thread.
 """
 
 from __future__ import annotations
@@ -64,10 +53,9 @@ def launcher_environment() -> dict[str, str]:
 
 def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
     """In a launched child: end this process when the launcher named by
-    ``ACCELCTL_LAUNCHER_PID`` dies. Does nothing in a process started otherwise.
-
-    :returns: how (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl.
-    """
+    ``ACCELCTL_LAUNCHER_PID`` dies (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent
+    where there is none). Returns how (``"pdeathsig"``, ``"watchdog"``), or None when not
+    launched by accelctl."""
     launcher = _settings.launcher_pid(environ)
     if launcher is None:
         return None
@@ -82,10 +70,9 @@ def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
         if os.getppid() != launcher:
             os.kill(os.getpid(), signal.SIGKILL)
         return "pdeathsig"
-    thread = threading.Thread(
+    threading.Thread(
         target=_watch_parent, args=(launcher,), name="accelctl-launcher-watchdog", daemon=True
-    )
-    thread.start()
+    ).start()
     return "watchdog"
 
 
@@ -116,15 +103,10 @@ def _watch_parent(launcher: int, period: float = 1.0) -> None:
 
 
 def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRACE_S) -> int:
-    """Wait for ``process``; on SIGINT or SIGTERM to this process, stop it and raise.
-
-    The signal is passed on to the child after a short pause (on a terminal, Ctrl-C reached it
-    already; a second one would interrupt its clean-up), then SIGTERM and SIGKILL follow,
-    ``grace`` seconds apart, until it has ended.
-
-    :returns: the child's exit status when it ended by itself.
-    :raises LaunchInterruptedError: after a signal, once the child has ended.
-    """
+    """Wait for ``process`` and return its exit status; on SIGINT or SIGTERM to this process,
+    pass the signal on after a short pause (on a terminal Ctrl-C reached it already), then
+    SIGTERM and SIGKILL ``grace`` seconds apart, and raise :class:`LaunchInterruptedError` once
+    it has ended."""
     received: list[int] = []
 
     def note(signum: int, frame: object) -> None:
@@ -174,10 +156,9 @@ USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 @contextlib.contextmanager
 def forwarding_user_signals() -> Iterator[None]:
-    """While the launch runs, SIGUSR1 and SIGUSR2 to this process are sent on to every process it
-    started (its children, from Linux's ``/proc``; elsewhere they are ignored). Under SLURM a
-    worker may receive the signal twice, from SLURM and from its launcher: handlers must not mind
-    (the Trainer's does not)."""
+    """While in force, SIGUSR1 and SIGUSR2 to this process are sent on to its children (from
+    Linux's ``/proc``; elsewhere ignored). Under SLURM a worker may get one twice: from SLURM and
+    from its launcher."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,12 +1,7 @@
-"""Making text from others (plugins, package metadata, the user's input) safe to print.
-
-Whatever a plugin says (a description, an error message, a ``repr``) and whatever a user typed
-reaches a terminal or a log through accelctl. Before it does, it is made one line (runs of
-white space, newlines included, become one space), its other control characters are escaped
-the way :func:`repr` escapes them (``ESC`` shows as ``\\x1b``, so no escape sequence reaches
-the terminal), and it is bounded: the middle of a longer text is replaced by a marker saying
-how many characters were cut, keeping the start (usually the point) and the end (usually the
-advice).
+"""Making text from others (plugins, package metadata, the user's input) safe to print: one line
+(runs of white space become one space), other control characters escaped as :func:`repr` does (no
+escape sequence reaches the terminal), and bounded: the middle of a longer text is cut, keeping
+the start (usually the point) and the end (usually the advice).
 """
 
 from __future__ import annotations
@@ -51,21 +46,17 @@ def bound(text: str, limit: int) -> str:
 
 
 def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """One printable line of about ``limit`` characters at most (see the module's docstring).
-
-    The bound applies to the text before escaping, so an escaped result can be longer (at most
-    four times, for text made only of control characters); what matters is that it is bounded.
-    """
+    """One printable line of about ``limit`` characters at most (see the module's docstring); the
+    bound applies before escaping, which can make it up to four times longer."""
     if len(text) <= limit and text.isprintable() and "  " not in text:
         return text  # the common case, at C speed
     return escape_controls(bound(" ".join(text.split()), limit))
 
 
 def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
-    """A line composed by accelctl, made safe as a last resort: each white-space character
-    becomes a space (alignment is kept: runs are not collapsed), other control characters are
-    escaped, the length is bounded. Others' text inside it should have gone through
-    :func:`clean` already."""
+    """A line composed by accelctl, made safe as a last resort: each white-space character becomes
+    a space (runs are kept, for alignment), others escaped, the length bounded. Others' text in it
+    should have gone through :func:`clean` already."""
     if len(text) <= limit and text.isprintable():
         return text
     spaced = "".join(" " if char.isspace() else char for char in bound(text, limit))

@@ -1,10 +1,5 @@
-"""What runs inside each launched process, before and around the user's code.
-
-Every child first ties its life to the launcher's (:func:`accelctl._supervision.die_with_launcher`:
-a SIGKILLed launcher takes its children along). A script child (``python -m accelctl.launcher
-SCRIPT ARGS``) then runs SCRIPT as ``__main__`` and records an exception it raises in torchrun's
-error file, so that the launcher can name the failing process's own error
-(:mod:`.failures`); a function child runs the function on the CPU threads it was given.
+"""What runs inside each launched process, before and around the user's code: every child first
+ties its life to the launcher's (:func:`accelctl._supervision.die_with_launcher`).
 """
 
 from __future__ import annotations
@@ -39,11 +34,10 @@ def run_script(argv: Sequence[str]) -> None:
 
 
 def end_without_teardown(code: object) -> NoReturn:
-    """End a child whose script finished: its exit handlers run and its output is flushed, then
-    the process leaves with ``os._exit``, skipping the interpreter's own teardown. There, under
-    load, torch 2.13's gloo and store threads can abort a process that trained correctly
-    (``terminate called without an active exception``, about 1 run in 12 of two ranks on a
-    loaded 2-core machine), which the launcher would report as a failed rank."""
+    """End a child whose script finished: exit handlers run and output is flushed, then
+    ``os._exit`` skips the interpreter's teardown, where under load torch 2.13's gloo and store
+    threads can abort a process that trained correctly (``terminate called without an active
+    exception``, 1 run in 12 of two ranks on a loaded 2-core machine)."""
     import atexit
 
     if code is not None and not isinstance(code, int):

@@ -1,9 +1,5 @@
-"""Which launched process failed, and why: the report a failed launch raises.
-
-A failing child records its Python exception in torchrun's error file (see :mod:`.child`);
-torchrun's ``ChildFailedError`` lists every process it found failed or stopped. This module picks
-the one to blame (:meth:`RankFailure.from_child_failed`) and reads its error and traceback.
-"""
+"""Which launched process failed, and why: the report a failed launch raises, read from the
+error files of torchrun's ``ChildFailedError`` (:meth:`RankFailure.from_child_failed`)."""
 
 from __future__ import annotations
 
@@ -23,15 +19,10 @@ ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
 
 
 class LaunchFailedError(AccelctlError):
-    """A launched process failed; the others were stopped.
+    """A launched process failed; the others were stopped. ``str(error)`` is one line naming the
+    process and its error; :attr:`traceback` that process's own, when it raised."""
 
-    ``str(error)`` is one line naming the process and its error; :attr:`traceback` holds that
-    process's own traceback when it raised a Python exception.
-    """
-
-    # Its public home (``accelctl.launcher`` re-exports it): the name tracebacks show and pickles
-    # refer to stays the one it had before the launcher was split into parts.
-    __module__ = "accelctl.launcher"
+    __module__ = "accelctl.launcher"  # its public home, as tracebacks and pickles name it
 
     def __init__(self, message: str = "", *, failure: RankFailure | None = None) -> None:
         super().__init__(message)
@@ -56,8 +47,7 @@ class RankFailure:
 
     rank: int
     world_size: int
-    #: The child's raw status, as ``subprocess`` reports it: positive, or ``-N`` when killed by
-    #: signal ``N``.
+    #: The child's raw status, as ``subprocess`` reports it (``-N``: killed by signal ``N``).
     returncode: int
     #: ``"ValueError: boom"`` when the child raised, else a sentence about the exit.
     error: str
@@ -65,8 +55,8 @@ class RankFailure:
 
     @property
     def exit_code(self) -> int:
-        """The status ``accelctl launch`` exits with, shell-style: the child's own, ``128 + N``
-        for signal ``N``, never 0."""
+        """The status ``accelctl launch`` exits with: the child's own, ``128 + N`` for signal
+        ``N``, never 0."""
         if self.returncode < 0:
             return 128 - self.returncode
         return self.returncode or 1
@@ -92,13 +82,10 @@ class RankFailure:
         cls, rank: int, world_size: int, failure: ProcessFailure
     ) -> RankFailure:
         """Read torch's record of a failed child (its error file, when it wrote one)."""
-        message = failure.message
-        traceback = None
+        message, traceback, error = failure.message, None, ""
         if isinstance(message, Mapping):  # written by torch's error handler: the exception
             traceback = message.get("extraInfo", {}).get("py_callstack") or None
             error = str(message.get("message", "")).strip()
-        else:
-            error = ""
         if not error:
             error = (
                 "no Python exception was recorded; see its output above"
@@ -111,17 +98,10 @@ class RankFailure:
     def from_child_failed(cls, exc: ChildFailedError, world_size: int) -> RankFailure:
         """The root cause of torchrun's ``ChildFailedError``: the first process that failed.
 
-        torch's agent polls its processes (every 0.1 s); at the first poll that finds a failure
-        it records the failed ones, SIGTERMs the others and records them too, in that order. So,
-        in order of blame:
-
-        1. a process that failed by itself beats one torchrun stopped (SIGTERM, recorded after
-           the first) even when the stopped one recorded an exception: a rank killed by SIGKILL
-           or ended by ``sys.exit`` writes no error file, its survivor does (gloo's "Connection
-           closed by peer"), and is then stopped;
-        2. an error that only says a peer went away (a lost connection) comes after any other;
-        3. then time: the error file's modification time (nanoseconds: the crashing rank writes
-           its file before its exit closes the connections), else torch's whole-second stamp.
+        torch's agent records the failed processes, then SIGTERMs and records the others. Blamed
+        first: a process that failed by itself over one stopped (a SIGKILLed rank writes no error
+        file, its survivor does: "Connection closed by peer"); then any error over a lost peer;
+        then the error file's time in nanoseconds (the crashing rank writes first), else torch's.
         """
         detected = list(exc.failures)  # in the order torch's agent recorded them
 

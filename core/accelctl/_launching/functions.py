@@ -25,11 +25,9 @@ def launch(
     devices: Any = "auto",
     start_method: str | None = None,
 ) -> list[Any]:
-    """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script.
-
-    For notebooks: a ``Trainer()`` inside ``function`` runs on what this call selected. One device:
-    ``function`` runs in this process. Several: torch's elastic launch API starts the processes on
-    this machine.
+    """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script
+    (for notebooks): a ``Trainer()`` inside runs on what this call selected. One device: in this
+    process; several: started on this machine by torch's elastic launch API.
 
     .. code-block:: python
 
@@ -40,11 +38,9 @@ def launch(
 
         metrics = accelctl.launch(train, 3, accelerator="cpu", devices=2)  # one per rank
 
-    :param start_method: ``"fork"`` (the default where available: a function defined in a
-        notebook cannot be pickled for ``"spawn"``), ``"spawn"`` or ``"forkserver"``. A forked
-        process computes on one CPU thread (GNU OpenMP hangs in a child forked from a process
-        that used it); ``"spawn"`` gives each process an equal share of the cores, for a
-        function importable from a module.
+    :param start_method: ``"fork"`` (the default where available: a notebook's function cannot
+        be pickled for ``"spawn"``; one CPU thread each, since GNU OpenMP hangs in a forked
+        child), ``"spawn"`` (a share of the cores each) or ``"forkserver"``.
     :returns: each process's return value, in rank order.
     :raises LaunchFailedError: when a process raised; the message holds its traceback.
     """

@@ -1,18 +1,7 @@
-"""What launched processes receive from their launcher.
-
-The selection is resolved once, in the launching process, and handed to every child through
-``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, so that a ``Trainer()`` with default arguments
-in a child runs on what the launcher chose; each child takes ``devices[LOCAL_RANK]``. Children
-inherit the launcher's environment, so the hand-off is a temporary change to ``os.environ``
-(:func:`patched_environ`) while the processes start.
-
-Visible-device variables (``CUDA_VISIBLE_DEVICES`` and the like) are left as they are: children
-receive explicit device indices instead. Narrowing the variable per child would renumber the
-devices (``cuda:0`` in rank 1 would be physical device 1), so messages, ``device_stats`` (NVML
-counts devices regardless of the variable) and ``nvidia-smi`` would disagree about which device
-is which, and the core would need to know each vendor's variable. A variable the user set before
-launching is inherited by every child, and the indices are relative to it in the launcher and in
-the children alike.
+"""What launched processes receive from their launcher: the selection, resolved once, through
+``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` set in ``os.environ`` while they start (each
+takes ``devices[LOCAL_RANK]``). Visible-device variables are left alone: narrowing them would
+renumber the devices (docs/training.md, "Choices accelctl launch makes").
 """
 
 from __future__ import annotations
@@ -37,11 +26,8 @@ def devices_spec(parsed: int | Sequence[int]) -> str:
 
 
 def selection_environment(selection: Selection) -> dict[str, str]:
-    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch.
-
-    An accelerator passed as an instance (no entry point) cannot be named in a variable: its
-    children get the devices only, and the script passes the instance itself.
-    """
+    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch (only the
+    devices for an instance without an entry point: the script passes the instance itself)."""
     env = {ENV_DEVICES: devices_spec(selection.parsed)}
     if selection.accelerator.entry_point is not None:
         env[ENV_ACCELERATOR] = selection.accelerator.name

@@ -1,12 +1,6 @@
-"""The launch options checked before any process starts: the machines and the processes.
-
-``accelctl launch`` and :func:`accelctl.launcher.launch_script` share these checks (the CLI turns
-a :class:`NodeOptionError` into a usage error on the option it names), so that an impossible
-combination is refused once, with the same words, before torch is imported.
-
-The machines come from the options, else from the scheduler the launch runs under
-(:func:`plan_nodes`): torchrun's own ``PET_*`` variables (Kubeflow's elastic jobs), which torchrun
-reads itself, or a SLURM job step of one task per node (:mod:`accelctl._cluster`).
+"""The launch options checked before any process starts, with the same words from ``accelctl
+launch`` and :func:`accelctl.launcher.launch_script`, before torch is imported: the machines
+(from the options, else the scheduler: :func:`plan_nodes`) and the processes.
 """
 
 from __future__ import annotations
@@ -21,11 +15,8 @@ from .._selection import Selection
 
 
 class NodeOptionError(LaunchError):
-    """Multi-machine options that cannot work together.
-
-    ``str(error)`` is the whole sentence; :attr:`option` names the option at fault (None when the
-    fault is a missing option) and :attr:`problem` says what is wrong with its value.
-    """
+    """Multi-machine options that cannot work together: :attr:`option` names the one at fault
+    (None for a missing one), :attr:`problem` what is wrong with its value."""
 
     def __init__(self, problem: str, *, option: str | None = None) -> None:
         super().__init__(f"{option} {problem}" if option else problem)
@@ -34,10 +25,8 @@ class NodeOptionError(LaunchError):
 
 
 def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
-    """Refuse ``--nnodes``/``--node-rank``/``--master-addr`` values that cannot form a group.
-
-    :raises NodeOptionError: naming the option and the values it accepts.
-    """
+    """Refuse ``--nnodes``/``--node-rank``/``--master-addr`` values that cannot form a group
+    (a :class:`NodeOptionError` naming the option and what it accepts)."""
     if nnodes < 1:
         raise NodeOptionError(
             f"{nnodes} is below 1: give the number of machines taking part", option="--nnodes"
@@ -96,10 +85,10 @@ def plan_nodes(
     environ: Mapping[str, str] = os.environ,
 ) -> Nodes:
     """The machines of a launch: options given win, then torchrun's ``PET_*`` variables, then a
-    SLURM job step (``srun`` with one task per node), then this machine alone.
+    SLURM job step of one task per node, then this machine alone.
 
-    :raises NodeOptionError: for options that cannot work together, an option that contradicts
-        the SLURM job step, or a step of several tasks per node (each would launch its own).
+    :raises NodeOptionError: also for an option that contradicts the SLURM job step, or a step of
+        several tasks per node (each would launch its own).
     """
     given = (nnodes, node_rank, master_addr, master_port) != (None,) * 4
     torchrun_env = sorted(name for name in environ if name.startswith("PET_"))

@@ -1,13 +1,6 @@
-"""``accelctl launch SCRIPT``: one process per device of the selection, through torchrun.
-
-Processes are started by PyTorch's own launcher, never by hand: ``torch.distributed.run``
-(torchrun), called in this process through its argument parser and ``run`` (this process has
-imported torch already to resolve the devices, so a second interpreter would only add a start-up;
-and in-process we receive torchrun's ``ChildFailedError`` and report the failing child in a line
-instead of torchrun's page-long report). One device on one machine, without restarts, needs no
-torchrun: the script runs in one child process, supervised here.
-
-Every child runs ``python -m accelctl.launcher SCRIPT ARGS`` (:mod:`.child`).
+"""``accelctl launch SCRIPT``: one process per device of the selection, through torchrun called
+in this process (docs/training.md, "Choices accelctl launch makes"); one device on one machine,
+without restarts, is one child process supervised here.
 """
 
 from __future__ import annotations
@@ -50,22 +43,18 @@ def launch_script(
 ) -> Selection:
     """Run ``script`` on one process per device of the selection; what ``accelctl launch`` does.
 
-    One device on one machine, without restarts: ``python script args`` in a child process.
-    Otherwise torchrun starts ``nproc_per_node = len(devices)`` processes on this machine,
-    ``nnodes`` machines in all (rendezvous at ``master_addr:master_port``, node 0 hosts it).
-    The machine options left out (None) are read from the scheduler: torchrun's ``PET_*``
-    variables, or the SLURM job step of one task per node this runs in (:func:`.plan_nodes`;
-    one line on stderr says what was taken from where); else this machine alone.
+    One device on one machine, without restarts: ``python script args`` in a child process;
+    else torchrun starts ``len(devices)`` processes on each of ``nnodes`` machines (node 0 hosts
+    the rendezvous). Machine options left out are read from the scheduler (:func:`.plan_nodes`;
+    a line on stderr says what was taken from where).
 
     :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
-    :param max_restarts: when a process fails, restart the whole group up to this many times
-        (torchrun's elastic restarts; the Trainer resumes from its last checkpoint by itself).
-        With restarts, a single process runs under torchrun too.
+    :param max_restarts: restart the whole group up to this many times when a process fails
+        (the Trainer resumes from its last checkpoint by itself).
     :returns: the selection the children ran on, when every process exited with status 0.
     :raises LaunchFailedError: when a child failed, naming it and its error.
     :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
-    :raises LaunchError: for impossible multi-machine options, or options that contradict the
-        SLURM job step (a ``NodeOptionError``).
+    :raises LaunchError: for impossible multi-machine options (a ``NodeOptionError``).
     """
     nodes = plan_nodes(nnodes, node_rank, master_addr, master_port)
     check_restarts(max_restarts)
@@ -91,9 +80,8 @@ def launch_script(
     argv += ["--module", CHILD_MODULE, script, *script_args]
     env = dict(child_env)
     if max_restarts and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
-        # The rendezvous store torchrun shares with its workers outlives a restart, and the
-        # restarted workers read the killed ones' stale gloo addresses from it (the group never
-        # forms): a store per attempt, hosted by rank 0, is what a restart needs.
+        # The store torchrun shares with its workers outlives a restart, and restarted workers
+        # would read stale gloo addresses from it: a store per attempt instead.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if not os.environ.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
@@ -116,9 +104,8 @@ def launch_script(
 
 
 def torchrun_argv(nproc: int, nodes: Nodes, *, max_restarts: int) -> list[str]:
-    """torchrun's options for ``nproc`` processes on each of the machines of ``nodes`` (the part
-    of its command line before the program). Under torchrun's ``PET_*`` variables only the
-    processes per machine (and restarts asked for) are given: torchrun reads the rest."""
+    """torchrun's options (before the program) for ``nproc`` processes on each machine of
+    ``nodes``; under its ``PET_*`` variables only those it does not read itself."""
     argv = ["--nproc-per-node", str(nproc)]
     if nodes.from_torchrun_env:
         return argv + (["--max-restarts", str(max_restarts)] if max_restarts else [])

@@ -11,9 +11,7 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def quiet_torch_logs(quiet: bool) -> Iterator[None]:
     """Raise torch.distributed's and torch.multiprocessing's loggers to CRITICAL for the duration
-    (unless ``LOGLEVEL`` is set):
-    their warnings (``Sending process ... closing signal``) and the failure's page-long record
-    repeat what the launcher reports in one line."""
+    (unless ``LOGLEVEL`` is set): their warnings and records repeat the launcher's one line."""
     if not quiet or os.environ.get("LOGLEVEL"):
         yield
         return

@@ -10,9 +10,6 @@ if TYPE_CHECKING:
     from .checkpoint import CheckpointConfig
 
 
-# -- the kept best ---------------------------------------------------------------------------
-
-
 @dataclass
 class BestCheckpoints:
     """The ``keep_best`` best epoch-end checkpoints: ``[score, file name]``, best first."""
@@ -21,10 +18,7 @@ class BestCheckpoints:
     kept: list[list[Any]] = field(default_factory=list)
 
     def score_of(self, metrics: Mapping[str, float]) -> float:
-        """The ranked figure of an epoch's ``metrics``.
-
-        :raises CheckpointError: when the epoch does not report it.
-        """
+        """The ranked figure of an epoch's ``metrics`` (``CheckpointError`` if not there)."""
         from .checkpoint import CheckpointError  # (which imports this module)
 
         name = self.config.best_metric

@@ -64,16 +64,10 @@ class ShardSampler:
 def shard_loader(
     loader: Iterable[Any], *, rank: int, world_size: int, train: bool
 ) -> Iterable[Any]:
-    """``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share.
-
-    Training: a ``DistributedSampler`` (shuffled when ``loader`` shuffled; the Trainer calls its
-    ``set_epoch`` every epoch). Evaluation: a :class:`ShardSampler` (no repeated samples). A loader
-    that the user shards already (a ``DistributedSampler`` of theirs, or an iterable dataset) is
-    returned unchanged, as is any loader when ``world_size`` is 1.
-
-    :raises DataLoaderError: for an iterable that is not a ``DataLoader``, a custom batch sampler
-        or sampler, with what to do instead.
-    """
+    """``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
+    ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), a
+    :class:`ShardSampler` for evaluation. A loader the user shards already, or any for one
+    process, is returned unchanged; one that cannot be sharded is a :class:`DataLoaderError`."""
     if world_size == 1:
         return loader
     from torch.utils.data import (

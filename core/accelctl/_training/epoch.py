@@ -1,8 +1,5 @@
 """One epoch of ``Trainer.fit``: its optimizer steps, the logging windows, mid-epoch checkpoints,
 and stopping at a checkpoint when the requeue signal came (:mod:`.requeue`).
-
-A part of :class:`accelctl.Trainer` kept apart for size: it reads the trainer's settings and
-advances its ``global_step``.
 """
 
 from __future__ import annotations
@@ -136,8 +133,8 @@ def train_epoch(
 
 
 def _device_stats(trainer: Trainer) -> tuple[dict[str, int | float], bool]:
-    """Rank 0's device stats for a log line; a plugin whose hook breaks is warned about once
-    and not asked again (training goes on without the figures)."""
+    """Rank 0's device stats for a log line; a hook that breaks is warned about once and not
+    asked again."""
     try:
         return trainer.accelerator.device_stats(trainer.device), True
     except AccelctlError as exc:

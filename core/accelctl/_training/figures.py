@@ -1,9 +1,6 @@
 """The figures a fit reports, agreed across processes: a logging window's mean loss, an epoch's
-loss and throughput, validation means.
-
-Each reduction packs its numbers in one float32 tensor on the process's device, for a single
-all-reduce (float32: every backend and device reduces it; counts stay exact below 2**24 per call).
-Alone (not distributed), the same figures are computed without a collective.
+loss and throughput, validation means. Each reduction is one all-reduce of a float32 tensor (every
+backend reduces it; counts stay exact below 2**24 per call); alone, no collective at all.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Which rank did not arrive at a collective that timed out, and what every rank was doing then.
 
-Each process of a multi-process fit runs a watcher thread waiting on the run's rendezvous store
-(one pending request, ended with the fit; per step the loop only counts the points it passes).
-When a collective times out (gloo raises after ``ACCELCTL_COLLECTIVE_TIMEOUT``), the first
-process to give up asks every process through the store where it is; each watcher answers with
-its Python stack and its count. The processes behind the others did not arrive. The report is a
-first line naming them, then every rank's stack; the other processes that gave up repeat the
-first line, so that whichever one a launcher blames names the same. A process stuck in C code
-holding the GIL cannot answer, and is named as such. NCCL's watchdog ends a process before Python
-sees the timeout: this report is gloo's (for NCCL, torch's ``TORCH_NCCL_DUMP_ON_TIMEOUT``).
+Each process runs a watcher thread waiting on the run's rendezvous store (per step the loop only
+counts the points it passes). The first process whose collective times out asks every watcher
+for its stack and count; those behind the others did not arrive (docs/training.md,
+"Supervision"). The other processes that gave up repeat its first line. gloo's timeouts only:
+NCCL's watchdog ends a process before Python sees one.
 """
 
 from __future__ import annotations
@@ -63,8 +59,8 @@ class HangWatch:
             self._thread.start()
 
     def stop(self) -> None:
-        """End the watcher before the fit returns: a thread still waiting on the store when the
-        interpreter exits aborts the process once the store closes (C++ cannot unwind it)."""
+        """End the watcher before the fit returns (a thread still waiting on the store aborts the
+        process at exit)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             try:  # its question, answered "done"

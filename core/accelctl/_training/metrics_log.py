@@ -1,21 +1,6 @@
-"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines, written by rank 0 only.
-
-Two kinds of line, told apart by ``"kind"``:
-
-- ``"step"``, every ``log_every_n_steps`` optimizer steps: ``step`` (steps done so far, from 1),
-  ``epoch`` (from 0), ``train_loss`` (mean over the steps since the previous line, across all
-  processes), ``samples_per_second`` (all processes together, since the previous line) and the
-  accelerator's device stats for rank 0's device, under the contract's keys
-  (``memory_used_bytes``, ``utilization_percent``, ...);
-- ``"epoch"``, at the end of every epoch: ``step``, ``epoch``, and the epoch's figures, the same as
-  :attr:`accelctl.Trainer.metrics` (``train_loss``, ``samples_per_second``, ``val_*``).
-
-Every line also carries ``run`` (the launch's id under torchrun, else one per ``fit``) and
-``restart`` (how many times torchrun restarted the group, 0 at first). The file is appended to,
-never truncated: a resumed or repeated fit adds its lines after the earlier ones. Each line goes
-out in a single ``write`` to a file opened for appending, so a kill at any moment leaves whole
-lines. Figures that are not finite (a diverged loss) are written as ``null``, so that every line
-is strict JSON.
+"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or
+``"epoch"``, written by rank 0 only (docs/training.md, "Figures"). Appended to, never truncated,
+each line in a single ``write``, so a kill leaves whole lines; non-finite figures are ``null``.
 """
 
 from __future__ import annotations

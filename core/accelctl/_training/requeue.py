@@ -1,12 +1,6 @@
-"""Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it.
-
-A batch job warned that its time is nearly up (``sbatch --signal=USR1@90``) or that it is being
-preempted gets a signal. ``Trainer(requeue_signal=...)`` catches it: the fit ends the step it is
-in, writes ``last.ckpt``, rank 0 runs ``scontrol requeue $SLURM_JOB_ID``, and the processes exit
-with status 0. The requeued job runs the script again with ``SLURM_RESTART_COUNT`` above 0, and
-``fit`` resumes from ``last.ckpt`` by itself. With several processes all stop at the same step
-(the checkpoint is a collective): the request rides on the next logging step's all-reduce of the
-figures, which they make anyway, so stopping costs no collective of its own.
+"""Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it
+(docs/training.md, "Requeue"). With several processes the request rides on the next logging
+step's all-reduce of the figures, so that all stop at the same step at no cost of its own.
 """
 
 from __future__ import annotations
@@ -35,10 +29,7 @@ def parse_requeue_signal(
 ) -> tuple[int | None, bool]:
     """The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
     writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
-
-    :raises TrainerError: for what is not a signal that can be caught, or a named signal with
-        checkpoints off (there would be nothing to resume from).
-    """
+    Raises :class:`TrainerError` for what cannot be caught, or a signal with checkpoints off."""
     if value is None or value is False:
         return None, False
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -91,10 +82,8 @@ class RequeueOnSignal:
         self.requested = True
 
     def leave(self, *, rank: int, world_size: int, step: int, checkpoint: Path) -> NoReturn:
-        """After the checkpoint, on every process: requeue the job (rank 0), and exit.
-
-        :raises RequeueError: in rank 0, when ``scontrol requeue`` failed.
-        """
+        """After the checkpoint, on every process: requeue the job (rank 0), and exit; raises
+        :class:`RequeueError` in rank 0 when ``scontrol requeue`` failed."""
         said = f"{signal.Signals(self.signum).name} received: checkpoint written at step {step}"
         said += f" ({checkpoint})"
         if world_size > 1:

@@ -1,12 +1,6 @@
-"""The random states a checkpoint saves, and the data order a fit resumed mid-epoch replays.
-
-A checkpoint (:mod:`.checkpoint`) holds, per rank, the random states at the checkpoint
-(:func:`rng_state`) and at the start of its epoch (:func:`epoch_rng_state`): the data order of an
-epoch depends on the latter only (a shuffling ``DataLoader`` draws its seed from the global
-generator when its iterator starts; the loader's own generators, where it has them), so a fit
-resumed mid-epoch restores them, reads and drops the batches already trained
-(``checkpoint.resumed_batches``), restores the former, and goes on as if it had never stopped. Every
-state is tensors and plain values, which ``torch.load(weights_only=True)`` reads.
+"""The random states a checkpoint saves (:func:`rng_state`), and those an epoch's data order
+depends on (:func:`epoch_rng_state`: a shuffling ``DataLoader`` seeds from the global generator
+when its iterator starts), which a fit resumed mid-epoch replays. All are tensors and plain values.
 """
 
 from __future__ import annotations

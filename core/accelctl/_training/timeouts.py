@@ -1,13 +1,6 @@
-"""How long a collective may wait for the other processes before the run is declared hung.
-
-Every collective of a multi-process fit (DDP's gradient all-reduce each step, the figures'
-reductions, the process group's own start) waits for all processes. When one of them hangs or
-dies without closing its connections, the others would wait for torch's default of 30 minutes.
-The Trainer joins its process group with a shorter timeout, :data:`DEFAULT_TIMEOUT_S` unless
-``ACCELCTL_COLLECTIVE_TIMEOUT`` (seconds) says otherwise: it must exceed the longest time one
-process may spend alone between two collectives (a slow step, rank 0 writing a checkpoint, an
-``on_epoch_end`` of rank 0's), and it bounds how long a hang goes unreported. gloo honours it on
-every collective; NCCL's watchdog aborts the process when it expires.
+"""How long a collective may wait for the other processes before the run is declared hung: not
+torch's 30 minutes but ``ACCELCTL_COLLECTIVE_TIMEOUT``, which must exceed the longest a process
+spends alone between two collectives (a slow step, rank 0's checkpoint).
 """
 
 from __future__ import annotations
@@ -20,8 +13,7 @@ from .._errors import ProcessSetupError, TrainerError
 
 #: The variable that sets the timeout, in seconds.
 ENV_COLLECTIVE_TIMEOUT = _settings.COLLECTIVE_TIMEOUT
-#: Five minutes: far above a training step or a checkpoint write of a model that fits one
-#: device, far below torch's 30 minutes of silence.
+#: Five minutes: far above a step or a checkpoint of a model that fits one device.
 DEFAULT_TIMEOUT_S = _settings.DEFAULT_COLLECTIVE_TIMEOUT_S
 #: What gloo's (and NCCL's) errors say when a collective's time ran out.
 _TIMEOUT_MARKERS = ("timed out", "timeout")
@@ -33,10 +25,8 @@ class CollectiveTimeoutError(TrainerError):
 
 
 def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.timedelta:
-    """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s).
-
-    :raises ProcessSetupError: for a value that is not a positive number of seconds.
-    """
+    """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s); a
+    :class:`ProcessSetupError` for a value that is not a positive number of seconds."""
     try:
         return datetime.timedelta(seconds=_settings.collective_timeout(environ))
     except _settings.SettingError as exc:

@@ -1,8 +1,6 @@
-"""Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people.
-
-Both carry text from others (plugins' descriptions and errors, package metadata, the user's
-input): table cells are made one escaped line of bounded length (:func:`accelctl._text.clean`),
-and JSON strings are bounded (JSON escapes control characters itself).
+"""Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people. Both carry
+others' text (plugins', package metadata, the user's): cells are one escaped line of bounded
+length (:func:`accelctl._text.clean`), JSON strings are bounded (JSON escapes the rest itself).
 """
 
 from __future__ import annotations
@@ -26,11 +24,10 @@ def strict_json_data(data: Any) -> Any:
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
+        limit = JSON_STRING_LIMIT
         return {
-            (bound(key, JSON_STRING_LIMIT) if isinstance(key, str) else key): strict_json_data(
-                value
-            )
-            for key, value in data.items()
+            (bound(k, limit) if isinstance(k, str) else k): strict_json_data(v)
+            for k, v in data.items()
         }
     if isinstance(data, (list, tuple)):
         return [strict_json_data(value) for value in data]
@@ -38,8 +35,7 @@ def strict_json_data(data: Any) -> Any:
 
 
 def json_text(data: Any, indent: int | None = 2) -> str:
-    """``data`` as a strict JSON document: no ``NaN`` or ``Infinity``, which strict parsers
-    reject (see :func:`strict_json_data`)."""
+    """``data`` as a strict JSON document (no ``NaN`` or ``Infinity``: :func:`strict_json_data`)."""
     return json.dumps(strict_json_data(data), indent=indent, sort_keys=False, allow_nan=False)
 
 

@@ -21,8 +21,8 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
 
 def _check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--master-addr must be a host name or an IP address (torch's rendezvous accepts nothing
-    else, and says so only once the processes start)."""
+    """--master-addr must be a host name or an IP address (torch's rendezvous would say so only
+    once the processes start)."""
     if value is None:
         return None
     given = value.strip()
@@ -139,8 +139,7 @@ def launch_command(
             raise click.UsageError(exc.problem) from None
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
     debug = bool(ctx.find_root().params.get("debug"))
-    # The selection is made under the deadline, as for `resolve` (a stuck plugin is an error,
-    # never a hung launcher); the launch then builds the same devices from it.
+    # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
     selection = run_one(lambda: resolve(accelerator, devices))
     try:
         launch_script(

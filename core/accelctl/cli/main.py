@@ -48,9 +48,8 @@ class AccelctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
-        # Plugin code runs in worker threads (accelctl._fanout): what they print goes to stderr,
-        # so stdout stays the command's own (a --json document stays one valid document), and a
-        # plugin's os._exit is its failure, not the end of the command.
+        # Plugin code runs in worker threads: what it prints goes to stderr (a --json document
+        # stays valid), and its os._exit is its failure, not the end of the command.
         with warnings.catch_warnings(), plugin_output_to_stderr(), exit_is_plugin_failure():
             default_show = warnings.showwarning
 
@@ -104,12 +103,8 @@ def cli(debug: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point.
-
-    A plugin left running past its deadline cannot be stopped, and a thread a plugin started
-    (a non-daemon one) would hold up the interpreter's exit: when either is there, the process
-    ends with ``os._exit`` once the output is flushed.
-    """
+    """Console-script entry point; ends with ``os._exit`` (output flushed) where a plugin's thread
+    left running past its deadline, or a non-daemon one, would hold up the interpreter's exit."""
     try:
         cli(prog_name="accelctl")
     except SystemExit as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import traceback
 
@@ -23,24 +24,14 @@ def _print_report(report: ValidationReport) -> None:
     if report.disabled:  # one line: no check ran
         return
     width = max(len(result.check) for result in report.checks)
-    results = list(report.checks)
-    index = 0
-    while index < len(results):
-        result = results[index]
-        end = index + 1
-        while (
-            end < len(results)
-            and results[end].status == "skip" == result.status
-            and (results[end].detail == result.detail)
-        ):
-            end += 1
-        if end - index >= 3:  # one line for a run of checks skipped for the same reason
-            span = f"{end - index} checks, {result.check} to {results[end - 1].check}"
-            echo_line(f"  {_LABELS['skip']}  {span}: {result.detail}")
+    for (status, detail), group in itertools.groupby(report.checks, lambda r: (r.status, r.detail)):
+        run = list(group)
+        if status == "skip" and len(run) >= 3:  # one line for checks skipped for one reason
+            span = f"{len(run)} checks, {run[0].check} to {run[-1].check}"
+            echo_line(f"  {_LABELS['skip']}  {span}: {detail}")
         else:
-            for each in results[index:end]:
+            for each in run:
                 echo_line(f"  {_LABELS[each.status]}  {each.check.ljust(width)}  {each.detail}")
-        index = end
 
 
 def _print_tracebacks(reports: list[ValidationReport]) -> None:

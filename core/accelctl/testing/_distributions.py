@@ -1,10 +1,7 @@
-"""Installed distributions written by hand: what ``pip install`` leaves in site-packages.
-
-A plugin's tests (and accelctl's own, and its benchmark) install fake plugins this way instead of
-mocking ``importlib.metadata``: a ``<name>-<version>.dist-info`` folder with ``METADATA`` and
-``entry_points.txt`` (and, when asked, ``RECORD``), and the plugin's modules beside it. Put the
-folder on ``sys.path`` (so the modules import) and give it to :class:`accelctl.testing.Registry`
-or :func:`installed_plugins`.
+"""Installed distributions written by hand, as ``pip install`` leaves them (a ``.dist-info``
+folder and the modules beside it), for tests that would otherwise mock ``importlib.metadata``:
+put the folder on ``sys.path`` and give it to :class:`accelctl.testing.Registry` or
+:func:`installed_plugins`.
 """
 
 from __future__ import annotations
@@ -68,9 +65,8 @@ def write_distribution(
 
 @contextlib.contextmanager
 def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
-    """Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) see
-    the distributions on ``paths`` only, for the duration; the registry it used before comes
-    back afterwards. Yields that registry (:func:`accelctl.testing.Registry` over ``paths``)."""
+    """Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) the
+    one over ``paths`` only, for the duration, and yield it."""
     registry = Registry(path=[str(path) for path in paths])
     previous = set_registry(registry)
     try:

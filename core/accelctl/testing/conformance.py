@@ -8,10 +8,9 @@
     class TestHPUConformance(accelctl.testing.AcceleratorConformance):
         accelerator = "hpu"
 
-pytest then collects one test per check (``test_loads``, ``test_detect_is_fast``, ...): a
-failed check fails its test with the reason (and the plugin's own exception chained below it),
-a check that cannot run here is a pytest skip that says why. No pytest plugin needs to be
-registered, and this module imports pytest only when a test runs.
+pytest collects one test per check (``test_loads``, ...): a failed check fails its test with the
+reason (the plugin's exception chained), one that cannot run here is a skip that says why. No
+pytest plugin is needed; pytest is imported only when a test runs.
 """
 
 from __future__ import annotations
@@ -33,13 +32,9 @@ _REPORTS: weakref.WeakKeyDictionary[type, ValidationReport] = weakref.WeakKeyDic
 
 
 class AcceleratorConformance:
-    """Base class of a pytest test class that runs every conformance check on one accelerator.
-
-    Set :attr:`accelerator` to an installed accelerator's name (what ``accelctl validate NAME``
-    checks) or to a plugin object, such as an instance of your :class:`accelctl.Accelerator`
-    subclass, to check it without installing it. The checks run once per class, on its first
-    test; each ``test_<check>`` method then reports its own check.
-    """
+    """Base class of a pytest test class that runs every conformance check on one accelerator:
+    :attr:`accelerator`, installed or not. The checks run once per class, on its first test; each
+    ``test_<check>`` method then reports its own check."""
 
     #: The accelerator's name or alias, or a plugin object (instance, class or module).
     accelerator: ClassVar[object] = None
@@ -89,12 +84,8 @@ del _check
 
 
 def assert_conforms(accelerator: object, **options: Any) -> ValidationReport:
-    """Validate ``accelerator`` and raise :class:`ConformanceFailure` listing every failed check;
-    return the report when none failed. For a test suite that prefers one test to one per check.
-
-    :param options: passed to :func:`accelctl.testing.validate` (``registry``,
-        ``probe_import``).
-    """
+    """Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
+    raise :class:`ConformanceFailure` listing every failed check; the report when none failed."""
     report = validate(accelerator, **options)
     if not report.passed:
         lines = "\n".join(f"  {result.check}: {result.detail}" for result in report.failures)
