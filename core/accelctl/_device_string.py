@@ -1,9 +1,6 @@
-"""A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch.
-
-``accelctl stats`` has no ``torch.device`` to hand a plugin's ``device_stats`` (importing torch
-would cost it seconds), so it passes the device's string form; plugins take either form and split
-it with :func:`split_device`, which reads a ``torch.device`` through its ``type`` and ``index``
-attributes, never importing torch.
+"""A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch:
+``accelctl stats`` hands ``device_stats`` the string form, and plugins split either form with
+:func:`split_device`.
 """
 
 from __future__ import annotations
@@ -17,11 +14,8 @@ _FORMS = "a torch.device, or a str '<type>' or '<type>:<index>' such as 'cpu' or
 
 def split_device(device: Any) -> tuple[str, int | None]:
     """The type and index of ``device``: ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give
-    ``("cuda", 1)``; ``"cpu"`` gives ``("cpu", None)``.
-
-    :raises TypeError: ``device`` is neither a ``torch.device`` nor a ``str``.
-    :raises ValueError: a string that is not of the form ``"<type>"`` or ``"<type>:<index>"``.
-    """
+    ``("cuda", 1)``, ``"cpu"`` gives ``("cpu", None)``; a ``TypeError`` for what is neither a
+    ``torch.device`` nor a ``str``, a ``ValueError`` for a string of another form."""
     if isinstance(device, str):
         match = _DEVICE_RE.match(device.strip())
         if match is None:

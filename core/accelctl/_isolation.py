@@ -12,7 +12,6 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any, NoReturn, TextIO, cast
 
 from ._errors import PluginWarning
@@ -155,66 +154,56 @@ def keep_stdout() -> None:
 # -- imports ------------------------------------------------------------------------------------
 
 
-class watch_import:
-    """Around a plugin's import: undo and report (a :class:`~accelctl.PluginWarning`) what it
-    did to accelctl's configuration. ``ACCELCTL_*`` variables are put back (the user's choice);
-    ``sys.path`` entries removed or reordered are put back, what it only added is kept (a
-    vendor's package may need it)."""
-
-    __slots__ = ("_path", "_subject", "_variables")
-
-    def __init__(self, subject: str) -> None:
-        #: The plugin, as messages name it: ``"accelerator 'x' (acme-x 1.0)"``.
-        self._subject = subject
-
-    def __enter__(self) -> None:
-        self._path = list(sys.path)
-        self._variables = {name: os.environ.get(name) for name in USER_CHOICES}
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        changes = self._undo_variables() + self._undo_path()
+@contextmanager
+def watch_import(subject: str) -> Iterator[None]:
+    """Around a plugin's import (``subject`` names it): undo and report (a
+    :class:`~accelctl.PluginWarning`) what it did to accelctl's configuration. ``ACCELCTL_*``
+    variables are put back (the user's choice); ``sys.path`` entries removed or reordered are put
+    back, what it only added is kept (a vendor's package may need it)."""
+    path = list(sys.path)
+    variables = {name: os.environ.get(name) for name in USER_CHOICES}
+    try:
+        yield
+    finally:
+        changes = _undo_variables(variables) + _undo_path(path)
         if changes:
             warnings.warn(
-                f"{self._subject}: importing it {'; '.join(changes)}; report this to the "
+                f"{subject}: importing it {'; '.join(changes)}; report this to the "
                 "plugin's authors",
                 PluginWarning,
-                stacklevel=2,
+                stacklevel=3,  # the import's caller, past contextlib
             )
 
-    def _undo_variables(self) -> list[str]:
-        changes = []
-        for name, before in self._variables.items():
-            value = os.environ.get(name)
-            if value == before:
-                continue
-            if before is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = before
-            if value is None:
-                changes.append(f"removed {name} (was {quote(before or '')}); accelctl restored it")
-            else:
-                was = "was unset" if before is None else f"was {quote(before)}"
-                changes.append(f"set {name}={quote(value)} ({was}); accelctl restored it")
-        return changes
 
-    def _undo_path(self) -> list[str]:
-        if sys.path == self._path:
-            return []
-        before = self._path
-        now = list(sys.path)
-        added = [entry for entry in now if entry not in before]
-        kept = [entry for entry in now if entry in before]
-        if kept == before:
-            shown = clean(", ".join(repr(entry) for entry in added), FIELD_LIMIT)
-            entries = "entry" if len(added) == 1 else "entries"
-            return [f"added {len(added)} {entries} to sys.path ({shown}); kept"]
-        sys.path[:] = before + added
-        missing = len([entry for entry in before if entry not in now])
-        what = f"removed {missing} of its entries" if missing else "reordered its entries"
-        return [f"changed sys.path ({what}); accelctl put the entries back"]
+def _undo_variables(variables: dict[str, str | None]) -> list[str]:
+    changes = []
+    for name, before in variables.items():
+        value = os.environ.get(name)
+        if value == before:
+            continue
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+        if value is None:
+            changes.append(f"removed {name} (was {quote(before or '')}); accelctl restored it")
+        else:
+            was = "was unset" if before is None else f"was {quote(before)}"
+            changes.append(f"set {name}={quote(value)} ({was}); accelctl restored it")
+    return changes
+
+
+def _undo_path(before: list[str]) -> list[str]:
+    if sys.path == before:
+        return []
+    now = list(sys.path)
+    added = [entry for entry in now if entry not in before]
+    kept = [entry for entry in now if entry in before]
+    if kept == before:
+        shown = clean(", ".join(repr(entry) for entry in added), FIELD_LIMIT)
+        entries = "entry" if len(added) == 1 else "entries"
+        return [f"added {len(added)} {entries} to sys.path ({shown}); kept"]
+    sys.path[:] = before + added
+    missing = len([entry for entry in before if entry not in now])
+    what = f"removed {missing} of its entries" if missing else "reordered its entries"
+    return [f"changed sys.path ({what}); accelctl put the entries back"]

@@ -1,8 +1,5 @@
-"""Names shared by the hook markers, discovery and the messages.
-
-One constant rules them, as in pluggy-based projects such as pytest and tox: the markers'
-project name and the entry-point group derive from it (the ``ACCELCTL_*`` variables are
-:mod:`accelctl._settings`').
+"""Names shared by the hook markers, discovery and the messages: one constant rules them, as in
+pytest and tox (the ``ACCELCTL_*`` variables are :mod:`accelctl._settings`').
 """
 
 from __future__ import annotations

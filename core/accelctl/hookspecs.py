@@ -2,11 +2,8 @@
 
 One plugin serves one accelerator, so no hook takes an accelerator name. Every hook is called on one
 plugin at a time (never broadcast to all of them) through :class:`accelctl.AcceleratorHandle`, which
-checks what the hook returns and names the plugin when it breaks the rules below.
-
-Required hooks: :func:`detect`, :func:`auto_device_count`, :func:`parse_devices`,
-:func:`get_parallel_devices`, :func:`device_stats`. Optional hooks: :func:`unavailable_reason`,
-:func:`accelerator_info`, :func:`setup_device`, :func:`teardown`, :func:`environment_info`.
+checks what the hook returns and names the plugin when it breaks the rules below. The required
+and optional hooks are :data:`REQUIRED_HOOKS` and :data:`OPTIONAL_HOOKS`.
 
 A module plugin marks its functions with ``@accelctl.hookimpl``; a subclass of
 :class:`accelctl.Accelerator` needs no markers, its methods are its hooks. A hook implementation
@@ -80,11 +77,9 @@ def auto_device_count() -> int:
 
     :returns: a non-negative ``int``: ``0`` when :func:`detect` is ``False``. CPU returns ``1``.
 
-    This is the *visible* count, not a decision: how many devices ``devices="auto"`` then uses is
-    the core's rule, the same for every plugin: all visible ones for an accelerator with a
-    ``distributed_backend`` (one process each), the first one for an accelerator that runs in a
-    single process. Honour the vendor's visible-device variable (``CUDA_VISIBLE_DEVICES``,
-    ``HABANA_VISIBLE_MODULES``, ...). The same fork-safety rule as :func:`detect` applies.
+    This is the *visible* count, not a decision: what ``devices="auto"`` uses is the core's rule
+    (all visible devices with a ``distributed_backend``, else the first). Honour the vendor's
+    visible-device variable (``CUDA_VISIBLE_DEVICES``, ...). :func:`detect`'s fork-safety applies.
 
     .. code-block:: python
 
@@ -151,11 +146,9 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
     ``accelctl stats``, which imports no torch, with the device's string form.
 
     :param device: one of the devices :func:`get_parallel_devices` returned, as a
-        ``torch.device`` or as its string ``"<type>:<index>"`` (``"<type>"`` for a device without
-        an index, such as ``"cpu"``), the type being :attr:`AcceleratorInfo.device_type` or else
-        the accelerator's name. Accept both: :func:`accelctl.split_device` gives
-        ``(type, index)`` for either without importing torch. Import torch yourself where you need
-        it.
+        ``torch.device`` or as its string ``"<type>:<index>"`` (``"cpu"`` without an index), the
+        type being :attr:`AcceleratorInfo.device_type` or else the accelerator's name. Accept both:
+        :func:`accelctl.split_device` splits either without importing torch.
     :returns: a flat ``dict`` of ``str`` to ``int`` or ``float``, the unit in the key. Use the
         common keys where the figure exists: ``memory_allocated_bytes``, ``memory_reserved_bytes``,
         ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_percent``,
@@ -267,9 +260,8 @@ def teardown() -> None:
 def environment_info() -> dict[str, str | int | float | bool | None]:
     """Contribute this accelerator's lines to ``accelctl env`` (the block for a bug report).
 
-    Optional: without it ``accelctl env`` shows the plugin's row alone. Called by ``accelctl env``
-    only, once per run, under the hook deadline; an exception or a value outside the rules below
-    shows as this plugin's error line in the report, which still exits 0.
+    Optional. Called by ``accelctl env`` only, once per run, under the hook deadline; an exception
+    or a value outside the rules below shows as this plugin's error line (the command exits 0).
 
     :returns: a flat ``dict`` of facts: ``str`` keys (non-empty), values ``str``, ``int``,
         ``float``, ``bool`` or ``None`` (known to be unknown). Put what a maintainer needs to
@@ -277,9 +269,8 @@ def environment_info() -> dict[str, str | int | float | bool | None]:
         are set (the variable's name as the key). The device count and availability are in the
         row already. Return ``{}`` when there is nothing to add.
 
-    The rules of :func:`detect` apply: answer quickly, never raise on a machine without the
-    hardware, never initialise a device runtime, and import no torch where the facts can be read
-    without it (``accelctl env`` imports none on a machine that needs none).
+    The rules of :func:`detect` apply: answer quickly, never raise without the hardware, initialise
+    no device runtime, and import no torch where the facts can be read without it.
 
     .. code-block:: python
 

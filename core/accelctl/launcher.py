@@ -1,15 +1,9 @@
 """Starting one process per device: ``accelctl launch`` for scripts, :func:`launch` for functions.
 
-Both resolve the selection once, in the launching process, and hand it to every child through
-``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, so that a ``Trainer()`` with default arguments
-in a child runs on what the launcher chose; each child takes ``devices[LOCAL_RANK]``. Processes
-are started by PyTorch's own launcher: torchrun for scripts, torch's elastic launch API for
-functions. Every child dies with its launcher, and a signal to the launcher stops them all
-(:mod:`accelctl._supervision`); when one fails, :class:`LaunchFailedError` names it.
-
-This module is the public face; the parts live in :mod:`accelctl._launching`, one idea each.
-Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]`` (what ``accelctl launch`` starts in
-every child), it runs SCRIPT as ``__main__`` (:func:`accelctl._launching.child.run_script`).
+Both resolve the selection once and hand it to every child (``ACCELCTL_ACCELERATOR``,
+``ACCELCTL_DEVICES``); PyTorch's own launchers start them, and they die with their launcher. The
+parts live in :mod:`accelctl._launching`. Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]``
+(in every child of ``accelctl launch``), it runs SCRIPT as ``__main__``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ ties its life to the launcher's (:func:`accelctl._supervision.die_with_launcher`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -45,10 +46,8 @@ def end_without_teardown(code: object) -> NoReturn:
         code = 1
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more can be said
-            pass
     os._exit(code or 0)
 
 

@@ -11,6 +11,7 @@ drops the batches already trained), ``metrics``, ``best`` (``[score, file name]`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -81,10 +82,8 @@ def restart_count(environ: Mapping[str, str] = os.environ) -> int:
     requeues of the job (0 at the first start)."""
     count = 0
     for name in RESTART_VARIABLES:
-        try:
+        with contextlib.suppress(ValueError):
             count += int(environ.get(name, "0"))
-        except ValueError:
-            pass
     return count
 
 
@@ -97,11 +96,9 @@ def resolve_ckpt_path(
 
     :raises CheckpointError: for a path that is not a file.
     """
-    if ckpt_path is None:
-        if restarts == 0:
-            return None
-        ckpt_path = "last"
-    if isinstance(ckpt_path, str) and ckpt_path == "last":
+    if ckpt_path is None and restarts == 0:
+        return None
+    if ckpt_path is None or ckpt_path == "last":
         last = folder / LAST
         if last.is_file():
             return last

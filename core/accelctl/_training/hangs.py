@@ -9,6 +9,7 @@ NCCL's watchdog ends a process before Python sees one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import json
@@ -63,10 +64,9 @@ class HangWatch:
         process at exit)."""
         thread, self._thread = self._thread, None
         if thread is not None:
-            try:  # its question, answered "done"
+            # Its question, answered "done" (where the store is gone, so is the watcher's wait).
+            with contextlib.suppress(Exception):
                 self._store(seconds=2).set(self._asked, "done")
-            except Exception:
-                pass  # the store is gone already, and so is the watcher's wait
             thread.join(timeout=10)
 
     def _store(self, seconds: float = 30) -> Any:
@@ -124,10 +124,8 @@ class HangWatch:
             for rank in set(range(world)) - {me}:
                 store.set(prefix + f"ask/{rank}", "1")
             keys = [prefix + f"answer/{rank}" for rank in range(world)]
-            try:
+            with contextlib.suppress(Exception):  # some did not answer: named as such
                 store.wait(keys, datetime.timedelta(seconds=ANSWER_WAIT_S))
-            except Exception:
-                pass  # some did not answer: named as such
             answers = {r: json.loads(store.get(k)) for r, k in enumerate(keys) if store.check([k])}
         except Exception:
             return plain

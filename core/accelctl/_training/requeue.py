@@ -5,6 +5,7 @@ step's all-reduce of the figures, so that all stop at the same step at no cost o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,14 +36,12 @@ def parse_requeue_signal(
     if isinstance(value, str) and value.strip().lower() == "auto":
         return (AUTO_SIGNAL if checkpointing and "SLURM_JOB_ID" in environ else None), False
     signum: signal.Signals | None = None
-    try:
+    with contextlib.suppress(KeyError, ValueError):
         if isinstance(value, str):
             name = value.strip().upper()
             signum = signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
         elif isinstance(value, int) and not isinstance(value, bool):
             signum = signal.Signals(value)
-    except (KeyError, ValueError):
-        pass
     if signum is None or signum in (signal.SIGKILL, signal.SIGSTOP):
         raise TrainerError(
             f"requeue_signal={value!r} is not a signal that can be caught: give a name such as "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 
@@ -27,11 +28,9 @@ def _check_address(ctx: click.Context, param: click.Parameter, value: str | None
         return None
     given = value.strip()
     host = given[1:-1] if given.startswith("[") and given.endswith("]") else given  # [IPv6]
-    try:
+    with contextlib.suppress(ValueError):
         ipaddress.ip_address(host)
         return given
-    except ValueError:
-        pass
     labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
     if 0 < len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels):
         return given

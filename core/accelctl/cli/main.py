@@ -6,6 +6,7 @@ Sub-command modules are imported only when their command runs (or ``--help`` lis
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -124,8 +125,6 @@ def _exit_now(code: object) -> None:
         click.echo(str(code), err=True)  # what sys.exit("message") would print
         code = 1
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
-            pass
     real_exit(code or 0)

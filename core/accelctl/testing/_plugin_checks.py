@@ -59,33 +59,30 @@ def check_import(subject: Subject, run: Run, probe_import: bool) -> None:
     if not probe_import:
         run.skipped(check, "not measured (probe_import=False)")
         return
-    if subject.module is None:
+    module = subject.module
+    if module is None:
         run.skipped(check, "the plugin's module cannot be imported by name (defined in __main__)")
         return
     with off_clock():  # a subprocess with a timeout of its own
-        probe = probes.probe_import(subject.module)
+        probe = probes.probe_import(module)
     if probe.unreachable:
-        run.skipped(
-            check, f"module {subject.module!r} cannot be imported by name in a fresh interpreter"
-        )
+        run.skipped(check, f"module {module!r} cannot be imported by name in a fresh interpreter")
     elif probe.error:
-        run.failed(
-            check, f"importing {subject.module!r} in a fresh interpreter failed: {probe.error}"
-        )
+        run.failed(check, f"importing {module!r} in a fresh interpreter failed: {probe.error}")
     elif probe.heavy:
         run.failed(
             check,
-            f"importing {subject.module!r} imports {', '.join(probe.heavy)}: `accelctl list` "
-            f"would pay for it; import it inside the hooks that need it",
+            f"importing {module!r} imports {', '.join(probe.heavy)}: `accelctl list` would pay "
+            f"for it; import it inside the hooks that need it",
         )
     elif probe.seconds > IMPORT_LIMIT_S:
         run.failed(
             check,
-            f"importing {subject.module!r} took {probe.seconds:.2f} s (limit "
-            f"{IMPORT_LIMIT_S:g} s); defer heavy imports to the hooks",
+            f"importing {module!r} took {probe.seconds:.2f} s (limit {IMPORT_LIMIT_S:g} s); "
+            f"defer heavy imports to the hooks",
         )
     else:
-        run.passed(check, f"{subject.module!r} imports in {ms(probe.seconds)}, no torch")
+        run.passed(check, f"{module!r} imports in {ms(probe.seconds)}, no torch")
 
 
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
