@@ -1,0 +1,126 @@
+"""A Lightning training script for the openreg tests: ``python lightning_run.py OUT MODE``.
+
+MODE ``launched`` (under ``accelctl launch --accelerator openreg --devices 2``): the fit ``ddp``
+(``strategy="ddp"``), the same fit ``bf16`` in ``bf16-mixed``, a few steps of ``fabric``, then
+the fit ``cpu``: Lightning's own 2-CPU-process run (its ``CPUAccelerator``, gloo, in a process
+group of its own), the reference. ``ddp_spawn``: the fit ``ddp_spawn``, Lightning's spawned
+workers. ``default``: the fit ``default``, no strategy: Lightning starts the second process
+itself. Every process writes ``OUT/<fit>/rank<r>.pt`` (its final weights) and ``rank<r>.json``
+(where and how it ran).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import lightning
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelctl.integrations.lightning import LightningAccelerator
+
+OUT, MODE = Path(sys.argv[1]), sys.argv[2]
+
+
+class Net(lightning.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        # Different initial weights per process: DDP must start every replica from rank 0's.
+        torch.manual_seed(100 + int(os.environ.get("LOCAL_RANK", "0")))
+        self.layer = torch.nn.Linear(4, 8)
+        self.head = torch.nn.Linear(8, 1)
+        self.ran: set[tuple[str, str]] = set()
+        self.seen: list[int] = []
+
+    def training_step(self, batch, batch_idx):
+        ids, x, y = batch
+        hidden = self.layer(x)
+        self.ran.add((str(hidden.device), str(hidden.dtype)))
+        self.seen.extend(ids.tolist())
+        loss = torch.nn.functional.mse_loss(self.head(torch.relu(hidden)).float(), y)
+        self.log("train_loss", loss, sync_dist=True)  # a mean across the processes
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+class Report(lightning.pytorch.Callback):
+    """Written by every process at the end of its own fit (spawned workers included)."""
+
+    def __init__(self, fit: str) -> None:
+        self.fit = fit
+
+    def on_train_end(self, trainer, model):
+        folder = OUT / self.fit
+        folder.mkdir(parents=True, exist_ok=True)
+        rank = trainer.global_rank
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, folder / f"rank{rank}.pt")
+        report = {
+            "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__,
+            "backend": torch.distributed.get_backend(),
+            "root_device": str(trainer.strategy.root_device),
+            "ran": sorted(model.ran),
+            "seen_epoch0": model.seen[: len(model.seen) // 2],
+            "train_loss": float(trainer.callback_metrics["train_loss"]),
+        }
+        (folder / f"rank{rank}.json").write_text(json.dumps(report))
+
+
+def data() -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=generator)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    return DataLoader(TensorDataset(torch.arange(64), x, y), batch_size=8, shuffle=True)
+
+
+def fit(fit: str, accelerator, **options) -> None:
+    trainer = lightning.Trainer(
+        accelerator=accelerator,
+        devices=2,
+        max_epochs=2,
+        callbacks=[Report(fit)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        **options,
+    )
+    lightning.seed_everything(0, verbose=False)  # the same shuffled order in every run
+    trainer.fit(Net(), data())
+
+
+def fabric_steps() -> None:
+    """Fabric on the same processes: its DDP wrap and a mean of integers across processes."""
+    fabric = lightning.Fabric(accelerator=LightningAccelerator("openreg"), devices=2)
+    fabric.launch()
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = fabric.setup(model, optimizer)
+    for _, x, y in fabric.setup_dataloaders(data()):
+        loss = torch.nn.functional.mse_loss(model.head(model.layer(x)), y)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    mean = fabric.all_reduce(torch.tensor(fabric.global_rank * 3, device=fabric.device))
+    weights = [p.detach().cpu() for p in model.parameters()]
+    folder = OUT / "fabric"
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(weights, folder / f"rank{fabric.global_rank}.pt")
+    report = {"device": str(fabric.device), "mean": mean.item(), "dtype": str(mean.dtype)}
+    (folder / f"rank{fabric.global_rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    if MODE == "launched":
+        fit("ddp", LightningAccelerator("openreg"), strategy="ddp")
+        fit("bf16", LightningAccelerator("openreg"), strategy="ddp", precision="bf16-mixed")
+        fabric_steps()
+        torch.distributed.destroy_process_group()  # Lightning keeps its group: gloo's is new
+        fit("cpu", "cpu", strategy="ddp")
+    elif MODE == "ddp_spawn":
+        fit("ddp_spawn", LightningAccelerator("openreg"), strategy="ddp_spawn")
+    else:
+        fit("default", LightningAccelerator("openreg"))
