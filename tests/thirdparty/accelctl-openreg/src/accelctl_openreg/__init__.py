@@ -5,7 +5,8 @@ third-party vendor would: the hardware is PyTorch's own out-of-tree test backend
 ``torch_openreg`` (a PrivateUse1 device renamed ``openreg``, two emulated devices), written for
 its 0.0.1, which has no ``torch.distributed`` backend: the plugin declares none, so accelctl runs
 it in one process (on 0.0.2 too, whose ``occl`` the generic ``privateuse1`` plugin uses). The
-test suite installs this package with pip to check that what the guide tells a vendor works. Rules that apply to every hook:
+test suite installs this package with pip to check that what the guide tells a vendor works.
+Rules that apply to every hook:
 
 - Importing this module must stay cheap: no ``import torch`` (nor the vendor's runtime) at module
   level; import them inside the hooks that need them (``accelctl list`` imports every plugin).
