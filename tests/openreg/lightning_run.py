@@ -33,12 +33,15 @@ class Net(lightning.LightningModule):
         self.ran: set[tuple[str, str]] = set()
         self.seen: list[int] = []
 
-    def training_step(self, batch, batch_idx):
-        ids, x, y = batch
+    def forward(self, x):
         hidden = self.layer(x)
         self.ran.add((str(hidden.device), str(hidden.dtype)))
+        return self.head(torch.relu(hidden))
+
+    def training_step(self, batch, batch_idx):
+        ids, x, y = batch
         self.seen.extend(ids.tolist())
-        loss = torch.nn.functional.mse_loss(self.head(torch.relu(hidden)).float(), y)
+        loss = torch.nn.functional.mse_loss(self(x).float(), y)
         self.log("train_loss", loss, sync_dist=True)  # a mean across the processes
         return loss
 
@@ -98,9 +101,10 @@ def fabric_steps() -> None:
     fabric.launch()
     model = Net()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    model, optimizer = fabric.setup(model, optimizer)
+    model, optimizer = fabric.setup(model, optimizer)  # the optimizer made before, as usual
+    start = [p.detach().cpu().clone() for p in model.parameters()]  # rank 0's, broadcast
     for _, x, y in fabric.setup_dataloaders(data()):
-        loss = torch.nn.functional.mse_loss(model.head(model.layer(x)), y)
+        loss = torch.nn.functional.mse_loss(model(x), y)  # through DDP's forward
         fabric.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
@@ -109,7 +113,13 @@ def fabric_steps() -> None:
     folder = OUT / "fabric"
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(weights, folder / f"rank{fabric.global_rank}.pt")
-    report = {"device": str(fabric.device), "mean": mean.item(), "dtype": str(mean.dtype)}
+    trained = all(not torch.equal(a, b) for a, b in zip(start, weights, strict=True))
+    report = {
+        "device": str(fabric.device),
+        "mean": mean.item(),
+        "dtype": str(mean.dtype),
+        "trained": trained,
+    }
     (folder / f"rank{fabric.global_rank}.json").write_text(json.dumps(report))
 
 

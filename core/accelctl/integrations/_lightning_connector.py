@@ -17,13 +17,19 @@ CUDA GPU with NCCL:
 4. the model is wrapped in DDP inside a new ``torch.cuda.Stream`` (every rank dies on a machine
    without CUDA);
 5. ``"mean"`` is reduced with ``ReduceOp.AVG`` on every backend but gloo, integer tensors included
-   (the logged metrics' batch sizes), as NCCL allows; a vendor's backend may not (``occl``).
+   (the logged metrics' batch sizes), as NCCL allows; a vendor's backend may not (``occl``);
+
+and Fabric assumes that moving a model keeps its parameters (all but XLA):
+
+6. ``Fabric.setup(model, optimizer)`` leaves the optimizer on the CPU tensors where the device's
+   tensors replace the ``Parameter`` objects (``_parameters``).
 
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
-``distributed_backend``, autocast on its device type; and the two DDP methods, so that DDP is
+``distributed_backend``, autocast on its device type; the two DDP methods, so that DDP is
 built on the current stream (as plain PyTorch does) and a mean is a sum divided by the world
-size (what Lightning does for gloo). Every other accelerator goes through Lightning's code
+size (what Lightning does for gloo); and Fabric's ``setup`` and ``setup_module``, which move the
+model keeping its parameters. Every other accelerator goes through Lightning's code
 unchanged. The wrapped methods are private, so the adaptation is applied only
 to the Lightning versions it is tested with (:data:`TESTED`); on any other version
 :func:`install` changes nothing and says so, and the bridge's run-time checks
@@ -42,6 +48,7 @@ from typing import Any
 import torch
 
 from .._errors import PrecisionError, ProcessSetupError
+from ._parameters import keeping_parameters
 
 #: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
 TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))
@@ -119,6 +126,10 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
     _wrap_ddp(DDPStrategy, "_setup_model", "reduce", is_bridge)
     _wrap_ddp(FabricDDP, "setup_module", "all_reduce", is_bridge)
+    from lightning.fabric import Fabric
+
+    for name in ("setup", "setup_module"):
+        _wrap_fabric_setup(Fabric, name, is_bridge)
     _installed = True
     return True
 
@@ -305,3 +316,21 @@ def _is_mean(reduce_op: Any) -> bool:
     if isinstance(reduce_op, str):
         return reduce_op.lower() in ("mean", "avg")
     return bool(reduce_op == torch.distributed.ReduceOp.AVG)
+
+
+def _wrap_fabric_setup(fabric: type, name: str, is_bridge: Callable[[object], bool]) -> None:
+    """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters."""
+    original = getattr(fabric, name)
+    if getattr(original, _MARK, False):
+        return
+
+    def setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        strategy = self._strategy
+        if not is_bridge(strategy.accelerator):
+            return original(self, *args, **kwargs)
+        with keeping_parameters(strategy.root_device):
+            return original(self, *args, **kwargs)
+
+    setattr(setup, _MARK, True)
+    setup.__doc__ = original.__doc__
+    setattr(fabric, name, setup)
