@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,3 +226,14 @@ def test_an_untested_accelerate_is_left_alone_with_a_warning_and_a_refusal() -> 
     assert "accelerate>=1.15,<1.16, not 1.16.0" in warning
     assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["refused"]
     assert "for accelerate>=1.15,<1.16 only, and this is 1.16.0" in result["refused"]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_block_runs_as_it_stands(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    marker = "<!-- tests/integrations/test_accelerate_integration.py runs the next block -->"
+    block = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, str(README), "exec"), {})
+    assert capsys.readouterr().out.strip() == "cpu DistributedType.NO"
