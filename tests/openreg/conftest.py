@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,26 @@ def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
     target = tmp_path_factory.mktemp("openreg-no-backend")
     pip_install_target(wheels[0], target)
     return UserMachine([target])
+
+
+def shared_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
+) -> Path:
+    """The folder where ``make(folder)`` ran, once per test session, whichever pytest-xdist
+    worker asks first: a multi-process run that several tests read is made once, and the
+    workers that need it meanwhile wait for it (it uses the machine's cores anyway)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    # Under pytest-xdist each worker's folder is a sibling in the session's own folder.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

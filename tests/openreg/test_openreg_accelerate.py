@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import UserMachine, succeeded
+from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -26,32 +26,39 @@ pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).with_name("accelerate_run.py")
 
 
-def _run(machine: UserMachine, out: Path, launcher: list[str], *args: str, **extra: str) -> Path:
-    # HF_HOME of its own: no `accelerate config` file of the machine's is read.
-    command = [*launcher, str(SCRIPT), str(out), *args]
-    succeeded(machine.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
-    return out
+def _run(
+    machine: UserMachine, factory: pytest.TempPathFactory, name: str, *argv: str, **extra: str
+) -> Path:
+    """``argv`` (a launcher's command) with the script, once per session (``shared_run``)."""
+
+    def run(out: Path) -> None:
+        # HF_HOME of its own: no `accelerate config` file of the machine's is read.
+        command = [*argv[:-1], str(SCRIPT), str(out), *argv[-1].split()]
+        succeeded(machine.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
+
+    return shared_run(factory, name, run)
 
 
 #: ``accelerate launch`` for 2 processes on a free port (its default, 29500, may be taken).
-ACCELERATE_LAUNCH = [
+ACCELERATE_LAUNCH = (
     sys.executable, "-m", "accelerate.commands.launch",
     "--multi_gpu", "--num_processes", "2", "--main_process_port", "0",
-]  # fmt: skip
+)  # fmt: skip
+ACCELCTL_LAUNCH = (
+    sys.executable, "-m", "accelctl", "launch", "--accelerator", "openreg", "--devices", "2",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def single(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("accelerate-single")
-    return _run(occl_machine, out, [sys.executable], "single")
+    return _run(occl_machine, tmp_path_factory, "accelerate-single", sys.executable, "single")
 
 
 @pytest.fixture(scope="module")
 def launched(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``accelctl launch --accelerator openreg --devices 2``; the script says ``"auto"``."""
-    out = tmp_path_factory.mktemp("accelerate-accelctl-launch")
-    launcher = [sys.executable, "-m", "accelctl", "launch", "--accelerator", "openreg"]
-    return _run(occl_machine, out, [*launcher, "--devices", "2"], "processes", "auto")
+    name = "accelerate-accelctl-launch"
+    return _run(occl_machine, tmp_path_factory, name, *ACCELCTL_LAUNCH, "processes auto")
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +66,8 @@ def accelerate_launched(
     occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """``accelerate launch``, which knows nothing of accelctl; the script names ``"openreg"``."""
-    out = tmp_path_factory.mktemp("accelerate-launch")
-    return _run(occl_machine, out, ACCELERATE_LAUNCH, "processes", "openreg")
+    name = "accelerate-launch"
+    return _run(occl_machine, tmp_path_factory, name, *ACCELERATE_LAUNCH, "processes openreg")
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +75,10 @@ def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
     """Accelerate's own multi-CPU run, then accelctl's ``cpu`` plugin, on a machine without the
     openreg backend loaded (Accelerate's ``wait_for_everyone`` on CPUs fails where another
     accelerator is torch's current one: docs/accelerate.md)."""
-    out = tmp_path_factory.mktemp("accelerate-cpu")
-    return _run(occl_machine, out, ACCELERATE_LAUNCH, "cpu", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return _run(
+        occl_machine, tmp_path_factory, "accelerate-cpu", *ACCELERATE_LAUNCH, "cpu", **no_openreg
+    )
 
 
 def report(run: Path, name: str, rank: int = 0) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import UserMachine, succeeded
+from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -28,29 +28,32 @@ pytest.importorskip("lightning")
 SCRIPT = Path(__file__).with_name("lightning_run.py")
 
 
-def _run(machine: UserMachine, out: Path, mode: str) -> Path:
+def _run(machine: UserMachine, factory: pytest.TempPathFactory, mode: str) -> Path:
     if mode == "launched":
         command = ["-m", "accelctl", "launch", "--accelerator", "openreg", "--devices", "2"]
     else:
         command = []  # python lightning_run.py: Lightning starts the processes
-    succeeded(machine.run(sys.executable, *command, str(SCRIPT), str(out), mode, cwd=out))
-    return out
+
+    def run(out: Path) -> None:
+        succeeded(machine.run(sys.executable, *command, str(SCRIPT), str(out), mode, cwd=out))
+
+    return shared_run(factory, f"lightning-{mode}", run)
 
 
 @pytest.fixture(scope="module")
 def launched(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fits ``ddp``, ``bf16``, ``fabric`` and ``cpu`` under ``accelctl launch``."""
-    return _run(occl_machine, tmp_path_factory.mktemp("lightning-launched"), "launched")
+    return _run(occl_machine, tmp_path_factory, "launched")
 
 
 @pytest.fixture(scope="module")
 def spawned(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(occl_machine, tmp_path_factory.mktemp("lightning-spawned"), "ddp_spawn")
+    return _run(occl_machine, tmp_path_factory, "ddp_spawn")
 
 
 @pytest.fixture(scope="module")
 def by_lightning(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(occl_machine, tmp_path_factory.mktemp("lightning-default"), "default")
+    return _run(occl_machine, tmp_path_factory, "default")
 
 
 def report(run: Path, fit: str, rank: int) -> dict[str, Any]:

@@ -6,12 +6,13 @@ Accelerate through its bridge each refuse, with accelctl's error, before any pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import UserMachine
+from .conftest import UserMachine, shared_run
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -47,8 +48,14 @@ REFUSALS = """
 
 
 @pytest.fixture(scope="module")
-def refusals(no_backend_machine: UserMachine) -> dict[str, Any]:
-    result: dict[str, Any] = no_backend_machine.python(REFUSALS)
+def refusals(
+    no_backend_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    def run(out: Path) -> None:
+        (out / "refusals.json").write_text(json.dumps(no_backend_machine.python(REFUSALS)))
+
+    folder = shared_run(tmp_path_factory, "openreg-no-backend-refusals", run)
+    result: dict[str, Any] = json.loads((folder / "refusals.json").read_text())
     return result
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import UserMachine, succeeded
+from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -26,10 +26,11 @@ SCRIPT = Path(__file__).with_name("trainer_run.py")
 
 @pytest.fixture(scope="module")
 def runs(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("openreg-trainer")
-    command = ("launch", "--accelerator", "openreg", "--devices", "2", "--max-restarts", "1")
-    succeeded(occl_machine.accelctl(*command, str(SCRIPT), str(out), "restart,fp32,bf16,cpu"))
-    return out
+    def launch(out: Path) -> None:
+        command = ("launch", "--accelerator", "openreg", "--devices", "2", "--max-restarts", "1")
+        succeeded(occl_machine.accelctl(*command, str(SCRIPT), str(out), "restart,fp32,bf16,cpu"))
+
+    return shared_run(tmp_path_factory, "openreg-trainer", launch)
 
 
 def report(runs: Path, run: str, rank: int) -> dict[str, Any]:
