@@ -129,9 +129,14 @@ def _distributed(section: dict[str, Any]) -> str:
         "trainer": "accelctl.Trainer (a checkpoint per epoch)",
         "accelerate": "Accelerate's Accelerator through accelctl",
     }
+    fastest = {"hand": "1x", "trainer": f"{section['ratio_trainer_fastest']:g}x"}
+    fastest["accelerate"] = f"{section['ratio_accelerate_fastest']:g}x"
     table = _table(
-        ("loop", "s per run", "ms per step", "ratio to the hand loop"),
-        [(labels[name], medians[name], per_step[name], ratios[name]) for name in labels],
+        ("loop", "s per run", "ms per step", "ratio to the hand loop", "ratio, fastest runs"),
+        [
+            (labels[name], medians[name], per_step[name], ratios[name], fastest[name])
+            for name in labels
+        ],
     )
     return (
         f"{section['accelerator']} on {', '.join(section['devices'])} over "
