@@ -35,6 +35,7 @@ import torch
 
 import accelctl
 
+from .. import _settings
 from . import _accelerate_state
 from ._parameters import keeping_parameters
 
@@ -78,7 +79,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         world_size = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
         automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
-        if automatic and not os.environ.get("ACCELCTL_DEVICES"):
+        if automatic and not _settings.Selection.read().devices:
             devices = local_world_size  # one device per process (one, started alone)
         selection = accelctl.resolve(accelerator, devices)
         handle = selection.accelerator
