@@ -10,7 +10,9 @@ loops' own: the hand-written one wraps the model in DDP, shards the data with a
 includes its construction, its checkpoint at each epoch's end and its metrics file;
 Accelerate's its ``Accelerator`` (a fresh state each time) and ``prepare``. Each loop is timed
 by rank 0 from a barrier before it to a barrier after its last loss is read. The figures are the
-ratios of the medians, taken in one run.
+ratios of the medians, taken in one run, beside the median of each repeat's own ratios and the
+ratio of the fastest runs (a machine shared with other work moves single runs a lot: the
+collective backend's transport waits on the other process at every step).
 
     python bench/distributed_overhead.py                      # openreg, 2 processes, 5 repeats
     python bench/distributed_overhead.py --accelerator cpu    # 2 CPU processes over gloo
@@ -90,13 +92,15 @@ def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
     trainer.fit(_fresh(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
 
 
-def _accelerate(dataset: Any, epochs: int, device: Any, root: str) -> None:
+def _accelerate(dataset: Any, epochs: int, device: Any, root: str) -> float:
+    """Returns the seconds its set-up took (the state, the ``Accelerator``, ``prepare``)."""
     from accelerate.state import AcceleratorState, GradientState
     from torch.nn import functional as F
     from torch.utils.data import DataLoader
 
     from accelctl.integrations.accelerate import Accelerator
 
+    started = time.perf_counter()
     AcceleratorState._reset_state(reset_partial_state=True)  # one state per Accelerator made
     GradientState._reset_state()
     accelerator = Accelerator()
@@ -104,6 +108,7 @@ def _accelerate(dataset: Any, epochs: int, device: Any, root: str) -> None:
     optimizer = model.configure_optimizers()
     loader = DataLoader(dataset, batch_size=BATCH, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    set_up = time.perf_counter() - started
     loss = None
     for _epoch in range(epochs):
         for x, y in loader:
@@ -113,6 +118,7 @@ def _accelerate(dataset: Any, epochs: int, device: Any, root: str) -> None:
             optimizer.step()
     if loss is not None:
         float(loss.detach())
+    return set_up
 
 
 def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS) -> None:
@@ -129,6 +135,7 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
     dataset, epochs = _data(quick), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer, "accelerate": _accelerate}
     times: dict[str, list[float]] = {name: [] for name in names}
+    set_ups: list[float] = []  # Accelerate's, on rank 0
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
         for name in names:  # warm-up: imports, first kernels, caches
             loops[name](dataset, 1, device, root)
@@ -138,9 +145,11 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
             for name in order:
                 dist.barrier()
                 started = time.perf_counter()
-                loops[name](dataset, epochs, device, root)
+                set_up = loops[name](dataset, epochs, device, root)
                 dist.barrier()
                 times[name].append(time.perf_counter() - started)
+                if set_up is not None:
+                    set_ups.append(set_up)
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
         result = {
@@ -149,6 +158,7 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
             "backend": dist.get_backend(),
             "steps_per_run": steps,
             "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
+            "accelerate_set_up_s": [round(t, 4) for t in set_ups],
         }
         out.write_text(json.dumps(result))
     dist.destroy_process_group()
@@ -186,6 +196,13 @@ def run(
         measured = json.loads(out.read_text())
     medians = {name: statistics.median(values) for name, values in measured["times_s"].items()}
     fastest = {name: min(values) for name, values in measured["times_s"].items()}
+    times = measured["times_s"]
+    set_up = measured.get("accelerate_set_up_s", [])
+
+    def paired(name: str) -> float:
+        ratios = [ours / hand for ours, hand in zip(times[name], times["hand"], strict=True)]
+        return round(statistics.median(ratios), 4)
+
     steps = measured["steps_per_run"]
     return {
         **measured,
@@ -196,7 +213,11 @@ def run(
         "ms_per_step": {name: round(1000 * value / steps, 2) for name, value in medians.items()},
         "ratio_trainer": round(medians["trainer"] / medians["hand"], 4),
         "ratio_accelerate": round(medians["accelerate"] / medians["hand"], 4),
-        # The fastest runs, least touched by other work on the machine: a cross-check.
+        # The medians of each repeat's own ratios (its three loops ran back to back, so a slow
+        # spell of the machine hits them alike), and of the fastest runs: cross-checks.
+        "ratio_trainer_paired": paired("trainer"),
+        "ratio_accelerate_paired": paired("accelerate"),
+        "accelerate_set_up_median_s": round(statistics.median(set_up), 4) if set_up else None,
         "ratio_trainer_fastest": round(fastest["trainer"] / fastest["hand"], 4),
         "ratio_accelerate_fastest": round(fastest["accelerate"] / fastest["hand"], 4),
     }

@@ -129,19 +129,22 @@ def _distributed(section: dict[str, Any]) -> str:
         "trainer": "accelctl.Trainer (a checkpoint per epoch)",
         "accelerate": "Accelerate's Accelerator through accelctl",
     }
-    fastest = {"hand": "1x", "trainer": f"{section['ratio_trainer_fastest']:g}x"}
-    fastest["accelerate"] = f"{section['ratio_accelerate_fastest']:g}x"
+    paired = {name: f"{section[f'ratio_{name}_paired']:g}x" for name in ("trainer", "accelerate")}
+    fastest = {name: f"{section[f'ratio_{name}_fastest']:g}x" for name in ("trainer", "accelerate")}
+    paired["hand"] = fastest["hand"] = "1x"
     table = _table(
-        ("loop", "s per run", "ms per step", "ratio to the hand loop", "ratio, fastest runs"),
+        ("loop", "s per run", "ms per step", "ratio of medians", "paired", "fastest runs"),
         [
-            (labels[name], medians[name], per_step[name], ratios[name], fastest[name])
+            (labels[name], medians[name], per_step[name], ratios[name], paired[name], fastest[name])
             for name in labels
         ],
     )
     return (
         f"{section['accelerator']} on {', '.join(section['devices'])} over "
         f"{section['backend']}; {section.get('model', '')}; {section['steps_per_run']} steps per "
-        f"process a run, medians of {section['repeats']} runs in one launch.\n\n{table}"
+        f"process a run, medians of {section['repeats']} runs in one launch.\n\n{table}\n\n"
+        f"Accelerate's set-up (its state, the `Accelerator`, `prepare`): "
+        f"{section.get('accelerate_set_up_median_s')} s a run (median)."
     )
 
 
