@@ -6,6 +6,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --quick             # tiny sizes, one repeat: checks that it runs
     python -m bench --sections scaling --sizes 0,1000 --repeats 5
     python -m bench --sections faults   # launch's fault reports and checkpoint costs
+    python -m bench --sections distributed   # Trainer and Accelerate on 2 openreg processes
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -22,13 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import dispatch, faults, scaling, startup
+from . import dispatch, distributed_overhead, faults, scaling, startup
 from .machine import describe_machine
 from .plot import plot_scaling
 from .report import render
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults")
+SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults", "distributed")
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
@@ -138,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dispatch": lambda: dispatch.run(args.repeats, args.quick),
         "trainer": lambda: run_trainer(args.repeats, args.quick),
         "faults": lambda: faults.run(args.repeats, args.quick),
+        "distributed": lambda: distributed_overhead.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

@@ -118,6 +118,36 @@ def _trainer(section: dict[str, Any]) -> str:
     return "```json\n" + json.dumps(section, indent=2) + "\n```"
 
 
+def _distributed(section: dict[str, Any]) -> str:
+    if "skipped" in section:
+        return f"_skipped: {section['skipped']}_"
+    per_step, medians = section["ms_per_step"], section["median_s"]
+    ratios = {"hand": "1x", "trainer": f"{section['ratio_trainer']:g}x"}
+    ratios["accelerate"] = f"{section['ratio_accelerate']:g}x"
+    labels = {
+        "hand": "by hand on torch.distributed (DDP, DistributedSampler)",
+        "trainer": "accelctl.Trainer (a checkpoint per epoch)",
+        "accelerate": "Accelerate's Accelerator through accelctl",
+    }
+    paired = {name: f"{section[f'ratio_{name}_paired']:g}x" for name in ("trainer", "accelerate")}
+    fastest = {name: f"{section[f'ratio_{name}_fastest']:g}x" for name in ("trainer", "accelerate")}
+    paired["hand"] = fastest["hand"] = "1x"
+    table = _table(
+        ("loop", "s per run", "ms per step", "ratio of medians", "paired", "fastest runs"),
+        [
+            (labels[name], medians[name], per_step[name], ratios[name], paired[name], fastest[name])
+            for name in labels
+        ],
+    )
+    return (
+        f"{section['accelerator']} on {', '.join(section['devices'])} over "
+        f"{section['backend']}; {section.get('model', '')}; {section['steps_per_run']} steps per "
+        f"process a run, medians of {section['repeats']} runs in one launch.\n\n{table}\n\n"
+        f"Accelerate's set-up (its state, the `Accelerator`, `prepare`): "
+        f"{section.get('accelerate_set_up_median_s')} s a run (median)."
+    )
+
+
 def _faults(section: dict[str, Any]) -> str:
     launches = section["launches_per_case"]
     timeout = section["hang_timeout_s"]
@@ -166,6 +196,7 @@ def render(results: dict[str, Any]) -> str:
         ("dispatch", "Hook dispatch", _dispatch),
         ("trainer", "Trainer overhead", _trainer),
         ("faults", "Faults and checkpoints", _faults),
+        ("distributed", "Several processes of one accelerator", _distributed),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -9,8 +9,11 @@ The public API is what :data:`__all__` lists (docs/concepts.md section 4)::
     accelctl.resolve("auto", devices="auto")  # what a Trainer runs on
 
 Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
-device parsers, :mod:`accelctl.hookspecs` and :mod:`accelctl.testing`. Modules whose names start
-with ``_`` are private.
+device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`,
+the conformance suite and the tests' registry are :mod:`accelctl.testing`. The other public
+modules are :mod:`accelctl.integrations.lightning`, :mod:`accelctl.integrations.accelerate`,
+:mod:`accelctl.cli`, :mod:`accelctl.launcher` and :mod:`accelctl.torch_build`; modules whose
+names start with ``_`` are private.
 """
 
 from __future__ import annotations

@@ -1,21 +1,30 @@
 """Tests on a real out-of-tree backend: PyTorch's own ``torch_openreg`` (a PrivateUse1 device
-``openreg``, two emulated devices, no ``torch.distributed`` backend), with the third-party plugin
-``tests/thirdparty/accelctl-openreg`` installed by pip, as a user would.
+``openreg``, two emulated devices), as a user would run it.
+
+The suite installs **0.0.2** (``scripts/test``), whose collective backend ``occl`` carries
+openreg tensors between processes: the generic ``privateuse1`` plugin (installed in the
+environment) serves it with ``occl``, and ``occl_machine`` runs on it. The third-party plugin
+``tests/thirdparty/accelctl-openreg`` (``machine``) declares no backend, as a vendor's plugin
+for a one-process device does. **0.0.1**, the backend without any collective backend, is
+pip-installed into a folder of its own and put first on ``PYTHONPATH`` (``no_backend_machine``):
+there torch itself has no backend for openreg, so the refusals of several processes are tested
+on a real device that cannot run them.
 
 Everything runs in processes of its own, started with torch's backend autoload on (as on a
-user's machine) and with the plugin's pip target on ``PYTHONPATH``: the test process itself keeps
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (see ``conftest.py``), so no other test sees openreg.
+user's machine): the test process itself keeps ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (see
+``conftest.py``), so no other test sees openreg.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,22 +32,39 @@ from typing import Any
 import pytest
 
 THIRD_PARTY = Path(__file__).parents[1] / "thirdparty"
+#: Where scripts/test finds the wheels (``../shared/backends`` beside the checkout).
+BACKENDS = Path(__file__).parents[2].parent / "shared" / "backends"
+#: The wheel the suite installs, and the one without a collective backend.
+SUITE_VERSION, NO_BACKEND_VERSION = "0.0.2", "0.0.1"
 
 #: A hang guard only: each process imports torch and the backend (seconds on a loaded 2-core
 #: machine); nothing here is timed.
 PROCESS_TIMEOUT_S = 300
 
 
-def _require_wheel() -> None:
-    if importlib.util.find_spec("torch_openreg") is not None:
-        return
-    message = (
-        "torch_openreg is not installed: scripts/test installs it from ../shared/backends/ "
-        "(built for CPython 3.11 and torch 2.13.0 only)"
-    )
+def _missing(message: str) -> None:
+    """Skip, except under CI, where a missing backend is a failure."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message}; under CI it must run", pytrace=False)
     pytest.skip(message)
+
+
+def _require_wheel() -> None:
+    if importlib.util.find_spec("torch_openreg") is None:
+        _missing(
+            f"torch_openreg is not installed: scripts/test installs {SUITE_VERSION} from "
+            "../shared/backends/ (built for CPython 3.11 and torch 2.13.0 only)"
+        )
+    found = importlib.metadata.version("torch_openreg")
+    if found != SUITE_VERSION:
+        _missing(f"torch_openreg {found} is installed; these tests need {SUITE_VERSION}")
+
+
+#: What the processes started here do not inherit from the test's environment: accelctl's and
+#: Accelerate's choices, a scheduler's or launcher's variables (the tests say what they want).
+_NOT_INHERITED = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "TORCH_DEVICE_BACKEND_")
+_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                       "MASTER_PORT", "HF_HOME")  # fmt: skip
 
 
 @dataclass
@@ -53,21 +79,31 @@ class UserMachine:
             key: value
             for key, value in os.environ.items()
             if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (conftest.py)
-            or (not key.startswith("ACCELCTL_") and key != "TORCH_DEVICE_BACKEND_AUTOLOAD")
+            or not (key.startswith(_NOT_INHERITED) or key in _LAUNCHER_VARIABLES)
         }
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in self.path)
+        # No scheduler the machine may have (Lightning looks for SLURM's srun on PATH), also
+        # for the module-scoped runs, made before the function-scoped _scheduler_free.
+        env["PATH"] = str(Path(sys.executable).parent)
         env.update(extra)
         return env
 
-    def accelctl(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``accelctl ARGS`` as the user types it."""
+    def run(
+        self, *argv: str, cwd: Path | None = None, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        """A command on this machine, its output captured."""
         return subprocess.run(
-            [sys.executable, "-m", "accelctl", *args],
+            list(argv),
             capture_output=True,
             text=True,
             env=self.environ(**extra),
             timeout=PROCESS_TIMEOUT_S,
+            cwd=cwd,
         )
+
+    def accelctl(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        """``accelctl ARGS`` as the user types it."""
+        return self.run(sys.executable, "-m", "accelctl", *args, **extra)
 
     def python(self, code: str, **extra: str) -> Any:
         """Run ``code`` (which prints one JSON document last) and return that document."""
@@ -131,3 +167,50 @@ def machine(openreg_plugin_target: Path) -> Iterator[UserMachine]:
 def _scheduler_free(no_scheduler_on_path: None) -> None:
     """The processes started here see no cluster scheduler the machine may have (Lightning
     looks for SLURM's ``srun`` on ``PATH``)."""
+
+
+@pytest.fixture(scope="session")
+def occl_machine() -> UserMachine:
+    """torch_openreg 0.0.2 (``occl``) with the in-repo plugins only: ``openreg`` is the generic
+    ``privateuse1`` plugin, whose backend is the one torch maps the device type to."""
+    _require_wheel()
+    return UserMachine([])
+
+
+@pytest.fixture(scope="session")
+def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
+    """torch_openreg 0.0.1, which has no collective backend, first on the path (before the
+    suite's 0.0.2): ``import torch`` loads it, and torch maps no backend to openreg."""
+    _require_wheel()
+    wheels = sorted(BACKENDS.glob(f"torch_openreg-{NO_BACKEND_VERSION}-*.whl"))
+    if not wheels:
+        _missing(f"no torch_openreg-{NO_BACKEND_VERSION} wheel in {BACKENDS}")
+    target = tmp_path_factory.mktemp("openreg-no-backend")
+    pip_install_target(wheels[0], target)
+    return UserMachine([target])
+
+
+def shared_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
+) -> Path:
+    """The folder where ``make(folder)`` ran, once per test session, whichever pytest-xdist
+    worker asks first: a multi-process run that several tests read is made once, and the
+    workers that need it meanwhile wait for it (it uses the machine's cores anyway)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    # Under pytest-xdist each worker's folder is a sibling in the session's own folder.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
+def succeeded(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """``done``, asserted to have exited 0 (its error output in the assertion otherwise)."""
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done

@@ -19,7 +19,7 @@ import datetime
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._cluster import slurm_step
 from .._errors import ProcessSetupError
@@ -192,14 +192,34 @@ def join_process_group(
                 f"exists, but the launcher started {env.world_size} processes"
             )
         return False
-    init_method = None  # torchrun's: torch reads MASTER_ADDR / MASTER_PORT (or its agent's store)
+    init_method = "env://"  # torchrun's: MASTER_ADDR / MASTER_PORT (or its agent's store)
     if env.launcher != "torchrun" and env.master_addr is not None:
         host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
         init_method = f"tcp://{host}:{env.master_port}"
+    # One store per process, and keys of its own in it per group: torch names every new default
+    # group alike, so a second fit would read the first group's addresses.
+    from torch._C._distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    if init_method not in _stores:
+        options: dict[str, datetime.timedelta] = {} if timeout is None else {"timeout": timeout}
+        _stores[init_method] = next(rendezvous(init_method, env.rank, env.world_size, **options))[0]
+    global _groups_made
+    _groups_made += 1
+    prefix = f"accelctl.fit{_groups_made}"
     dist.init_process_group(
-        backend, init_method=init_method, rank=env.rank, world_size=env.world_size, timeout=timeout
+        backend=backend,
+        store=PrefixStore(prefix, _stores[init_method]),
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timeout,
     )
     return True
+
+
+#: The rendezvous store of each address, and how many groups this process made on them.
+_stores: dict[str, Any] = {}
+_groups_made = 0
 
 
 def script_argv() -> list[str] | None:

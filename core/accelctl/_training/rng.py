@@ -79,7 +79,8 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
         except ImportError:
             return
         kind, keys, position, has_gauss, gauss = state["numpy"]
-        numpy.random.set_state((kind, keys.numpy().astype("uint32"), position, has_gauss, gauss))
+        keys = keys.cpu().numpy()  # the checkpoint is mapped onto the training device
+        numpy.random.set_state((kind, keys.astype("uint32"), position, has_gauss, gauss))
 
 
 def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:

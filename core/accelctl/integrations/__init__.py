@@ -4,5 +4,7 @@ Each module here imports its framework on import, so nothing in :mod:`accelctl` 
 unless that module is used:
 
 - :mod:`accelctl.integrations.lightning`: Lightning's ``Trainer`` and ``Fabric`` on any accelctl
-  accelerator (extra ``accelctl[lightning]``).
+  accelerator (extra ``accelctl[lightning]``);
+- :mod:`accelctl.integrations.accelerate`: HF Accelerate's ``Accelerator`` on any accelctl
+  accelerator (extra ``accelctl[accelerate]``).
 """

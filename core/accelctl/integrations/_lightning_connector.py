@@ -11,10 +11,26 @@ part in them:
 3. ``precision="16-mixed"`` / ``"bf16-mixed"``: autocast on ``"cuda"`` for every accelerator but
    Lightning's ``"cpu"`` and ``"mps"``.
 
+and their DDP strategies (the Trainer's and Fabric's) assume that a device that is not a CPU is a
+CUDA GPU with NCCL:
+
+4. the model is wrapped in DDP inside a new ``torch.cuda.Stream`` (every rank dies on a machine
+   without CUDA);
+5. ``"mean"`` is reduced with ``ReduceOp.AVG`` on every backend but gloo, integer tensors included
+   (the logged metrics' batch sizes), as NCCL allows; a vendor's backend may not (``occl``);
+
+and Fabric assumes that moving a model keeps its parameters (all but XLA):
+
+6. ``Fabric.setup(model, optimizer)`` leaves the optimizer on the CPU tensors where the device's
+   tensors replace the ``Parameter`` objects (``_parameters``).
+
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
-``distributed_backend``, autocast on its device type. Every other accelerator goes through
-Lightning's code unchanged. The wrapped methods are private, so the adaptation is applied only
+``distributed_backend``, autocast on its device type; the two DDP methods, so that DDP is
+built on the current stream (as plain PyTorch does) and a mean is a sum divided by the world
+size (what Lightning does for gloo); and Fabric's ``setup`` and ``setup_module``, which move the
+model keeping its parameters. Every other accelerator goes through Lightning's code
+unchanged. The wrapped methods are private, so the adaptation is applied only
 to the Lightning versions it is tested with (:data:`TESTED`); on any other version
 :func:`install` changes nothing and says so, and the bridge's run-time checks
 (``LightningAccelerator.setup_device``) still refuse the wrong device before training.
@@ -32,6 +48,7 @@ from typing import Any
 import torch
 
 from .._errors import PrecisionError, ProcessSetupError
+from ._parameters import keeping_parameters
 
 #: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
 TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))
@@ -107,6 +124,12 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     fabric = _Kinds(FabricSingle, FabricDDP, FabricParallel, FabricMixedPrecision, "Fabric")
     _wrap(accelerator_connector._AcceleratorConnector, trainer, "_precision_plugin_flag", is_bridge)
     _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
+    _wrap_ddp(DDPStrategy, "_setup_model", "reduce", is_bridge)
+    _wrap_ddp(FabricDDP, "setup_module", "all_reduce", is_bridge)
+    from lightning.fabric import Fabric
+
+    for name in ("setup", "setup_module"):
+        _wrap_fabric_setup(Fabric, name, is_bridge)
     _installed = True
     return True
 
@@ -244,3 +267,70 @@ def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> A
             "precision='32-true', or 'bf16-true' / '16-true' (no autocast)"
         )
     return kinds.mixed(precision.precision, device=device_type)
+
+
+def _wrap_ddp(strategy: type, setup: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
+    """DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
+    the current stream, and a ``"mean"`` is reduced as a sum, then divided by the world size."""
+    original_setup = getattr(strategy, setup)
+    original_reduce = getattr(strategy, reduce)
+    if getattr(original_setup, _MARK, False):
+        return
+
+    def setup_module(self: Any, module: torch.nn.Module) -> Any:
+        device = self.root_device
+        if not is_bridge(self.accelerator) or device.type == "cuda":
+            return original_setup(self, module)
+        # Lightning makes a CUDA side stream for CUDA graph capture; DDP itself needs none.
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = None if device.type == "cpu" else [device.index]
+        return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+
+    def reduce_mean_as_sum(
+        self: Any, tensor: Any, group: Any = None, reduce_op: Any = "mean"
+    ) -> Any:
+        if not (
+            is_bridge(self.accelerator)
+            and isinstance(tensor, torch.Tensor)
+            and torch.distributed.is_available()
+            and torch.distributed.is_initialized()
+            and _is_mean(reduce_op)
+        ):
+            return original_reduce(self, tensor, group, reduce_op)
+        total = original_reduce(self, tensor, group, "sum")
+        world = torch.distributed.get_world_size(group)
+        # In place, as Lightning's own sum-then-divide for gloo (an integer stays an integer).
+        return total.div_(world) if total.is_floating_point() else total.copy_(total / world)
+
+    for name, function in ((setup, setup_module), (reduce, reduce_mean_as_sum)):
+        setattr(function, _MARK, True)
+        function.__doc__ = (
+            f"accelctl's adaptation of Lightning's {strategy.__name__}.{name} for accelctl "
+            "accelerators (accelctl.integrations._lightning_connector)."
+        )
+        setattr(strategy, name, function)
+
+
+def _is_mean(reduce_op: Any) -> bool:
+    if isinstance(reduce_op, str):
+        return reduce_op.lower() in ("mean", "avg")
+    return bool(reduce_op == torch.distributed.ReduceOp.AVG)
+
+
+def _wrap_fabric_setup(fabric: type, name: str, is_bridge: Callable[[object], bool]) -> None:
+    """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters."""
+    original = getattr(fabric, name)
+    if getattr(original, _MARK, False):
+        return
+
+    def setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        strategy = self._strategy
+        if not is_bridge(strategy.accelerator):
+            return original(self, *args, **kwargs)
+        with keeping_parameters(strategy.root_device):
+            return original(self, *args, **kwargs)
+
+    setattr(setup, _MARK, True)
+    setup.__doc__ = original.__doc__
+    setattr(fabric, name, setup)

@@ -2,9 +2,11 @@
 
 The test process keeps torch's backend autoloading off (conftest.py), so these tests opt in
 by running a fresh interpreter without ``TORCH_DEVICE_BACKEND_AUTOLOAD``: there ``import torch``
-loads torch_openreg, which renames PrivateUse1 to ``openreg`` with 2 emulated devices and no
-distributed backend. The wheel is ../shared/backends/torch_openreg-*.whl; where it is not
-installed these tests skip, except under CI=true, where a missing wheel is a failure.
+loads torch_openreg 0.0.2, which renames PrivateUse1 to ``openreg`` with 2 emulated devices and
+its own distributed backend, ``occl``. The wheel is
+../shared/backends/torch_openreg-0.0.2-*.whl; where it is not installed these tests skip, except
+under CI=true, where a missing wheel is a failure. (The plugin on 0.0.1, a device without a
+distributed backend: tests/openreg/test_openreg_no_backend.py.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _openreg_installed() -> None:
     if importlib.util.find_spec("torch_openreg") is None:
         message = (
             "torch_openreg is not installed: pip install "
-            "../shared/backends/torch_openreg-0.0.1-cp311-cp311-linux_x86_64.whl "
+            "../shared/backends/torch_openreg-0.0.2-cp311-cp311-linux_x86_64.whl "
             "(CPython 3.11, torch 2.13.0 only)"
         )
         if os.environ.get("CI") == "true":
@@ -82,8 +84,9 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
     row = next(r for r in json.loads(result.stdout) if r["name"] == "privateuse1")
     assert (row["available"], row["device_count"], row["state"]) == (True, 2, "available")
     assert row["aliases"] == ["openreg"]
-    assert row["description"] == "PrivateUse1 backend 'openreg' (torch_openreg 0.0.1)"
-    assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, None)
+    assert row["description"] == "PrivateUse1 backend 'openreg' (torch_openreg 0.0.2)"
+    # The backend torch maps the device type to (Backend.default_device_backend_map).
+    assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, "occl")
     table = accelctl("list", environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")).stdout
     line = next(line for line in table.splitlines() if line.startswith("privateuse1"))
     assert line.split()[:3] == ["privateuse1", "yes", "2"] and "'openreg'" in line
@@ -110,8 +113,13 @@ def test_resolve_by_the_backend_name_and_auto_prefers_it_over_the_cpu() -> None:
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["devices"] == ["openreg:1"]
     auto = json.loads(accelctl("resolve", "--json", environ=environ).stdout)
-    # No distributed backend: "auto" is one device, the first of the two visible.
-    assert (auto["accelerator"], auto["devices"]) == ("privateuse1", ["openreg:0"])
+    # A distributed backend: "auto" is every visible device, one process each over occl.
+    assert (auto["accelerator"], auto["devices"]) == ("privateuse1", ["openreg:0", "openreg:1"])
+    assert auto["distributed_backend"] == "occl"
+    two = accelctl(
+        "resolve", "--accelerator", "openreg", "--devices", "2", "--json", environ=environ
+    )
+    assert json.loads(two.stdout)["distributed_backend"] == "occl", two.stderr
     too_many = accelctl("resolve", "--accelerator", "openreg", "--devices", "3", environ=environ)
     assert too_many.returncode == 1
     assert "openreg: devices='3' asks for 3 devices, more than are visible" in too_many.stderr

@@ -1,0 +1,239 @@
+"""accelctl.integrations.accelerate: HF Accelerate's Accelerator on accelctl plugins, in this
+process (the real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a
+real NPU's are not CPUs). Real devices and several processes: tests/openreg/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+accelerate = pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from accelerate.state import AcceleratorState, GradientState, PartialState  # noqa: E402
+
+import accelctl  # noqa: E402
+from accelctl.integrations import _accelerate_state  # noqa: E402
+from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
+from accelctl.integrations.accelerate import ADAPTED, Accelerator  # noqa: E402
+
+#: torchrun's variables for rank 0 of 2 on this machine (nothing rendezvous: refused before).
+TWO_PROCESSES = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+
+
+class MetaAccelerator(accelctl.Accelerator):
+    """Two devices of another type than the CPU, and no distributed backend."""
+
+    name = "metaacc"
+    device_type = "meta"
+
+    def __init__(self, backend: str | None = None) -> None:
+        self.distributed_backend = backend
+        self.set_up: list[str] = []
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+    def setup_device(self, device: Any) -> None:
+        self.set_up.append(str(device))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Accelerate's state is process-wide: every test starts and ends without one, and without
+    a launcher's or Accelerate's variables from the caller's environment."""
+    for name in (*TWO_PROCESSES, "ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def test_the_adaptation_is_active_on_the_tested_accelerate() -> None:
+    assert ADAPTED and _accelerate_state.is_active()
+    assert hasattr(PartialState._prepare_backend, "__accelctl_adapted__")
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [("1.15.0", True), ("1.15.2rc1", True), ("1.14.0", False), ("1.16.0", False), ("x", False)],
+)
+def test_the_adaptation_applies_to_the_tested_accelerate_versions(
+    version: str, tested: bool
+) -> None:
+    assert _accelerate_state.is_tested(version) is tested
+    assert _accelerate_state.tested_range() == ">=1.15,<1.16"
+
+
+def test_the_cpu_plugin_is_accelerates_own_cpu_set_up_and_trains() -> None:
+    accelerator = Accelerator("cpu", mixed_precision="bf16")
+    assert isinstance(accelerator, accelerate.Accelerator)
+    assert accelerator.accelctl_accelerator.name == "cpu"
+    assert (accelerator.device.type, accelerator.num_processes) == ("cpu", 1)
+    assert accelerator.distributed_type == accelerate.DistributedType.NO
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 1))
+    dtypes = []  # inside the forward that Accelerate autocasts (its outputs come back float32)
+    model[0].register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    x = torch.randn(32, 4)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    losses = []
+    for _ in range(20):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert set(dtypes) == {torch.bfloat16}  # autocast on the cpu device type
+
+
+def test_a_non_cpu_plugin_device_becomes_accelerates_device() -> None:
+    plugin = MetaAccelerator()
+    accelerator = Accelerator(plugin, devices="1,")
+    assert accelerator.device == torch.device("meta", 1)
+    assert accelerator.distributed_type == accelerate.DistributedType.NO
+    assert plugin.set_up == ["meta:1"]  # made current through the plugin's setup_device
+
+
+def test_alone_auto_is_one_device() -> None:
+    assert Accelerator(MetaAccelerator("fakeccl")).device == torch.device("meta", 0)
+
+
+def test_several_processes_without_a_backend_are_refused_when_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        Accelerator(MetaAccelerator())
+    message = str(info.value)
+    assert "'metaacc' runs in a single process only (its distributed_backend is None)" in message
+    assert "2 devices (meta:0, meta:1)" in message
+    assert "would train each process alone" in message
+    assert not PartialState._shared_state  # refused before Accelerate made any state
+
+
+def test_several_devices_without_a_launcher_are_refused_with_the_command() -> None:
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        Accelerator(MetaAccelerator("fakeccl"), devices=2)
+    assert "accelctl launch --accelerator metaacc --devices 2 <your script>" in str(info.value)
+    assert "accelerate launch --multi_gpu --num_processes 2" in str(info.value)
+    with pytest.raises(accelctl.ProcessSetupError, match="single process only"):
+        Accelerator(MetaAccelerator(), devices=2)
+
+
+def test_devices_that_do_not_fit_the_launchers_processes_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(accelctl.ProcessSetupError, match="started 2 process"):
+        Accelerator(MetaAccelerator("fakeccl"), devices=[0])
+    with pytest.raises(accelctl.ProcessSetupError, match="device index 0"):
+        Accelerator(MetaAccelerator("fakeccl"), devices="1,0")
+
+
+def test_a_state_made_before_that_does_not_match_is_refused() -> None:
+    PartialState(cpu=True)  # as a transformers TrainingArguments would, earlier
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        Accelerator(MetaAccelerator())
+    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in str(info.value)
+    assert "make this Accelerator first" in str(info.value)
+
+
+def test_cpu_is_accelctls_choice() -> None:
+    with pytest.raises(TypeError, match=r"Accelerator\('cpu'\)"):
+        Accelerator("cpu", cpu=True)
+
+
+def test_moving_a_model_keeps_its_parameters_for_an_optimizer_made_before() -> None:
+    model = torch.nn.Linear(2, 1)
+    weight = model.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # meta tensors, like openreg's, cannot take a CPU tensor's place: torch would replace them.
+    with keeping_parameters(torch.device("meta")):
+        model.to("meta")
+    assert model.weight is weight and weight.device.type == "meta"
+    assert optimizer.param_groups[0]["params"][0] is model.weight
+    assert not torch.__future__.get_swap_module_params_on_conversion()  # put back
+
+
+UNTESTED_ACCELERATE = """
+import json, warnings
+import accelerate
+accelerate.__version__ = "1.16.0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from accelctl.integrations import accelerate as bridge
+import accelctl
+from accelerate.state import AcceleratorState, PartialState
+
+
+class Meta(accelctl.Accelerator):
+    name = "metaacc"
+    device_type = "meta"
+
+    def detect(self):
+        return True
+
+    def auto_device_count(self):
+        return 1
+
+
+cpu = bridge.Accelerator("cpu")  # Accelerate's own choice is the plugin's: accepted
+cpu_device = str(cpu.device)
+AcceleratorState._reset_state(reset_partial_state=True)
+try:
+    bridge.Accelerator(Meta())
+    refused = None
+except accelctl.ProcessSetupError as error:
+    refused = str(error)
+print(json.dumps({
+    "adapted": bridge.ADAPTED,
+    "wrapped": hasattr(PartialState._prepare_backend, "__accelctl_adapted__"),
+    "cpu": cpu_device,
+    "refused": refused,
+    "warnings": [str(w.message) for w in caught],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_an_untested_accelerate_is_left_alone_with_a_warning_and_a_refusal() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNTESTED_ACCELERATE],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a hang guard: one import of torch and Accelerate
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["adapted"], result["wrapped"], result["cpu"]) == (False, False, "cpu")
+    (warning,) = [w for w in result["warnings"] if "tested with" in w]
+    assert "accelerate>=1.15,<1.16, not 1.16.0" in warning
+    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["refused"]
+    assert "for accelerate>=1.15,<1.16 only, and this is 1.16.0" in result["refused"]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_block_runs_as_it_stands(capsys: pytest.CaptureFixture[str]) -> None:
+    text = README.read_text()
+    marker = "<!-- tests/integrations/test_accelerate_integration.py runs the next block -->"
+    block = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, str(README), "exec"), {})
+    assert capsys.readouterr().out.strip() == "cpu DistributedType.NO"

@@ -1,0 +1,160 @@
+"""issue 20, item 3: HF Accelerate's ``Accelerator`` on an accelctl plugin
+(``accelctl.integrations.accelerate``), on torch_openreg 0.0.2 through the generic
+``privateuse1`` plugin: one process (the plugin's device, ``bf16`` casting, ``save_state`` /
+``load_state``, ``set_seed``), two processes under ``accelctl launch`` and under ``accelerate
+launch`` (each on its own device, ``occl``, DDP, ``gather`` / ``reduce`` / ``wait_for_everyone``),
+and the CPU plugin against Accelerate's own multi-CPU run. Four runs (``accelerate_run.py``),
+each a fixture that the tests below read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from .conftest import UserMachine, shared_run, succeeded
+
+pytestmark = [pytest.mark.openreg, pytest.mark.slow]
+
+pytest.importorskip("accelerate")
+
+SCRIPT = Path(__file__).with_name("accelerate_run.py")
+
+
+def _run(
+    machine: UserMachine, factory: pytest.TempPathFactory, name: str, *argv: str, **extra: str
+) -> Path:
+    """``argv`` (a launcher's command) with the script, once per session (``shared_run``)."""
+
+    def run(out: Path) -> None:
+        # HF_HOME of its own: no `accelerate config` file of the machine's is read.
+        command = [*argv[:-1], str(SCRIPT), str(out), *argv[-1].split()]
+        succeeded(machine.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
+
+    return shared_run(factory, name, run)
+
+
+#: ``accelerate launch`` for 2 processes on a free port (its default, 29500, may be taken).
+ACCELERATE_LAUNCH = (
+    sys.executable, "-m", "accelerate.commands.launch",
+    "--multi_gpu", "--num_processes", "2", "--main_process_port", "0",
+)  # fmt: skip
+ACCELCTL_LAUNCH = (
+    sys.executable, "-m", "accelctl", "launch", "--accelerator", "openreg", "--devices", "2",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def single(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run(occl_machine, tmp_path_factory, "accelerate-single", sys.executable, "single")
+
+
+@pytest.fixture(scope="module")
+def launched(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``accelctl launch --accelerator openreg --devices 2``; the script says ``"auto"``."""
+    name = "accelerate-accelctl-launch"
+    return _run(occl_machine, tmp_path_factory, name, *ACCELCTL_LAUNCH, "processes auto")
+
+
+@pytest.fixture(scope="module")
+def accelerate_launched(
+    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """``accelerate launch``, which knows nothing of accelctl; the script names ``"openreg"``."""
+    name = "accelerate-launch"
+    return _run(occl_machine, tmp_path_factory, name, *ACCELERATE_LAUNCH, "processes openreg")
+
+
+@pytest.fixture(scope="module")
+def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Accelerate's own multi-CPU run, then accelctl's ``cpu`` plugin, on a machine without the
+    openreg backend loaded (Accelerate's ``wait_for_everyone`` on CPUs fails where another
+    accelerator is torch's current one: docs/accelerate.md)."""
+    no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return _run(
+        occl_machine, tmp_path_factory, "accelerate-cpu", *ACCELERATE_LAUNCH, "cpu", **no_openreg
+    )
+
+
+def report(run: Path, name: str, rank: int = 0) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((run / name / f"rank{rank}.json").read_text())
+    return result
+
+
+def weights(run: Path, name: str, rank: int = 0) -> dict[str, torch.Tensor]:
+    result: dict[str, torch.Tensor] = torch.load(run / name / f"rank{rank}.pt", weights_only=True)
+    return result
+
+
+def assert_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+def test_one_process_trains_on_the_plugins_device(single: Path) -> None:
+    seen = report(single, "single")
+    assert (seen["accelerator"], seen["adapted"]) == ("privateuse1", True)
+    assert (seen["device"], seen["distributed_type"]) == ("openreg:0", "DistributedType.NO")
+    assert seen["trained"], "the optimizer made before prepare() must step the openreg model"
+
+
+def test_bf16_mixed_precision_autocasts_on_the_plugins_device_type(single: Path) -> None:
+    seen = report(single, "single")
+    assert seen["mixed_precision"] == "bf16"
+    assert seen["ran"] == [["openreg:0", "torch.bfloat16", True]]
+
+
+def test_load_state_resumes_exactly_with_the_devices_random_state(single: Path) -> None:
+    seen = report(single, "single")
+    assert seen["resumed_exactly"]
+    assert seen["device_rng_restored"]  # Accelerate saves no openreg generator: the bridge does
+
+
+def test_set_seed_seeds_the_plugins_device(single: Path) -> None:
+    first, second = report(single, "single")["seeded_draws"]
+    assert first == second
+
+
+@pytest.mark.parametrize("run", ["launched", "accelerate_launched"])
+def test_each_process_runs_on_its_own_device_over_the_plugins_backend(
+    run: str, request: pytest.FixtureRequest
+) -> None:
+    out: Path = request.getfixturevalue(run)
+    for rank in (0, 1):
+        seen = report(out, "processes", rank)
+        assert (seen["accelerator"], seen["device"]) == ("privateuse1", f"openreg:{rank}")
+        assert (seen["num_processes"], seen["process_index"]) == (2, rank)
+        assert seen["distributed_type"] == "DistributedType.MULTI_GPU"
+        assert seen["backend"] == seen["group_backend"] == "occl"
+        assert seen["wrapped"] == "DistributedDataParallel"
+        assert seen["ran"] == [[f"openreg:{rank}", "torch.float32", False]]
+        assert (seen["gathered"], seen["sum"], seen["mean"]) == ([0, 1], 3.0, 1.5)
+        assert seen["trained"]
+    halves = [set(report(out, "processes", rank)["seen_epoch0"]) for rank in (0, 1)]
+    assert len(halves[0]) == len(halves[1]) == 32 and halves[0] | halves[1] == set(range(64))
+
+
+def test_both_launchers_train_to_the_weights_of_accelerates_own_cpu_run(
+    launched: Path, accelerate_launched: Path, cpus: Path
+) -> None:
+    reference = weights(cpus, "own")
+    for run in (launched, accelerate_launched):
+        for rank in (0, 1):
+            assert_equal(weights(run, "processes", rank), reference)
+
+
+def test_the_cpu_plugin_equals_accelerates_own_multi_cpu_run(cpus: Path) -> None:
+    for rank in (0, 1):
+        own, plugin = report(cpus, "own", rank), report(cpus, "plugin", rank)
+        assert plugin["accelerator"] == "cpu"
+        for key in ("device", "distributed_type", "num_processes", "backend", "wrapped"):
+            assert plugin[key] == own[key], key
+        assert own["distributed_type"] == "DistributedType.MULTI_CPU" and own["trained"]
+        assert plugin["seen_epoch0"] == own["seen_epoch0"]
+        assert_equal(weights(cpus, "plugin", rank), weights(cpus, "own", rank))
