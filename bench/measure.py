@@ -42,6 +42,8 @@ class Timing:
     argv: list[str]
     seconds: list[float] = field(default_factory=list)
     max_rss_kib: list[int] = field(default_factory=list)
+    #: The modules the last run imported, where :func:`measure` was asked to probe them.
+    modules: set[str] | None = None
 
     @property
     def median_s(self) -> float:
@@ -85,17 +87,21 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_child(command: Command) -> tuple[float, int, str]:
+def run_child(command: Command, modules: list[set[str]] | None = None) -> tuple[float, int, str]:
     """Run ``command`` once through :mod:`bench.spawn`: wall seconds, the command's own peak
-    resident memory (KiB) and its stdout.
+    resident memory (KiB) and its stdout. With ``modules`` (a Python command only), the run goes
+    through :mod:`bench.probe` too and the set of modules it imported is appended to it.
 
     :raises ChildFailed: the exit status is not one of ``command.ok_status``.
     """
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-run-") as tmp:
-        report = Path(tmp) / "report.json"
+        report, probed = Path(tmp) / "report.json", Path(tmp) / "modules.json"
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        argv = command.argv
+        if modules is not None:
+            argv = (argv[0], str(_PROBE), str(probed), *argv[1:])
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            middleman = (sys.executable, "-S", "-I", str(_SPAWN), str(report), *command.argv)
+            middleman = (sys.executable, "-S", "-I", str(_SPAWN), str(report), *argv)
             code = subprocess.call(middleman, stdout=out, stderr=err, env=child_env(command.env))
         stdout = out_path.read_text(errors="replace")
         if code not in command.ok_status or not report.is_file():
@@ -104,11 +110,21 @@ def run_child(command: Command) -> tuple[float, int, str]:
                 f"{command.label!r} ({' '.join(command.argv)}) exited {code}: {stderr[-2000:]}"
             )
         figures = json.loads(report.read_text())
+        if modules is not None:
+            modules.append(set(json.loads(probed.read_text())))
     return float(figures["seconds"]), int(figures["max_rss_kib"]), stdout
 
 
-def measure(commands: Sequence[Command], repeats: int, warmup: bool = True) -> list[Timing]:
-    """Time every command ``repeats`` times, interleaved; one untimed warm-up run each first."""
+def measure(
+    commands: Sequence[Command], repeats: int, warmup: bool = True, probe: bool = False
+) -> list[Timing]:
+    """Time every command ``repeats`` times, interleaved; one untimed warm-up run each first.
+
+    ``probe`` runs the Python commands through :mod:`bench.probe` as they are timed (their
+    :attr:`Timing.modules`): one process for both figures, which a quick run (that only checks
+    the suite works) wants; a full run probes in runs of their own (:func:`imported_modules`),
+    so that the probe's own cost is in no figure.
+    """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     timings = [Timing(c.label, list(c.argv)) for c in commands]
@@ -117,17 +133,27 @@ def measure(commands: Sequence[Command], repeats: int, warmup: bool = True) -> l
             run_child(command)
     for _ in range(repeats):
         for command, timing in zip(commands, timings, strict=True):
-            seconds, rss, _ = run_child(command)
+            modules: list[set[str]] | None = [] if probe and _is_python(command) else None
+            seconds, rss, _ = run_child(command, modules)
             timing.seconds.append(seconds)
             timing.max_rss_kib.append(rss)
+            if modules:
+                timing.modules = modules[-1]
     return timings
 
 
-def imported_modules(command: Command) -> set[str]:
-    """The modules a Python command imports (an untimed run through :mod:`bench.probe`).
+def _is_python(command: Command) -> bool:
+    return command.argv[0] == sys.executable and len(command.argv) > 1
+
+
+def imported_modules(command: Command, timing: Timing | None = None) -> set[str]:
+    """The modules a Python command imports (an untimed run through :mod:`bench.probe`), or
+    those its ``timing`` recorded already (:func:`measure` with ``probe``).
 
     ``command.argv`` must be ``(python, "-c", CODE, ...)`` or ``(python, SCRIPT, ...)``.
     """
+    if timing is not None and timing.modules is not None:
+        return timing.modules
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-probe-") as tmp:
         report = Path(tmp) / "modules.json"
         argv = (command.argv[0], str(_PROBE), str(report), *command.argv[1:])

@@ -74,12 +74,14 @@ def _run(repeats: int, quick: bool, sizes: list[int], tmp: Path) -> dict[str, An
         if size == sizes[-1]:
             # The baseline of the list target, interleaved with the runs it is compared to.
             torch_command = commands.python_code(IMPORT_TORCH, "import torch")
-            *timings, baseline = measure([*cmds, torch_command], repeats, warmup=not quick)
+            *timings, baseline = measure(
+                [*cmds, torch_command], repeats, warmup=not quick, probe=quick
+            )
         else:
-            timings = measure(cmds, repeats, warmup=not quick)
+            timings = measure(cmds, repeats, warmup=not quick, probe=quick)
         plugins = commands.plugin_modules([str(site)])
         for command, timing in zip(cmds, timings, strict=True):
-            modules = imported_modules(command)
+            modules = imported_modules(command, timing)
             loaded = [name for module, name in plugins.items() if module in modules]
             rows.append(
                 {

@@ -44,7 +44,7 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
     peer = None if quick else commands.lightning_peer()
     if peer is not None:
         cmds.append(peer)
-    timings = {t.label: t for t in measure(cmds, repeats, warmup=not quick)}
+    timings = {t.label: t for t in measure(cmds, repeats, warmup=not quick, probe=quick)}
     median = {label: t.median_s for label, t in timings.items()}
     rss = {label: t.median_rss_mib for label, t in timings.items()}
 
@@ -52,7 +52,7 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
     imports: dict[str, dict[str, Any]] = {}
     for command in cmds:
         if command.label.startswith("accelctl"):
-            modules = imported_modules(command)
+            modules = imported_modules(command, timings[command.label])
             imports[command.label] = {
                 "torch": "torch" in modules,
                 "plugins": sorted(name for module, name in plugins.items() if module in modules),
