@@ -21,7 +21,7 @@ import pytest
 import torch
 from cluster import JOB_TIMEOUT_S, SlurmCluster
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 SCRIPT = Path(__file__).parent / "train_script.py"
 PYTHON = sys.executable

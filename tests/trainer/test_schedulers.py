@@ -221,6 +221,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_a_pytorchjob_pod_and_an_mpirun_task_meet_as_one_run(tmp_path: Path) -> None:
     """Two processes, each told where it sits by another scheduler's variables: rank 0 as a
     PyTorchJob pod (torch reads ``MASTER_*`` itself), rank 1 as an ``mpirun`` task (the Trainer
