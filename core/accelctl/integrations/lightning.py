@@ -1,6 +1,3 @@
-# Over 400 lines for a reason: the bridge is one class bound per plugin plus register_all, and
-# every method maps one Lightning call to one hook; the connector adaptation lives apart in
-# _lightning_connector.py.
 """Lightning's ``Trainer`` (and ``Fabric``) on any accelctl accelerator.
 
 Two ways, both backed by the accelctl plugin's hooks::
@@ -26,25 +23,23 @@ Lightning chooses the strategy, the DDP backend and the autocast device by accel
 name; for accelctl's accelerators those choices follow the plugin instead (its device, its
 ``distributed_backend``, its device type), through one version-checked adaptation of Lightning's
 connectors in :mod:`accelctl.integrations._lightning_connector`, installed when this module is
-imported. A device/process mismatch known when the Trainer is made is refused then, with
-accelctl's error. ``docs/lightning.md`` lists each case.
+imported; :func:`register_all`'s work on Lightning's registries is in
+:mod:`accelctl.integrations._lightning_registries`. A device/process mismatch known when the
+Trainer is made is refused then, with accelctl's error. ``docs/lightning.md`` lists each case.
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 try:
-    from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTRY
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
-    from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Lightning
     raise ModuleNotFoundError(
         f"accelctl.integrations.lightning needs Lightning ({exc.name} is missing): "
@@ -63,7 +58,8 @@ from .._errors import (
 from .._plugin import AcceleratorHandle
 from .._registry import Registry, get_accelerator, get_registry
 from .._selection import single_process
-from . import _lightning_connector
+from . import _lightning_connector, _lightning_registries
+from ._lightning_registries import Registration
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -347,7 +343,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         accelerator_registry.register(
             handle.name,
             cls,
-            description=_description(handle),
+            description=_lightning_registries.description(handle),
             override=True,
         )
 
@@ -359,48 +355,6 @@ def _unshare_module_memory(module: torch.nn.Module) -> None:
         for tensor in itertools.chain(module.parameters(), module.buffers()):
             if tensor.untyped_storage().is_shared():
                 tensor.data = tensor.data.clone()
-
-
-def _description(handle: AcceleratorHandle) -> str:
-    try:
-        text = handle.info.description
-    except AccelctlError:
-        text = ""
-    source = f"{handle.distribution} {handle.version}" if handle.distribution else "accelctl"
-    return f"{text or handle.name} (accelctl plugin, {source})"
-
-
-@dataclass
-class Registration:
-    """What :func:`register_all` did, as plain data.
-
-    - ``registered``: names now served by accelctl in Lightning's registries;
-    - ``skipped``: name -> why it was left alone (Lightning has it, or it is disabled);
-    - ``broken``: name -> the plugin's one-line error (also emitted as a
-      :class:`~accelctl.PluginWarning`).
-    """
-
-    registered: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    broken: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
-        return {
-            "registered": list(self.registered),
-            "skipped": dict(self.skipped),
-            "broken": dict(self.broken),
-        }
-
-
-def _owner(registry: _AcceleratorRegistry, name: str) -> object | None:
-    # dict.get: the registry's own get() instantiates the accelerator.
-    entry = dict.get(registry, name)
-    return None if entry is None else entry.get("accelerator")
-
-
-def _is_ours(accelerator: object) -> bool:
-    return isinstance(accelerator, type) and issubclass(accelerator, LightningAccelerator)
 
 
 def register_all(override: bool = False, *, registry: Registry | None = None) -> Registration:
@@ -421,35 +375,12 @@ def register_all(override: bool = False, *, registry: Registry | None = None) ->
     :returns: a :class:`Registration` saying what was registered, skipped and broken.
     """
     source = get_registry() if registry is None else registry
-    result = Registration()
-    targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
-    for name in source.names():
-        blocked = source.claimants(name)[0].reason
-        if blocked:
-            result.skipped[name] = blocked
-            continue
-        try:
-            handle = source.get(name)
-        except AccelctlError as exc:
-            message = " ".join(str(exc).split())
-            result.broken[name] = message
-            warnings.warn(f"not registering with Lightning: {message}", PluginWarning, stacklevel=2)
-            continue
-        taken = [_owner(target, name) for target in targets if name in target]
-        foreign = [owner for owner in taken if not _is_ours(owner)]
-        if foreign and not override:
-            owner = foreign[0]
-            owner_name = getattr(owner, "__qualname__", type(owner).__name__)
-            result.skipped[name] = (
-                f"Lightning already has {name!r} ({owner_name}); register_all(override=True) "
-                f"replaces it, LightningAccelerator({name!r}) uses accelctl's without replacing"
-            )
-            continue
-        bound = LightningAccelerator.bind(handle)
-        for target in targets:
-            bound.register_accelerators(target)
-        result.registered.append(name)
-    return result
+    return _lightning_registries.register(
+        source,
+        LightningAccelerator.bind,
+        lambda owner: isinstance(owner, type) and issubclass(owner, LightningAccelerator),
+        override,
+    )
 
 
 def _is_bridge_accelerator(accelerator: object) -> bool:

@@ -1,0 +1,97 @@
+"""Lightning's accelerator registries (the Trainer's and Fabric's), filled with accelctl's
+plugins by :func:`accelctl.integrations.lightning.register_all`: which names accelctl may take,
+and what it did, as plain data."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTRY
+from lightning.fabric.accelerators.registry import _AcceleratorRegistry
+from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY
+
+from .._errors import AccelctlError, PluginWarning
+from .._plugin import AcceleratorHandle
+from .._registry import Registry
+
+
+def description(handle: AcceleratorHandle) -> str:
+    """The registry entry's description: the plugin's own, and where it comes from."""
+    try:
+        text = handle.info.description
+    except AccelctlError:
+        text = ""
+    source = f"{handle.distribution} {handle.version}" if handle.distribution else "accelctl"
+    return f"{text or handle.name} (accelctl plugin, {source})"
+
+
+@dataclass
+class Registration:
+    """What :func:`~accelctl.integrations.lightning.register_all` did, as plain data.
+
+    - ``registered``: names now served by accelctl in Lightning's registries;
+    - ``skipped``: name -> why it was left alone (Lightning has it, or it is disabled);
+    - ``broken``: name -> the plugin's one-line error (also emitted as a
+      :class:`~accelctl.PluginWarning`).
+    """
+
+    registered: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {
+            "registered": list(self.registered),
+            "skipped": dict(self.skipped),
+            "broken": dict(self.broken),
+        }
+
+
+def _owner(registry: _AcceleratorRegistry, name: str) -> object | None:
+    # dict.get: the registry's own get() instantiates the accelerator.
+    entry = dict.get(registry, name)
+    return None if entry is None else entry.get("accelerator")
+
+
+def register(
+    source: Registry,
+    bind: Callable[[AcceleratorHandle], Any],
+    is_ours: Callable[[object], bool],
+    override: bool,
+) -> Registration:
+    """Register every plugin of ``source`` in both registries as ``bind(handle)`` (a class
+    whose ``register_accelerators`` registers it); names held by a class that ``is_ours``
+    rejects are Lightning's or another package's, left alone unless ``override``."""
+    result = Registration()
+    targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
+    for name in source.names():
+        blocked = source.claimants(name)[0].reason
+        if blocked:
+            result.skipped[name] = blocked
+            continue
+        try:
+            handle = source.get(name)
+        except AccelctlError as exc:
+            message = " ".join(str(exc).split())
+            result.broken[name] = message
+            warnings.warn(f"not registering with Lightning: {message}", PluginWarning, stacklevel=3)
+            continue
+        taken = [_owner(target, name) for target in targets if name in target]
+        foreign = [owner for owner in taken if not is_ours(owner)]
+        if foreign and not override:
+            owner = foreign[0]
+            owner_name = getattr(owner, "__qualname__", type(owner).__name__)
+            result.skipped[name] = (
+                f"Lightning already has {name!r} ({owner_name}); register_all(override=True) "
+                f"replaces it, LightningAccelerator({name!r}) uses accelctl's without replacing"
+            )
+            continue
+        bound = bind(handle)
+        for target in targets:
+            bound.register_accelerators(target)
+        result.registered.append(name)
+    return result
