@@ -59,14 +59,6 @@ HOOK_TIMEOUT_S = "120"
 ROOT = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with tests marked ``slow`` (processes, installs) run first, each file's tests kept
-    together and in order: pytest-xdist hands tests out in this order, so the long ones start
-    while every worker is free and the in-process tests fill the end, instead of one long test
-    starting last and running alone (about 20 s of a full run on 2 cores)."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: the order within a file stays
-
 
 def _project_distributions() -> list[str]:
     """The plugin distributions this repository ships (plugins/*, examples/accelctl-*)."""
