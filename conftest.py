@@ -59,7 +59,6 @@ HOOK_TIMEOUT_S = "120"
 ROOT = Path(__file__).resolve().parent
 
 
-
 def _project_distributions() -> list[str]:
     """The plugin distributions this repository ships (plugins/*, examples/accelctl-*)."""
     import tomllib
