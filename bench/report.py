@@ -150,11 +150,13 @@ def _distributed(section: dict[str, Any]) -> str:
 
 def _faults(section: dict[str, Any]) -> str:
     launches = section["launches_per_case"]
-    timeout = section["hang_timeout_s"]
-    reports = _table(
-        ("fault (2 CPU processes)", "until reported / stopped", "exit status"),
-        [
-            ("rank 1 SIGKILLed", f"{section['killed_rank_s']} s", section["killed_rank_exit_code"]),
+    rows: list[tuple[Any, ...]] = [
+        ("rank 1 SIGKILLed", f"{section['killed_rank_s']} s", section["killed_rank_exit_code"])
+    ]
+    said = [section["killed_rank_report"]]
+    if "hung_rank_s" in section:  # full runs only (a quick run launches the first case alone)
+        timeout = section["hang_timeout_s"]
+        rows += [
             (
                 f"rank 1 hangs (collective timeout {timeout:g} s)",
                 f"{section['hung_rank_s']} s ({section['hung_rank_beyond_timeout_s']:+} s "
@@ -162,8 +164,9 @@ def _faults(section: dict[str, Any]) -> str:
                 1,
             ),
             ("launcher SIGKILLed: both workers gone", f"{section['killed_launcher_s']} s", ""),
-        ],
-    )
+        ]
+        said.append(section["hung_rank_report"])
+    reports = _table(("fault (2 CPU processes)", "until reported / stopped", "exit status"), rows)
     ckpt = section["checkpoints"]
     checkpoints = _table(
         ("model", "checkpoint MiB", "epoch s", "write s", "write / epoch", "read (resume) s"),
@@ -180,7 +183,8 @@ def _faults(section: dict[str, Any]) -> str:
     )
     return (
         f"Medians of {launches} launch(es) per case; the reports:\n\n"
-        f"- `{section['killed_rank_report']}`\n- `{section['hung_rank_report']}`\n\n"
+        + "".join(f"- `{report}`\n" for report in said)
+        + "\n"
         f"{reports}\n\nCheckpoint at every epoch end ({ckpt['steps_per_epoch']} steps an "
         f"epoch, medians):\n\n{checkpoints}"
     )

@@ -190,9 +190,9 @@ def test_faults_section(faults_run: tuple[dict, Path]) -> None:
     # The reports are the launcher's one line naming the rank that failed first.
     assert faults["killed_rank_exit_code"] == 137
     assert faults["killed_rank_report"].startswith("accelctl launch: rank 1 of 2 failed (killed")
-    assert "CollectiveTimeoutError" in faults["hung_rank_report"]
-    assert faults["hung_rank_s"] >= faults["hang_timeout_s"]  # the timeout is honoured
-    assert faults["killed_rank_s"] > 0 and faults["killed_launcher_s"] >= 0
+    assert faults["killed_rank_s"] > 0 and faults["launches_per_case"] == 1
+    # The other two cases run in full runs only (the supervision tests run both).
+    assert "hung_rank_s" not in faults and "killed_launcher_s" not in faults
     checkpoints = faults["checkpoints"]
     assert checkpoints["checkpoint_mib"] > 0 and checkpoints["epoch_s"] > 0
 
