@@ -68,6 +68,42 @@ def accelctl(*args: str, environ: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
+#: Several ``accelctl`` commands in one fresh interpreter (torch and its backend imported once,
+#: not once a command: seconds each), each through click's CliRunner on a fresh registry.
+_EACH = """
+import json, sys
+from click.testing import CliRunner
+import accelctl.testing
+from accelctl.cli import cli
+results = []
+for args in json.loads(sys.argv[1]):
+    accelctl.testing.reset_registry()
+    result = CliRunner().invoke(cli, args)
+    failure = result.exception
+    said = "" if isinstance(failure, (SystemExit, type(None))) else repr(failure)
+    results.append([result.exit_code, result.stdout, result.stderr + said])
+print(json.dumps(results))
+"""
+
+
+def accelctl_each(
+    *commands: tuple[str, ...], environ: dict[str, str]
+) -> list[subprocess.CompletedProcess[str]]:
+    """``accelctl`` with each of ``commands``, in order, in one fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EACH, json.dumps([list(args) for args in commands])],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    return [
+        subprocess.CompletedProcess(list(args), code, out, err)
+        for args, (code, out, err) in zip(commands, json.loads(done.stdout), strict=True)
+    ]
+
+
 def python(code: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -79,7 +115,9 @@ def python(code: str, environ: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def test_list_shows_openreg_available_with_two_devices() -> None:
-    result = accelctl("list", "--json", environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1"))
+    result, table = accelctl_each(
+        ("list", "--json"), ("list",), environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")
+    )
     assert result.returncode == 0, result.stderr
     row = next(r for r in json.loads(result.stdout) if r["name"] == "privateuse1")
     assert (row["available"], row["device_count"], row["state"]) == (True, 2, "available")
@@ -87,13 +125,16 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
     assert row["description"] == "PrivateUse1 backend 'openreg' (torch_openreg 0.0.2)"
     # The backend torch maps the device type to (Backend.default_device_backend_map).
     assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, "occl")
-    table = accelctl("list", environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")).stdout
-    line = next(line for line in table.splitlines() if line.startswith("privateuse1"))
+    line = next(line for line in table.stdout.splitlines() if line.startswith("privateuse1"))
     assert line.split()[:3] == ["privateuse1", "yes", "2"] and "'openreg'" in line
 
 
 def test_validate_passes_with_the_device_checks_run() -> None:
-    result = accelctl("validate", "privateuse1", "openreg", "--json", environ=with_backend())
+    result, everything = accelctl_each(
+        ("validate", "privateuse1", "openreg", "--json"),
+        ("validate", "--json"),
+        environ=with_backend(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     reports = json.loads(result.stdout)
     assert [report["name"] for report in reports] == ["privateuse1", "privateuse1"]
@@ -101,25 +142,25 @@ def test_validate_passes_with_the_device_checks_run() -> None:
     for check in ("devices_auto", "devices_minus_one", "devices_one", "device_stats"):
         assert checks[check]["status"] == "pass", checks[check]
     assert checks["devices_auto"]["detail"] == "'auto' -> [0, 1] -> [openreg:0, openreg:1]"
-    everything = accelctl("validate", "--json", environ=with_backend())
     assert everything.returncode == 0, everything.stdout  # and every other installed plugin
 
 
 def test_resolve_by_the_backend_name_and_auto_prefers_it_over_the_cpu() -> None:
     environ = with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")
-    named = accelctl(
-        "resolve", "--accelerator", "OpenReg", "--devices", "1,", "--json", environ=environ
+    named, auto_run, two = accelctl_each(
+        ("resolve", "--accelerator", "OpenReg", "--devices", "1,", "--json"),
+        ("resolve", "--json"),
+        ("resolve", "--accelerator", "openreg", "--devices", "2", "--json"),
+        environ=environ,
     )
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["devices"] == ["openreg:1"]
-    auto = json.loads(accelctl("resolve", "--json", environ=environ).stdout)
+    auto = json.loads(auto_run.stdout)
     # A distributed backend: "auto" is every visible device, one process each over occl.
     assert (auto["accelerator"], auto["devices"]) == ("privateuse1", ["openreg:0", "openreg:1"])
     assert auto["distributed_backend"] == "occl"
-    two = accelctl(
-        "resolve", "--accelerator", "openreg", "--devices", "2", "--json", environ=environ
-    )
     assert json.loads(two.stdout)["distributed_backend"] == "occl", two.stderr
+    # The error as a user sees it, from the console entry point in a process of its own.
     too_many = accelctl("resolve", "--accelerator", "openreg", "--devices", "3", environ=environ)
     assert too_many.returncode == 1
     assert "openreg: devices='3' asks for 3 devices, more than are visible" in too_many.stderr
@@ -222,16 +263,21 @@ def test_a_dedicated_plugin_wins_by_name_and_under_auto(fake_site: FakeSite) -> 
     source = good_plugin_named("openreg", priority=10)
     fake_site.install("accelctl-openreg", {"openreg": "openreg_plugin"}, {"openreg_plugin": source})
     environ = with_backend([str(fake_site.root)], ACCELCTL_PLUGINS="cpu,privateuse1,openreg")
-    rows = {r["name"]: r for r in json.loads(accelctl("list", "--json", environ=environ).stdout)}
+    listed, by_name, by_auto, validated = accelctl_each(
+        ("list", "--json"),
+        ("resolve", "--accelerator", "openreg", "--json"),
+        ("resolve", "--json"),
+        ("validate", "privateuse1", "--json"),
+        environ=environ,
+    )
+    rows = {r["name"]: r for r in json.loads(listed.stdout)}
     assert rows["privateuse1"]["available"] is False
     assert rows["privateuse1"]["reason"] == (
         "the dedicated plugin accelctl-openreg provides 'openreg'"
     )
     assert rows["privateuse1"]["aliases"] == []  # the name is the dedicated plugin's
-    for args in (("--accelerator", "openreg"), ()):
-        result = accelctl("resolve", *args, "--json", environ=environ)
+    for result in (by_name, by_auto):
         assert json.loads(result.stdout)["accelerator"] == "openreg", result.stderr
-    validated = accelctl("validate", "privateuse1", "--json", environ=environ)
     assert validated.returncode == 0, validated.stdout
 
 
