@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ._versions import TestedRange
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     import accelctl
 
 #: Accelerate versions the adaptation is tested with: ``lower <= version < upper``.
-TESTED: tuple[tuple[int, int], tuple[int, int]] = ((1, 15), (1, 16))
+TESTED = TestedRange((1, 15), (1, 16))
 
 #: Device types whose random state Accelerate 1.15's ``save_state`` saves itself
 #: (``accelerate/checkpointing.py``); the bridge saves the others' (``DeviceRandomState``).
@@ -74,18 +75,10 @@ def accelerate_version() -> str:
     return str(accelerate.__version__)
 
 
-def is_tested(version: str) -> bool:
-    """True when ``version`` is in :data:`TESTED` (pre-releases of a tested minor included)."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None:
-        return False
-    return TESTED[0] <= (int(match.group(1)), int(match.group(2))) < TESTED[1]
-
-
-def tested_range() -> str:
-    """:data:`TESTED` for messages: ``">=1.15,<1.16"``."""
-    (low_major, low_minor), (high_major, high_minor) = TESTED
-    return f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+#: True when a version string is in :data:`TESTED` (pre-releases of a tested minor included).
+is_tested = TESTED.covers
+#: :data:`TESTED` for messages: ``">=1.15,<1.16"``.
+tested_range = TESTED.text
 
 
 def is_active() -> bool:

@@ -38,7 +38,6 @@ to the Lightning versions it is tested with (:data:`TESTED`); on any other versi
 
 from __future__ import annotations
 
-import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -49,9 +48,10 @@ import torch
 
 from .._errors import PrecisionError, ProcessSetupError
 from ._parameters import keeping_parameters
+from ._versions import TestedRange
 
 #: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
-TESTED: tuple[tuple[int, int], tuple[int, int]] = ((2, 6), (2, 7))
+TESTED = TestedRange((2, 6), (2, 7))
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
@@ -70,19 +70,10 @@ def lightning_version() -> str:
     return str(lightning.__version__)
 
 
-def is_tested(version: str) -> bool:
-    """True when ``version`` is in :data:`TESTED` (pre-releases of a tested minor included)."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None:
-        return False
-    found = (int(match.group(1)), int(match.group(2)))
-    return TESTED[0] <= found < TESTED[1]
-
-
-def tested_range() -> str:
-    """:data:`TESTED` for messages: ``">=2.6,<2.7"``."""
-    (low_major, low_minor), (high_major, high_minor) = TESTED
-    return f">={low_major}.{low_minor},<{high_major}.{high_minor}"
+#: True when a version string is in :data:`TESTED` (pre-releases of a tested minor included).
+is_tested = TESTED.covers
+#: :data:`TESTED` for messages: ``">=2.6,<2.7"``.
+tested_range = TESTED.text
 
 
 def is_active() -> bool:
