@@ -1,10 +1,14 @@
 """Asking many plugins at once: a bounded set of daemon threads and one deadline per plugin.
 
 Where accelctl asks every plugin (``list``, ``env``, ``stats``, ``"auto"``, an alias,
-``validate``), :func:`run_each` runs each one's work in a daemon thread and waits for it at most
+``validate``), :func:`run_each` runs each one's work in daemon threads and waits for it at most
 ``ACCELCTL_HOOK_TIMEOUT`` seconds; a late plugin gets its :meth:`late` error and is left running
-(Python cannot stop a thread), not asked again until it returns. Daemon threads never delay the
-interpreter's exit, unlike ``concurrent.futures``. Nothing here runs per hook call.
+(Python cannot stop a thread), not asked again until it returns. The plugins are asked one after
+another in one thread while each answers quickly, and by one more thread (up to
+:data:`MAX_WORKERS`) whenever every thread has been busy with one plugin for
+:data:`GROW_AFTER_S`: plain Python shares one interpreter lock, so threads help only plugins that
+wait. Daemon threads never delay the interpreter's exit, unlike ``concurrent.futures``. Nothing
+here runs per hook call.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from typing import Generic, Protocol, TypeVar
 from . import _settings
 from ._errors import AccelctlError
 
-#: Threads one :func:`run_each` starts at most: more only adds GIL contention.
+#: Threads one :func:`run_each` runs at once at most: more only adds GIL contention.
 MAX_WORKERS = 8
+#: How long every running thread must have been busy with one plugin before another starts.
+GROW_AFTER_S = 0.02
 #: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
 POLL_S = 0.2
 
@@ -41,10 +47,11 @@ T = TypeVar("T")
 
 
 class _Task(Generic[A, T]):
-    __slots__ = ("abandoned", "error", "item", "started", "thread", "value", "work")
+    __slots__ = ("abandoned", "began", "error", "item", "started", "thread", "value", "work")
 
     def __init__(self, item: A, work: Callable[[A], T]) -> None:
         self.item, self.work = item, work
+        self.began = 0.0  # when a worker took it
         self.started: float | None = None  # on the clock since then; None: off it
         self.thread: threading.Thread | None = None
         self.value: T | None = None
@@ -94,16 +101,18 @@ def _run(
     running: set[_Task[A, T]] = set()
     done = threading.Condition()
     left = [len(waiting)]
+    threads = [0]  # workers started and not given up
 
     def worker() -> None:
         while True:
             with done:
                 if not waiting:
+                    threads[0] -= 1
                     return
                 task = waiting.popleft()
                 running.add(task)
                 task.thread = threading.current_thread()
-                task.started = time.monotonic()
+                task.began = task.started = time.monotonic()
             _local.task = task
             try:
                 value, error = task.work(task.item), None
@@ -115,35 +124,45 @@ def _run(
                 task.value, task.error = value, error
                 running.discard(task)
                 left[0] -= 1
-                done.notify_all()
+                if not left[0]:
+                    done.notify_all()
 
     def start() -> None:
+        threads[0] += 1
         threading.Thread(target=worker, name="accelctl-plugin", daemon=True).start()
 
     with done:
-        for _ in range(min(len(waiting), workers)):
+        if waiting:
             start()
         while left[0]:
-            wait = timeout
-            if timeout is not None:
-                now = time.monotonic()
-                for task in list(running):
-                    started = task.started
-                    if started is None:
-                        continue
-                    remaining = started + timeout - now
-                    if remaining > 0:
-                        wait = min(wait, remaining) if wait is not None else remaining
-                        continue
-                    _give_up(task, timeout)
-                    running.discard(task)
-                    left[0] -= 1
-                    if waiting:
-                        start()  # in place of the stuck one
+            now = time.monotonic()
+            wait = POLL_S
+            for task in list(running):
+                started = task.started
+                if timeout is None or started is None:
+                    continue
+                remaining = started + timeout - now
+                if remaining > 0:
+                    wait = min(wait, remaining)
+                    continue
+                _give_up(task, timeout)
+                running.discard(task)
+                threads[0] -= 1
+                left[0] -= 1
+            if waiting and threads[0] < workers:
+                # One thread while each plugin answers quickly (plain Python, where more threads
+                # only contend for the GIL); one more whenever every thread has been busy with
+                # one plugin for GROW_AFTER_S (it waits on I/O, a device, a lock or a hang).
+                quick = [task.began + GROW_AFTER_S - now for task in running]
+                if threads[0] == 0 or (quick and max(quick) <= 0):
+                    start()
+                    continue
+                if quick:
+                    wait = min(wait, max(max(quick), 0.001))
             if left[0]:
                 # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
                 # handled by Python in the main thread only once that thread runs again.
-                done.wait(POLL_S if wait is None else min(wait, POLL_S))
+                done.wait(wait)
     results: list[T | AccelctlError] = []
     for task in tasks:
         if task.error is None:

@@ -218,3 +218,48 @@ def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -
     for _ in range(2):  # never cached as broken: each call is the plugin's own answer
         with pytest.raises(PluginHookError, match="driver gone"):
             handle.detect()
+
+
+THREAD_PLUGIN = """
+    import threading
+    import accelctl
+
+    ASKED_IN = []
+
+    @accelctl.hookimpl
+    def detect():
+        ASKED_IN.append(threading.get_ident())
+        return False
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return 0
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible=0, accelerator="{name}")
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        return []
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {{}}
+"""
+
+
+def test_plugins_that_answer_at_once_are_asked_one_after_another_in_one_thread(
+    fake_site: FakeSite,
+) -> None:
+    # Plain Python shares one interpreter lock: a thread per quick plugin only adds contention
+    # (the 1000-plugin `list` took twice as long with 8 threads). Slow ones get company: the
+    # barrier tests above pass only when the pool grows.
+    names = [f"quick{index}" for index in range(6)]
+    for name in names:
+        fake_site.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": THREAD_PLUGIN})
+    rows = Registry(path=fake_site.path).listing()
+    assert [row.state for row in rows] == ["unavailable"] * len(names)
+    asked_in = {ident for name in names for ident in sys.modules[f"fo_{name}"].ASKED_IN}
+    assert len(asked_in) == 1
+    assert asked_in != {threading.get_ident()}  # still off the caller's thread, under a deadline
