@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from types import FunctionType, ModuleType
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -22,6 +22,8 @@ from ._isolation import contain, failure_text, original
 from ._project import PROJECT_NAME
 from ._text import FIELD_LIMIT, clean
 
+#: The attribute in which ``@accelctl.hookimpl`` leaves its options on a function (pluggy's).
+_MARKER = f"{PROJECT_NAME}_impl"
 #: The hooks that take an argument.
 _ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", "setup_device"})
 
@@ -35,6 +37,16 @@ class _Specs(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        if isinstance(plugin, ModuleType):
+            # A module's hooks are its marked functions, read from its namespace as pluggy's
+            # static look-up would (which, over every attribute, was most of a plugin's load);
+            # its other attributes (imports, constants, classes) can be no hook.
+            value = vars(plugin).get(name)
+            if isinstance(value, FunctionType):
+                opts = getattr(value, _MARKER, None)
+                return opts if isinstance(opts, dict) else None
+            if not inspect.isroutine(value):
+                return None
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is None and isinstance(plugin, Accelerator) and name in hookspecs.ALL_HOOKS:
             return {}
@@ -46,8 +58,7 @@ def _manager() -> _Specs:
     return _Specs()
 
 
-@dataclass(frozen=True)
-class HookDiagnosis:
+class HookDiagnosis(NamedTuple):
     """Which hooks a plugin implements, which it lacks, which accelctl does not know."""
 
     implemented: tuple[str, ...]
