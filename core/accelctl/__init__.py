@@ -18,11 +18,9 @@ names start with ``_`` are private.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._accelerator import Accelerator
-from ._device_string import split_device
-from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
 from ._errors import (
     AccelctlError,
     AcceleratorUnavailableError,
@@ -42,14 +40,27 @@ from ._info import AcceleratorInfo
 from ._markers import hookimpl, hookspec
 from ._plugin import AcceleratorHandle
 from ._registry import get_accelerator, list_accelerators
-from ._selection import Selection, resolve
 from ._status import AcceleratorStatus
 
-#: Public names whose modules import torch: loaded on first access, never by `import accelctl`.
+if TYPE_CHECKING:
+    from ._device_string import split_device
+    from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
+    from ._selection import Selection, resolve
+    from ._trainer import Trainer
+    from .launcher import LaunchFailedError, launch
+
+#: Public names loaded on first access, never by `import accelctl`: those whose modules import
+#: torch, and those `accelctl list` does not use (its start-up imports only what it runs).
 _LAZY = {
     "Trainer": "accelctl._trainer",
     "launch": "accelctl.launcher",
     "LaunchFailedError": "accelctl.launcher",
+    "Selection": "accelctl._selection",
+    "resolve": "accelctl._selection",
+    "split_device": "accelctl._device_string",
+    "parse_indexed_devices": "accelctl._devices",
+    "parse_process_count": "accelctl._devices",
+    "parse_single_device": "accelctl._devices",
 }
 
 
@@ -58,7 +69,9 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # the next access is a plain attribute read
+        return value
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._devices import parse_indexed_devices
 from ._info import AcceleratorInfo
 
 if TYPE_CHECKING:
@@ -70,6 +69,8 @@ class Accelerator(abc.ABC):
 
     def parse_devices(self, devices: Any) -> int | list[int]:
         """Default: the core's indexed parser over :meth:`auto_device_count` visible devices."""
+        from ._devices import parse_indexed_devices  # parsing only: not on `list`'s path
+
         return parse_indexed_devices(
             devices, visible=self.auto_device_count(), accelerator=self.accelerator_name
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import DeviceSpecError
+from ._project import MAX_DEVICE_COUNT
 
 INDEXED_FORMS = (
     '"auto" or -1 (all visible devices), k >= 1 or "k" (the first k), '
@@ -19,10 +20,6 @@ INDEXED_FORMS = (
 )
 PROCESS_COUNT_FORMS = '"auto" (1 process), k >= 1 or "k" (k processes)'
 SINGLE_DEVICE_FORMS = '"auto", -1, 1, "1", [0] or "0," (the one device)'
-
-#: The most devices (or processes) a spec may ask for, and the bound of an index: far above any
-#: machine, low enough that ``10**10`` is refused here instead of exhausting memory further on.
-MAX_DEVICE_COUNT = 65536
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _ALL = "all"

@@ -9,3 +9,7 @@ ENTRY_POINT_GROUP = f"{PROJECT_NAME}.accelerators"
 
 #: Selector words that can never be an accelerator's canonical name.
 RESERVED_NAMES = frozenset({"auto", "gpu"})
+
+#: The most devices (or processes) a spec may ask for, and the bound of an index: far above any
+#: machine, low enough that ``10**10`` is refused at once instead of exhausting memory further on.
+MAX_DEVICE_COUNT = 65536

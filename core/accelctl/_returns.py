@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._devices import MAX_DEVICE_COUNT
 from ._info import AcceleratorInfo
+from ._project import MAX_DEVICE_COUNT
 from ._text import clean, safe_repr
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._errors import AccelctlError
 
@@ -55,8 +55,7 @@ def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
 
 
-@dataclass(frozen=True)
-class PluginFilter:
+class PluginFilter(NamedTuple):
     """``ACCELCTL_PLUGINS`` (``allow``: None when unset, every plugin) and ``ACCELCTL_DISABLE``."""
 
     allow: frozenset[str] | None = None
@@ -85,8 +84,7 @@ class PluginFilter:
         return None
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset)."""
 
     accelerator: str = ""

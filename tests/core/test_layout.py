@@ -3,9 +3,14 @@ idea (a module past 400 lines holds two; split it where they part, not by line c
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import accelctl
+import accelctl._selection
 
 CORE = Path(accelctl.__file__).resolve().parent
 MODULE_LIMIT = 400
@@ -31,3 +36,28 @@ def test_the_public_surface_is_what_users_and_plugin_authors_use() -> None:
     assert {"Registry", "installed_plugins", "reset_registry"} <= set(dir(accelctl.testing))
     # A hook that failed at run time is not a plugin that failed to load.
     assert not issubclass(accelctl.PluginHookError, accelctl.PluginLoadError)
+
+
+def test_list_imports_only_the_modules_it_runs() -> None:
+    # `accelctl list` is the command people run first and most: selection, the device parsers
+    # and torch are loaded on first use (accelctl.__getattr__), never by its start-up.
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from accelctl.cli.main import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    cli(['list', '--json'], prog_name='accelctl')\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    in_repo = "cpu,cuda,mps,xpu,privateuse1,hpu"  # whatever else this machine has installed
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELCTL_PLUGINS": in_repo}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )  # the timeout only guards against a hang
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert "accelctl._registry" in loaded and "accelctl_cpu" in loaded  # it did list
+    unused = {"accelctl._selection", "accelctl._devices", "accelctl._device_string", "torch"}
+    assert loaded & unused == set()
+    # ...and each is there the moment it is asked for.
+    assert accelctl.resolve is accelctl._selection.resolve
+    assert accelctl.split_device("cuda:1") == ("cuda", 1)
