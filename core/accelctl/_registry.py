@@ -46,8 +46,7 @@ class Registry:
         self._environ = environ
         self._by_name: dict[str, list[AcceleratorHandle]] | None = None
         self.plugin_filter = _settings.PluginFilter()
-        #: The ``torch.backends`` entry points found by the same scan.
-        self.torch_backends: list[Found] = []
+        self._torch_backends: list[Found] = []
 
     def _scan(self) -> dict[str, list[AcceleratorHandle]]:
         if self._by_name is None:
@@ -55,7 +54,7 @@ class Registry:
             by_name: dict[str, list[AcceleratorHandle]] = {}
             for found in scan(self._path):
                 if found.group == TORCH_BACKENDS_GROUP:
-                    self.torch_backends.append(found)
+                    self._torch_backends.append(found)
                 elif found.group == ENTRY_POINT_GROUP:
                     name = found.name.lower()
                     by_name.setdefault(name, []).append(AcceleratorHandle(name, found))
@@ -71,6 +70,11 @@ class Registry:
                         handle._fail("conflict", error)
             self._by_name = dict(sorted(by_name.items()))
         return self._by_name
+
+    def torch_backends(self) -> list[Found]:
+        """The ``torch.backends`` entry points (what ``import torch`` loads) the same scan found."""
+        self._scan()
+        return list(self._torch_backends)
 
     def plugins(self) -> list[AcceleratorHandle]:
         """Every installed entry point's handle, by name then distribution; nothing loaded."""

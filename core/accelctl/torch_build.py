@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 _FIELDS = ("__version__", "cuda", "hip", "xpu")
 
@@ -169,6 +169,30 @@ def cudnn_version(build: TorchBuild) -> str | None:
 
 #: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
 AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+class BackendEntryPoint(NamedTuple):
+    """A ``torch.backends`` entry point: an out-of-tree backend that ``import torch`` loads."""
+
+    name: str
+    #: ``"module:attribute"``.
+    value: str
+    #: The distribution that declares it and its version (None where its metadata is unreadable).
+    distribution: str | None
+    version: str | None
+
+
+def backend_entry_points() -> list[BackendEntryPoint]:
+    """Every installed ``torch.backends`` entry point, from accelctl's one scan of the installed
+    distributions (the process-wide registry's, which finds the plugins too): a plugin that asks
+    costs no second pass over them."""
+    from ._registry import get_registry
+
+    entries = []
+    for found in get_registry().torch_backends():
+        distribution, version, _ = found.identity()
+        entries.append(BackendEntryPoint(found.name, found.value, distribution, version))
+    return entries
 
 
 def import_torch() -> ModuleType:

@@ -7,6 +7,7 @@ The real backend (torch_openreg) is exercised in ``test_torch_backend_openreg.py
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import textwrap
 import pytest
 
 import accelctl
+import accelctl.torch_build
 import accelctl_torch_backend
 from accelctl_torch_backend import packages
 from accelctl_torch_backend.probe import probe
@@ -119,6 +121,27 @@ def test_metadata_scan_reads_both_groups_once_per_path(fake_site: FakeSite) -> N
     assert installed.backends[0].module == "torch_fakedev"
     assert installed.plugin_distributions("FakeDev") == ["accelctl-fakedev"]
     assert packages.scan(fake_site.path) is installed  # cached: torch reads its group once too
+
+
+def test_on_the_default_path_the_backends_come_from_accelctls_one_scan(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The registry's scan (the one `list` makes to find the plugins) found the backend package;
+    # the plugin asks it rather than reading every installed distribution a second time.
+    install_backend_package(fake_site)
+    accelctl.list_accelerators(detect=False)  # the scan `list` makes first
+    scans = []
+    real = importlib.metadata.distributions
+    monkeypatch.setattr(
+        importlib.metadata, "distributions", lambda **kw: scans.append(kw) or real(**kw)
+    )
+    installed = packages.scan()
+    assert [p.describe() for p in installed.backends] == ["torch_fakedev 2.0"]
+    assert installed.backends[0].module == "torch_fakedev"
+    assert [
+        (e.name, e.value, e.distribution) for e in accelctl.torch_build.backend_entry_points()
+    ] == [("torch_fakedev", "torch_fakedev:_autoload", "torch_fakedev")]
+    assert scans == []
 
 
 def test_priority_sits_between_the_cpu_and_the_gpu_plugins() -> None:

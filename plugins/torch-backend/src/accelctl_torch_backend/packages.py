@@ -14,14 +14,13 @@ import functools
 import importlib.metadata as metadata
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 TORCH_BACKENDS_GROUP = "torch.backends"
 ACCELCTL_GROUP = "accelctl.accelerators"
 
 
-@dataclass(frozen=True)
-class BackendPackage:
+class BackendPackage(NamedTuple):
     """A distribution that declares an entry point in ``torch.backends``."""
 
     distribution: str
@@ -35,8 +34,7 @@ class BackendPackage:
         return f"{self.distribution} {self.version}"
 
 
-@dataclass(frozen=True)
-class Installed:
+class Installed(NamedTuple):
     """The torch backend packages on a search path, and a lookup of accelctl plugins there."""
 
     backends: tuple[BackendPackage, ...] = ()
@@ -87,9 +85,26 @@ def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Di
 
 
 def scan(path: Sequence[str] | None = None) -> Installed:
-    """The torch backend packages on ``path`` (default: ``sys.path``), read once per process and
-    path: torch, too, reads its group once, at import."""
-    return _scan(None if path is None else tuple(path))
+    """The torch backend packages on ``path`` (default: what accelctl found installed, from its
+    own scan: :func:`accelctl.torch_build.backend_entry_points`), read once per process and path:
+    torch, too, reads its group once, at import."""
+    if path is None:
+        from accelctl.torch_build import backend_entry_points
+
+        found = backend_entry_points()
+        return Installed(
+            backends=tuple(
+                dict.fromkeys(
+                    BackendPackage(
+                        entry.distribution or "?",
+                        entry.version or "?",
+                        entry.value.partition(":")[0].partition(".")[0].strip(),
+                    )
+                    for entry in found
+                )
+            )
+        )
+    return _scan(tuple(path))
 
 
 @functools.lru_cache(maxsize=8)

@@ -22,9 +22,8 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from accelctl.torch_build import import_torch, loaded_torch
 
@@ -37,8 +36,7 @@ _ALIAS_RE = re.compile(r"^[a-z0-9_-]+$")
 _RESERVED = frozenset({"auto", "gpu", "privateuse1"})
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(NamedTuple):
     """What the plugin found: the backend's name and devices, or why there is none to offer."""
 
     #: torch's device type of the backend (``"openreg"``); None when no backend is loaded.
