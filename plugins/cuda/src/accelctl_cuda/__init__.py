@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 import accelctl
 from accelctl.torch_build import loaded_torch
 
+# What ``accelctl list`` runs needs only these light modules; ``visible`` (the variables' parsing
+# and the GPU records) is imported in the hooks that run once a GPU was found.
 from . import amd, nvml
 from .probe import Probe, current
-from .visible import CUDA_VAR, HIP_VAR, ROCR_VAR, VisibleGpu
+from .variables import CUDA_VAR, HIP_VAR, ROCR_VAR
 
 if TYPE_CHECKING:
     import torch
@@ -83,6 +85,8 @@ def _allocator_figures(index: int) -> dict[str, int | float]:
 
 
 def _nvidia_figures(found: Probe, index: int, in_use: bool) -> dict[str, int | float]:
+    from .visible import VisibleGpu
+
     pynvml = nvml.load()
     handle = None
     if in_use:
@@ -160,8 +164,9 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     """
     from accelctl.torch_build import read_torch_build
 
-    build = read_torch_build() if not amd.kfd_present() else None
-    amd_here = amd.kfd_present() or (build is not None and build.kind == "hip")
+    kfd = amd.kfd_present()
+    build = read_torch_build() if not kfd else None
+    amd_here = kfd or (build is not None and build.kind == "hip")
     return accelctl.AcceleratorInfo(
         description="NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)",
         family="gpu",

@@ -8,15 +8,14 @@ hold its memory, busy percentage, temperature and power.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: Root of the file system (tests point it at a fake tree).
 ROOT = Path("/")
 
 
-@dataclass(frozen=True)
-class AmdGpu:
+class AmdGpu(NamedTuple):
     """One AMD GPU of the KFD topology."""
 
     node: int

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .visible import PhysicalGpu, VisibleGpu
+# Every ``accelctl list`` imports this module for :func:`driver_files_present`; the GPU records
+# of ``visible`` (frozen dataclasses, dear to create), which only a machine with a driver uses,
+# are imported inside the functions that make them.
+if TYPE_CHECKING:
+    from .visible import PhysicalGpu, VisibleGpu
 
 #: Root of the file system where driver files are looked for (tests point it at a fake tree).
 ROOT = Path("/")
@@ -73,6 +76,8 @@ def _text(value: Any) -> str:
 
 def physical_gpus(pynvml: ModuleType) -> list[PhysicalGpu]:
     """Every NVIDIA GPU, in NVML's (PCI bus) order, with its UUID and MIG instance UUIDs."""
+    from .visible import PhysicalGpu
+
     gpus = []
     for index in range(int(pynvml.nvmlDeviceGetCount())):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -102,8 +107,7 @@ def _mig_uuids(pynvml: ModuleType, handle: Any) -> list[str]:
     return uuids
 
 
-@dataclass(frozen=True)
-class DriverVersions:
+class DriverVersions(NamedTuple):
     """The NVIDIA driver's version and the newest CUDA version it supports."""
 
     driver: str | None

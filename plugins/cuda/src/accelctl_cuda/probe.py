@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 from accelctl.torch_build import TorchBuild, read_torch_build
 
+# Step 2 needs only the light ``nvml`` and ``amd``; ``visible`` (step 4, with its regex and GPU
+# records) is imported inside the steps after it, so a machine without a GPU never loads it.
 from . import amd, nvml
-from .visible import CUDA_VAR, HIP_VAR, ROCR_VAR, describe_setting, visible_amd, visible_nvidia
+from .variables import CUDA_VAR, HIP_VAR, ROCR_VAR
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ def _cpu_only(build: TorchBuild, vendor: str) -> str | None:
 
 
 def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
+    from .visible import describe_setting, visible_nvidia
+
     try:
         pynvml = nvml.load()
     except nvml.NvmlUnavailable as exc:
@@ -146,6 +150,8 @@ def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
 
 
 def _probe_amd(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
+    from .visible import describe_setting, visible_amd
+
     found = amd.gpus()
     base = Probe(vendor="amd", torch=build)
     if not found:

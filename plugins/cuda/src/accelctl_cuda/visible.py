@@ -22,9 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-CUDA_VAR = "CUDA_VISIBLE_DEVICES"
-HIP_VAR = "HIP_VISIBLE_DEVICES"
-ROCR_VAR = "ROCR_VISIBLE_DEVICES"
+# The names live in ``variables``: every probe needs them, this module only a machine with a driver.
+from .variables import CUDA_VAR, HIP_VAR, ROCR_VAR
 
 _LEADING_INT = re.compile(r"^\+?(\d+)")
 

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import accelctl
 
-from . import runtime
+# What ``accelctl list`` runs needs only the probe: ``runtime`` (torch.xpu, asked with care) is
+# imported by the hooks that use it, and by ``accelerator_info`` only past the cheap probe.
 from .probe import cheap_probe, current
-from .visible import AFFINITY_VAR, SELECTOR_VAR
+from .variables import AFFINITY_VAR, SELECTOR_VAR
 
 if TYPE_CHECKING:
     import torch
@@ -71,6 +72,8 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
     """
     import torch
 
+    from . import runtime
+
     device = torch.device(device) if isinstance(device, str) else device
     if device.type != NAME:
         raise ValueError(f"{NAME}: device_stats takes an xpu device, not {str(device)!r}")
@@ -91,6 +94,8 @@ def setup_device(device: torch.device) -> None:
 @accelctl.hookimpl
 def teardown() -> None:
     """Empty torch's XPU caching allocator (only where XPU is in use: never start it here)."""
+    from . import runtime
+
     if runtime.in_use():
         sys.modules["torch"].xpu.empty_cache()
 
@@ -103,7 +108,11 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
     present; elsewhere the accelerator is unavailable, the backend is None, and torch is not
     imported (``accelctl list`` stays fast).
     """
-    backend = runtime.distributed_backend() if cheap_probe().reason is None else None
+    backend = None
+    if cheap_probe().reason is None:
+        from . import runtime
+
+        backend = runtime.distributed_backend()
     return accelctl.AcceleratorInfo(
         description="Intel GPUs through torch's XPU build (torch's xpu device)",
         family="gpu",

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: Root of the file system where driver files are looked for (tests point it at a fake tree).
 ROOT = Path("/")
@@ -51,8 +51,7 @@ def find_library(name: str) -> str | None:
 _CARD = re.compile(r"^card(\d+)$")
 
 
-@dataclass(frozen=True)
-class IntelGpu:
+class IntelGpu(NamedTuple):
     """One Intel GPU the kernel drives: ``/sys/class/drm/card<card>``."""
 
     card: int

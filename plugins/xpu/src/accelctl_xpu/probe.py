@@ -22,8 +22,10 @@ from dataclasses import dataclass, replace
 
 from accelctl.torch_build import TorchBuild, read_torch_build
 
-from . import driver, runtime
-from .visible import AFFINITY_VAR, SELECTOR_VAR, describe_setting, device_selector, visible_devices
+# Steps 1-4 need only the light ``driver``; ``runtime`` and ``visible`` (step 5, with its regex) are
+# imported inside the functions that count, so a machine without an Intel GPU never loads them.
+from . import driver
+from .variables import AFFINITY_VAR, SELECTOR_VAR
 
 INSTALL_HINT = (
     "install torch's XPU build (pip install torch --index-url https://download.pytorch.org/whl/xpu)"
@@ -111,6 +113,9 @@ def count_devices(gpus: int, environ: Mapping[str, str]) -> tuple[int, str]:
       over it where an integrated GPU sits beside a discrete one (torch shows the discrete only).
       This is chosen over asking the SYCL runtime, which would break a later ``fork``.
     """
+    from . import runtime
+    from .visible import device_selector, visible_devices
+
     if runtime.in_use() or sys.platform.startswith("win"):
         # In use: nothing new is started. Windows: no /sys to count from, and no fork to break
         # (child processes are spawned there).
@@ -151,6 +156,8 @@ def probe(environ: Mapping[str, str] | None = None) -> Probe:
     found = replace(found, visible=visible, counted_by=counted_by)
     if visible > 0:
         return found
+    from .visible import describe_setting
+
     setting = describe_setting(environ, [AFFINITY_VAR, SELECTOR_VAR])
     if setting:
         return replace(found, reason=f"{setting} hides every Intel GPU")

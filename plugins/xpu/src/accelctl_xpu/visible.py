@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-AFFINITY_VAR = "ZE_AFFINITY_MASK"
-SELECTOR_VAR = "ONEAPI_DEVICE_SELECTOR"
+# The names live in ``variables``: every probe needs them, this module only a machine with an
+# Intel GPU and an XPU build of torch.
+from .variables import AFFINITY_VAR, SELECTOR_VAR
 
 _INDEX = re.compile(r"^(\d+)(?:\.(?:\d+|\*))*$")
 _LEVEL_ZERO_BACKENDS = ("level_zero", "*")
