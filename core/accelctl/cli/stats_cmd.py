@@ -10,7 +10,6 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 import click
@@ -20,7 +19,6 @@ from .._errors import AccelctlError
 from .._fanout import run_each, run_one
 from .._plugin import AcceleratorHandle
 from .._registry import list_accelerators
-from .._selection import select_accelerator
 from .._text import one_line, printable_line
 from ._output import echo_line, emit_json, format_table, json_text
 
@@ -56,6 +54,8 @@ def _targets(name: str | None) -> list[AcceleratorHandle]:
     """The accelerators to read: NAME (which must be available) or every available one (broken
     ones are skipped with a warning on stderr)."""
     if name is not None:
+        from .._selection import select_accelerator  # a name only: not the default's path
+
         return [run_one(lambda: select_accelerator(name))]
     handles = []
     for status in list_accelerators():
@@ -220,7 +220,7 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
             else:
                 if sys.stdout.isatty():
                     click.clear()
-                stamp = datetime.now().strftime("%H:%M:%S")
+                stamp = time.strftime("%H:%M:%S")
                 click.echo(f"{stamp}  every {watch:g}s, Ctrl-C to stop")
                 click.echo(render_table(readings) + "\n")
             time.sleep(watch)
