@@ -78,7 +78,7 @@ def dist_key(dist: metadata.Distribution) -> str:
     """The distribution's normalised name: from its folder's name where it has one (as
     :func:`importlib.metadata.entry_points` does), else from its metadata."""
     folder = getattr(dist, "_path", None)
-    if folder is not None:
+    if isinstance(folder, os.PathLike):  # a folder (a zip's is a zipfile.Path: importlib's way)
         # importlib's own rule (`_normalized_name`), without its layers of wrappers: over
         # hundreds of distributions they cost more than reading the files.
         stem, suffix = os.path.splitext(os.path.basename(folder))
@@ -125,7 +125,7 @@ def _entry_points_text(dist: metadata.Distribution) -> str:
     """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
     it (the same errors mean "none"), at a third of its cost where the distribution is a folder."""
     folder = getattr(dist, "_path", None)
-    if folder is None:
+    if not isinstance(folder, os.PathLike):  # in a zip, or a custom finder's: importlib's way
         return dist.read_text("entry_points.txt") or ""
     try:
         with open(os.path.join(folder, "entry_points.txt"), "rb") as file:

@@ -370,3 +370,24 @@ def test_unknown_name_never_suggests_installing_what_is_installed(fake_site: Fak
     with pytest.raises(UnknownAcceleratorError) as info:
         reg.get("rocm")  # the CUDA plugin offers the alias only where AMD GPUs are
     assert "accelctl-cuda is installed but offers no 'rocm' on this machine" in str(info.value)
+
+
+def test_a_plugin_installed_in_a_zip_on_the_path_is_found(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # importlib.metadata reads a zip on sys.path (a zipapp, an egg) through zipfile.Path; the
+    # scan's fast reading of folders must leave those to it, not break on them.
+    import textwrap
+    import zipfile
+
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        info = "acme_zip-1.0.dist-info"
+        zipped.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: acme-zip\nVersion: 1.0\n")
+        zipped.writestr(f"{info}/entry_points.txt", "[accelctl.accelerators]\nzipped = fo_zipped\n")
+        zipped.writestr("fo_zipped.py", textwrap.dedent(undetected_plugin("zipped")))
+    monkeypatch.syspath_prepend(str(archive))
+    [row] = Registry(path=[str(archive)]).listing()
+    assert (row.name, row.distribution, row.version) == ("zipped", "acme-zip", "1.0")
+    assert row.state == "unavailable" and row.error is None
+    sys.modules.pop("fo_zipped", None)
