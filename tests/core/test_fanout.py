@@ -220,46 +220,22 @@ def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -
             handle.detect()
 
 
-THREAD_PLUGIN = """
-    import threading
-    import accelctl
-
-    ASKED_IN = []
-
-    @accelctl.hookimpl
-    def detect():
-        ASKED_IN.append(threading.get_ident())
-        return False
-
-    @accelctl.hookimpl
-    def auto_device_count():
-        return 0
-
-    @accelctl.hookimpl
-    def parse_devices(devices):
-        return accelctl.parse_indexed_devices(devices, visible=0, accelerator="{name}")
-
-    @accelctl.hookimpl
-    def get_parallel_devices(devices):
-        return []
-
-    @accelctl.hookimpl
-    def device_stats(device):
-        return {{}}
-"""
-
-
 def test_plugins_that_answer_at_once_are_asked_one_after_another_in_one_thread(
-    fake_site: FakeSite,
+    gate: FakeSite,
 ) -> None:
     # Plain Python shares one interpreter lock: a thread per quick plugin only adds contention
     # (the 1000-plugin `list` took twice as long with 8 threads). Slow ones get company: the
     # barrier tests above pass only when the pool grows.
+    (gate.root / "gate.py").write_text(
+        "import threading\nOPEN = threading.Event()\nASKED_IN = []\n"
+    )
     names = [f"quick{index}" for index in range(6)]
+    record = "gate.ASKED_IN.append(gate.threading.get_ident())"
     for name in names:
-        fake_site.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": THREAD_PLUGIN})
-    rows = Registry(path=fake_site.path).listing()
-    assert [row.state for row in rows] == ["unavailable"] * len(names)
-    asked_in = {ident for name in names for ident in sys.modules[f"fo_{name}"].ASKED_IN}
-    assert len(asked_in) == 1
-    assert asked_in != {threading.get_ident()}  # still off the caller's thread, under a deadline
+        source = waiting_plugin(name, "detect", wait=record)
+        gate.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": source})
+    rows = Registry(path=gate.path).listing()
+    assert [row.state for row in rows] == ["available"] * len(names)
+    asked_in = sys.modules["gate"].ASKED_IN
+    assert len(asked_in) == len(names) and len(set(asked_in)) == 1
+    assert asked_in[0] != threading.get_ident()  # still off the caller's thread, under a deadline
