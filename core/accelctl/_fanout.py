@@ -157,8 +157,8 @@ def _run(
                 if threads[0] == 0 or (quick and max(quick) <= 0):
                     start()
                     continue
-                if quick:
-                    wait = min(wait, max(max(quick), 0.001))
+                # (none running: a thread is between two plugins; look again as soon)
+                wait = min(wait, max(max(quick), 0.001) if quick else GROW_AFTER_S)
             if left[0]:
                 # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
                 # handled by Python in the main thread only once that thread runs again.
