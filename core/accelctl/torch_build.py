@@ -185,14 +185,20 @@ class BackendEntryPoint(NamedTuple):
 def backend_entry_points() -> list[BackendEntryPoint]:
     """Every installed ``torch.backends`` entry point, from accelctl's one scan of the installed
     distributions (the process-wide registry's, which finds the plugins too): a plugin that asks
-    costs no second pass over them."""
+    costs no second pass over them, and asking again reads no file."""
     from ._registry import get_registry
 
-    entries = []
-    for found in get_registry().torch_backends():
-        distribution, version, _ = found.identity()
-        entries.append(BackendEntryPoint(found.name, found.value, distribution, version))
-    return entries
+    registry = get_registry()
+    if _backends[0] is not registry:  # read once per registry (a new one scans again)
+        entries = []
+        for found in registry.torch_backends():
+            distribution, version, _ = found.identity()
+            entries.append(BackendEntryPoint(found.name, found.value, distribution, version))
+        _backends[:] = [registry, entries]
+    return list(_backends[1])
+
+
+_backends: list[Any] = [None, []]  # the registry read last, and its entries
 
 
 def import_torch() -> ModuleType:
