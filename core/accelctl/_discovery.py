@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import os
+import pathlib
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
+from importlib.machinery import PathFinder
 from typing import NamedTuple
 
 from ._errors import PluginWarning
@@ -25,29 +28,38 @@ _GROUPS = (ENTRY_POINT_GROUP, TORCH_BACKENDS_GROUP)
 _HEADERS = tuple(f"[{group}]" for group in _GROUPS)
 _SEPARATORS = re.compile(r"[-_.]+")
 _SECTION = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
+_CHUNK = 1 << 16
 
 
 class Found(NamedTuple):
-    """One entry point of either group: its name, value and distribution; ``problem`` says why
-    the distribution's files cannot be trusted (the entry is then never imported)."""
+    """One entry point of either group: its name, value and distribution (``origin``: the path
+    of its ``.dist-info`` folder, or importlib's object where it is not a folder); ``problem``
+    says why the distribution's files cannot be trusted (the entry is then never imported)."""
 
     group: str
     name: str
     value: str
-    dist: metadata.Distribution
+    origin: str | metadata.Distribution
     problem: str | None = None
+
+    @property
+    def dist(self) -> metadata.Distribution:
+        """importlib's view of the distribution, made when asked (most entries never are)."""
+        if isinstance(self.origin, str):
+            return metadata.PathDistribution(pathlib.Path(self.origin))
+        return self.origin
 
     def identity(self) -> tuple[str | None, str | None, str | None]:
         """The distribution's name and version, and why they cannot be read (None when they can)."""
         try:
             return (*read_name_and_version(self.dist), None)
         except Exception as exc:  # a broken METADATA: named, never fatal to the others
-            key = getattr(self.dist, "_normalized_name", None)
+            key = _dist_name(self.origin)
             return (
                 key,
                 None,
                 f"cannot read the metadata of distribution {key or '?'} "
-                f"({folder_of(self.dist, 'METADATA')}): {describe_exception(exc)}; "
+                f"({folder_of(self.origin, 'METADATA')}): {describe_exception(exc)}; "
                 f"{reinstall_hint(key)}",
             )
 
@@ -66,31 +78,38 @@ class Found(NamedTuple):
         return None
 
 
-def folder_of(dist: metadata.Distribution, filename: str = "") -> str:
-    """Where ``filename`` of ``dist`` lives, for messages (the ``.dist-info`` folder)."""
-    folder = getattr(dist, "_path", None)
+def folder_of(origin: str | metadata.Distribution, filename: str = "") -> str:
+    """Where ``filename`` of a distribution lives, for messages (the ``.dist-info`` folder)."""
+    folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if folder is None:
         return filename or "?"
-    return str(folder / filename) if filename else str(folder)
+    return os.path.join(str(folder), filename) if filename else str(folder)
 
 
-def dist_key(dist: metadata.Distribution) -> str:
-    """The distribution's normalised name: from its folder's name where it has one (as
-    :func:`importlib.metadata.entry_points` does), else from its metadata."""
-    folder = getattr(dist, "_path", None)
-    if isinstance(folder, os.PathLike):  # a folder (a zip's is a zipfile.Path: importlib's way)
-        # importlib's own rule (`_normalized_name`), without its layers of wrappers: over
-        # hundreds of distributions they cost more than reading the files.
+def dist_key(origin: str | metadata.Distribution) -> str:
+    """The distribution's normalised name: from its folder's name where it has one (importlib's
+    rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
+    folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
+    if isinstance(folder, (str, os.PathLike)):  # a folder (a zip's is a zipfile.Path)
         stem, suffix = os.path.splitext(os.path.basename(folder))
-        if suffix in (".dist-info", ".egg-info"):
+        if suffix.lower() in (".dist-info", ".egg-info"):
             return _SEPARATORS.sub("_", stem.partition("-")[0]).lower()
-    key = getattr(dist, "_normalized_name", None)
+    if isinstance(origin, str):  # never listed by this scan (it lists those two suffixes)
+        return f"<{origin}>"
+    key = getattr(origin, "_normalized_name", None)
     if key:
         return str(key)
     try:
-        return _SEPARATORS.sub("_", dist.metadata["Name"] or "").lower()
+        return _SEPARATORS.sub("_", origin.metadata["Name"] or "").lower()
     except Exception:  # unreadable metadata: keyed by its place, never merged with another
-        return f"<unreadable {folder_of(dist)}>"
+        return f"<unreadable {folder_of(origin)}>"
+
+
+def _dist_name(origin: str | metadata.Distribution) -> str | None:
+    """The distribution's normalised name for messages (None where importlib cannot say)."""
+    if isinstance(origin, str):
+        return dist_key(origin)
+    return getattr(origin, "_normalized_name", None)
 
 
 def reinstall_hint(name: str | None) -> str:
@@ -102,41 +121,89 @@ def scan(path: Sequence[str] | None = None, *, warn: bool = True) -> Iterator[Fo
     """Every entry point of the two groups on ``path`` (default: ``sys.path``); a distribution
     installed twice counts once (the first, as for imports). ``warn``: name a broken one that
     declares neither group (a second scan need not say it again)."""
-    dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
     seen: set[str] = set()
-    for dist in dists:
-        key = dist_key(dist)
+    for key, origin in distributions(path):
         if key in seen:
             continue
         seen.add(key)
         try:
-            text = _entry_points_text(dist)
+            text = _entry_points_text(origin)
         except UnicodeDecodeError as exc:  # keep what can be read, to find the sections
-            yield from _entries(dist, bytes(exc.object).decode("utf-8", "replace"), exc, warn)
+            yield from _entries(origin, bytes(exc.object).decode("utf-8", "replace"), exc, warn)
             continue
         except Exception as exc:
-            yield from _entries(dist, "", exc, warn)
+            yield from _entries(origin, "", exc, warn)
             continue
         if text:
-            yield from _entries(dist, text, None, warn)
+            yield from _entries(origin, text, None, warn)
 
 
-def _entry_points_text(dist: metadata.Distribution) -> str:
+def distributions(
+    path: Sequence[str] | None = None,
+) -> Iterator[tuple[str, str | metadata.Distribution]]:
+    """What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
+    path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
+    ``sys.path``), listed here; importlib's own objects for a zip, an egg and any other finder's
+    distributions.
+
+    importlib wraps every folder it lists in two ``pathlib`` objects and a ``Distribution``
+    before anything can read it: over a thousand distributions that is most of a scan, and a
+    named lookup reads one of them.
+    """
+    entries = sys.path if path is None else list(path)
+    for finder in sys.meta_path:
+        if finder is PathFinder:
+            for entry in entries:
+                yield from _listed(entry)
+            continue
+        find = getattr(finder, "find_distributions", None)
+        if find is not None:
+            for dist in find(metadata.DistributionFinder.Context(path=entries)):
+                yield dist_key(dist), dist
+
+
+def _listed(entry: str) -> Iterator[tuple[str, str | metadata.Distribution]]:
+    """The distributions in one entry of the path, as importlib's ``PathFinder`` finds them."""
+    if isinstance(entry, str) and not entry.lower().endswith(".egg"):
+        try:
+            children = os.listdir(entry or ".")  # "" is the working directory
+        except NotADirectoryError:  # a zip: importlib's way, below
+            pass
+        except OSError:  # missing or unreadable: importlib finds nothing there either
+            return
+        else:
+            for child in children:
+                low = child.lower()
+                if low.endswith((".dist-info", ".egg-info")):
+                    key = _SEPARATORS.sub("_", low.rpartition(".")[0].partition("-")[0])
+                    yield key, os.path.join(entry, child)
+            return
+    for dist in PathFinder.find_distributions(metadata.DistributionFinder.Context(path=[entry])):
+        yield dist_key(dist), dist
+
+
+def _entry_points_text(origin: str | metadata.Distribution) -> str:
     """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
-    it (the same errors mean "none"), at a third of its cost where the distribution is a folder."""
-    folder = getattr(dist, "_path", None)
-    if not isinstance(folder, os.PathLike):  # in a zip, or a custom finder's: importlib's way
-        return dist.read_text("entry_points.txt") or ""
+    it (the same errors mean "none"), with two system calls where the distribution is a folder."""
+    if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
+        return origin.read_text("entry_points.txt") or ""
     try:
-        with open(os.path.join(folder, "entry_points.txt"), "rb") as file:
-            data = file.read()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        descriptor = os.open(f"{origin}{os.sep}entry_points.txt", os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return ""
-    return data.decode("utf-8")  # its lines are split on any newline, as text mode would
+    try:
+        chunks = [os.read(descriptor, _CHUNK)]
+        while len(chunks[-1]) == _CHUNK:  # a short read of a regular file is its end
+            chunks.append(os.read(descriptor, _CHUNK))
+    except IsADirectoryError:
+        return ""
+    finally:
+        os.close(descriptor)
+    return b"".join(chunks).decode("utf-8")  # lines split on any newline, as text mode would
 
 
 def _entries(
-    dist: metadata.Distribution, text: str, error: Exception | None, warn: bool
+    origin: str | metadata.Distribution, text: str, error: Exception | None, warn: bool
 ) -> Iterator[Found]:
     """The entries of one ``entry_points.txt``; all marked with the problem when it is bad."""
     if error is None and not any(header in text for header in _HEADERS):
@@ -166,13 +233,13 @@ def _entries(
             found.append((section, name.strip(), value.strip()))
     if error is None and bad_line is None:
         for group, name, value in found:
-            yield Found(group, name, value, dist)
+            yield Found(group, name, value, origin)
         return
-    dist_name = getattr(dist, "_normalized_name", None)
+    dist_name = _dist_name(origin)
     why = bad_line or describe_exception(error or ValueError())
     problem = (
         f"cannot read the entry points of distribution {dist_name or '?'} "
-        f"({folder_of(dist, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}"
+        f"({folder_of(origin, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}"
     )
     if not declared:
         if not warn:
@@ -183,7 +250,7 @@ def _entries(
     if ENTRY_POINT_GROUP in declared:
         named = [(n, v) for g, n, v in found if g == ENTRY_POINT_GROUP]
         for name, value in named or [(dist_name or "unreadable", "")]:
-            yield Found(ENTRY_POINT_GROUP, name, value, dist, problem)
+            yield Found(ENTRY_POINT_GROUP, name, value, origin, problem)
 
 
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:

@@ -391,3 +391,61 @@ def test_a_plugin_installed_in_a_zip_on_the_path_is_found(
     assert (row.name, row.distribution, row.version) == ("zipped", "acme-zip", "1.0")
     assert row.state == "unavailable" and row.error is None
     sys.modules.pop("fo_zipped", None)
+
+
+def test_the_scan_finds_what_importlib_finds_on_every_kind_of_path_entry(
+    fake_site: FakeSite, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scan lists folders itself (importlib's wrappers cost most of a scan of 1000
+    # distributions): it must find what importlib.metadata.distributions() finds, and read what
+    # it reads, on folders, a zip, an egg, a file, a missing entry, the working directory ("")
+    # and another finder's distributions, one distribution per name.
+    import zipfile
+    from importlib import metadata
+
+    from accelctl import _discovery
+
+    fake_site.install("acme-one", {"one": "fo_one"})
+    fake_site.install("Acme.Two", {"two": "fo_two"})
+    (fake_site.root / "notes.txt").write_text("not a distribution")
+    (fake_site.root / "Legacy-0.1.EGG-INFO").write_text("Name: legacy\nVersion: 0.1\n")  # a file
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("acme_zip-1.0.dist-info/METADATA", "Name: acme-zip\nVersion: 1.0\n")
+        zipped.writestr("acme_zip-1.0.dist-info/entry_points.txt", "[accelctl.accelerators]\nz=z\n")
+    egg = tmp_path / "acme_egg-1.0-py3.11.egg"
+    (egg / "EGG-INFO").mkdir(parents=True)
+    (egg / "EGG-INFO" / "PKG-INFO").write_text("Name: acme-egg\nVersion: 1.0\n")
+    (egg / "EGG-INFO" / "entry_points.txt").write_text("[accelctl.accelerators]\negg = egg\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "acme_here-2.0.dist-info").mkdir()
+    (cwd / "acme_here-2.0.dist-info" / "entry_points.txt").write_text("[x]\nhere = here\n")
+    monkeypatch.chdir(cwd)
+
+    class OtherFinder:  # a finder of its own (a bundler's, say), asked after the path
+        @staticmethod
+        def find_spec(*args: object) -> None:
+            return None
+
+        @staticmethod
+        def find_distributions(context: metadata.DistributionFinder.Context) -> list[object]:
+            return [metadata.PathDistribution(fake_site.root / "acme_one-1.0.dist-info")]
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, OtherFinder])
+    path = [*fake_site.path, str(archive), str(egg), str(tmp_path / "missing"), ""]
+    path.append(str(fake_site.root / "notes.txt"))
+
+    ours = [(key, _discovery.folder_of(origin)) for key, origin in _discovery.distributions(path)]
+    theirs = [(_discovery.dist_key(d), str(d._path)) for d in metadata.distributions(path=path)]
+    assert sorted(ours) == sorted(theirs)
+    assert {key for key, _ in ours} == {
+        "acme_one",
+        "acme_two",
+        "legacy",
+        "acme_zip",
+        "acme_egg",
+        "acme_here",
+    }
+    found = {(f.name, f.value) for f in _discovery.scan(path)}
+    assert found == {("one", "fo_one"), ("two", "fo_two"), ("z", "z"), ("egg", "egg")}
