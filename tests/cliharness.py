@@ -84,3 +84,32 @@ class Cli:
             env=environ,
             timeout=timeout,
         )
+
+
+class FakeClock:
+    """What ``accelctl stats`` reads of :mod:`time`, on a clock that only moves when it sleeps
+    (:meth:`sleep`, recorded in :attr:`sleeps`) or a test moves it (:meth:`advance`); ``on_sleep``
+    runs at each sleep (a test's Ctrl-C). Everything else is the real :mod:`time`."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._time = time
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self.on_sleep: Any = None
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._time, name)

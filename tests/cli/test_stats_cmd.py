@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cliharness import Cli
+from cliharness import Cli, FakeClock
 
 from accelctl.cli import stats_cmd
 
@@ -133,14 +133,15 @@ def test_cpu_alone_exits_0(cli: Cli, gpu_site):
 
 def test_watch_refreshes_until_ctrl_c_and_exits_0(cli: Cli, monkeypatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
-    sleeps: list[float] = []
+    clock = FakeClock()
+    sleeps = clock.sleeps
 
     def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
         if len(sleeps) == 4:  # the pause after the reading thrown away, then three
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(stats_cmd.time, "sleep", sleep)
+    clock.on_sleep = sleep
+    monkeypatch.setattr(stats_cmd, "time", clock)
     result = cli("stats", "--json", "--watch", "0.5")
     assert result.exit_code == 0
     documents = [json.loads(line) for line in result.stdout.splitlines()]

@@ -7,14 +7,17 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import types
 
 import pytest
-from cliharness import Cli
+from cliharness import Cli, FakeClock
 
 import accelctl
 from accelctl.cli import stats_cmd
+
+from fakedists import FakeSite
 
 #: Hang guard of the subprocess test: far above what it takes.
 HANG_GUARD_S = 120
@@ -22,14 +25,20 @@ HANG_GUARD_S = 120
 
 class StepPsutil(types.ModuleType):
     """psutil whose cpu_times() steps through known samples, and whose cpu_percent() says 0.0,
-    as psutil's does on a thread's first call (it keeps its previous sample per thread)."""
+    as psutil's does on a thread's first call (it keeps its previous sample per thread); each
+    sample's time on ``clock`` is kept in :attr:`taken`."""
 
-    def __init__(self, real: types.ModuleType, samples: list[tuple[float, float]]) -> None:
+    def __init__(
+        self, real: types.ModuleType, samples: list[tuple[float, float]], clock: FakeClock
+    ) -> None:
         super().__init__("psutil")
         self._real = real
         self._samples = iter(samples)
+        self._clock = clock
+        self.taken: list[float] = []
 
     def cpu_times(self) -> object:
+        self.taken.append(self._clock.monotonic())
         user, idle = next(self._samples)
         return Times(user=user, system=0.0, idle=idle)
 
@@ -44,31 +53,94 @@ Times = collections.namedtuple("Times", "user system idle")
 
 
 @pytest.fixture
-def step_psutil(monkeypatch) -> None:
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    clock = FakeClock()
+    monkeypatch.setattr(stats_cmd, "time", clock)
+    return clock
+
+
+@pytest.fixture
+def step_psutil(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> StepPsutil:
     import psutil
 
     import accelctl_cpu
 
     # Busy 10 of 100 s, then 40 of 150 s: 30 busy of the 50 s between the two, 60 %.
-    monkeypatch.setitem(sys.modules, "psutil", StepPsutil(psutil, [(10, 90), (40, 110)]))
+    step = StepPsutil(psutil, [(10, 90), (40, 110)], clock)
+    monkeypatch.setitem(sys.modules, "psutil", step)
     monkeypatch.setattr(accelctl_cpu, "_previous_times", None)
+    return step
 
 
 def test_one_shot_cpu_percent_is_a_real_reading(
-    cli: Cli, step_psutil: None, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
-    sleeps: list[float] = []
-    monkeypatch.setattr(stats_cmd.time, "sleep", sleeps.append)
     result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
     [reading] = json.loads(result.stdout)
     assert reading["stats"]["cpu_percent"] == 60.0
     # The reading thrown away is followed by a pause long enough for psutil to measure.
-    assert sleeps == [stats_cmd.FIRST_READING_WAIT_S] and sleeps[0] >= 0.1
+    assert clock.sleeps == [stats_cmd.FIRST_READING_WAIT_S] and clock.sleeps[0] >= 0.1
+    first, shown = step_psutil.taken
+    assert shown - first == stats_cmd.FIRST_READING_WAIT_S
 
 
-def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil: None) -> None:
+#: A plugin whose probe takes half a second of the test's clock (its hardware is absent).
+SLOW_PROBE = """
+    import accelctl
+    from accelctl.cli import stats_cmd
+
+    @accelctl.hookimpl
+    def detect():
+        stats_cmd.time.advance(0.5)
+        return False
+
+    @accelctl.hookimpl
+    def auto_device_count():
+        return 0
+
+    @accelctl.hookimpl
+    def parse_devices(devices):
+        return accelctl.parse_indexed_devices(devices, visible=0, accelerator="slow")
+
+    @accelctl.hookimpl
+    def get_parallel_devices(devices):
+        return []
+
+    @accelctl.hookimpl
+    def device_stats(device):
+        return {}
+"""
+
+
+def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
+    cli: Cli,
+    fake_site: FakeSite,
+    step_psutil: StepPsutil,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CPU is read as soon as its probe says it is there; the plugins probed after it take
+    # longer than the wait, so the command does not sleep at all, and the reading shown still
+    # comes more than the wait after the one thrown away.
+    from accelctl import _fanout
+
+    fake_site.install(
+        "acme-slow", {"slow": "stats_slow"}, {"stats_slow": textwrap.dedent(SLOW_PROBE)}
+    )
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,slow")
+    monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)  # one thread: cpu, then slow
+    result = cli("stats", "--json")
+    assert result.exit_code == 0, result.output
+    [reading] = json.loads(result.stdout)
+    assert reading["accelerator"] == "cpu" and reading["stats"]["cpu_percent"] == 60.0
+    assert clock.sleeps == [], result.stderr
+    first, shown = step_psutil.taken
+    assert shown - first == 0.5 >= stats_cmd.FIRST_READING_WAIT_S
+
+
+def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil: StepPsutil) -> None:
     # `accelctl stats` reads each round in worker threads of its own, the library in the
     # caller's: psutil.cpu_percent(), which keeps its sample per thread, would say 0.0.
     cpu = accelctl.get_accelerator("cpu")

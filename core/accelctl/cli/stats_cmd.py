@@ -16,9 +16,10 @@ import click
 
 from .._device_string import device_string
 from .._errors import AccelctlError
-from .._fanout import run_each, run_one
+from .._fanout import restart_clock, run_each, run_one
 from .._plugin import AcceleratorHandle
-from .._registry import list_accelerators
+from .._registry import get_registry
+from .._status import AcceleratorStatus, settle
 from .._text import one_line, printable_line
 from ._output import echo_line, emit_json, format_table, json_text
 
@@ -50,19 +51,45 @@ class DeviceReading:
         return asdict(self)
 
 
-def _targets(name: str | None) -> list[AcceleratorHandle]:
-    """The accelerators to read: NAME (which must be available) or every available one (broken
-    ones are skipped with a warning on stderr)."""
+def _primed(name: str | None) -> list[AcceleratorHandle]:
+    """The accelerators to read, each read once already and waited for (rates since the previous
+    reading, such as the CPU's ``cpu_percent``, say 0 the first time; hooks may not sleep, the
+    CLI may): NAME, which must be available, or every available one, read as soon as its probe
+    says so, under a deadline of its own, while the other plugins' probes go on. Broken plugins
+    are skipped with a warning on stderr; one whose first reading did not answer stays, so that
+    its reading is an error (its stuck thread is not asked again)."""
+    primed: list[float] = []
     if name is not None:
         from .._selection import select_accelerator  # a name only: not the default's path
 
-        return [run_one(lambda: select_accelerator(name))]
-    handles = []
-    for status in list_accelerators():
-        if status.error is not None:
-            echo_line(f"warning: skipping {status.name}: {status.error}", err=True)
-        elif status.available:
-            handles.append(status.accelerator)
+        handles = [run_one(lambda: select_accelerator(name))]
+        read_all(handles)
+        primed.append(time.monotonic())
+    else:
+        probed: dict[AcceleratorHandle, AcceleratorStatus] = {}
+
+        def probe_and_read(handle: AcceleratorHandle) -> AcceleratorStatus:
+            probed[handle] = status = handle.probe()
+            if status.available:
+                restart_clock()  # the reading has a deadline of its own
+                _read(handle)
+                primed.append(time.monotonic())
+            return status
+
+        plugins = get_registry().plugins()
+        handles = []
+        for status in settle(plugins, run_each(plugins, probe_and_read)):
+            handle = status.accelerator
+            if status.error is not None and handle in probed and probed[handle].available:
+                handles.append(handle)  # detected; its first reading did not answer in time
+            elif status.error is not None:
+                echo_line(f"warning: skipping {status.name}: {status.error}", err=True)
+            elif status.available:
+                handles.append(handle)
+    # The first reading shown comes at least this long after the one thrown away.
+    wait = max(primed) + FIRST_READING_WAIT_S - time.monotonic() if primed else 0.0
+    if wait > 0:
+        time.sleep(wait)
     return handles
 
 
@@ -197,12 +224,7 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
 
     Exits 1 when NAME is unknown or unavailable, or when a device's figures could not be read.
     """
-    handles = _targets(name)
-    if handles:
-        # Rates since the previous reading (psutil's cpu_percent) say 0 the first time: take a
-        # reading to throw away, and wait a little (hooks may not sleep; the CLI may).
-        read_all(handles)
-        time.sleep(FIRST_READING_WAIT_S)
+    handles = _primed(name)
     if watch is None:
         readings = read_all(handles)
         if as_json:
