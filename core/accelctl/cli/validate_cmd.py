@@ -11,16 +11,10 @@ import click
 from ..testing import ValidationReport, validate_installed
 from ._output import echo_line, emit_json
 
-_LABELS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-
-
-def _heading(report: ValidationReport) -> str:
-    plugin = " ".join(filter(None, [report.distribution, report.version]))
-    return f"{report.name}" + (f" ({plugin})" if plugin else "") + f": {report.summary()}"
-
 
 def _print_report(report: ValidationReport) -> None:
-    echo_line(_heading(report))
+    plugin = " ".join(filter(None, [report.distribution, report.version]))
+    echo_line(f"{report.name}" + (f" ({plugin})" if plugin else "") + f": {report.summary()}")
     if report.disabled:  # one line: no check ran
         return
     width = max(len(result.check) for result in report.checks)
@@ -28,10 +22,10 @@ def _print_report(report: ValidationReport) -> None:
         run = list(group)
         if status == "skip" and len(run) >= 3:  # one line for checks skipped for one reason
             span = f"{len(run)} checks, {run[0].check} to {run[-1].check}"
-            echo_line(f"  {_LABELS['skip']}  {span}: {detail}")
+            echo_line(f"  SKIP  {span}: {detail}")
         else:
             for each in run:
-                echo_line(f"  {_LABELS[each.status]}  {each.check.ljust(width)}  {each.detail}")
+                echo_line(f"  {each.status.upper()}  {each.check.ljust(width)}  {each.detail}")
 
 
 def _print_tracebacks(reports: list[ValidationReport]) -> None:
@@ -77,8 +71,7 @@ def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) 
         if disabled:
             line += ("; " if line else "") + f"disabled, not validated: {', '.join(disabled)}"
         echo_line(line)
-    root = ctx.find_root()
-    if root.params.get("debug"):
+    if ctx.find_root().params.get("debug"):
         _print_tracebacks(reports)
     if not all(report.passed for report in reports):
         ctx.exit(1)

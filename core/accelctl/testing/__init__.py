@@ -29,20 +29,10 @@ process-wide one (the CLI's, ``resolve``'s) see only them.
 from __future__ import annotations
 
 from .._registry import Registry
+from ._device_checks import BAD_DEVICE_SPECS, COMMON_STATS_KEYS, STATS_CALL_LIMIT_S
 from ._distributions import installed_plugins, reset_registry, write_distribution
-from .checks import (
-    BAD_DEVICE_SPECS,
-    CHECK_IDS,
-    CHECKS,
-    COMMON_STATS_KEYS,
-    DETECT_CALL_LIMIT_S,
-    DETECT_FIRST_CALL_LIMIT_S,
-    IMPORT_LIMIT_S,
-    STATS_CALL_LIMIT_S,
-    Check,
-    validate,
-    validate_installed,
-)
+from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S
+from .checks import CHECK_IDS, CHECKS, Check, validate, validate_installed
 from .conformance import AcceleratorConformance, ConformanceFailure, assert_conforms
 from .results import CheckResult, Status, ValidationReport
 

@@ -132,9 +132,9 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
     # should name the device the Trainer passes. Test plugins often stand in for hardware with
     # cpu devices, so a mismatch is a note in the detail rather than a failure.
     try:
-        kind = handle.info.device_type or handle.name
-    except AccelctlError:
-        kind = handle.name  # a broken accelerator_info() fails its own check
+        kind, aliases = handle.info.device_type or handle.name, handle.info.aliases
+    except AccelctlError:  # a broken accelerator_info() fails its own check
+        kind, aliases = handle.name, ()
     text = str(device)
     note = ""
     if device.type != kind:
@@ -145,13 +145,12 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
     readings = []
     for form in (device, text):  # both forms of the contract: torch.device and "<type>:<index>"
         try:
-            stats, seconds = timed(handle.device_stats, form)
+            readings.append(timed(handle.device_stats, form))
         except AccelctlError as exc:
             shown = f"{text!r} (a str)" if isinstance(form, str) else f"torch.device({text!r})"
             run.failed(check, f"{shown}: {strip_subject(one_line(exc), handle)}", exc)
             return
-        readings.append((stats, seconds))
-    prefixes = tuple(f"{name}." for name in (handle.name, *_aliases(handle)))
+    prefixes = tuple(f"{name}." for name in (handle.name, *aliases))
     (stats, seconds), (by_text, text_seconds) = readings
     seconds = max(seconds, text_seconds)
     stray = sorted(
@@ -214,10 +213,3 @@ def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: R
             f"{device.type!r} (torch.distributed.Backend.register_backend), or None for one "
             f"process only",
         )
-
-
-def _aliases(handle: AcceleratorHandle) -> tuple[str, ...]:
-    try:
-        return handle.info.aliases
-    except AccelctlError:
-        return ()

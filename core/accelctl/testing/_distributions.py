@@ -16,11 +16,6 @@ from .._project import ENTRY_POINT_GROUP
 from .._registry import Registry, set_registry
 
 
-def dist_info_name(distribution: str, version: str) -> str:
-    """The folder name pip gives a distribution's metadata (``accelctl_npu-1.0.dist-info``)."""
-    return f"{re.sub(r'[-_.]+', '_', distribution)}-{version}.dist-info"
-
-
 def write_distribution(
     root: Path,
     distribution: str,
@@ -42,7 +37,8 @@ def write_distribution(
     :returns: the ``.dist-info`` folder.
     :raises FileExistsError: the distribution is installed in ``root`` already.
     """
-    info = root / dist_info_name(distribution, version)
+    # The folder name pip gives a distribution's metadata: accelctl_npu-1.0.dist-info.
+    info = root / f"{re.sub(r'[-_.]+', '_', distribution)}-{version}.dist-info"
     info.mkdir(parents=True)
     generated: dict[str, str | bytes] = {
         "METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .. import hookspecs
@@ -29,16 +28,6 @@ DETECT_CALL_LIMIT_S = 0.5
 IMPORT_LIMIT_S = 2.0
 
 
-@dataclass
-class Subject:
-    """What is validated: the handle, the module whose import is measured (None: not importable
-    by name) and how the report names it."""
-
-    handle: AcceleratorHandle
-    module: str | None
-    describe: str
-
-
 def strip_subject(message: str, handle: AcceleratorHandle) -> str:
     """``message`` without the ``"accelerator 'x' (acme-x 1.0): "`` it starts with."""
     prefix = f"{handle.describe()}: "
@@ -53,13 +42,12 @@ def not_detected(handle: AcceleratorHandle) -> str:
     return f"not detected here: {reason}" if reason else "not detected here"
 
 
-def check_import(subject: Subject, run: Run, probe_import: bool) -> None:
+def check_import(module: str | None, run: Run, probe_import: bool) -> None:
     check = "import_is_light"
     run.start(check)
     if not probe_import:
         run.skipped(check, "not measured (probe_import=False)")
         return
-    module = subject.module
     if module is None:
         run.skipped(check, "the plugin's module cannot be imported by name (defined in __main__)")
         return

@@ -19,28 +19,9 @@ from .._registry import Registry, get_registry
 from .._text import one_line, safe_repr
 from . import _device_checks as device
 from . import _plugin_checks as plugin
-from ._device_checks import BAD_DEVICE_SPECS, COMMON_STATS_KEYS, STATS_CALL_LIMIT_S
-from ._plugin_checks import (
-    DETECT_CALL_LIMIT_S,
-    DETECT_FIRST_CALL_LIMIT_S,
-    IMPORT_LIMIT_S,
-    Subject,
-)
+from ._device_checks import STATS_CALL_LIMIT_S
+from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S
 from .results import Run, ValidationReport
-
-__all__ = [
-    "BAD_DEVICE_SPECS",
-    "CHECKS",
-    "CHECK_IDS",
-    "COMMON_STATS_KEYS",
-    "DETECT_CALL_LIMIT_S",
-    "DETECT_FIRST_CALL_LIMIT_S",
-    "IMPORT_LIMIT_S",
-    "STATS_CALL_LIMIT_S",
-    "Check",
-    "validate",
-    "validate_installed",
-]
 
 
 @dataclass(frozen=True)
@@ -247,16 +228,17 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
     return handle
 
 
-def _subject(handle: AcceleratorHandle) -> Subject:
+def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
+    """What is validated: the module whose import is measured (None: not importable by name) and
+    how the report names it."""
     entry = handle.entry_point
     if entry is not None:
         dist = " ".join(filter(None, [handle.distribution, handle.version])) or "no distribution"
-        return Subject(handle, entry.partition(":")[0].strip() or None, f"{entry} from {dist}")
+        return entry.partition(":")[0].strip() or None, f"{entry} from {dist}"
     obj = handle.plugin
     module = obj.__name__ if inspect.ismodule(obj) else type(obj).__module__
     kind = "module" if inspect.ismodule(obj) else "object"
-    return Subject(
-        handle,
+    return (
         None if module in ("__main__", "builtins") else module,
         f"{kind} {safe_repr(obj)} (no entry point)",
     )
@@ -265,13 +247,13 @@ def _subject(handle: AcceleratorHandle) -> Subject:
 def _run_checks(
     handle: AcceleratorHandle, registry: Registry, run: Run, probe_import: bool
 ) -> None:
-    subject = _subject(handle)
-    plugin.check_import(subject, run, probe_import)
+    module, described = _subject(handle)
+    plugin.check_import(module, run, probe_import)
     if not plugin.check_hooks(handle, run):
-        run.passed("loads", f"imported {subject.describe}; it does not register (see below)")
+        run.passed("loads", f"imported {described}; it does not register (see below)")
         run.skip_rest("the plugin does not register (see the failed check above)")
         return
-    run.passed("loads", f"imported {subject.describe}")
+    run.passed("loads", f"imported {described}")
     detected = plugin.check_detect(handle, run)
     count = plugin.check_count(handle, detected, run)
     plugin.check_reason(handle, detected, run)

@@ -1,12 +1,5 @@
-"""The pytest face of the conformance checks: subclass :class:`AcceleratorConformance`.
-
-.. code-block:: python
-
-    # tests/test_conformance.py of a plugin package
-    import accelctl.testing
-
-    class TestHPUConformance(accelctl.testing.AcceleratorConformance):
-        accelerator = "hpu"
+"""The pytest face of the conformance checks: subclass :class:`AcceleratorConformance` in a
+plugin package's tests, as the package docstring shows.
 
 pytest collects one test per check (``test_loads``, ...): a failed check fails its test with the
 reason (the plugin's exception chained), one that cannot run here is a skip that says why. No
@@ -20,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from .checks import CHECKS, Check, validate
-from .results import CheckResult, ValidationReport
+from .results import ValidationReport
 
 
 class ConformanceFailure(AssertionError):
@@ -56,21 +49,15 @@ class AcceleratorConformance:
         return report
 
 
-def check_result(result: CheckResult) -> None:
-    """Turn one result into pytest's outcome: return on a pass, ``pytest.skip`` on a skip,
-    raise :class:`ConformanceFailure` on a failure."""
-    if result.status == "pass":
-        return
-    if result.status == "skip":
-        import pytest
-
-        pytest.skip(f"{result.check}: {result.detail}")
-    raise ConformanceFailure(f"{result.check}: {result.detail}") from result.error
-
-
 def _test_for(check: Check) -> Callable[[AcceleratorConformance], None]:
     def test(self: AcceleratorConformance) -> None:
-        check_result(type(self).conformance_report().result(check.id))
+        result = type(self).conformance_report().result(check.id)
+        if result.status == "skip":
+            import pytest
+
+            pytest.skip(f"{result.check}: {result.detail}")
+        if result.status == "fail":
+            raise ConformanceFailure(f"{result.check}: {result.detail}") from result.error
 
     test.__name__ = test.__qualname__ = f"test_{check.id}"
     test.__doc__ = f"Conformance: {check.title}."

@@ -64,7 +64,6 @@ class ImportProbe:
     ``unreachable`` when the module cannot be found by name (defined in a test or ``__main__``).
     """
 
-    module: str
     seconds: float = 0.0
     heavy: tuple[str, ...] = ()
     error: str | None = None
@@ -88,18 +87,18 @@ def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return ImportProbe(module, seconds=timeout, error=f"importing took over {timeout:g} s")
+        return ImportProbe(seconds=timeout, error=f"importing took over {timeout:g} s")
     lines = completed.stdout.strip().splitlines()
     try:
         data = json.loads(lines[-1])
     except (IndexError, ValueError):
         tail = " ".join(completed.stderr.split())[-300:]
-        return ImportProbe(module, error=f"the probe interpreter failed: {tail or 'no output'}")
+        return ImportProbe(error=f"the probe interpreter failed: {tail or 'no output'}")
     if "error" in data:
         missing = data.get("missing")
         unreachable = bool(missing) and (module == missing or module.startswith(f"{missing}."))
-        return ImportProbe(module, error=str(data["error"]), unreachable=unreachable)
-    return ImportProbe(module, seconds=float(data["seconds"]), heavy=tuple(data["heavy"]))
+        return ImportProbe(error=str(data["error"]), unreachable=unreachable)
+    return ImportProbe(seconds=float(data["seconds"]), heavy=tuple(data["heavy"]))
 
 
 def backend_problem(backend: str, device_type: str) -> str | None:

@@ -74,7 +74,7 @@ class ValidationReport:
         ``"disabled by ACCELCTL_DISABLE; not imported, not validated"``."""
         if self.disabled:
             return f"{self.disabled}; not imported, not validated"
-        parts = [f"{self.count(s)} {word}" for s, word in _WORDS if self.count(s)]
+        parts = [f"{self.count(s)} {word}" for s, word in _WORDS.items() if self.count(s)]
         return f"{'passed' if self.passed else 'FAILED'} ({', '.join(parts) or 'no checks'})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,11 +90,7 @@ class ValidationReport:
         }
 
 
-_WORDS: tuple[tuple[Status, str], ...] = (
-    ("fail", "failed"),
-    ("pass", "passed"),
-    ("skip", "skipped"),
-)
+_WORDS: dict[Status, str] = {"fail": "failed", "pass": "passed", "skip": "skipped"}
 
 
 class Run:
