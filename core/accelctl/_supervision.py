@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from . import _settings
@@ -62,8 +62,12 @@ def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
     if os.getppid() != launcher:
         # Either the launcher died before this line (then the parent is init or a subreaper),
         # or a grandchild inherited the variable: only a direct child is supervised.
-        if _parent_died(launcher):
+        try:
+            os.kill(launcher, 0)
+        except ProcessLookupError:
             os.kill(os.getpid(), signal.SIGKILL)
+        except PermissionError:  # alive, someone else's
+            pass
         return None
     if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGKILL):
         # The launcher may have died between the check above and prctl: check again.
@@ -74,16 +78,6 @@ def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
         target=_watch_parent, args=(launcher,), name="accelctl-launcher-watchdog", daemon=True
     ).start()
     return "watchdog"
-
-
-def _parent_died(launcher: int) -> bool:
-    try:
-        os.kill(launcher, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, someone else's
-        return False
-    return False
 
 
 def _set_parent_death_signal(signum: int) -> bool:
@@ -112,17 +106,9 @@ def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRA
     def note(signum: int, frame: object) -> None:
         received.append(signum)
 
-    handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, note) for signum in handled}
-    try:
+    with _handling((signal.SIGINT, signal.SIGTERM), note):
         while not received:
-            try:
-                status = _wait(process, 0.5)  # short waits: a handler runs between them
-            except KeyboardInterrupt:  # no handler of ours (not the main thread)
-                received.append(signal.SIGINT)
-                break
+            status = _wait(process, 0.5)  # short waits: a handler runs between them
             if status is not None:
                 return status
         first = received[0]
@@ -130,15 +116,9 @@ def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRA
         for pause, signum in steps:
             if _wait(process, pause) is not None:
                 break
-            try:
-                process.send_signal(signum)
-            except ProcessLookupError:
-                break
+            process.send_signal(signum)  # nothing when it has ended meanwhile
         process.wait()
         raise LaunchInterruptedError(first)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
@@ -154,26 +134,32 @@ def _wait(process: subprocess.Popen[bytes], seconds: float) -> int | None:
 USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
-@contextlib.contextmanager
-def forwarding_user_signals() -> Iterator[None]:
+def forwarding_user_signals() -> contextlib.AbstractContextManager[None]:
     """While in force, SIGUSR1 and SIGUSR2 to this process are sent on to its children (from
     Linux's ``/proc``; elsewhere ignored). Under SLURM a worker may get one twice: from SLURM and
     from its launcher."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def forward(signum: int, frame: object) -> None:
         for pid in _children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    previous = {signum: signal.signal(signum, forward) for signum in USER_SIGNALS}
+    return _handling(USER_SIGNALS, forward)
+
+
+@contextlib.contextmanager
+def _handling(signums: Iterable[int], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` for ``signums`` while in force, then the previous handlers again. Python sets
+    handlers from the main thread only: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, replaced in previous.items():
+            signal.signal(signum, replaced)
 
 
 def _children() -> list[int]:

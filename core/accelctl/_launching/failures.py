@@ -31,8 +31,7 @@ class LaunchFailedError(AccelctlError):
 
     @property
     def exit_code(self) -> int:
-        """The exit status a launcher reports: the child's own, ``128 + N`` for signal ``N``
-        (1 when the failure is not known)."""
+        """The failure's :attr:`RankFailure.exit_code` (1 when the failure is not known)."""
         return self.failure.exit_code if self.failure is not None else 1
 
     @property
@@ -108,7 +107,9 @@ class RankFailure:
         def blame(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int, int]:
             rank, failure = item
             stopped = failure.exitcode == -signal.SIGTERM and detected.index(rank) > 0
-            lost_peer = _says_peer_lost(failure)
+            message = failure.message
+            text = str(message.get("message", "")) if isinstance(message, Mapping) else str(message)
+            lost_peer = any(marker in text.lower() for marker in _PEER_LOST)
             try:
                 when = os.stat(failure.error_file).st_mtime_ns
             except OSError:  # no error file (a signal, sys.exit): torch's own timestamp
@@ -127,9 +128,3 @@ _PEER_LOST = (
     "remote worker crash",
     "remote process exited",
 )
-
-
-def _says_peer_lost(failure: ProcessFailure) -> bool:
-    message = failure.message
-    text = str(message.get("message", "")) if isinstance(message, Mapping) else str(message)
-    return any(marker in text.lower() for marker in _PEER_LOST)

@@ -44,12 +44,6 @@ def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
         )
 
 
-def check_restarts(max_restarts: int) -> None:
-    """Refuse a negative number of restarts."""
-    if max_restarts < 0:
-        raise LaunchError(f"max_restarts={max_restarts}: give a number of restarts >= 0")
-
-
 def check_processes(selection: Selection, processes: int) -> None:
     """Refuse several processes on an accelerator without a distributed backend."""
     if processes > 1 and selection.distributed_backend is None:

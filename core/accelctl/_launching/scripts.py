@@ -1,7 +1,5 @@
 """``accelctl launch SCRIPT``: one process per device of the selection, through torchrun called
-in this process (docs/training.md, "Choices accelctl launch makes"); one device on one machine,
-without restarts, is one child process supervised here.
-"""
+in this process (docs/training.md, "Choices accelctl launch makes")."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._errors import LaunchError
 from .._selection import Selection, resolve
 from .._supervision import (
     LaunchInterruptedError,
@@ -21,7 +20,7 @@ from .._supervision import (
 )
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
-from .options import Nodes, check_processes, check_restarts, plan_nodes
+from .options import Nodes, check_processes, plan_nodes
 from .torch_logs import quiet_torch_logs
 
 #: What every child runs: ``python -m accelctl.launcher SCRIPT ARGS`` (see :mod:`.child`).
@@ -57,15 +56,16 @@ def launch_script(
     :raises LaunchError: for impossible multi-machine options (a ``NodeOptionError``).
     """
     nodes = plan_nodes(nnodes, node_rank, master_addr, master_port)
-    check_restarts(max_restarts)
+    if max_restarts < 0:
+        raise LaunchError(f"max_restarts={max_restarts}: give a number of restarts >= 0")
     selection = resolve(accelerator, devices)
     nproc = len(selection.devices)
     check_processes(selection, nproc * nodes.nnodes)
     if nodes.note:
         print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
-    child_env = {**selection_environment(selection), **launcher_environment()}
+    env = {**selection_environment(selection), **launcher_environment()}
     if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
-        _run_single(script, script_args, child_env)
+        _run_single(script, script_args, env)
         return selection
 
     import torch.distributed.run as torchrun
@@ -78,7 +78,6 @@ def launch_script(
 
     argv = torchrun_argv(nproc, nodes, max_restarts=max_restarts)
     argv += ["--module", CHILD_MODULE, script, *script_args]
-    env = dict(child_env)
     if max_restarts and "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in os.environ:
         # The store torchrun shares with its workers outlives a restart, and restarted workers
         # would read stale gloo addresses from it: a store per attempt instead.

@@ -31,7 +31,7 @@ def _check_address(ctx: click.Context, param: click.Parameter, value: str | None
     with contextlib.suppress(ValueError):
         ipaddress.ip_address(host)
         return given
-    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    labels = host.removesuffix(".").split(".")
     if 0 < len(host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels):
         return given
     shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
@@ -137,7 +137,6 @@ def launch_command(
         if exc.option is None:
             raise click.UsageError(exc.problem) from None
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
-    debug = bool(ctx.find_root().params.get("debug"))
     # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
     selection = run_one(lambda: resolve(accelerator, devices))
     try:
@@ -150,7 +149,7 @@ def launch_command(
             node_rank=node_rank,
             master_addr=master_addr,
             master_port=master_port,
-            quiet=not debug,
+            quiet=not ctx.find_root().params.get("debug"),
             max_restarts=max_restarts,
         )
     except (LaunchFailedError, LaunchInterruptedError) as exc:
