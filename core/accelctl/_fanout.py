@@ -100,7 +100,6 @@ def _run(
             waiting.append(task)
     running: set[_Task[A, T]] = set()
     done = threading.Condition()
-    left = [len(waiting)]
     threads = [0]  # workers started and not given up
 
     def worker() -> None:
@@ -123,8 +122,7 @@ def _run(
                     return
                 task.value, task.error = value, error
                 running.discard(task)
-                left[0] -= 1
-                if not left[0]:
+                if not waiting and not running:
                     done.notify_all()
 
     def start() -> None:
@@ -134,7 +132,7 @@ def _run(
     with done:
         if waiting:
             start()
-        while left[0]:
+        while waiting or running:  # every task not done yet is in one of them
             now = time.monotonic()
             wait = POLL_S
             for task in list(running):
@@ -148,18 +146,16 @@ def _run(
                 _give_up(task, timeout)
                 running.discard(task)
                 threads[0] -= 1
-                left[0] -= 1
             if waiting and threads[0] < workers:
-                # One thread while each plugin answers quickly (plain Python, where more threads
-                # only contend for the GIL); one more whenever every thread has been busy with
-                # one plugin for GROW_AFTER_S (it waits on I/O, a device, a lock or a hang).
+                # One more thread once every thread has been busy with one plugin for
+                # GROW_AFTER_S (it waits on I/O, a device, a lock or a hang; see the docstring).
                 quick = [task.began + GROW_AFTER_S - now for task in running]
                 if threads[0] == 0 or (quick and max(quick) <= 0):
                     start()
                     continue
                 # (none running: a thread is between two plugins; look again as soon)
                 wait = min(wait, max(max(quick), 0.001) if quick else GROW_AFTER_S)
-            if left[0]:
+            if waiting or running:
                 # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
                 # handled by Python in the main thread only once that thread runs again.
                 done.wait(wait)

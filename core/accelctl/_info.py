@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._text import safe_repr
@@ -32,7 +32,7 @@ class AcceleratorInfo:
     family: str | None = None
     priority: int = 0
     distributed_backend: str | None = None
-    aliases: tuple[str, ...] = field(default=())
+    aliases: tuple[str, ...] = ()
     #: torch's device type where it is not the canonical name (``privateuse1``'s ``openreg:i``):
     #: what ``accelctl stats``, without torch, names devices by (``"<device_type>:<index>"``).
     device_type: str | None = None
@@ -50,7 +50,7 @@ class AcceleratorInfo:
                 f"distributed_backend must be a str or None, not {type(backend).__name__}"
             )
         aliases = self.aliases
-        if isinstance(aliases, str) or not isinstance(aliases, (list, tuple, set, frozenset)):
+        if not isinstance(aliases, (list, tuple, set, frozenset)):
             raise TypeError(f"aliases must be a tuple or list of str, not {type(aliases).__name__}")
         normalised = []
         for alias in aliases:

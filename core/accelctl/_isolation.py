@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, TextIO, cast
 
@@ -19,48 +19,19 @@ from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
 
 
-class PluginAbort(Exception):
-    """A ``BaseException`` that is not an ``Exception`` (``SystemExit``, a plugin's own
-    ``KeyboardInterrupt``...) raised by plugin code, contained; ``original`` is what it raised."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(describe_exception(original))
-        self.original = original
-
-
-def original(exc: BaseException) -> BaseException:
-    """What the plugin raised: ``exc``, or the exception a :class:`PluginAbort` contains."""
-    return exc.original if isinstance(exc, PluginAbort) else exc
-
-
 def failure_text(exc: BaseException) -> str:
-    """``"TypeName: message"`` of what the plugin raised, clean and bounded, for messages."""
-    raised = original(exc)
-    text = describe_exception(raised)
-    if isinstance(raised, KeyboardInterrupt):
+    """``"TypeName: message"`` of what plugin code raised, clean and bounded, for messages.
+
+    The user's Ctrl-C is raised again instead: a ``KeyboardInterrupt`` in the main thread.
+    Signals reach only the main thread, so elsewhere it is the plugin's own; in the main thread
+    telling them apart would need a SIGINT handler around every call.
+    """
+    text = describe_exception(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        if threading.get_ident() == threading.main_thread().ident:
+            raise exc
         text += " (raised by the plugin's own code, not by Ctrl-C)"
     return text
-
-
-# -- containment ---------------------------------------------------------------------------
-
-
-def users_interrupt(exc: BaseException) -> bool:
-    """True when ``exc`` is a Ctrl-C to let through: a ``KeyboardInterrupt`` in the main thread.
-    Signals reach only the main thread, so elsewhere it is the plugin's own; in the main thread
-    telling them apart would need a SIGINT handler around every call."""
-    is_main = threading.get_ident() == threading.main_thread().ident
-    return isinstance(exc, KeyboardInterrupt) and is_main
-
-
-def contain(exc: BaseException) -> Exception:
-    """What plugin code raised, as an ``Exception`` to report: itself, or a :class:`PluginAbort`;
-    the user's Ctrl-C (:func:`users_interrupt`) is raised again."""
-    if isinstance(exc, Exception):
-        return exc
-    if users_interrupt(exc):
-        raise exc
-    return PluginAbort(exc)
 
 
 class ProcessExit(SystemExit):
@@ -68,12 +39,8 @@ class ProcessExit(SystemExit):
     of the CLI runs (see :func:`exit_is_plugin_failure`)."""
 
 
-_real_exit = os._exit
-
-
-def real_exit(code: int) -> NoReturn:
-    """End the process now, as ``os._exit`` does (accelctl's own use, never intercepted)."""
-    _real_exit(code)
+#: ``os._exit`` as it was at import: accelctl's own way to end the process, never intercepted.
+real_exit = os._exit
 
 
 @contextmanager
@@ -84,7 +51,7 @@ def exit_is_plugin_failure() -> Iterator[None]:
 
     def intercept(status: int) -> NoReturn:
         if os.getpid() != pid:
-            _real_exit(status)
+            real_exit(status)
         raise ProcessExit(
             f"os._exit({status}) was called; accelctl's CLI does not let a plugin end it"
         )
@@ -93,7 +60,7 @@ def exit_is_plugin_failure() -> Iterator[None]:
     try:
         yield
     finally:
-        os._exit = _real_exit
+        os._exit = real_exit
 
 
 # -- stdout -------------------------------------------------------------------------------------
@@ -108,20 +75,9 @@ class _StdoutRouter:
         self._stderr = stderr  # kept: a plugin that rebinds sys.stderr cannot loop it back here
         self._owner = threading.get_ident()
 
-    def _target(self) -> TextIO:
-        return self._stdout if threading.get_ident() == self._owner else self._stderr
-
-    def write(self, text: str) -> int:
-        return self._target().write(text)
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        self._target().writelines(lines)
-
-    def flush(self) -> None:
-        self._target().flush()
-
-    def __getattr__(self, name: str) -> Any:  # encoding, isatty, buffer, fileno...
-        return getattr(self._target(), name)
+    def __getattr__(self, name: str) -> Any:  # write, flush, encoding, isatty, buffer...
+        target = self._stdout if threading.get_ident() == self._owner else self._stderr
+        return getattr(target, name)
 
 
 @contextmanager

@@ -18,7 +18,7 @@ import pluggy
 from . import hookspecs
 from ._accelerator import Accelerator
 from ._errors import PluginLoadError
-from ._isolation import contain, failure_text, original
+from ._isolation import failure_text
 from ._project import PROJECT_NAME
 from ._text import FIELD_LIMIT, clean
 
@@ -121,8 +121,8 @@ def instantiate(obj: object, subject: str) -> object:
     except BaseException as exc:  # anything the plugin raised, its sys.exit() included
         raise PluginLoadError(
             f"{subject}: class {clean(obj.__name__, FIELD_LIMIT)} could not be instantiated with "
-            f"no arguments: {failure_text(contain(exc))}"
-        ) from original(exc)
+            f"no arguments: {failure_text(exc)}"
+        ) from exc
 
 
 def hook_table(
@@ -146,8 +146,8 @@ def hook_table(
             manager.unregister(plugin)
         if isinstance(exc, (pluggy.PluginValidationError, ValueError)):  # ValueError: twice
             return None, None, fail(clean(str(exc)), exc)
-        caught = contain(exc)  # the plugin's attributes raised while pluggy read them
-        return None, None, fail(f"registering it failed: {failure_text(caught)}", original(caught))
+        # the plugin's attributes raised while pluggy read them
+        return None, None, fail(f"registering it failed: {failure_text(exc)}", exc)
     try:
         callers = manager.get_hookcallers(plugin) or []
         impls = {caller.name: caller.get_hookimpls()[0] for caller in callers}
@@ -156,8 +156,7 @@ def hook_table(
     try:
         diagnosis = _diagnose(plugin, impls)
     except BaseException as exc:  # reading an unmarked hook's attribute ran the plugin's code
-        caught = contain(exc)
-        return None, None, fail(f"registering it failed: {failure_text(caught)}", original(caught))
+        return None, None, fail(f"registering it failed: {failure_text(exc)}", exc)
     problem = diagnosis.problem()
     if problem is not None:
         return None, diagnosis, fail(problem)

@@ -17,7 +17,7 @@ from ._accelerator import Accelerator
 from ._discovery import Found
 from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError, fresh_copy
 from ._info import AcceleratorInfo
-from ._isolation import contain, failure_text, keep_stdout, original, watch_import
+from ._isolation import failure_text, keep_stdout, watch_import
 from ._loading import HookDiagnosis, hook_table, instantiate, name_of
 from ._returns import RETURN_CHECKS
 from ._status import AcceleratorStatus
@@ -148,11 +148,10 @@ class AcceleratorHandle:
             with watch_import(self.describe()):
                 obj = metadata.EntryPoint(found.name, found.value, found.group).load()
         except BaseException as exc:  # anything the plugin raised, its sys.exit() included
-            caught = contain(exc)
             error = PluginLoadError(
-                f"{self.describe()}: importing {quote(found.value)} failed: {failure_text(caught)}"
+                f"{self.describe()}: importing {quote(found.value)} failed: {failure_text(exc)}"
             )
-            error.__cause__ = original(caught)
+            error.__cause__ = exc
             self._fail("import", error)
             return
         finally:
@@ -175,8 +174,7 @@ class AcceleratorHandle:
             return
         assert table is not None
         self._hooks = table
-        for hook, function in table.items():
-            self._codes[getattr(function, "__code__", None)] = hook
+        self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
         self.state = "loaded"
 
     def check(self) -> AcceleratorHandle:
@@ -204,7 +202,7 @@ class AcceleratorHandle:
 
     def implements(self, hook: str) -> bool:
         """True when the loaded plugin implements ``hook`` (optional hooks may be absent)."""
-        return self._function(hook) is not None
+        return self._loaded_hooks().get(hook) is not None
 
     # -- calling hooks ------------------------------------------------------------------------
 
@@ -214,9 +212,6 @@ class AcceleratorHandle:
         assert self._hooks is not None
         return self._hooks
 
-    def _function(self, hook: str) -> Callable[..., Any] | None:
-        return self._loaded_hooks().get(hook)
-
     def _failed(self, hook: str, exc: BaseException) -> AccelctlError:
         """The error for what ``hook`` raised (a device hook's ``DeviceSpecError`` passes, its
         parts filled in); a Ctrl-C is raised as it is."""
@@ -224,30 +219,30 @@ class AcceleratorHandle:
             if exc.accelerator is None:
                 exc.accelerator = self.name
             return exc
-        caught = contain(exc)
-        error = PluginHookError(
-            f"{self.describe()}: hook {hook}() raised {failure_text(caught)}",
-            name=self.name,
-            hook=hook,
-            distribution=self.distribution,
-        )
-        error.__cause__ = original(caught)
+        error = self._hook_error(hook, f"hook {hook}() raised {failure_text(exc)}")
+        error.__cause__ = exc
         return error
 
     def _returned(self, hook: str, value: Any) -> Any:
         try:
             return RETURN_CHECKS[hook](value)
         except Exception as exc:  # TypeError/ValueError from the checks, or the value's own
-            raise PluginHookError(
-                f"{self.describe()}: hook {hook}() returned {safe_repr(value)} "
-                f"({type(value).__name__}); {clean(safe_str(exc))}",
-                name=self.name,
-                hook=hook,
-                distribution=self.distribution,
+            raise self._hook_error(
+                hook,
+                f"hook {hook}() returned {safe_repr(value)} ({type(value).__name__}); "
+                f"{clean(safe_str(exc))}",
             ) from exc
 
+    def _hook_error(self, hook: str | None, problem: str) -> PluginHookError:
+        return PluginHookError(
+            f"{self.describe()}: {problem}",
+            name=self.name,
+            hook=hook,
+            distribution=self.distribution,
+        )
+
     def _call(self, hook: str, *args: Any) -> Any:
-        function = self._function(hook)
+        function = self._loaded_hooks().get(hook)
         if function is None:
             return None
         try:
@@ -354,11 +349,8 @@ class AcceleratorHandle:
             if hook is not None:
                 doing = f"{hook}()"
             frame = frame.f_back
-        return PluginHookError(
-            f"{self.describe()}: {doing} did not answer within {seconds:g} s "
-            "(ACCELCTL_HOOK_TIMEOUT: how long accelctl waits for each plugin where it asks "
-            "several at once)",
-            name=self.name,
-            distribution=self.distribution,
-            hook=doing.removesuffix("()") if doing.endswith("()") else None,
+        return self._hook_error(
+            doing.removesuffix("()") if doing.endswith("()") else None,
+            f"{doing} did not answer within {seconds:g} s (ACCELCTL_HOOK_TIMEOUT: how long "
+            "accelctl waits for each plugin where it asks several at once)",
         )

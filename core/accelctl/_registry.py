@@ -112,9 +112,10 @@ class Registry:
         if handles:
             return handles[0].check()
         enabled = self.enabled()
+        asked = _fanout.run_each(enabled, lambda handle: handle.check().info.aliases)
         owners = [
             handle
-            for handle, aliases in zip(enabled, _fanout.run_each(enabled, _aliases), strict=True)
+            for handle, aliases in zip(enabled, asked, strict=True)
             if not isinstance(aliases, AccelctlError) and key in aliases
         ]
         if len(owners) > 1:
@@ -186,10 +187,6 @@ def install_hint(registry: Registry, name: str) -> str:
             "`accelctl list`)"
         )
     return f"If a plugin provides it, install it: pip install {distribution}"
-
-
-def _aliases(handle: AcceleratorHandle) -> tuple[str, ...]:
-    return handle.check().info.aliases
 
 
 def _conflict(name: str, handles: list[AcceleratorHandle]) -> PluginConflictError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from string import Template
 
@@ -42,14 +42,8 @@ class PluginNames:
         )
 
     def substitutions(self) -> dict[str, str]:
-        """The values of the templates' placeholders."""
-        return {
-            "name": self.name,
-            "distribution": self.distribution,
-            "module": self.module,
-            "device_type": self.device_type,
-            "title": self.name.upper() if len(self.name) <= 4 else self.name,
-        }
+        """The values of the templates' placeholders: the names, and the title."""
+        return {**asdict(self), "title": self.name.upper() if len(self.name) <= 4 else self.name}
 
 
 #: The longest name ``new-plugin`` accepts: it names a distribution, a module and files.

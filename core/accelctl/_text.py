@@ -16,21 +16,12 @@ LINE_LIMIT = 4000
 JSON_STRING_LIMIT = 4000
 
 
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
 def escape_controls(text: str) -> str:
     """``text`` with every non-printable character (control, format, separator other than the
     space, surrogate) written as its escape, as :func:`repr` shows it."""
     if text.isprintable():
         return text
-    return "".join(char if char.isprintable() else _escape(char) for char in text)
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def bound(text: str, limit: int) -> str:

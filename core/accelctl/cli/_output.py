@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .._text import FIELD_LIMIT, JSON_STRING_LIMIT, LINE_LIMIT, bound, clean, printable_line
+from .._text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable_line
 
 
 def strict_json_data(data: Any) -> Any:
@@ -47,24 +47,20 @@ def emit_json(data: Any) -> None:
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """An aligned plain-text table; None shows as "-"; each cell is one escaped line of at most
     about :data:`~accelctl._text.FIELD_LIMIT` characters."""
-    cells = [
-        [("-" if value is None else clean(str(value), FIELD_LIMIT)) for value in row]
-        for row in rows
+    table = [list(headers)] + [
+        ["-" if value is None else clean(str(value), FIELD_LIMIT) for value in row] for row in rows
     ]
-    widths = [len(header) for header in headers]
-    for row in cells:
-        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
-    return "\n".join(lines)
+    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    )
 
 
 def echo_line(text: str, err: bool = False) -> None:
     """Print one line that carries others' text: escaped, bounded, alignment kept (see
     :func:`accelctl._text.printable_line`)."""
-    click.echo(printable_line(text, LINE_LIMIT), err=err)
+    click.echo(printable_line(text), err=err)
 
 
 def yes_no(value: bool | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
@@ -34,11 +34,7 @@ class Environment:
     accelctl: str
     torch: dict[str, Any]
     accelerators: list[dict[str, Any]]
-    variables: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
-        return asdict(self)
+    variables: dict[str, str]
 
 
 def _torch_info() -> dict[str, Any]:
@@ -48,7 +44,7 @@ def _torch_info() -> dict[str, Any]:
         build = read_torch_build()
         if build is None:
             return {"version": None, "error": "torch is not installed (pip install torch)"}
-        info: dict[str, Any] = {
+        return {
             "version": build.version,
             "path": build.path,
             "cuda": build.cuda,
@@ -60,7 +56,6 @@ def _torch_info() -> dict[str, Any]:
         }
     except Exception as exc:  # a broken install: that is the report
         return {"version": None, "error": f"{type(exc).__name__}: {exc}"}
-    return info
 
 
 def _accelerators() -> list[dict[str, Any]]:
@@ -83,19 +78,19 @@ def _accelerators() -> list[dict[str, Any]]:
     for handle, row in zip(handles, run_each(handles, ask), strict=True):
         if isinstance(row, AccelctlError):  # late: in its probe, or in environment_info()
             late, known = one_line(row), probed.get(id(handle))
-            row = {**known, "environment_error": late} if known else _row(handle, late)
+            if known:
+                row = {**known, "environment_error": late}
+            else:
+                row = _row(AcceleratorStatus(handle, error=late))
         rows.append(row)
     return rows
 
 
-def _row(status: AcceleratorStatus | AcceleratorHandle, error: str | None = None) -> dict[str, Any]:
-    if isinstance(status, AcceleratorHandle):
-        status = AcceleratorStatus(status, error=error)
-    handle = status.accelerator
+def _row(status: AcceleratorStatus) -> dict[str, Any]:
     return {
         "name": status.name,
-        "distribution": handle.distribution,
-        "version": handle.version,
+        "distribution": status.distribution,
+        "version": status.version,
         "state": status.state,
         "available": status.available,
         "device_count": status.device_count,
@@ -106,20 +101,16 @@ def _row(status: AcceleratorStatus | AcceleratorHandle, error: str | None = None
     }
 
 
-def _accelctl_version() -> str:
-    import accelctl  # its __version__ is the one lookup of the installed version
-
-    return str(accelctl.__version__)
-
-
 def collect() -> Environment:
     """Gather the report (no torch import where the plugins need none; no device initialised)."""
+    import accelctl  # its __version__ is the one lookup of the installed version
+
     return Environment(
         platform=platform.platform(),
         python=(
             f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
         ),
-        accelctl=_accelctl_version(),
+        accelctl=str(accelctl.__version__),
         torch=_torch_info(),
         accelerators=_accelerators(),
         variables=_settings.set_variables(),  # accelctl's own, when set
@@ -186,6 +177,6 @@ def env_command(as_json: bool) -> None:
     the facts each plugin adds (drivers, device variables): a block to paste into a bug report."""
     env = collect()
     if as_json:
-        emit_json(env.to_dict())
+        emit_json(asdict(env))
     else:
         click.echo(render(env))

@@ -62,10 +62,10 @@ class AccelctlGroup(click.Group):
                 file: Any = None,
                 line: str | None = None,
             ) -> None:
+                text = one_line(safe_str(message))  # may be a plugin's: escaped, bounded
                 if issubclass(category, PluginWarning):  # ours: one plain line
-                    click.echo(f"warning: {one_line(safe_str(message))}", err=True)
+                    click.echo(f"warning: {text}", err=True)
                 else:
-                    text = one_line(safe_str(message))  # may be a plugin's: escaped, bounded
                     default_show(text, category, filename, lineno, file, line)
 
             warnings.showwarning = show
