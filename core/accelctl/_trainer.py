@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from . import _settings
-from ._errors import TrainerError
 from ._launching.handoff import devices_spec, launch_command_line
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
@@ -50,6 +49,7 @@ from ._training.checkpoint import (
     resolve_ckpt_path,
     restart_count,
     resumed_batches,
+    whole_number,
 )
 from ._training.data import set_epoch, shard_loader
 from ._training.epoch import train_epoch
@@ -65,7 +65,7 @@ from ._training.processes import (
     script_argv,
 )
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
-from ._training.rng import epoch_rng_state, set_epoch_rng_state, set_rng_state
+from ._training.rng import epoch_rng_state, set_rng_state
 from ._training.timeouts import collective_timeout
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ class Trainer:
         best_mode: str = "min",
         requeue_signal: Any = "auto",
     ) -> None:
-        self.max_epochs = _positive_int("max_epochs", max_epochs)
-        self.log_every_n_steps = _positive_int("log_every_n_steps", log_every_n_steps)
+        self.max_epochs = whole_number("max_epochs", max_epochs)
+        self.log_every_n_steps = whole_number("log_every_n_steps", log_every_n_steps)
         self.precision = Precision(parse_precision(precision))
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
@@ -134,14 +134,14 @@ class Trainer:
         )
         self._requeue = parse_requeue_signal(requeue_signal, checkpointing=enable_checkpointing)
         self._env = ProcessEnvironment.from_environ(os.environ)
-        if _is_auto(devices) and self._env.launched and not _settings.Selection.read().devices:
+        auto = isinstance(devices, str) and devices.strip().lower() == "auto"
+        if auto and self._env.launched and not _settings.Selection.read().devices:
             devices = self._env.local_world_size  # a plain torchrun: one device per process
         selection = resolve(accelerator, devices)
         #: The accelerator's handle.
         self.accelerator: AcceleratorHandle = selection.accelerator
         #: One device per process on this machine, in local-rank order.
         self.devices: list[torch.device] = selection.devices
-        self._parsed = selection.parsed
         #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
         #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
         self.device: torch.device = choose_device(
@@ -149,7 +149,7 @@ class Trainer:
             accelerator=self.accelerator.name,
             backend=self.accelerator.info.distributed_backend,
             env=self._env,
-            launch_command_line=self._launch_hint(),
+            launch_command_line=self._launch_hint(selection.parsed),
         )
         #: This process's rank among all processes (0 when alone).
         self.global_rank: int = self._env.rank
@@ -211,11 +211,10 @@ class Trainer:
         try:
             requeue.arm()
             self.accelerator.setup_device(self.device)
-            if self._env.distributed:
+            if watch is not None:  # several processes
                 backend = self.accelerator.info.distributed_backend
                 assert backend is not None  # choose_device refused None
                 owns_group = join_process_group(backend, self._env, self.device, timeout)
-                assert watch is not None
                 watch.start()
             model.to(self.device)
             optimizer = optimizer_of(model)
@@ -260,12 +259,8 @@ class Trainer:
                 epoch_rng = None
                 if resume is not None and resume.batches_done and epoch == resume.epoch:
                     # Replay the epoch's data order, skip what was trained, then go on.
-                    if resume.epoch_rng is not None:
-                        set_epoch_rng_state(resume.epoch_rng, train_loader, self.device)
                     epoch_rng = resume.epoch_rng
-                    batches = resumed_batches(
-                        train_loader, resume.batches_done, resume.rng, self.device
-                    )
+                    batches = resumed_batches(train_loader, resume, self.device)
                 else:
                     if every is not None or requeue.armed:  # a mid-epoch checkpoint needs it
                         epoch_rng = epoch_rng_state(train_loader, self.device)
@@ -332,12 +327,11 @@ class Trainer:
         requeue.disarm()
         if watch is not None:
             watch.stop()
-        steps: list[Callable[[], object]] = []
+        steps: list[Callable[[], object]] = [self.accelerator.teardown]
         if owns_group:
             import torch.distributed as dist
 
-            steps.append(lambda: dist.destroy_process_group())
-        steps.append(self.accelerator.teardown)
+            steps.insert(0, dist.destroy_process_group)
         for cleanup in steps:
             try:
                 cleanup()
@@ -346,10 +340,10 @@ class Trainer:
                     raise
                 warnings.warn(f"cleanup after a failed fit also failed: {exc}", stacklevel=3)
 
-    def _launch_hint(self) -> str:
+    def _launch_hint(self, parsed: int | list[int]) -> str:
         """The command that runs this script with one process per device."""
         name = self.accelerator.name if self.accelerator.entry_point is not None else None
-        spec = devices_spec(self._parsed)
+        spec = devices_spec(parsed)
         argv = script_argv()
         if argv is None:
             accelerator = repr(name) if name else "<your accelerator>"
@@ -358,13 +352,3 @@ class Trainer:
                 f"devices={spec!r}) from Python, or `accelctl launch` with a script"
             )
         return launch_command_line(name, spec, argv)
-
-
-def _is_auto(devices: Any) -> bool:
-    return isinstance(devices, str) and devices.strip().lower() == "auto"
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TrainerError(f"{name}={value!r} is not accepted: give a whole number >= 1")
-    return value

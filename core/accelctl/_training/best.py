@@ -38,9 +38,8 @@ class BestCheckpoints:
             return False, []
         sign = 1.0 if self.config.best_mode == "min" else -1.0
         ranked = sorted([*self.kept, [score, name]], key=lambda item: sign * float(item[0]))
-        kept, dropped = ranked[: self.config.keep_best], ranked[self.config.keep_best :]
-        self.kept = kept
-        return any(item[1] == name for item in kept), [str(item[1]) for item in dropped]
+        self.kept, dropped = ranked[: self.config.keep_best], ranked[self.config.keep_best :]
+        return any(item[1] == name for item in self.kept), [str(item[1]) for item in dropped]
 
 
 def best_name(epoch: int, metric: str, score: float) -> str:

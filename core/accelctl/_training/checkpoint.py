@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import TrainerError
 from .best import BestCheckpoints, best_name
-from .rng import rng_state, set_rng_state
+from .rng import rng_state, set_epoch_rng_state, set_rng_state
 
 if TYPE_CHECKING:
     import torch
@@ -57,15 +57,10 @@ class CheckpointConfig:
     best_mode: str = "min"
 
     def __post_init__(self) -> None:
-        if self.every_n_steps is not None and not _whole(self.every_n_steps, 1):
-            raise TrainerError(
-                f"checkpoint_every_n_steps={self.every_n_steps!r} is not accepted: give a whole "
-                f"number >= 1, or None to write checkpoints at epoch ends only"
-            )
-        if not _whole(self.keep_best, 0):
-            raise TrainerError(
-                f"keep_best={self.keep_best!r} is not accepted: give a whole number >= 0"
-            )
+        if self.every_n_steps is not None:
+            epoch_ends = ", or None to write checkpoints at epoch ends only"
+            whole_number("checkpoint_every_n_steps", self.every_n_steps, or_else=epoch_ends)
+        whole_number("keep_best", self.keep_best, least=0)
         if self.best_mode not in ("min", "max"):
             raise TrainerError(
                 f"best_mode={self.best_mode!r} is not accepted: 'min' (lower {self.best_metric} "
@@ -73,8 +68,14 @@ class CheckpointConfig:
             )
 
 
-def _whole(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") -> int:
+    """``value`` when it is an int (not a bool) >= ``least``; else a :class:`TrainerError` that
+    names the Trainer's argument ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise TrainerError(
+            f"{name}={value!r} is not accepted: give a whole number >= {least}{or_else}"
+        )
+    return value
 
 
 def restart_count(environ: Mapping[str, str] = os.environ) -> int:
@@ -176,10 +177,14 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
 
 
 def resumed_batches(
-    loader: Iterable[Any], skip: int, after_skip: Mapping[str, Any] | None, device: torch.device
+    loader: Iterable[Any], resume: Resume, device: torch.device
 ) -> Iterator[tuple[int, Any]]:
-    """``enumerate(loader)`` from batch ``skip`` on: the first ``skip`` batches are read and
-    dropped, then the checkpoint's random states restored, as if training had never stopped."""
+    """``enumerate(loader)`` from batch ``resume.batches_done`` on: the epoch's starting states
+    are restored, its first batches read and dropped, then the checkpoint's random states
+    restored, as if training had never stopped."""
+    if resume.epoch_rng is not None:
+        set_epoch_rng_state(resume.epoch_rng, loader, device)
+    skip = resume.batches_done
     iterator = iter(loader)
     for _ in range(skip):
         try:
@@ -189,8 +194,8 @@ def resumed_batches(
                 f"the checkpoint was written after {skip} batches of its epoch, but the training "
                 f"loader has fewer; resume with the data the checkpoint was trained on"
             ) from None
-    if after_skip is not None:
-        set_rng_state(after_skip, device)
+    if resume.rng is not None:
+        set_rng_state(resume.rng, device)
     return enumerate(iterator, start=skip)
 
 
@@ -228,7 +233,6 @@ def _mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
 class Resume:
     """Where a fit resumed from a checkpoint starts, for this process."""
 
-    path: Path
     epoch: int
     batches_done: int
     global_step: int
@@ -288,7 +292,6 @@ class Checkpointer:
         if batches_done:
             epoch_rng = per_rank(state["epoch_rng"], self.rank, self.world_size, "data orders")
         return Resume(
-            path=path,
             epoch=int(state["epoch"]),
             batches_done=batches_done,
             global_step=int(state["global_step"]),
@@ -310,15 +313,13 @@ class Checkpointer:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
         ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
         into rank 0's file."""
-        rng = [rng_state(self.device)]
-        epoch_rngs = [epoch_rng]
+        mine = (rng_state(self.device), epoch_rng)
+        states: list[Any] = [mine]  # per rank
         if self.world_size > 1:
             import torch.distributed as dist
 
-            gathered: list[Any] = [None] * self.world_size
-            dist.all_gather_object(gathered, (rng[0], epoch_rng))
-            rng = [item[0] for item in gathered]
-            epoch_rngs = [item[1] for item in gathered]
+            states = [None] * self.world_size
+            dist.all_gather_object(states, mine)
         # Every rank checks the figure (they agree on the figures), so that all of them stop.
         score = self.best.score_of(metrics) if epoch_end and self.config.keep_best else None
         if self.rank != 0:
@@ -331,8 +332,8 @@ class Checkpointer:
             "epoch": epoch,
             "batches_done": batches_done,
             "global_step": global_step,
-            "rng": rng,
-            "epoch_rng": epoch_rngs if batches_done else None,
+            "rng": [rng for rng, _ in states],
+            "epoch_rng": [start for _, start in states] if batches_done else None,
             "metrics": dict(metrics),
             "best": self.best.kept,
             "run": self.run,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import DataLoaderError
 
 if TYPE_CHECKING:
     import torch
-    from torch.utils.data import DataLoader, Sampler
+    from torch.utils.data import Sampler
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -46,28 +46,14 @@ def batch_size(batch: Any) -> int:
     return 1
 
 
-class ShardSampler:
-    """Every ``world_size``-th index from ``rank``, without padding: each sample is seen by exactly
-    one process, so figures summed across processes are exact (torch's ``DistributedSampler``
-    repeats samples to even out the shards, which is right for training, not for evaluation)."""
-
-    def __init__(self, length: int, rank: int, world_size: int) -> None:
-        self.indices = range(rank, length, world_size)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-
 def shard_loader(
     loader: Iterable[Any], *, rank: int, world_size: int, train: bool
 ) -> Iterable[Any]:
     """``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
-    ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), a
-    :class:`ShardSampler` for evaluation. A loader the user shards already, or any for one
-    process, is returned unchanged; one that cannot be sharded is a :class:`DataLoaderError`."""
+    ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
+    ``world_size``-th sample from ``rank`` for evaluation. A loader the user shards already, or
+    any for one process, is returned unchanged; one that cannot be sharded is a
+    :class:`DataLoaderError`."""
     if world_size == 1:
         return loader
     from torch.utils.data import (
@@ -93,7 +79,7 @@ def shard_loader(
             "a custom batch_sampler. Give the DataLoader a batch_size instead, or shard it "
             "yourself (a DistributedSampler inside your batch sampler)"
         )
-    sampler: Sampler[int] | ShardSampler
+    sampler: Sampler[int] | range
     if train:
         if not isinstance(loader.sampler, (RandomSampler, SequentialSampler)):
             raise DataLoaderError(
@@ -106,14 +92,11 @@ def shard_loader(
             loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle
         )
     else:
-        sampler = ShardSampler(len(loader.dataset), rank, world_size)  # type: ignore[arg-type]
-    return _rebuild(loader, sampler)
-
-
-def _rebuild(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
-    """A DataLoader like ``loader`` (batching, workers, collation, pinning) on ``sampler``."""
-    from torch.utils.data import DataLoader
-
+        # Without padding: each sample is seen by exactly one process, so figures summed across
+        # processes are exact (torch's DistributedSampler repeats samples to even out the shards,
+        # which is right for training, not for evaluation).
+        sampler = range(rank, len(loader.dataset), world_size)  # type: ignore[arg-type]
+    # A DataLoader like ``loader`` (batching, workers, collation, pinning) on ``sampler``.
     options: dict[str, Any] = {
         "batch_size": loader.batch_size,
         "drop_last": loader.drop_last,
@@ -134,6 +117,6 @@ def _rebuild(loader: DataLoader[Any], sampler: Any) -> DataLoader[Any]:
 
 def set_epoch(loader: Iterable[Any], epoch: int) -> None:
     """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process)."""
-    sampler = getattr(loader, "sampler", None)
-    if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
-        sampler.set_epoch(epoch)
+    set_sampler_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
+    if callable(set_sampler_epoch):
+        set_sampler_epoch(epoch)

@@ -72,11 +72,11 @@ def train_epoch(
             optimizer.zero_grad(set_to_none=True)
             progress.mark("backward (the gradients' all-reduce)", step)
             if scaler is not None:
-                _backward(scaler.scale(loss))
+                scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                _backward(loss)
+                loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
             window.append(loss.detach())
             samples = batch_size(batch)
@@ -108,7 +108,7 @@ def train_epoch(
                 if bar is not None:
                     bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
                 window, window_samples, window_started = [], 0, now
-            saved = bool(every_n_steps) and trainer.global_step % (every_n_steps or 1) == 0
+            saved = every_n_steps is not None and trainer.global_step % every_n_steps == 0
             if saved or stop:
                 progress.mark("a checkpoint", step)
                 checkpoint(batch_idx + 1)
@@ -140,10 +140,6 @@ def _device_stats(trainer: Trainer) -> tuple[dict[str, int | float], bool]:
     except AccelctlError as exc:
         warnings.warn(f"device stats disabled for this fit: {exc}", PluginWarning, stacklevel=3)
         return {}, False
-
-
-def _backward(loss: Any) -> None:
-    loss.backward()
 
 
 def _length(loader: Iterable[Any]) -> int | None:

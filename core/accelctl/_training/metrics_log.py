@@ -27,7 +27,6 @@ class MetricsLog:
     ``path=None`` (the processes other than rank 0) every call does nothing."""
 
     def __init__(self, path: Path | None, *, run: str = "", restart: int = 0) -> None:
-        self.path = path
         self._tags = {"run": run, "restart": restart}
         self._fd: int | None = None
         if path is not None:

@@ -36,19 +36,17 @@ def parse_precision(precision: Any) -> str:
 
     :raises PrecisionError: for anything else, listing the accepted values and the nearest one.
     """
+    key = ""  # neither an int nor a string: no spelling to match
     if isinstance(precision, int) and not isinstance(precision, bool):
         key = str(precision)
     elif isinstance(precision, str):
         key = precision.strip().lower()
-    else:
-        key = None
-    if key is not None:
-        key = _ALIASES.get(key, key)
-        if key in PRECISIONS:
-            return key
+    key = _ALIASES.get(key, key)
+    if key in PRECISIONS:
+        return key
     accepted = ", ".join(f'"{p}"' for p in PRECISIONS)
-    near = _NEAREST.get(key or "") or next(
-        iter(difflib.get_close_matches(key or "", PRECISIONS, n=1, cutoff=0.6)), None
+    near = _NEAREST.get(key) or next(
+        iter(difflib.get_close_matches(key, PRECISIONS, n=1, cutoff=0.6)), None
     )
     hint = f' (did you mean "{near}"?)' if near else ""
     raise PrecisionError(

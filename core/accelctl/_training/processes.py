@@ -162,14 +162,14 @@ def join_process_group(
     backend: str,
     env: ProcessEnvironment,
     device: torch.device,
-    timeout: datetime.timedelta | None = None,
+    timeout: datetime.timedelta,
 ) -> bool:
     """Join the default ``torch.distributed`` process group of this run.
 
     Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT`` (under torchrun), else at
     the address the scheduler's variables gave (:class:`ProcessEnvironment`).
 
-    :param timeout: how long each collective may wait for the other processes (None: torch's).
+    :param timeout: how long each collective may wait for the other processes.
 
     :returns: True when this call created the group (and the caller destroys it), False when
         one already existed with the same size (a user's own set-up, or an earlier ``fit``).
@@ -202,8 +202,9 @@ def join_process_group(
     from torch.distributed.rendezvous import rendezvous
 
     if init_method not in _stores:
-        options: dict[str, datetime.timedelta] = {} if timeout is None else {"timeout": timeout}
-        _stores[init_method] = next(rendezvous(init_method, env.rank, env.world_size, **options))[0]
+        _stores[init_method] = next(
+            rendezvous(init_method, env.rank, env.world_size, timeout=timeout)
+        )[0]
     global _groups_made
     _groups_made += 1
     prefix = f"accelctl.fit{_groups_made}"
@@ -225,7 +226,4 @@ _groups_made = 0
 def script_argv() -> list[str] | None:
     """The command line of a script run with ``python script.py args``; None in a notebook, a
     REPL or ``python -c``, where there is no script to hand to ``accelctl launch``."""
-    argv = list(sys.argv)
-    if not argv or argv[0] in ("", "-c", "-") or not argv[0].endswith(".py"):
-        return None
-    return argv
+    return list(sys.argv) if sys.argv and sys.argv[0].endswith(".py") else None

@@ -18,12 +18,29 @@ def _device_module(device: torch.device) -> Any | None:
     """``torch.cuda`` and the like, when it has per-device random states."""
     import torch
 
-    if device.type == "cpu":
-        return None
-    module = getattr(torch, device.type, None)
-    if module is None or not callable(getattr(module, "get_rng_state", None)):
-        return None
-    return module
+    module = None if device.type == "cpu" else getattr(torch, device.type, None)
+    return module if callable(getattr(module, "get_rng_state", None)) else None
+
+
+def _torch_state(device: torch.device) -> dict[str, Any]:
+    """torch's global random state, and the device's where it has its own."""
+    import torch
+
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    module = _device_module(device)
+    if module is not None:
+        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    return state
+
+
+def _set_torch_state(state: Mapping[str, Any], device: torch.device) -> None:
+    """Restore what :func:`_torch_state` saved."""
+    import torch
+
+    torch.set_rng_state(state["torch"].cpu())
+    module = _device_module(device)
+    if module is not None and "device" in state:
+        module.set_rng_state(state["device"].cpu(), device.index or 0)
 
 
 def _generators(loader: Iterable[Any]) -> list[torch.Generator]:
@@ -42,10 +59,7 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     """This process's random states as tensors and plain values (``weights_only``-loadable)."""
     import torch
 
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    module = _device_module(device)
-    if module is not None:
-        state["device"] = module.get_rng_state(device.index or 0).cpu()
+    state = {**_torch_state(device), "python": random.getstate()}
     try:
         import numpy
     except ImportError:
@@ -64,15 +78,10 @@ def rng_state(device: torch.device) -> dict[str, Any]:
 
 def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
     """Restore what :func:`rng_state` saved (a part saved on another kind of machine is skipped)."""
-    import torch
-
-    torch.set_rng_state(state["torch"].cpu())
+    _set_torch_state(state, device)
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))
-    module = _device_module(device)
-    if module is not None and "device" in state:
-        module.set_rng_state(state["device"].cpu(), device.index or 0)
     if "numpy" in state:
         try:
             import numpy
@@ -85,35 +94,22 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
 
 def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
     """What an epoch's data order depends on, taken before its iterator starts."""
-    import torch
-
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "generators": [generator.get_state() for generator in _generators(loader)],
-    }
-    module = _device_module(device)
-    if module is not None:
-        state["device"] = module.get_rng_state(device.index or 0).cpu()
-    return state
+    generators = [generator.get_state() for generator in _generators(loader)]
+    return {**_torch_state(device), "generators": generators}
 
 
 def set_epoch_rng_state(
     state: Mapping[str, Any], loader: Iterable[Any], device: torch.device
 ) -> None:
     """Restore :func:`epoch_rng_state`'s states before an epoch's iterator is replayed."""
-    import torch
-
-    torch.set_rng_state(state["torch"].cpu())
+    _set_torch_state(state, device)
     generators = _generators(loader)
     saved = state.get("generators", [])
     if len(saved) != len(generators):
         warnings.warn(
             f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
             f"{len(saved)}: the resumed epoch may see its batches in another order",
-            stacklevel=3,
+            stacklevel=4,
         )
     for generator, generator_state in zip(generators, saved, strict=False):
         generator.set_state(generator_state.cpu())
-    module = _device_module(device)
-    if module is not None and "device" in state:
-        module.set_rng_state(state["device"].cpu(), device.index or 0)
