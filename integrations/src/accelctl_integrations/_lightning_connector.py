@@ -46,7 +46,8 @@ from typing import Any
 
 import torch
 
-from .._errors import PrecisionError, ProcessSetupError
+from accelctl import PrecisionError, ProcessSetupError
+
 from ._parameters import keeping_parameters
 from ._versions import TestedRange
 

@@ -13,9 +13,8 @@ from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTR
 from lightning.fabric.accelerators.registry import _AcceleratorRegistry
 from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY
 
-from .._errors import AccelctlError, PluginWarning
-from .._plugin import AcceleratorHandle
-from .._registry import Registry
+from accelctl import AccelctlError, AcceleratorHandle, PluginWarning
+from accelctl._registry import Registry  # a first-party bridge, released with the core
 
 
 def description(handle: AcceleratorHandle) -> str:
