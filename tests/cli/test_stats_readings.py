@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 import types
 
@@ -17,7 +16,7 @@ from cliharness import Cli, FakeClock
 import accelctl
 from accelctl.cli import stats_cmd
 
-from fakedists import FakeSite
+from fakedists import FakeSite, undetected_plugin
 
 #: Hang guard of the subprocess test: far above what it takes.
 HANG_GUARD_S = 120
@@ -87,31 +86,12 @@ def test_one_shot_cpu_percent_is_a_real_reading(
 
 
 #: A plugin whose probe takes half a second of the test's clock (its hardware is absent).
-SLOW_PROBE = """
-    import accelctl
-    from accelctl.cli import stats_cmd
-
-    @accelctl.hookimpl
-    def detect():
-        stats_cmd.time.advance(0.5)
-        return False
-
-    @accelctl.hookimpl
-    def auto_device_count():
-        return 0
-
-    @accelctl.hookimpl
-    def parse_devices(devices):
-        return accelctl.parse_indexed_devices(devices, visible=0, accelerator="slow")
-
-    @accelctl.hookimpl
-    def get_parallel_devices(devices):
-        return []
-
-    @accelctl.hookimpl
-    def device_stats(device):
-        return {}
-"""
+SLOW_PROBE = undetected_plugin("slow").replace(
+    "def detect():\n        return False",
+    "def detect():\n        from accelctl.cli import stats_cmd\n"
+    "        stats_cmd.time.advance(0.5)\n        return False",
+)
+assert "advance" in SLOW_PROBE
 
 
 def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
@@ -126,9 +106,7 @@ def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
     # comes more than the wait after the one thrown away.
     from accelctl import _fanout
 
-    fake_site.install(
-        "acme-slow", {"slow": "stats_slow"}, {"stats_slow": textwrap.dedent(SLOW_PROBE)}
-    )
+    fake_site.install("acme-slow", {"slow": "stats_slow"}, {"stats_slow": SLOW_PROBE})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,slow")
     monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)  # one thread: cpu, then slow
     result = cli("stats", "--json")
