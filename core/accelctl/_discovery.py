@@ -184,7 +184,7 @@ def _listed(entry: str) -> Iterator[tuple[str, str | metadata.Distribution]]:
 
 def _entry_points_text(origin: str | metadata.Distribution) -> str:
     """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
-    it (the same errors mean "none"), with two system calls where the distribution is a folder."""
+    it (the same errors mean "none"), with `os.open` and `os.read` where it is a folder."""
     if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
         return origin.read_text("entry_points.txt") or ""
     try:
