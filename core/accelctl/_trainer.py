@@ -300,6 +300,14 @@ class Trainer:
                 if saving:  # after on_epoch_end: the states are those the next epoch starts with
                     progress.mark("the epoch's checkpoint", self.global_step)
                     checkpointer.save(epoch + 1, 0, self.global_step, None, figures, epoch_end=True)
+            if owns_group:
+                # The processes leave the group together: one that leaves (and exits) while
+                # rank 0 still writes the last checkpoint can leave rank 0 hung in
+                # destroy_process_group (pytorch/pytorch#75097; seen once here, gloo under load).
+                import torch.distributed as dist
+
+                progress.mark("the end of the fit", self.global_step)
+                dist.barrier()
         except BaseException as exc:
             # Before the group goes: the report asks the other processes through its store.
             explained = (
