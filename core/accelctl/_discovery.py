@@ -91,9 +91,9 @@ def dist_key(origin: str | metadata.Distribution) -> str:
     rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if isinstance(folder, (str, os.PathLike)):  # a folder (a zip's is a zipfile.Path)
-        stem, suffix = os.path.splitext(os.path.basename(folder))
-        if suffix.lower() in (".dist-info", ".egg-info"):
-            return _SEPARATORS.sub("_", stem.partition("-")[0]).lower()
+        key = _folder_key(os.path.basename(folder))
+        if key is not None:
+            return key
     if isinstance(origin, str):  # never listed by this scan (it lists those two suffixes)
         return f"<{origin}>"
     key = getattr(origin, "_normalized_name", None)
@@ -103,6 +103,15 @@ def dist_key(origin: str | metadata.Distribution) -> str:
         return _SEPARATORS.sub("_", origin.metadata["Name"] or "").lower()
     except Exception:  # unreadable metadata: keyed by its place, never merged with another
         return f"<unreadable {folder_of(origin)}>"
+
+
+def _folder_key(name: str) -> str | None:
+    """The normalised distribution name of a ``<name>-<version>.dist-info`` (or ``.egg-info``)
+    folder's name, importlib's rule; None for any other name."""
+    stem, dot, suffix = name.lower().rpartition(".")
+    if not dot or suffix not in ("dist-info", "egg-info"):
+        return None
+    return _SEPARATORS.sub("_", stem.partition("-")[0])
 
 
 def _dist_name(origin: str | metadata.Distribution) -> str | None:
@@ -173,9 +182,8 @@ def _listed(entry: str) -> Iterator[tuple[str, str | metadata.Distribution]]:
             return
         else:
             for child in children:
-                low = child.lower()
-                if low.endswith((".dist-info", ".egg-info")):
-                    key = _SEPARATORS.sub("_", low.rpartition(".")[0].partition("-")[0])
+                key = _folder_key(child)
+                if key is not None:
                     yield key, os.path.join(entry, child)
             return
     for dist in PathFinder.find_distributions(metadata.DistributionFinder.Context(path=[entry])):
