@@ -18,7 +18,7 @@ import sys
 from types import ModuleType
 
 
-def bridge(name: str, extra: str) -> ModuleType:
+def _bridge(name: str, extra: str) -> ModuleType:
     """``accelctl_integrations.<name>``, also made ``accelctl.integrations.<name>`` (one module
     under both names: its classes and what a test patches are the same either way).
 

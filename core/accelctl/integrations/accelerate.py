@@ -2,8 +2,8 @@
 ``accelctl-integrations`` distribution's ``accelctl_integrations.accelerate`` (extra
 ``accelctl[accelerate]``); docs/accelerate.md says what it does."""
 
-from accelctl.integrations import bridge
+from accelctl.integrations import _bridge
 
-bridge("accelerate", "accelerate")
+_bridge("accelerate", "accelerate")
 
 from accelctl_integrations.accelerate import *  # noqa: E402, F403 - the names, for type checkers
