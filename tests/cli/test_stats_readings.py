@@ -85,6 +85,55 @@ def test_one_shot_cpu_percent_is_a_real_reading(
     assert shown - first == stats_cmd.FIRST_READING_WAIT_S
 
 
+class SlowFirstPsutil(StepPsutil):
+    """StepPsutil whose first sample costs ``cost`` seconds of the clock before it is taken (an
+    import of psutil, which the first reading pays, on a loaded machine)."""
+
+    def __init__(
+        self,
+        real: types.ModuleType,
+        samples: list[tuple[float, float]],
+        clock: FakeClock,
+        cost: float,
+    ) -> None:
+        super().__init__(real, samples, clock)
+        self._cost = cost
+
+    def cpu_times(self) -> object:
+        if not self.taken:
+            self._clock.advance(self._cost)
+        return super().cpu_times()
+
+
+@pytest.mark.parametrize(
+    ("cost", "gap"),
+    [
+        (0.05, 0.15),  # inside the wait: shown 0.2 s after the CPU was found
+        (0.15, stats_cmd.READING_GAP_MIN_S),  # past what the wait leaves: the minimum gap
+    ],
+)
+def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
+    cli: Cli, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, cost: float, gap: float
+) -> None:
+    import psutil
+
+    import accelctl_cpu
+
+    step = SlowFirstPsutil(psutil, [(10, 90), (40, 110)], clock, cost=cost)
+    monkeypatch.setitem(sys.modules, "psutil", step)
+    monkeypatch.setattr(accelctl_cpu, "_previous_times", None)
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
+    found = clock.now  # nothing else moves this clock: the probe is when the command starts
+    result = cli("stats", "--json")
+    assert result.exit_code == 0, result.output
+    [reading] = json.loads(result.stdout)
+    assert reading["stats"]["cpu_percent"] == 60.0
+    first, shown = step.taken
+    assert first == pytest.approx(found + cost)
+    assert shown - first == pytest.approx(gap) and gap >= stats_cmd.READING_GAP_MIN_S
+    assert shown - found == pytest.approx(max(stats_cmd.FIRST_READING_WAIT_S, cost + gap))
+
+
 #: A plugin whose probe takes half a second of the test's clock (its hardware is absent).
 SLOW_PROBE = undetected_plugin("slow").replace(
     "def detect():\n        return False",

@@ -58,22 +58,24 @@ def _primed(name: str | None) -> list[AcceleratorHandle]:
     says so, under a deadline of its own, while the other plugins' probes go on. Broken plugins
     are skipped with a warning on stderr; one whose first reading did not answer stays, so that
     its reading is an error (its stuck thread is not asked again)."""
-    primed: list[float] = []
+    primed: list[tuple[float, float]] = []  # (found, read thrown away), per accelerator
     if name is not None:
         from .._selection import select_accelerator  # a name only: not the default's path
 
         handles = [run_one(lambda: select_accelerator(name))]
+        found = time.monotonic()
         read_all(handles)
-        primed.append(time.monotonic())
+        primed.append((found, time.monotonic()))
     else:
         probed: dict[AcceleratorHandle, AcceleratorStatus] = {}
 
         def probe_and_read(handle: AcceleratorHandle) -> AcceleratorStatus:
             probed[handle] = status = handle.probe()
             if status.available:
+                found = time.monotonic()
                 restart_clock()  # the reading has a deadline of its own
                 _read(handle)
-                primed.append(time.monotonic())
+                primed.append((found, time.monotonic()))
             return status
 
         plugins = get_registry().plugins()
@@ -86,8 +88,13 @@ def _primed(name: str | None) -> list[AcceleratorHandle]:
                 echo_line(f"warning: skipping {status.name}: {status.error}", err=True)
             elif status.available:
                 handles.append(handle)
-    # The first reading shown comes at least this long after the one thrown away.
-    wait = max(primed) + FIRST_READING_WAIT_S - time.monotonic() if primed else 0.0
+    # The first reading thrown away is inside the wait (for the CPU, psutil's import), but
+    # never leaves less than the gap before the one shown.
+    ready = max(
+        (max(found + FIRST_READING_WAIT_S, read + READING_GAP_MIN_S) for found, read in primed),
+        default=0.0,
+    )
+    wait = ready - time.monotonic()
     if wait > 0:
         time.sleep(wait)
     return handles
@@ -187,8 +194,11 @@ def render_table(readings: list[DeviceReading]) -> str:
 #: The shortest and longest ``--watch`` intervals (a busy loop; a day).
 WATCH_MIN_S = 0.1
 WATCH_MAX_S = 86400.0
-#: Between the reading thrown away and the first one shown (psutil needs 0.1 s or more).
+#: From finding an accelerator to its first reading shown; the reading thrown away is taken
+#: inside this wait...
 FIRST_READING_WAIT_S = 0.2
+#: ...and at least this long before the one shown (psutil's minimum for a meaningful rate).
+READING_GAP_MIN_S = 0.1
 
 
 def _check_interval(
