@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import accelctl
 import accelctl._selection
 
@@ -57,7 +59,30 @@ def test_list_imports_only_the_modules_it_runs() -> None:
     loaded = set(json.loads(done.stdout))
     assert "accelctl._registry" in loaded and "accelctl_cpu" in loaded  # it did list
     unused = {"accelctl._selection", "accelctl._devices", "accelctl._device_string", "torch"}
+    unused |= {"accelctl.testing", "accelctl_testing"}  # the conformance kit: tests' only
     assert loaded & unused == set()
     # ...and each is there the moment it is asked for.
     assert accelctl.resolve is accelctl._selection.resolve
     assert accelctl.split_device("cuda:1") == ("cuda", 1)
+
+
+def test_the_conformance_kit_is_its_own_distribution_under_the_contract_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+
+    import accelctl_testing
+
+    assert accelctl.testing is accelctl_testing is sys.modules["accelctl.testing"]
+    assert accelctl.testing.AcceleratorConformance.__module__ == "accelctl_testing.conformance"
+    assert not (CORE / "testing").exists()  # its code is not the core's
+    # Without it, the contract's name says which extra installs it.
+    monkeypatch.delitem(sys.modules, "accelctl.testing")
+    monkeypatch.setitem(sys.modules, "accelctl_testing", None)
+    with pytest.raises(ModuleNotFoundError) as caught:
+        importlib.import_module("accelctl.testing")
+    assert caught.value.name == "accelctl_testing"
+    assert str(caught.value) == (
+        "accelctl.testing is in the accelctl-testing distribution, which is not installed: "
+        "pip install 'accelctl[testing]'"
+    )

@@ -2,8 +2,8 @@
 ``accelctl-integrations`` distribution's ``accelctl_integrations.accelerate`` (extra
 ``accelctl[accelerate]``); docs/accelerate.md says what it does."""
 
-from accelctl.integrations import _bridge
+from accelctl._companions import companion
 
-_bridge("accelerate", "accelerate")
+companion(__name__, "accelctl_integrations.accelerate", "accelctl-integrations", "accelerate")
 
 from accelctl_integrations.accelerate import *  # noqa: E402, F403 - the names, for type checkers

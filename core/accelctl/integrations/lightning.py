@@ -2,8 +2,8 @@
 ``accelctl-integrations`` distribution's ``accelctl_integrations.lightning`` (extra
 ``accelctl[lightning]``); docs/lightning.md says what it does."""
 
-from accelctl.integrations import _bridge
+from accelctl._companions import companion
 
-_bridge("lightning", "lightning")
+companion(__name__, "accelctl_integrations.lightning", "accelctl-integrations", "lightning")
 
 from accelctl_integrations.lightning import *  # noqa: E402, F403 - the names, for type checkers

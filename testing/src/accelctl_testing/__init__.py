@@ -1,5 +1,6 @@
 """Conformance checks for accelerator plugins: the same checks behind ``accelctl validate`` and
-a pytest test class.
+a pytest test class. This is the ``accelctl-testing`` distribution (``pip install
+'accelctl[testing]'``), imported under the contract's name ``accelctl.testing``.
 
 Run them from the command line::
 
@@ -28,7 +29,8 @@ process-wide one (the CLI's, ``resolve``'s) see only them.
 
 from __future__ import annotations
 
-from .._registry import Registry
+from accelctl._registry import Registry
+
 from ._device_checks import BAD_DEVICE_SPECS, COMMON_STATS_KEYS, STATS_CALL_LIMIT_S
 from ._distributions import installed_plugins, reset_registry, write_distribution
 from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S

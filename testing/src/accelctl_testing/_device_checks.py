@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._errors import AccelctlError, DeviceSpecError
-from .._plugin import AcceleratorHandle
-from .._text import one_line
+from accelctl._errors import AccelctlError, DeviceSpecError
+from accelctl._plugin import AcceleratorHandle
+from accelctl._text import one_line
+
 from . import probes
 from ._plugin_checks import ms, strip_subject, timed
 from .results import Run

@@ -35,7 +35,7 @@ else:
 def cuda_initialized() -> bool | None:
     """``torch.cuda.is_initialized()`` when torch is imported; None when it is not (so no CUDA
     context can exist through torch). Never imports torch."""
-    from ..torch_build import loaded_torch
+    from accelctl.torch_build import loaded_torch
 
     torch = loaded_torch()
     if torch is None:
@@ -52,7 +52,7 @@ def import_torch_without_backends() -> Callable[[], list[str]] | None:
     """
     if "torch" in sys.modules:
         return None
-    from ..torch_build import import_torch_alone, load_backends
+    from accelctl.torch_build import import_torch_alone, load_backends
 
     import_torch_alone()
     return lambda: load_backends(strict=True)

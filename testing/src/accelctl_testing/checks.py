@@ -11,12 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import FrameType
 
-from .. import _fanout, hookspecs
-from .._errors import AccelctlError
-from .._loading import name_of
-from .._plugin import AcceleratorHandle
-from .._registry import Registry, get_registry
-from .._text import one_line, safe_repr
+from accelctl import _fanout, hookspecs
+from accelctl._errors import AccelctlError
+from accelctl._loading import name_of
+from accelctl._plugin import AcceleratorHandle
+from accelctl._registry import Registry, get_registry
+from accelctl._text import one_line, safe_repr
+
 from . import _device_checks as device
 from . import _plugin_checks as plugin
 from ._device_checks import STATS_CALL_LIMIT_S
@@ -163,7 +164,7 @@ def validate_installed(
     everything = [_Asked(Run(name, CHECK_IDS)) for name in asked]
     if len(everything) > 1:
         # Importing torch turns its backend autoload off for a while: not while checks run.
-        from ..torch_build import import_torch
+        from accelctl.torch_build import import_torch
 
         import_torch()
     reports = []

@@ -107,7 +107,7 @@ class Run:
         self.current: str | None = None
 
     def start(self, check: str) -> None:
-        from .._fanout import restart_clock
+        from accelctl._fanout import restart_clock
 
         self.current = check
         restart_clock()

@@ -7,14 +7,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .. import hookspecs
-from .._errors import AccelctlError
-from .._fanout import off_clock
-from .._info import KNOWN_FAMILIES
-from .._plugin import AcceleratorHandle
-from .._project import RESERVED_NAMES
-from .._registry import Registry
-from .._text import one_line
+from accelctl import hookspecs
+from accelctl._errors import AccelctlError
+from accelctl._fanout import off_clock
+from accelctl._info import KNOWN_FAMILIES
+from accelctl._plugin import AcceleratorHandle
+from accelctl._project import RESERVED_NAMES
+from accelctl._registry import Registry
+from accelctl._text import one_line
+
 from . import probes
 from .results import Run
 
