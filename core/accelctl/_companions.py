@@ -11,7 +11,8 @@ from types import ModuleType
 
 
 def companion(name: str, module: str, distribution: str, extra: str) -> ModuleType:
-    """Import ``module`` and make it ``sys.modules[name]`` too.
+    """Import ``module`` and make it ``sys.modules[name]`` too, with the submodules it has
+    imported.
 
     :raises ModuleNotFoundError: ``distribution`` is not installed (the message names the extra
         that installs it), or a module it imports is not (that module's own error).
@@ -27,5 +28,10 @@ def companion(name: str, module: str, distribution: str, extra: str) -> ModuleTy
             f"pip install 'accelctl[{extra}]'",
             name=top,
         ) from exc
+    # The package's submodules too (its __init__ imports them): `import accelctl.testing.checks`
+    # must find the module that runs, not load a second copy under the other name.
+    prefix = f"{module}."
+    for loaded in [key for key in sys.modules if key.startswith(prefix)]:
+        sys.modules[f"{name}.{loaded[len(prefix) :]}"] = sys.modules[loaded]
     sys.modules[name] = found
     return found

@@ -75,7 +75,12 @@ def test_the_conformance_kit_is_its_own_distribution_under_the_contract_name(
 
     assert accelctl.testing is accelctl_testing is sys.modules["accelctl.testing"]
     assert accelctl.testing.AcceleratorConformance.__module__ == "accelctl_testing.conformance"
-    assert not (CORE / "testing").exists()  # its code is not the core's
+    assert not (CORE / "testing" / "__init__.py").exists()  # its code is not the core's
+    # Its submodules under the contract's name are the ones that run (what a test patches).
+    checks = importlib.import_module("accelctl.testing.checks")
+    assert checks is importlib.import_module("accelctl_testing.checks")
+    assert accelctl.testing.checks is checks
+    assert accelctl.testing.results.ValidationReport is accelctl_testing.ValidationReport
     # Without it, the contract's name says which extra installs it.
     monkeypatch.delitem(sys.modules, "accelctl.testing")
     monkeypatch.setitem(sys.modules, "accelctl_testing", None)
@@ -86,3 +91,38 @@ def test_the_conformance_kit_is_its_own_distribution_under_the_contract_name(
         "accelctl.testing is in the accelctl-testing distribution, which is not installed: "
         "pip install 'accelctl[testing]'"
     )
+
+
+def test_what_trains_and_reports_needs_no_conformance_kit() -> None:
+    # A training environment may leave accelctl[testing] out: every command but `validate`, and
+    # the Trainer, run without it and never import it.
+    code = (
+        "import contextlib, io, json, sys\n"
+        "sys.modules['accelctl_testing'] = None  # not installed\n"
+        "from accelctl.cli.main import cli\n"
+        "codes = {}\n"
+        "for args in (['list', '--json'], ['stats', '--json'], ['env', '--json'],\n"
+        "             ['resolve', '--accelerator', 'cpu', '--json']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n"
+        "            cli(args, prog_name='accelctl')\n"
+        "        except SystemExit as exc:\n"
+        "            codes[args[0]] = exc.code\n"
+        "import accelctl\n"
+        "trainer = accelctl.Trainer(accelerator='cpu', devices=1, max_epochs=1)\n"
+        "kit = sorted(m for m, v in sys.modules.items()\n"
+        "             if v is not None and (m.split('.')[0] == 'accelctl_testing'\n"
+        "             or m.startswith('accelctl.testing')))\n"
+        "print(json.dumps({'codes': codes, 'kit': kit, 'device': str(trainer.device)}))\n"
+    )
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELCTL_PLUGINS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )  # the timeout only guards against a hang
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "codes": {"list": 0, "stats": 0, "env": 0, "resolve": 0},
+        "kit": [],
+        "device": "cpu",
+    }
