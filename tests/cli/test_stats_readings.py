@@ -16,7 +16,7 @@ from cliharness import Cli, FakeClock
 import accelctl
 from accelctl.cli import stats_cmd
 
-from fakedists import FakeSite, undetected_plugin
+from fakedists import FakeSite, good_plugin, undetected_plugin
 
 #: Hang guard of the subprocess test: far above what it takes.
 HANG_GUARD_S = 120
@@ -112,8 +112,14 @@ class SlowFirstPsutil(StepPsutil):
         (0.15, stats_cmd.READING_GAP_MIN_S),  # past what the wait leaves: the minimum gap
     ],
 )
+@pytest.mark.parametrize("named", [False, True], ids=["every", "named"])
 def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
-    cli: Cli, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, cost: float, gap: float
+    cli: Cli,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    cost: float,
+    gap: float,
+    named: bool,
 ) -> None:
     import psutil
 
@@ -124,7 +130,7 @@ def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
     monkeypatch.setattr(accelctl_cpu, "_previous_times", None)
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
     found = clock.now  # nothing else moves this clock: the probe is when the command starts
-    result = cli("stats", "--json")
+    result = cli("stats", *(["cpu"] if named else []), "--json")
     assert result.exit_code == 0, result.output
     [reading] = json.loads(result.stdout)
     assert reading["stats"]["cpu_percent"] == 60.0
@@ -132,6 +138,47 @@ def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
     assert first == pytest.approx(found + cost)
     assert shown - first == pytest.approx(gap) and gap >= stats_cmd.READING_GAP_MIN_S
     assert shown - found == pytest.approx(max(stats_cmd.FIRST_READING_WAIT_S, cost + gap))
+
+
+#: A plugin found after half a second of the test's clock (its first detect() takes that long),
+#: whose device_stats() keeps when each reading was taken.
+SLOW_TO_FIND = (
+    good_plugin("late")
+    .replace(
+        "def detect():\n        return True",
+        "def detect():\n        from accelctl.cli import stats_cmd\n"
+        "        if not TAKEN and not FOUND:\n"
+        "            stats_cmd.time.advance(0.5)\n"
+        "            FOUND.append(stats_cmd.time.monotonic())\n"
+        "        return True",
+    )
+    .replace(
+        'def device_stats(device):\n        return {"memory_used_bytes": 1}',
+        "def device_stats(device):\n        from accelctl.cli import stats_cmd\n"
+        "        TAKEN.append(stats_cmd.time.monotonic())\n"
+        '        return {"memory_used_bytes": 1}',
+    )
+    .replace("import accelctl\n", "import accelctl\n\n    FOUND = []\n    TAKEN = []\n", 1)
+)
+assert "advance" in SLOW_TO_FIND and "TAKEN.append" in SLOW_TO_FIND
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["every", "named"])
+def test_the_wait_runs_from_when_the_probe_found_the_accelerator(
+    cli: Cli, fake_site: FakeSite, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, named: bool
+) -> None:
+    import importlib
+
+    fake_site.install("acme-late", {"late": "stats_late"}, {"stats_late": SLOW_TO_FIND})
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "late")
+    result = cli("stats", *(["late"] if named else []), "--json")
+    assert result.exit_code == 0, result.output
+    assert [reading["device"] for reading in json.loads(result.stdout)] == ["late:0", "late:1"]
+    plugin = importlib.import_module("stats_late")
+    [found] = plugin.FOUND
+    assert found == 0.5  # the probe's own time is not part of the wait
+    first, _, shown, _ = plugin.TAKEN  # two devices, read twice
+    assert first == found and shown == found + stats_cmd.FIRST_READING_WAIT_S
 
 
 #: A plugin whose probe takes half a second of the test's clock (its hardware is absent).

@@ -90,13 +90,13 @@ def _primed(name: str | None) -> list[AcceleratorHandle]:
                 handles.append(handle)
     # The first reading thrown away is inside the wait (for the CPU, psutil's import), but
     # never leaves less than the gap before the one shown.
-    ready = max(
-        (max(found + FIRST_READING_WAIT_S, read + READING_GAP_MIN_S) for found, read in primed),
-        default=0.0,
-    )
-    wait = ready - time.monotonic()
-    if wait > 0:
-        time.sleep(wait)
+    if primed:
+        ready = max(
+            max(found + FIRST_READING_WAIT_S, read + READING_GAP_MIN_S) for found, read in primed
+        )
+        wait = ready - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
     return handles
 
 
