@@ -181,23 +181,6 @@ STACK = """
 """
 
 
-def test_from_accelctl_list_to_a_plugins_detect_are_at_most_six_accelctl_frames(
-    fake_site: FakeSite,
-) -> None:
-    from click.testing import CliRunner
-
-    from accelctl.cli import cli
-
-    source = good_plugin("deep").replace("return True", "capture()\n        return True", 1)
-    fake_site.install("acme-deep", {"deep": "fo_deep"}, {"fo_deep": STACK + source})
-    result = CliRunner().invoke(cli, ["list", "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    core = str(Path(accelctl.__file__).parent)
-    # The worker thread's frames and the main thread's (waiting for it) together.
-    ours = [name for name in sys.modules["fo_deep"].FRAMES if name.startswith(core)]
-    assert 0 < len(ours) <= 6, ours
-
-
 def test_a_hook_call_through_a_handle_runs_no_accelctl_code_between_it_and_the_plugin(
     fake_site: FakeSite,
 ) -> None:
