@@ -65,7 +65,7 @@ class AccelctlGroup(click.Group):
         if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
             return super().resolve_command(ctx, args)
         close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = f" Did you mean {quote(close[0])}?" if close else ""
         raise click.UsageError(f"No such command {quote(name)}.{hint}", ctx)
 
     def invoke(self, ctx: click.Context) -> Any:
