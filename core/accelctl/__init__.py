@@ -10,8 +10,8 @@ The public API is what :data:`__all__` lists (docs/concepts.md section 4)::
 
 Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
 device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`,
-the conformance suite and the tests' registry are :mod:`accelctl.testing` (extra
-``accelctl[testing]``). The other public
+the conformance suite and the tests' registry are :mod:`accelctl.testing` (its pytest class
+needs pytest: ``accelctl[testing]``). The other public
 modules are :mod:`accelctl.integrations.lightning`, :mod:`accelctl.integrations.accelerate`,
 :mod:`accelctl.cli`, :mod:`accelctl.launcher` and :mod:`accelctl.torch_build`; modules whose
 names start with ``_`` are private.

@@ -3,7 +3,8 @@
 Each ``entry_points.txt`` is read once; those declaring ``accelctl.accelerators`` or
 ``torch.backends`` are parsed by hand, so that one bad line breaks only its own distribution. A
 broken file that declares neither is named in a :class:`~accelctl.PluginWarning` (torch's own
-backend autoload fails on it).
+backend autoload fails on it). The CLI's commands contributed by distributions
+(``accelctl.commands``) are found by a scan of that group alone, only when the CLI needs them.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from typing import NamedTuple
 
 from ._errors import PluginWarning
 from ._info import is_valid_name
-from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
+from ._project import ENTRY_POINT_GROUP, PROJECT_NAME, RESERVED_NAMES
 from ._text import describe_exception, quote
 
 TORCH_BACKENDS_GROUP = "torch.backends"
+#: Commands of the ``accelctl`` CLI that distributions add (name -> a click command).
+COMMANDS_GROUP = f"{PROJECT_NAME}.commands"
 _GROUPS = (ENTRY_POINT_GROUP, TORCH_BACKENDS_GROUP)
-_HEADERS = tuple(f"[{group}]" for group in _GROUPS)
 _SEPARATORS = re.compile(r"[-_.]+")
 _SECTION = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
 _CHUNK = 1 << 16
@@ -126,10 +128,18 @@ def reinstall_hint(name: str | None) -> str:
     return f"reinstall it (pip install --force-reinstall {name})" if name else "reinstall it"
 
 
-def scan(path: Sequence[str] | None = None, *, warn: bool = True) -> Iterator[Found]:
-    """Every entry point of the two groups on ``path`` (default: ``sys.path``); a distribution
-    installed twice counts once (the first, as for imports). ``warn``: name a broken one that
-    declares neither group (a second scan need not say it again)."""
+def scan(
+    path: Sequence[str] | None = None,
+    *,
+    warn: bool = True,
+    groups: Sequence[str] = _GROUPS,
+) -> Iterator[Found]:
+    """Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
+    ``path`` (default: ``sys.path``); a distribution installed twice counts once (the first, as
+    for imports). ``warn``: name a broken one that declares none of ``groups`` (a second scan
+    need not say it again). A broken file's entries in ``groups`` come with its ``problem``
+    (torch's backends: none; torch's own autoload reports them)."""
+    headers = tuple(f"[{group}]" for group in groups)
     seen: set[str] = set()
     for key, origin in distributions(path):
         if key in seen:
@@ -138,13 +148,14 @@ def scan(path: Sequence[str] | None = None, *, warn: bool = True) -> Iterator[Fo
         try:
             text = _entry_points_text(origin)
         except UnicodeDecodeError as exc:  # keep what can be read, to find the sections
-            yield from _entries(origin, bytes(exc.object).decode("utf-8", "replace"), exc, warn)
+            text = bytes(exc.object).decode("utf-8", "replace")
+            yield from _entries(origin, text, exc, warn, groups, headers)
             continue
         except Exception as exc:
-            yield from _entries(origin, "", exc, warn)
+            yield from _entries(origin, "", exc, warn, groups, headers)
             continue
         if text:
-            yield from _entries(origin, text, None, warn)
+            yield from _entries(origin, text, None, warn, groups, headers)
 
 
 def distributions(
@@ -211,10 +222,16 @@ def _entry_points_text(origin: str | metadata.Distribution) -> str:
 
 
 def _entries(
-    origin: str | metadata.Distribution, text: str, error: Exception | None, warn: bool
+    origin: str | metadata.Distribution,
+    text: str,
+    error: Exception | None,
+    warn: bool,
+    groups: Sequence[str],
+    headers: Sequence[str],
 ) -> Iterator[Found]:
-    """The entries of one ``entry_points.txt``; all marked with the problem when it is bad."""
-    if error is None and not any(header in text for header in _HEADERS):
+    """The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
+    it is bad."""
+    if error is None and not any(header in text for header in headers):
         # Most declare neither group: only look for a line that would break torch's autoload.
         if all(
             "=" in line or line.lstrip()[:1] in ("", "#", ";", "[") for line in text.splitlines()
@@ -231,13 +248,13 @@ def _entries(
         match = _SECTION.match(line) if stripped[0] == "[" else None
         if match:
             section = match.group("name")
-            if section in _GROUPS:
+            if section in groups:
                 declared.add(section)
             continue
         name, sep, value = stripped.partition("=")
         if not sep:
             bad_line = bad_line or f"line {number} ({quote(stripped, 60)}) is not 'name = value'"
-        elif section in _GROUPS:
+        elif section is not None and section in groups:
             found.append((section, name.strip(), value.strip()))
     if error is None and bad_line is None:
         for group, name, value in found:
@@ -259,6 +276,10 @@ def _entries(
         named = [(n, v) for g, n, v in found if g == ENTRY_POINT_GROUP]
         for name, value in named or [(dist_name or "unreadable", "")]:
             yield Found(ENTRY_POINT_GROUP, name, value, origin, problem)
+    if COMMANDS_GROUP in declared:  # the commands that can be named; each fails when run
+        for group, name, value in found:
+            if group == COMMANDS_GROUP:
+                yield Found(group, name, value, origin, problem)
 
 
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:

@@ -146,24 +146,3 @@ def test_the_plugins_installed_here_pass(cli: Cli) -> None:
     reports = {report["name"]: report for report in as_json(result)}
     assert {"cpu", "hpu"} <= set(reports)
     assert result.exit_code == 0, [r for r in reports.values() if not r["passed"]]
-
-
-def test_without_the_kit_validate_says_what_to_install(
-    cli: Cli, site: FakeSite, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The checks are the accelctl-testing distribution (extra accelctl[testing]): a training
-    # environment may not have it.
-    import sys
-
-    monkeypatch.delitem(sys.modules, "accelctl.testing")
-    monkeypatch.setitem(sys.modules, "accelctl_testing", None)  # as if not installed
-    for args in (("validate", "good"), ("validate", "--json")):
-        result = cli(*args)
-        assert result.exit_code == 1
-        assert result.stdout == ""
-        assert result.stderr.strip() == (
-            "error: accelctl validate runs the conformance checks of the accelctl-testing "
-            "distribution, which is not installed: pip install 'accelctl[testing]'"
-        )
-    assert "validate" in cli("--help").stdout  # still listed, still documented
-    assert "conformance checks" in cli("validate", "--help").stdout

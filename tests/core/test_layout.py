@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import accelctl
 import accelctl._selection
 
@@ -48,46 +46,46 @@ def test_list_imports_only_the_modules_it_runs() -> None:
     loaded = set(json.loads(done.stdout))
     assert "accelctl._registry" in loaded and "accelctl_cpu" in loaded  # it did list
     unused = {"accelctl._selection", "accelctl._devices", "accelctl._device_string", "torch"}
-    unused |= {"accelctl.testing", "accelctl_testing"}  # the conformance kit: tests' only
+    unused |= {"accelctl.testing", "accelctl.integrations"}  # the layers above the core
+    unused |= {"accelctl.cli._contributed"}  # a built-in command never scans for added ones
     assert loaded & unused == set()
     # ...and each is there the moment it is asked for.
     assert accelctl.resolve is accelctl._selection.resolve
     assert accelctl.split_device("cuda:1") == ("cuda", 1)
 
 
-def test_the_conformance_kit_is_its_own_distribution_under_the_contract_name(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_conformance_kit_and_the_bridges_are_packages_of_the_core() -> None:
     import importlib
 
-    import accelctl_testing
+    import tomllib
 
-    assert accelctl.testing is accelctl_testing is sys.modules["accelctl.testing"]
-    assert accelctl.testing.AcceleratorConformance.__module__ == "accelctl_testing.conformance"
-    assert not (CORE / "testing" / "__init__.py").exists()  # its code is not the core's
-    # Its submodules under the contract's name are the ones that run (what a test patches).
+    from accelctl.cli.main import COMMANDS
+
+    # One distribution, `accelctl`: the kit and the bridges are its subpackages under the
+    # contract's names, each module loaded once under its one name.
+    assert Path(accelctl.testing.__file__).resolve() == CORE / "testing" / "__init__.py"
+    assert sys.modules["accelctl.testing"] is accelctl.testing
+    assert accelctl.testing.AcceleratorConformance.__module__ == "accelctl.testing.conformance"
     checks = importlib.import_module("accelctl.testing.checks")
-    assert checks is importlib.import_module("accelctl_testing.checks")
     assert accelctl.testing.checks is checks
-    assert accelctl.testing.results.ValidationReport is accelctl_testing.ValidationReport
-    # Without it, the contract's name says which extra installs it.
-    monkeypatch.delitem(sys.modules, "accelctl.testing")
-    monkeypatch.setitem(sys.modules, "accelctl_testing", None)
-    with pytest.raises(ModuleNotFoundError) as caught:
-        importlib.import_module("accelctl.testing")
-    assert caught.value.name == "accelctl_testing"
-    assert str(caught.value) == (
-        "accelctl.testing is in the accelctl-testing distribution, which is not installed: "
-        "pip install 'accelctl[testing]'"
-    )
+    assert accelctl.testing.ValidationReport is accelctl.testing.results.ValidationReport
+    assert (CORE / "integrations" / "lightning.py").is_file()
+    assert (CORE / "integrations" / "accelerate.py").is_file()
+    # `accelctl validate` is the kit's command, added through the CLI's entry-point group.
+    assert "validate" not in COMMANDS
+    project = tomllib.loads((CORE.parents[1] / "pyproject.toml").read_text())["project"]
+    added = project["entry-points"]["accelctl.commands"]
+    assert added == {"validate": "accelctl.testing.command:validate_command"}
 
 
 def test_what_trains_and_reports_needs_no_conformance_kit() -> None:
-    # A training environment may leave accelctl[testing] out: every command but `validate`, and
-    # the Trainer, run without it and never import it.
+    # Every command but `validate`, and the Trainer, run without the conformance kit and the
+    # bridges and never import them (tests/core/test_dependencies.py checks the imports' text;
+    # this, what runs).
     code = (
         "import contextlib, io, json, sys\n"
-        "sys.modules['accelctl_testing'] = None  # not installed\n"
+        "sys.modules['accelctl.testing'] = None  # any import of the kit would fail\n"
+        "sys.modules['accelctl.integrations'] = None  # and of the bridges\n"
         "from accelctl.cli.main import cli\n"
         "codes = {}\n"
         "for args in (['list', '--json'], ['stats', '--json'], ['env', '--json'],\n"
@@ -100,8 +98,8 @@ def test_what_trains_and_reports_needs_no_conformance_kit() -> None:
         "import accelctl\n"
         "trainer = accelctl.Trainer(accelerator='cpu', devices=1, max_epochs=1)\n"
         "kit = sorted(m for m, v in sys.modules.items()\n"
-        "             if v is not None and (m.split('.')[0] == 'accelctl_testing'\n"
-        "             or m.startswith('accelctl.testing')))\n"
+        "             if v is not None and m.startswith(('accelctl.testing',\n"
+        "                                                'accelctl.integrations')))\n"
         "print(json.dumps({'codes': codes, 'kit': kit, 'device': str(trainer.device)}))\n"
     )
     env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELCTL_PLUGINS": "cpu"}

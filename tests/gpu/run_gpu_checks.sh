@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Real-GPU checks of accelctl-cuda, for a machine with a GPU and no network.
 #
-#   tests/gpu/run_gpu_checks.sh prepare [DIR]   # here, with network: wheels of accelctl, its
-#                                               # in-repo plugins, its conformance kit (the
-#                                               # tests' conftest uses it) and pytest into DIR
+#   tests/gpu/run_gpu_checks.sh prepare [DIR]   # here, with network: wheels of accelctl (its
+#                                               # conformance kit inside, which the tests'
+#                                               # conftest uses), its in-repo plugins and
+#                                               # pytest into DIR
 #   tests/gpu/run_gpu_checks.sh [DIR]           # on the GPU machine: install DIR's wheels with
 #                                               # --no-deps into a private folder, then run
 #
@@ -16,7 +17,7 @@ py="${PYTHON:-python3}"
 if [ "${1:-}" = "prepare" ]; then
     wheels="${2:-build/gpu-wheels}"
     mkdir -p "$wheels"
-    "$py" -m pip wheel --quiet --no-deps -w "$wheels" . plugins/cpu plugins/cuda plugins/mps ./testing
+    "$py" -m pip wheel --quiet --no-deps -w "$wheels" . plugins/cpu plugins/cuda plugins/mps
     # pytest and its pure-Python dependencies (pluggy is on the GPU machine already).
     "$py" -m pip download --quiet --only-binary=:all: --no-deps -d "$wheels" \
         pytest iniconfig packaging pygments
@@ -25,7 +26,7 @@ if [ "${1:-}" = "prepare" ]; then
 fi
 
 wheels="${1:-build/gpu-wheels}"
-ls "$wheels"/accelctl-*.whl "$wheels"/accelctl_cuda-*.whl "$wheels"/accelctl_testing-*.whl >/dev/null
+ls "$wheels"/accelctl-*.whl "$wheels"/accelctl_cuda-*.whl >/dev/null
 site="$(mktemp -d)/site"
 "$py" -m pip install --quiet --no-deps --no-index --target "$site" "$wheels"/*.whl
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"

@@ -19,9 +19,9 @@ import torch  # noqa: E402
 from accelerate.state import AcceleratorState, GradientState, PartialState  # noqa: E402
 
 import accelctl  # noqa: E402
+from accelctl.integrations import _accelerate_state  # noqa: E402
+from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
 from accelctl.integrations.accelerate import ADAPTED, Accelerator  # noqa: E402
-from accelctl_integrations import _accelerate_state  # noqa: E402
-from accelctl_integrations._parameters import keeping_parameters  # noqa: E402
 
 #: torchrun's variables for rank 0 of 2 on this machine (nothing rendezvous: refused before).
 TWO_PROCESSES = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}

@@ -288,7 +288,7 @@ def test_a_cpu_device_named_for_a_non_cpu_accelerator_is_refused_before_training
 def test_the_adaptation_applies_to_the_tested_lightning_versions(
     version: str, tested: bool
 ) -> None:
-    from accelctl_integrations import _lightning_connector
+    from accelctl.integrations import _lightning_connector
 
     assert _lightning_connector.is_tested(version) is tested
     assert _lightning_connector.tested_range() == ">=2.6,<2.7"
@@ -591,48 +591,6 @@ def test_a_plugin_whose_detect_breaks_counts_as_unavailable_with_a_warning() -> 
     bound = LightningAccelerator.bind(Broken())
     with pytest.warns(accelctl.PluginWarning, match="driver exploded"):
         assert bound.is_available() is False
-
-
-@pytest.mark.slow
-def test_without_lightning_the_import_error_says_what_to_install() -> None:
-    code = (
-        "import sys; sys.modules['lightning'] = None\n"
-        "try:\n    import accelctl.integrations.lightning\n"
-        "except ModuleNotFoundError as exc:\n    print(exc.name, '|', exc)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    name, message = done.stdout.strip().split(" | ")
-    assert name.split(".")[0] == "lightning"
-    assert "pip install 'accelctl[lightning]'" in message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bridge", ["lightning", "accelerate"])
-def test_without_the_bridges_distribution_the_import_error_says_what_to_install(
-    bridge: str,
-) -> None:
-    # The bridges are the accelctl-integrations distribution, which the extras install.
-    code = (
-        "import sys; sys.modules['accelctl_integrations'] = None\n"
-        f"try:\n    import accelctl.integrations.{bridge}\n"
-        "except ModuleNotFoundError as exc:\n    print(exc.name, '|', exc)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    name, message = done.stdout.strip().split(" | ")
-    assert name == "accelctl_integrations"
-    assert f"accelctl.integrations.{bridge} is in the accelctl-integrations distribution" in message
-    assert f"pip install 'accelctl[{bridge}]'" in message
-
-
-def test_the_contract_name_and_the_distribution_name_are_one_module() -> None:
-    import accelctl.integrations.lightning
-    import accelctl_integrations.lightning
-
-    assert accelctl.integrations.lightning is accelctl_integrations.lightning
-    assert sys.modules["accelctl.integrations.lightning"] is accelctl_integrations.lightning
-    assert accelctl.integrations.lightning.LightningAccelerator is LightningAccelerator
 
 
 # -- register_all and the name form -----------------------------------------------------------

@@ -1,51 +1,72 @@
 """The ``accelctl`` group: lazy sub-commands, ``--debug``, ``--version`` and one-line errors.
 
 Sub-command modules are imported only when their command runs (or ``--help`` lists them), so
-``accelctl list`` pays for nothing but itself.
+``accelctl list`` pays for nothing but itself. Commands that distributions add (``validate``, the
+conformance kit's, among them) come from the entry-point group ``accelctl.commands``, read only
+for a name that is not built in and for the ``--help`` listing (:mod:`accelctl.cli._contributed`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import sys
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._errors import AccelctlError, PluginWarning
 from .._fanout import abandoned_threads
 from .._isolation import exit_is_plugin_failure, plugin_output_to_stderr, real_exit
-from .._text import one_line, safe_str
+from .._text import one_line, quote, safe_str
 
-#: command name -> "module:attribute" of its click command. A new command adds one line here.
+if TYPE_CHECKING:
+    from ._contributed import Contributed
+
+#: The core's own commands: name -> "module:attribute" of its click command. Other packages add
+#: commands through the entry-point group ``accelctl.commands`` instead.
 COMMANDS: dict[str, str] = {
     "list": "accelctl.cli.list_cmd:list_command",
     "launch": "accelctl.cli.launch_cmd:launch_command",
     "resolve": "accelctl.cli.resolve_cmd:resolve_command",
-    "validate": "accelctl.cli.validate_cmd:validate_command",
     "new-plugin": "accelctl.cli.new_plugin_cmd:new_plugin_command",
     "stats": "accelctl.cli.stats_cmd:stats_command",
     "env": "accelctl.cli.env_cmd:env_command",
 }
 
+_CONTRIBUTED = "accelctl contributed commands"  # the scan's key in the context's meta
+
 
 class AccelctlGroup(click.Group):
-    """A click group that imports each sub-command on demand and turns accelctl's errors into
-    one line on stderr with exit status 1 (``--debug``: the traceback too)."""
+    """A click group that imports each sub-command on demand, adds the commands installed
+    distributions contribute, and turns accelctl's errors into one line on stderr with exit
+    status 1 (``--debug``: the traceback too)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(COMMANDS) | set(self.commands))
+        contributed = _contributed(ctx).names()
+        return sorted(set(COMMANDS) | set(self.commands) | set(contributed))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
         if target is None:
-            return self.commands.get(cmd_name)
+            return self.commands.get(cmd_name) or _contributed(ctx).command(cmd_name)
         module_name, _, attribute = target.partition(":")
         command: click.Command = getattr(importlib.import_module(module_name), attribute)
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests a near name only among the commands registered eagerly (none here).
+        name = click.utils.make_str(args[0])
+        if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
+            return super().resolve_command(ctx, args)
+        close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+        hint = f" Did you mean {quote(close[0])}?" if close else ""
+        raise click.UsageError(f"No such command {quote(name)}.{hint}", ctx)
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
@@ -79,6 +100,18 @@ class AccelctlGroup(click.Group):
                 _fail(exc, debug, prefix="error")
             except Exception as exc:  # a bug, ours or a plugin's: still one line without --debug
                 _fail(exc, debug, prefix=f"internal error ({type(exc).__name__})")
+
+
+def _contributed(ctx: click.Context) -> Contributed:
+    """The contributed commands, scanned once per command line (``--help`` asks for each)."""
+    found: Contributed | None = ctx.meta.get(_CONTRIBUTED)
+    if found is None:
+        from ._contributed import Contributed
+
+        found = ctx.meta[_CONTRIBUTED] = Contributed(builtins=COMMANDS)
+        for line in found.warnings:
+            click.echo(f"warning: {one_line(line)}", err=True)
+    return found
 
 
 def _fail(exc: BaseException, debug: bool, prefix: str) -> None:

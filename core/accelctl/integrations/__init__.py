@@ -1,12 +1,14 @@
-"""Bridges from accelctl plugins to training frameworks, under the contract's names.
-
-Their code is the ``accelctl-integrations`` distribution (``integrations/`` in the repository),
-which the extras install; each module here is that distribution's module of the same name:
+"""Bridges from accelctl plugins to training frameworks.
 
 - :mod:`accelctl.integrations.lightning`: Lightning's ``Trainer`` and ``Fabric`` on any accelctl
-  accelerator (extra ``accelctl[lightning]``);
+  accelerator (extra ``accelctl[lightning]``, which installs Lightning);
 - :mod:`accelctl.integrations.accelerate`: HF Accelerate's ``Accelerator`` on any accelctl
-  accelerator (extra ``accelctl[accelerate]``).
+  accelerator (extra ``accelctl[accelerate]``, which installs Accelerate).
 
-Nothing in :mod:`accelctl` imports them, or their frameworks, unless they are used.
+Each module imports its framework on import; nothing in the core imports them (a test walks the
+core's imports: tests/core/test_dependencies.py). They adapt the frameworks' internals for the
+versions they are tested with (:mod:`._versions`, the extras' pins). They are part of the
+``accelctl`` distribution, released with the core, so they may use its private modules (the
+registry, the rule ``"auto"`` applies to devices, the settings reader; docs/concepts.md section
+4a lists them) rather than copies.
 """

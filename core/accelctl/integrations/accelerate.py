@@ -1,9 +1,179 @@
-"""HF Accelerate's ``Accelerator`` on any accelctl accelerator: this name is the
-``accelctl-integrations`` distribution's ``accelctl_integrations.accelerate`` (extra
-``accelctl[accelerate]``); docs/accelerate.md says what it does."""
+"""HF Accelerate's ``Accelerator`` on any accelctl accelerator.
 
-from accelctl._companions import companion
+::
 
-companion(__name__, "accelctl_integrations.accelerate", "accelctl-integrations", "accelerate")
+    from accelctl.integrations.accelerate import Accelerator
 
-from accelctl_integrations.accelerate import *  # noqa: E402, F403 - the names, for type checkers
+    accelerator = Accelerator("npu", mixed_precision="bf16")  # an accelerate.Accelerator
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+Accelerate keeps a fixed list of device kinds; a device it does not know trains on the CPU, and
+under a launcher every process trains alone (``DistributedType.NO``), silently. This
+``Accelerator`` is Accelerate's own, made on the accelctl plugin's choice instead: the plugin's
+device for this process (``devices[LOCAL_RANK]`` under ``accelctl launch``, ``accelerate launch``
+or ``torchrun``), its ``distributed_backend`` and DDP across the processes, autocast on its
+device type. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
+Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
+``docs/accelerate.md`` lists what it changes and why.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:
+    import accelerate
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Accelerate
+    raise ModuleNotFoundError(
+        f"accelctl.integrations.accelerate needs HF Accelerate ({exc.name} is missing): "
+        "pip install 'accelctl[accelerate]'",
+        name=exc.name,
+    ) from exc
+
+import torch
+
+import accelctl
+from accelctl import _settings  # the same distribution: released with the core
+
+from . import _accelerate_state
+from ._parameters import keeping_parameters
+
+__all__ = ["ADAPTED", "Accelerator"]
+
+#: torchrun's variables that mark a process it started (all three set).
+_LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate ships no types
+    """``accelerate.Accelerator`` on an accelctl accelerator.
+
+    :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"`` (``ACCELCTL_ACCELERATOR``
+        when set, as ``accelctl launch`` sets it, else the available accelerator of highest
+        priority), ``"gpu"``, a name or alias, or an :class:`accelctl.Accelerator` instance.
+    :param devices: a devices spec of that accelerator. ``"auto"``: under a launcher,
+        ``ACCELCTL_DEVICES`` when set, else one device per process the launcher started on this
+        machine; in a process started alone, the accelerator's first device (Accelerate's
+        single-process default). Process ``LOCAL_RANK`` takes ``devices[LOCAL_RANK]``.
+    :param kwargs: Accelerate's own arguments (``mixed_precision``, ``kwargs_handlers``, ...).
+        ``cpu`` is accelctl's choice (True for an accelerator whose devices are CPUs).
+
+    :attr:`accelctl_accelerator` is the accelerator's :class:`~accelctl.AcceleratorHandle`.
+
+    :raises accelctl.ProcessSetupError: several processes or devices on an accelerator without a
+        distributed backend, several devices outside a launcher, a launcher that started another
+        number of processes than there are devices, or an Accelerate state that does not match
+        the plugin (made earlier by something else, or an Accelerate version the bridge does not
+        adapt).
+    """
+
+    def __init__(self, accelerator: Any = "auto", *, devices: Any = "auto", **kwargs: Any) -> None:
+        if "cpu" in kwargs:
+            raise TypeError(
+                "Accelerator(cpu=...) is accelctl's choice here: use Accelerator('cpu') for the "
+                "CPU, or another accelerator's name"
+            )
+        launched = all(name in os.environ for name in _LAUNCH_VARIABLES)
+        rank = int(os.environ.get("RANK", 0)) if launched else 0
+        local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
+        world_size = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
+        automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
+        if automatic and not _settings.Selection.read().devices:
+            devices = local_world_size  # one device per process (one, started alone)
+        selection = accelctl.resolve(accelerator, devices)
+        handle = selection.accelerator
+        #: The accelctl accelerator this Accelerator runs on.
+        self.accelctl_accelerator: accelctl.AcceleratorHandle = handle
+        device = _this_process_device(
+            selection.devices, handle, launched, local_rank, local_world_size, world_size
+        )
+        distributed = world_size > 1
+        if device.type == "cpu":
+            super().__init__(cpu=True, **kwargs)  # Accelerate's own CPU set-up (gloo)
+        else:
+            pending = _accelerate_state.Pending(handle, device, distributed)
+            with _accelerate_state.building(pending):
+                super().__init__(**kwargs)
+        _check_state(self.state, handle, device, world_size, rank)
+        if device.type not in _accelerate_state.RANDOM_STATE_SAVED:
+            self.register_for_checkpointing(_accelerate_state.DeviceRandomState(self, device))
+
+    def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """Accelerate's ``prepare_model``, moving the model without replacing its parameters, so
+        that an optimizer made before ``prepare`` steps the model's (``_parameters``)."""
+        with keeping_parameters(self.device):
+            return super().prepare_model(model, *args, **kwargs)
+
+
+def _this_process_device(
+    devices: list[torch.device],
+    handle: accelctl.AcceleratorHandle,
+    launched: bool,
+    local_rank: int,
+    local_world_size: int,
+    world_size: int,
+) -> torch.device:
+    """``devices[LOCAL_RANK]``, once the devices are known to fit the processes."""
+    listed = ", ".join(str(device) for device in devices)
+    if (len(devices) > 1 or world_size > 1) and handle.info.distributed_backend is None:
+        asked = f"{len(devices)} devices ({listed})" if len(devices) > 1 else ""
+        asked = asked or f"{world_size} processes (started by a launcher)"
+        raise accelctl.ProcessSetupError(
+            f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+            f"distributed_backend is None), but {asked} were asked for, so Accelerate would "
+            "train each process alone. Run one process on one device (devices=1, no "
+            "launcher), or pick an accelerator with a distributed backend"
+        )
+    if len(devices) > 1 and not launched:
+        raise accelctl.ProcessSetupError(
+            f"devices={len(devices)} on {handle.name!r} needs one process per device, started by "
+            f"a launcher; this process was started alone. Run: accelctl launch --accelerator "
+            f"{handle.name} --devices {len(devices)} <your script> (or accelerate launch "
+            f"--multi_gpu --num_processes {len(devices)} <your script>)"
+        )
+    if launched and len(devices) != local_world_size:
+        raise accelctl.ProcessSetupError(
+            f"the launcher started {local_world_size} process(es) on this machine, but the "
+            f"Accelerator has {len(devices)} {handle.name} device(s) ({listed}). Leave "
+            "devices='auto' to take one device per process"
+        )
+    device = devices[local_rank]
+    if world_size > 1 and device.type != "cpu" and device.index != local_rank:
+        # Accelerate hands DDP device_ids=[local process index]: they must agree.
+        raise accelctl.ProcessSetupError(
+            f"process {local_rank} of this machine would run on {device}, but Accelerate gives "
+            f"DDP the device index {local_rank}. Launch on the devices in order (--devices "
+            f"{local_world_size})"
+        )
+    return device
+
+
+def _check_state(
+    state: Any, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
+) -> None:
+    """Refuse an Accelerate state that does not run where the plugin says (made before this
+    Accelerator by other code, or by an Accelerate version the bridge leaves alone)."""
+    same_device = state.device == device or (device.type == "cpu" == state.device.type)
+    if same_device and state.num_processes == world and state.process_index == rank:
+        return
+    why = (
+        "Accelerate's state was made before this Accelerator (a PartialState, an Accelerator "
+        "or a transformers TrainingArguments made earlier in this process); make this "
+        "Accelerator first"
+    )
+    if not _accelerate_state.is_active():
+        why = (
+            f"accelctl adapts Accelerate's device choice for "
+            f"accelerate{_accelerate_state.tested_range()} only, and this is "
+            f"{_accelerate_state.accelerate_version()}; install a tested Accelerate"
+        )
+    raise accelctl.ProcessSetupError(
+        f"accelctl accelerator {handle.name!r} runs process {rank} of {world} on {device}, but "
+        f"Accelerate's state is process {state.process_index} of {state.num_processes} on "
+        f"{state.device} ({state.distributed_type}): {why}"
+    )
+
+
+#: Whether Accelerate's state follows the plugins' choices here (see the module's docstring).
+ADAPTED: bool = _accelerate_state.install()

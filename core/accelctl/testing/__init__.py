@@ -1,6 +1,6 @@
 """Conformance checks for accelerator plugins: the same checks behind ``accelctl validate`` and
-a pytest test class. This is the ``accelctl-testing`` distribution (``pip install
-'accelctl[testing]'``), imported under the contract's name ``accelctl.testing``.
+a pytest test class (:class:`AcceleratorConformance`, whose tests need pytest: ``pip install
+'accelctl[testing]'``; everything else here runs without it).
 
 Run them from the command line::
 
@@ -25,6 +25,11 @@ correct plugin passes on a machine without its device.
 and its modules, as pip leaves them), for tests of what several installed plugins do together;
 :class:`Registry` is a registry over chosen folders, and :func:`installed_plugins` makes the
 process-wide one (the CLI's, ``resolve``'s) see only them.
+
+The kit is a layer above the core: it imports the core (public names where there are some, and
+the private modules docs/concepts.md section 4a lists), and no module of the core imports it.
+``accelctl validate`` is its command (:mod:`accelctl.testing.command`), which the CLI finds
+through the entry-point group ``accelctl.commands``.
 """
 
 from __future__ import annotations

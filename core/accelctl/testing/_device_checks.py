@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accelctl._errors import AccelctlError, DeviceSpecError
-from accelctl._plugin import AcceleratorHandle
+from accelctl import AccelctlError, AcceleratorHandle, DeviceSpecError
 from accelctl._text import one_line
 
 from . import probes

@@ -11,10 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import FrameType
 
-from accelctl import _fanout, hookspecs
-from accelctl._errors import AccelctlError
+from accelctl import AccelctlError, AcceleratorHandle, _fanout, hookspecs
 from accelctl._loading import name_of
-from accelctl._plugin import AcceleratorHandle
 from accelctl._registry import Registry, get_registry
 from accelctl._text import one_line, safe_repr
 

@@ -7,11 +7,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from accelctl import hookspecs
-from accelctl._errors import AccelctlError
+from accelctl import AccelctlError, AcceleratorHandle, hookspecs
 from accelctl._fanout import off_clock
 from accelctl._info import KNOWN_FAMILIES
-from accelctl._plugin import AcceleratorHandle
 from accelctl._project import RESERVED_NAMES
 from accelctl._registry import Registry
 from accelctl._text import one_line

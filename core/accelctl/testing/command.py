@@ -1,19 +1,22 @@
-"""``accelctl validate``: the conformance checks on installed accelerators."""
+"""``accelctl validate``: the conformance checks on installed accelerators.
+
+The kit's command, not the core's: the CLI finds it through the entry point ``validate`` of the
+group ``accelctl.commands`` (the root ``pyproject.toml``), as it finds any distribution's command,
+so the core's CLI never imports the kit. It needs no pytest.
+"""
 
 from __future__ import annotations
 
 import itertools
 import sys
 import traceback
-from typing import TYPE_CHECKING
 
 import click
 
-from .._errors import AccelctlError
-from ._output import echo_line, emit_json
+from accelctl.cli._output import echo_line, emit_json
 
-if TYPE_CHECKING:
-    from accelctl_testing import ValidationReport
+from .checks import validate_installed
+from .results import ValidationReport
 
 
 def _print_report(report: ValidationReport) -> None:
@@ -51,15 +54,6 @@ def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) 
     hardware that is absent here is skipped). Plugins disabled by ACCELCTL_PLUGINS or
     ACCELCTL_DISABLE are skipped unless named. Exits 0 when no check fails, 1 otherwise.
     """
-    try:
-        from ..testing import validate_installed
-    except ModuleNotFoundError as exc:
-        if exc.name != "accelctl_testing":
-            raise
-        raise AccelctlError(
-            "accelctl validate runs the conformance checks of the accelctl-testing "
-            "distribution, which is not installed: pip install 'accelctl[testing]'"
-        ) from None
     reports = validate_installed(names or None)
     if not reports:
         click.echo(

@@ -1,0 +1,187 @@
+"""Dependencies point one way (docs/concepts.md section 4a): the conformance kit
+(``accelctl.testing``) and the bridges (``accelctl.integrations``) import the core; no module of
+the core imports them, in any form. Read from the modules' text with :mod:`ast`, so an import
+inside a function, under ``TYPE_CHECKING`` or through ``importlib`` counts as much as one at the
+top of a module.
+
+:func:`import_graph` is the core's import graph, for this rule and for any other about the
+modules' dependencies (no cycle among them, say).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+import accelctl
+
+CORE = Path(accelctl.__file__).resolve().parent
+
+#: The layers above the core, inside the ``accelctl`` distribution.
+LAYERS_ABOVE = ("accelctl.testing", "accelctl.integrations")
+
+#: The docs' table of the core's private modules the layers above import.
+DOCS = CORE.parents[1] / "docs" / "concepts.md"
+_LAYER_WORDS = {"kit": "accelctl.testing", "bridges": "accelctl.integrations"}
+
+
+#: A string that names a module the way ``importlib`` and entry points take one:
+#: ``"accelctl.cli.list_cmd"`` or ``"accelctl.cli.list_cmd:list_command"``.
+_MODULE_STRING = re.compile(r"(?P<module>accelctl(?:\.\w+)+)(?::\w+)?")
+
+
+def module_name(path: Path) -> str:
+    """``accelctl.cli.main`` for ``core/accelctl/cli/main.py``; a package's ``__init__.py`` is
+    the package."""
+    parts = path.relative_to(CORE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def modules() -> dict[str, Path]:
+    """Every module of the ``accelctl`` package (the kit's and the bridges' included) -> its
+    file."""
+    return {module_name(path): path for path in sorted(CORE.rglob("*.py"))}
+
+
+def imports_in(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The ``accelctl`` modules that ``source`` (the text of ``module``) imports, anywhere in
+    it: ``import a.b`` (``a.b``), ``from a import b`` (``a``, and ``a.b`` when it is one of
+    ``known``), relative imports resolved, ``importlib.import_module("a.b")`` and
+    ``__import__("a.b")`` with a literal name, and a string that is the name of one of ``known``,
+    with or without ``:attribute`` (a table of modules imported later, an entry point)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(
+                f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known
+            )
+        elif isinstance(node, ast.Call) and _names_import(node.func) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.add(first.value)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _MODULE_STRING.fullmatch(node.value)
+            if match and match.group("module") in known:
+                found.add(match.group("module"))
+    return {name for name in found if name == "accelctl" or name.startswith("accelctl.")}
+
+
+def _names_import(func: ast.expr) -> bool:
+    """``importlib.import_module``, a bare ``import_module`` or ``__import__``."""
+    if isinstance(func, ast.Attribute):
+        return func.attr == "import_module"
+    return isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
+
+
+@functools.cache
+def import_graph() -> dict[str, frozenset[str]]:
+    """Each module of the ``accelctl`` package -> the ``accelctl`` modules it imports (see
+    :func:`imports_in`), itself excluded."""
+    known = set(modules())
+    graph = {}
+    for module, path in modules().items():
+        is_package = path.name == "__init__.py"
+        found = imports_in(path.read_text(), module, is_package, known)
+        graph[module] = frozenset(found - {module})
+    return graph
+
+
+def in_layer_above(module: str) -> bool:
+    return any(module == layer or module.startswith(f"{layer}.") for layer in LAYERS_ABOVE)
+
+
+def test_no_module_of_the_core_imports_the_kit_or_the_bridges() -> None:
+    graph = import_graph()
+    assert "accelctl.testing.checks" in graph and "accelctl.integrations.lightning" in graph
+    upward = {
+        module: sorted(target for target in targets if in_layer_above(target))
+        for module, targets in graph.items()
+        if not in_layer_above(module)
+    }
+    assert {module: targets for module, targets in upward.items() if targets} == {}
+
+
+def documented_private_use() -> dict[str, set[str]]:
+    """docs/concepts.md section 4a's table: layer -> the core's private modules it uses."""
+    text = DOCS.read_text()
+    section = text[text.index("## 4a.") : text.index("## 5.")]
+    used: dict[str, set[str]] = {layer: set() for layer in LAYERS_ABOVE}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] and set(cells[0].split(", ")) <= set(_LAYER_WORDS):
+            for word in cells[0].split(", "):
+                used[_LAYER_WORDS[word]] |= set(re.findall(r"`(accelctl\.[\w.]+)`", cells[1]))
+    return used
+
+
+def test_the_private_modules_the_layers_above_use_are_the_documented_ones() -> None:
+    # Everything else they take from the core is public (accelctl.__all__, accelctl.hookspecs,
+    # accelctl.torch_build); a new private name used from above is a decision the docs record.
+    graph = import_graph()
+    documented = documented_private_use()
+    for layer in LAYERS_ABOVE:
+        used = {
+            target
+            for module, targets in graph.items()
+            if module == layer or module.startswith(f"{layer}.")
+            for target in targets
+            if not in_layer_above(target) and "._" in target
+        }
+        assert used == documented[layer], layer
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "imported"),
+    [
+        ("import accelctl.testing", "accelctl.cli.main", "accelctl.testing"),
+        ("import accelctl.testing.checks as c", "accelctl.cli.main", "accelctl.testing.checks"),
+        ("from accelctl import testing", "accelctl.cli.main", "accelctl.testing"),
+        ("from accelctl.testing import validate", "accelctl.cli.main", "accelctl.testing"),
+        ("from ..testing import validate", "accelctl.cli.main", "accelctl.testing"),
+        ("from .. import testing", "accelctl.cli.main", "accelctl.testing"),
+        ("from . import testing", "accelctl", "accelctl.testing"),
+        ("from .testing import checks", "accelctl._registry", "accelctl.testing.checks"),
+        (
+            "def f():\n    from accelctl.integrations import lightning",
+            "accelctl._x",
+            "accelctl.integrations.lightning",
+        ),
+        ("if TYPE_CHECKING:\n    import accelctl.testing", "accelctl._x", "accelctl.testing"),
+        ("importlib.import_module('accelctl.testing')", "accelctl._x", "accelctl.testing"),
+        (
+            "import_module('accelctl.integrations.accelerate')",
+            "accelctl._x",
+            "accelctl.integrations.accelerate",
+        ),
+        ("__import__('accelctl.testing')", "accelctl._x", "accelctl.testing"),
+        (
+            "TABLE = {'v': 'accelctl.testing.command:validate_command'}",
+            "accelctl.cli.main",
+            "accelctl.testing.command",
+        ),
+    ],
+)
+def test_every_form_of_import_is_seen(source: str, module: str, imported: str) -> None:
+    known = set(modules())
+    is_package = module == "accelctl"
+    assert imported in imports_in(source, module, is_package, known)
+
+
+def test_prose_that_names_a_module_is_not_an_import() -> None:
+    source = '"""Run the checks of :mod:`accelctl.testing` (see accelctl.testing.checks)."""'
+    assert imports_in(source, "accelctl._x", False, set(modules())) == set()

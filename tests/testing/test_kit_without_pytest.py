@@ -1,0 +1,53 @@
+"""The conformance kit ships with the core and needs no extra: ``accelctl validate`` and
+``accelctl.testing.validate`` run without pytest; only the pytest class's tests need it (extra
+``accelctl[testing]``). pytest's absence is simulated in a fresh interpreter
+(``sys.modules["pytest"] = None``), whatever is installed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cliharness import Cli, strict_json
+
+#: Run the console script with pytest unimportable, then say whether anything imported it.
+WITHOUT_PYTEST = """
+import sys
+sys.modules["pytest"] = None  # not installed: any `import pytest` raises
+from accelctl.cli import cli
+try:
+    cli(["validate", *sys.argv[1:]], prog_name="accelctl")
+except SystemExit as exc:
+    print("exit", exc.code, file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_validate_runs_without_pytest(cli: Cli) -> None:
+    done = cli.process("cpu", "--json", code=WITHOUT_PYTEST, env={"ACCELCTL_PLUGINS": "cpu"})
+    assert done.stderr.splitlines()[-1] == "exit 0", done.stderr
+    (report,) = strict_json(done.stdout)
+    assert report["name"] == "cpu" and report["passed"] is True
+    assert {check["status"] for check in report["checks"]} <= {"pass", "skip"}
+
+
+@pytest.mark.slow
+def test_the_kit_imports_without_pytest_and_its_class_asks_for_it_only_when_run(
+    cli: Cli,
+) -> None:
+    code = (
+        "import json, sys\n"
+        "sys.modules['pytest'] = None\n"
+        "import accelctl.testing as kit\n"
+        "class TestMine(kit.AcceleratorConformance):\n"
+        "    accelerator = 'cpu'\n"
+        "    probe_import = False\n"
+        "report = kit.validate('cpu', probe_import=False)\n"
+        "try:\n"
+        "    TestMine().test_unavailable_reason()  # a skipped check: pytest.skip\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(json.dumps({'passed': report.passed, 'missing': exc.name}))\n"
+    )
+    done = cli.process(code=code, env={"ACCELCTL_PLUGINS": "cpu"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"passed": True, "missing": "pytest"}
