@@ -171,11 +171,11 @@ class Fit:
             from torch.nn.parallel import DistributedDataParallel
 
             self.training_step = DistributedDataParallel(TrainingStep(model))
-        shard = {"rank": env.rank, "world_size": env.world_size}
-        self.train_loader = shard_loader(train_dataloader, train=True, **shard)
+        rank, world = env.rank, env.world_size
+        self.train_loader = shard_loader(train_dataloader, rank=rank, world_size=world, train=True)
         self.val_loader = None
         if val_dataloader is not None:
-            self.val_loader = shard_loader(val_dataloader, train=False, **shard)
+            self.val_loader = shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
 
     def _restore(self) -> Resume | None:
         """Load the checkpoint to resume from, if any; the trainer's step and figures are its."""
