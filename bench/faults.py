@@ -139,7 +139,8 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
     from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
-    from accelctl._training.checkpoint import LAST, CheckpointConfig, Checkpointer
+    from accelctl._training.checkpoint import LAST, CheckpointConfig, Checkpointer, Stateful
+    from accelctl._training.processes import ProcessEnvironment
 
     from .trainer_overhead import _model
 
@@ -178,11 +179,8 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
             checkpointer = Checkpointer(
                 CheckpointConfig(),
                 Path(root) / "checkpoints",
-                model=model,
-                optimizer=optimizer,
-                scaler=None,
-                rank=0,
-                world_size=1,
+                Stateful(model, optimizer),
+                env=ProcessEnvironment(),  # alone
                 device=torch.device("cpu"),
                 run="bench",
             )

@@ -29,11 +29,9 @@ checkpoints that resume exactly, and figures in ``<root_dir>/metrics.jsonl``. Re
 from __future__ import annotations
 
 import os
-import uuid
-import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,32 +39,12 @@ from . import _settings
 from ._launching.handoff import devices_spec, launch_command_line
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
-from ._training.checkpoint import (
-    CHECKPOINT_DIR,
-    CheckpointConfig,
-    Checkpointer,
-    Resume,
-    resolve_ckpt_path,
-    restart_count,
-    resumed_batches,
-    whole_number,
-)
-from ._training.data import set_epoch, shard_loader
-from ._training.epoch import train_epoch
-from ._training.figures import validate
-from ._training.hangs import HangWatch, Progress
-from ._training.metrics_log import METRICS_FILE, MetricsLog
-from ._training.model import TrainingStep, check_model, optimizer_of
+from ._training.checkpoint import CheckpointConfig, whole_number
+from ._training.fit import Fit
+from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
-from ._training.processes import (
-    ProcessEnvironment,
-    choose_device,
-    join_process_group,
-    script_argv,
-)
+from ._training.processes import ProcessEnvironment, choose_device, script_argv
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
-from ._training.rng import epoch_rng_state, set_rng_state
-from ._training.timeouts import collective_timeout
 
 if TYPE_CHECKING:
     from torch import nn
@@ -195,158 +173,9 @@ class Trainer:
             in the same order (the trained ones are read again and dropped).
         """
         check_model(model, validating=val_dataloader is not None)
-        autocast = self.precision.autocast(self.device)
-        scaler = self.precision.grad_scaler(self.device)
-        restarts = restart_count()
-        resume_from = resolve_ckpt_path(ckpt_path, self.root_dir / CHECKPOINT_DIR, restarts)
-        # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
-        run = os.environ.get("TORCHELASTIC_RUN_ID") or uuid.uuid4().hex[:12]
-        owns_group = False
-        timeout = collective_timeout()
-        log = MetricsLog(
-            self.root_dir / METRICS_FILE if self.is_global_zero else None, run=run, restart=restarts
-        )
-        requeue, progress = RequeueOnSignal(*self._requeue), Progress()
-        watch = HangWatch(self._env, progress, restarts) if self._env.distributed else None
-        try:
-            requeue.arm()
-            self.accelerator.setup_device(self.device)
-            if watch is not None:  # several processes
-                backend = self.accelerator.info.distributed_backend
-                assert backend is not None  # choose_device refused None
-                owns_group = join_process_group(backend, self._env, self.device, timeout)
-                watch.start()
-            model.to(self.device)
-            optimizer = optimizer_of(model)
-            checkpointer = Checkpointer(
-                self.checkpointing,
-                self.root_dir / CHECKPOINT_DIR,
-                model=model,
-                optimizer=optimizer,
-                scaler=scaler,
-                rank=self._env.rank,
-                world_size=self._env.world_size,
-                device=self.device,
-                run=run,
-            )
-            self.global_step = 0
-            resume: Resume | None = None
-            if resume_from is not None:
-                # Before DDP wraps the model: every rank loads the same file.
-                resume = checkpointer.restore(resume_from)
-                self.global_step, self.metrics = resume.global_step, resume.metrics
-                if not resume.batches_done and resume.rng is not None:
-                    set_rng_state(resume.rng, self.device)
-            # One process: the model's own method. Several: through DDP's forward.
-            training_step: Callable[[Any, int], Any] = cast(Any, model).training_step
-            if self._env.distributed:
-                from torch.nn.parallel import DistributedDataParallel
-
-                training_step = DistributedDataParallel(TrainingStep(model))
-            rank, world = self._env.rank, self._env.world_size
-            train_loader = shard_loader(train_dataloader, rank=rank, world_size=world, train=True)
-            val_loader = (
-                None
-                if val_dataloader is None
-                else shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
-            )
-            saving = self.checkpointing.enabled
-            every = self.checkpointing.every_n_steps if saving else None
-            for epoch in range(resume.epoch if resume else 0, self.max_epochs):
-                self.current_epoch = epoch
-                set_epoch(train_loader, epoch)
-                model.train()
-                epoch_rng = None
-                if resume is not None and resume.batches_done and epoch == resume.epoch:
-                    # Replay the epoch's data order, skip what was trained, then go on.
-                    epoch_rng = resume.epoch_rng
-                    batches = resumed_batches(train_loader, resume, self.device)
-                else:
-                    if every is not None or requeue.armed:  # a mid-epoch checkpoint needs it
-                        epoch_rng = epoch_rng_state(train_loader, self.device)
-                    batches = enumerate(train_loader)
-
-                def save_mid_epoch(done: int, epoch: int = epoch, start: Any = epoch_rng) -> None:
-                    checkpointer.save(epoch, done, self.global_step, start, self.metrics)
-
-                figures = train_epoch(
-                    self,
-                    epoch,
-                    training_step,
-                    optimizer,
-                    scaler,
-                    autocast,
-                    train_loader,
-                    log,
-                    batches=batches,
-                    every_n_steps=every,
-                    checkpoint=save_mid_epoch,
-                    requeue=requeue,
-                    progress=progress,
-                )
-                if val_loader is not None:
-                    progress.mark("validation", self.global_step)
-                    model.eval()
-                    with torch.no_grad():
-                        figures.update(
-                            validate(model, autocast, val_loader, device=self.device, env=self._env)
-                        )
-                self.metrics = figures
-                log.write({"kind": "epoch", "epoch": epoch, "step": self.global_step, **figures})
-                on_epoch_end = getattr(model, "on_epoch_end", None)
-                if callable(on_epoch_end):
-                    progress.mark("on_epoch_end", self.global_step)
-                    on_epoch_end(self)
-                if saving:  # after on_epoch_end: the states are those the next epoch starts with
-                    progress.mark("the epoch's checkpoint", self.global_step)
-                    checkpointer.save(epoch + 1, 0, self.global_step, None, figures, epoch_end=True)
-            if owns_group:
-                # The processes leave the group together: one that leaves (and exits) while
-                # rank 0 still writes the last checkpoint can leave rank 0 hung in
-                # destroy_process_group (pytorch/pytorch#75097; seen once here, gloo under load).
-                import torch.distributed as dist
-
-                progress.mark("the end of the fit", self.global_step)
-                dist.barrier()
-        except BaseException as exc:
-            # Before the group goes: the report asks the other processes through its store.
-            explained = (
-                watch.explain(exc, timeout=timeout, step=self.global_step) if watch else None
-            )
-            self._finish(owns_group, log, requeue, watch, quiet=True)
-            if explained is not None:
-                raise explained from exc
-            raise
-        self._finish(owns_group, log, requeue, watch, quiet=False)
-
-    def _finish(
-        self,
-        owns_group: bool,
-        log: MetricsLog,
-        requeue: RequeueOnSignal,
-        watch: HangWatch | None,
-        *,
-        quiet: bool,
-    ) -> None:
-        """Close the log, restore the signal's handler, stop the hang watcher, leave the process
-        group this fit created, and call the accelerator's ``teardown``. After a failure
-        (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
-        log.close()
-        requeue.disarm()
-        if watch is not None:
-            watch.stop()
-        steps: list[Callable[[], object]] = [self.accelerator.teardown]
-        if owns_group:
-            import torch.distributed as dist
-
-            steps.insert(0, dist.destroy_process_group)
-        for cleanup in steps:
-            try:
-                cleanup()
-            except Exception as exc:
-                if not quiet:
-                    raise
-                warnings.warn(f"cleanup after a failed fit also failed: {exc}", stacklevel=3)
+        requeue = RequeueOnSignal(*self._requeue)
+        fit = Fit(self, model, ckpt_path, env=self._env, requeue=requeue)
+        fit.run(train_dataloader, val_dataloader)
 
     def _launch_hint(self, parsed: int | list[int]) -> str:
         """The command that runs this script with one process per device."""

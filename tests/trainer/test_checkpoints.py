@@ -148,16 +148,41 @@ def test_a_restarted_group_resumes_from_last_by_itself(
 def test_without_a_restart_a_fit_starts_afresh_and_last_warns_when_missing(
     tmp_path: Path,
 ) -> None:
-    with pytest.warns(UserWarning, match="no checkpoint in .* yet, training from the start"):
+    with pytest.warns(UserWarning, match="no checkpoint in .* yet, training from the start") as w:
         trainer(tmp_path, enable_checkpointing=False).fit(
             Classifier(), train_loader(), ckpt_path="last"
         )
+    assert w[0].filename == __file__  # where fit was called
     assert not (tmp_path / "checkpoints").exists()  # enable_checkpointing=False writes none
     first = trainer(tmp_path)
     first.fit(Classifier(), train_loader())
     second = trainer(tmp_path)
     second.fit(Classifier(), train_loader())  # ckpt_path=None: from the start
     assert second.global_step == first.global_step == 24
+
+
+def test_the_warnings_of_a_resume_point_at_the_fit_call(tmp_path: Path) -> None:
+    """A checkpoint of two processes resumed by one, into a loader with a generator of its own
+    that the checkpoint's loader lacked: each warning names the line that called fit."""
+    seed_everything(0)
+    with pytest.raises(Stop):
+        trainer(tmp_path, checkpoint_every_n_steps=5).fit(
+            Noisy(stop_at=7), train_loader(), val_loader()
+        )
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    state = torch.load(last, weights_only=True)
+    assert state["batches_done"] == 5  # mid-epoch: its data order is replayed
+    state.update(rng=state["rng"] * 2, epoch_rng=state["epoch_rng"] * 2, world_size=2)
+    torch.save(state, last)
+    generator = torch.Generator().manual_seed(0)
+    own = DataLoader(separable(80), batch_size=10, shuffle=True, generator=generator)
+    with pytest.warns(UserWarning) as seen:
+        trainer(tmp_path).fit(Noisy(), own, ckpt_path="last")
+    about = [
+        w for w in seen if "this run has 1" in str(w.message) or "of its own" in str(w.message)
+    ]
+    assert len(about) == 3  # the random states, the data orders, the generators
+    assert {w.filename for w in about} == {__file__}
 
 
 def test_checkpoints_load_with_weights_only_and_hold_the_documented_keys(tmp_path: Path) -> None:

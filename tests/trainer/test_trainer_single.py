@@ -203,6 +203,29 @@ def test_an_accelerator_instance_is_set_up_used_and_torn_down(tmp_path: Path) ->
     assert step["memory_used_bytes"] == 123
 
 
+def test_device_stats_that_break_are_warned_about_once_per_fit_at_the_fit_call(
+    tmp_path: Path,
+) -> None:
+    class BrokenStats(RecordingAccelerator):
+        name = "brokenstats"
+
+        def device_stats(self, device: torch.device) -> dict[str, int | float]:
+            self.calls.append("device_stats")
+            raise RuntimeError("no sensor")
+
+    accelerator = BrokenStats()
+    trainer = accelctl.Trainer(
+        accelerator=accelerator, max_epochs=2, log_every_n_steps=4, root_dir=tmp_path
+    )
+    with pytest.warns(accelctl.PluginWarning, match="device stats disabled for this fit") as seen:
+        trainer.fit(Classifier(), loaders()[0])  # 8 steps an epoch: 4 logging steps
+    warned = [w for w in seen if "device stats" in str(w.message)]
+    assert len(warned) == 1 and warned[0].filename == __file__
+    assert accelerator.calls.count("device_stats") == 1  # not asked again, next epoch neither
+    steps = [line for line in read_lines(tmp_path / "metrics.jsonl") if line["kind"] == "step"]
+    assert len(steps) == 4 and all(line["train_loss"] > 0 for line in steps)
+
+
 def test_teardown_runs_when_training_raises(tmp_path: Path) -> None:
     class Exploding(Classifier):
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

@@ -18,10 +18,11 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._errors import TrainerError
 from .best import BestCheckpoints, best_name
+from .processes import ProcessEnvironment
 from .rng import rng_state, set_epoch_rng_state, set_rng_state
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def resolve_ckpt_path(
         if restarts == 0:
             warnings.warn(
                 f"ckpt_path='last': no checkpoint in {folder} yet, training from the start",
-                stacklevel=3,
+                stacklevel=4,  # -> Fit -> Trainer.fit -> the user's call
             )
         return None
     path = Path(ckpt_path)
@@ -206,7 +207,7 @@ def per_rank(values: Sequence[Any], rank: int, world_size: int, what: str) -> An
             f"the checkpoint's {what} come from {len(values)} process(es), this run has "
             f"{world_size}: weights and optimizer are restored, the random states only where a "
             f"rank matches (an exact continuation needs the same number of processes)",
-            stacklevel=3,
+            stacklevel=7,  # -> restore -> Fit: _restore, _set_up_training, run -> Trainer.fit
         )
     return values[rank] if rank < len(values) else None
 
@@ -243,32 +244,41 @@ class Resume:
     metrics: dict[str, float]
 
 
+class Stateful(NamedTuple):
+    """What a checkpoint holds the ``state_dict`` of, and restores."""
+
+    model: Any
+    optimizer: Any
+    #: The gradient scaler of float16 (None otherwise).
+    scaler: Any | None = None
+
+
 class Checkpointer:
     """Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
-    and gradient scaler in ``folder`` (``<root_dir>/checkpoints``)."""
+    and gradient scaler in ``folder`` (``<root_dir>/checkpoints``).
+
+    :param env: this process's place in the run (the random states of every rank are saved).
+    :param device: this process's device (random states, and where a checkpoint is loaded to).
+    :param run: the run's id, written into every checkpoint.
+    """
 
     def __init__(
         self,
         config: CheckpointConfig,
         folder: Path,
+        objects: Stateful,
         *,
-        model: Any,
-        optimizer: Any,
-        scaler: Any | None,
-        rank: int,
-        world_size: int,
+        env: ProcessEnvironment,
         device: torch.device,
         run: str,
     ) -> None:
-        self.config = config
-        self.folder = folder
-        self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self.rank, self.world_size, self.device, self.run = rank, world_size, device, run
-        self.best = BestCheckpoints(config)
+        self.config, self.folder, self.objects = config, folder, objects
+        self.rank, self.world_size, self.device, self.run = env.rank, env.world_size, device, run
+        self.best = BestCheckpoints(config.keep_best, config.best_mode)
 
     def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
-        model, optimizer, scaler = self.model, self.optimizer, self.scaler
+        model, optimizer, scaler = self.objects
         state = load(path, self.device)
         mismatch = _mismatch(state["model"], model.state_dict())
         if mismatch:
@@ -321,14 +331,15 @@ class Checkpointer:
             states = [None] * self.world_size
             dist.all_gather_object(states, mine)
         # Every rank checks the figure (they agree on the figures), so that all of them stop.
-        score = self.best.score_of(metrics) if epoch_end and self.config.keep_best else None
+        score = self._score(metrics) if epoch_end and self.config.keep_best else None
         if self.rank != 0:
             return
+        model, optimizer, scaler = self.objects
         state = {
             "format": FORMAT,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": None if scaler is None else scaler.state_dict(),
             "epoch": epoch,
             "batches_done": batches_done,
             "global_step": global_step,
@@ -349,3 +360,14 @@ class Checkpointer:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
+
+    def _score(self, metrics: Mapping[str, float]) -> float:
+        """The figure of an epoch's ``metrics`` that ranks its checkpoint."""
+        name = self.config.best_metric
+        if name not in metrics:
+            raise CheckpointError(
+                f"keep_best={self.config.keep_best} ranks checkpoints by best_metric={name!r}, "
+                f"which this fit's epochs do not report; they report: {', '.join(sorted(metrics))}"
+                f" (validation figures are val_<name> of validation_step's dict)"
+            )
+        return float(metrics[name])

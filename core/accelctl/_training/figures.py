@@ -5,6 +5,7 @@ backend reduces it; counts stay exact below 2**24 per call); alone, no collectiv
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,54 +23,69 @@ def _vector(values: list[torch.Tensor | float | int], device: torch.device) -> t
     )
 
 
-def reduce_window(
-    window: list[torch.Tensor],
-    samples: int,
-    *,
-    device: torch.device,
-    env: ProcessEnvironment,
-    stop: bool = False,
-) -> tuple[torch.Tensor, float, int, bool]:
-    """The window's loss sum in this process (a tensor, for the epoch's total), and across all
-    processes the window's mean loss, its samples and whether any process asks to ``stop``
-    (read here: a logging step syncs; the flag rides along for free)."""
-    local = torch.stack(window).float().sum()
-    if not env.distributed:
-        return local, float(local) / len(window), samples, stop
-    import torch.distributed as dist
+class EpochTally:
+    """An epoch's training figures as its steps add up: the losses stay on the device until a
+    logging window closes (no per-step synchronisation), the counts in Python."""
 
-    figures = _vector([local, len(window), samples, float(stop)], device)
-    dist.all_reduce(figures)
-    loss_sum, steps, count, stops = figures.tolist()
-    return local, loss_sum / steps, int(count), stops > 0
+    def __init__(self, device: torch.device, env: ProcessEnvironment) -> None:
+        self.device, self.env = device, env
+        self.loss = torch.zeros((), device=device)  # the closed windows' loss sum
+        self.steps = self.samples = 0
+        self.window: list[torch.Tensor] = []
+        self.window_samples = 0
+        self.started = self.window_started = time.perf_counter()
 
+    def add(self, loss: torch.Tensor, samples: int) -> None:
+        """One optimizer step's loss and its batch's samples."""
+        self.window.append(loss.detach())
+        self.window_samples += samples
+        self.samples += samples
+        self.steps += 1
 
-def epoch_figures(
-    loss_sum: torch.Tensor,
-    steps: int,
-    samples: int,
-    elapsed: float,
-    *,
-    device: torch.device,
-    env: ProcessEnvironment,
-) -> dict[str, float]:
-    """``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
-    processes' samples over the slowest one's time)."""
-    if env.distributed:
-        import torch.distributed as dist
+    def close_window(self, *, stop: bool) -> tuple[float, float, bool]:
+        """Across all processes, the window's mean loss, its samples per second and whether any
+        process asks to ``stop`` (read here: a logging step syncs; the flag rides along for
+        free); a new window starts."""
+        local = torch.stack(self.window).float().sum()
+        if self.env.distributed:
+            import torch.distributed as dist
 
-        totals = _vector([loss_sum, steps, samples], device)
-        dist.all_reduce(totals)
-        slowest = _vector([elapsed], device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        loss_total, steps_f, samples_f = totals.tolist()
-        steps, samples, elapsed = int(steps_f), int(samples_f), float(slowest)
-    else:
-        loss_total = float(loss_sum)
-    return {
-        "train_loss": loss_total / steps if steps else float("nan"),
-        "samples_per_second": samples / elapsed if elapsed > 0 else 0.0,
-    }
+            figures = _vector(
+                [local, len(self.window), self.window_samples, float(stop)], self.device
+            )
+            dist.all_reduce(figures)
+            loss_sum, steps, samples, stops = figures.tolist()
+            mean, count, stop = loss_sum / steps, int(samples), stops > 0
+        else:
+            mean, count = float(local) / len(self.window), self.window_samples
+        self.loss += local
+        now = time.perf_counter()
+        rate = count / max(now - self.window_started, 1e-9)
+        self.window, self.window_samples, self.window_started = [], 0, now
+        return mean, rate, stop
+
+    def figures(self) -> dict[str, float]:
+        """``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
+        processes' samples over the slowest one's time)."""
+        if self.window:
+            self.loss += torch.stack(self.window).float().sum()
+        steps, samples = self.steps, self.samples
+        elapsed = time.perf_counter() - self.started
+        if self.env.distributed:
+            import torch.distributed as dist
+
+            totals = _vector([self.loss, steps, samples], self.device)
+            dist.all_reduce(totals)
+            slowest = _vector([elapsed], self.device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            loss_total, steps_f, samples_f = totals.tolist()
+            steps, samples, elapsed = int(steps_f), int(samples_f), float(slowest)
+        else:
+            loss_total = float(self.loss)
+        return {
+            "train_loss": loss_total / steps if steps else float("nan"),
+            "samples_per_second": samples / elapsed if elapsed > 0 else 0.0,
+        }
 
 
 def validate(

@@ -109,7 +109,7 @@ def set_epoch_rng_state(
         warnings.warn(
             f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
             f"{len(saved)}: the resumed epoch may see its batches in another order",
-            stacklevel=4,
+            stacklevel=7,  # -> resumed_batches -> Fit's _batches, _run_epoch, run -> Trainer.fit
         )
     for generator, generator_state in zip(generators, saved, strict=False):
         generator.set_state(generator_state.cpu())

@@ -1,0 +1,383 @@
+"""One call of :meth:`accelctl.Trainer.fit`, as an object.
+
+The Trainer is the configuration and the results; each ``fit`` makes a :class:`Fit`, which holds
+what lives for that call only: the process group it joined, the hang watch, the requeue handler,
+the metrics log, the optimizer, gradient scaler and autocast, the sharded loaders, the
+checkpointer and the resume point. Its methods are the fit's phases: set up the processes and the
+model, train an epoch (its steps, logging windows and mid-epoch checkpoints), validate, write the
+epoch's checkpoint, and finish (leave the group, tear the device down).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import torch
+
+from .._errors import AccelctlError, PluginWarning, TrainerError
+from .checkpoint import (
+    CHECKPOINT_DIR,
+    LAST,
+    CheckpointConfig,
+    Checkpointer,
+    Resume,
+    Stateful,
+    resolve_ckpt_path,
+    restart_count,
+    resumed_batches,
+)
+from .data import batch_size, move_to_device, set_epoch, shard_loader
+from .figures import EpochTally, validate
+from .hangs import HangWatch, Progress
+from .metrics_log import METRICS_FILE, MetricsLog
+from .model import TrainingStep, optimizer_of
+from .precision import Precision
+from .processes import ProcessEnvironment, join_process_group
+from .progress import progress_bar
+from .requeue import RequeueOnSignal
+from .rng import epoch_rng_state, set_rng_state
+from .timeouts import collective_timeout
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .._plugin import AcceleratorHandle
+
+
+class FitOwner(Protocol):
+    """The Trainer as its fits see it: the settings a fit reads and the results it writes back
+    (``global_step``, ``current_epoch`` and ``metrics``, current while the fit runs, for
+    ``on_epoch_end``). A protocol: the Trainer's module imports this one, not the reverse."""
+
+    max_epochs: int
+    log_every_n_steps: int
+    precision: Precision
+    root_dir: Path
+    enable_progress_bar: bool | None
+    checkpointing: CheckpointConfig
+    accelerator: AcceleratorHandle
+    device: torch.device
+    metrics: dict[str, float]
+    global_step: int
+    current_epoch: int
+
+
+class Fit:
+    """One ``fit`` of ``model`` for ``trainer``; :meth:`run` runs it, once.
+
+    Made before anything needs undoing: the checkpoint to resume from is found, the precision
+    checked and the metrics log opened here; :meth:`run` sets up the device and the processes,
+    and whatever happens, undoes that before it returns or raises.
+    """
+
+    def __init__(
+        self,
+        trainer: FitOwner,
+        model: nn.Module,
+        ckpt_path: str | os.PathLike[str] | None,
+        *,
+        env: ProcessEnvironment,
+        requeue: RequeueOnSignal,
+    ) -> None:
+        self.trainer, self.model, self.env, self.requeue = trainer, model, env, requeue
+        self.device = trainer.device
+        self.autocast = trainer.precision.autocast(self.device)
+        self.scaler = trainer.precision.grad_scaler(self.device)
+        restarts = restart_count()
+        self.resume_from = resolve_ckpt_path(ckpt_path, trainer.root_dir / CHECKPOINT_DIR, restarts)
+        # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
+        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID") or uuid.uuid4().hex[:12]
+        self.timeout = collective_timeout()
+        log_file = trainer.root_dir / METRICS_FILE if env.rank == 0 else None
+        self.log = MetricsLog(log_file, run=self.run_id, restart=restarts)
+        #: Where the loop is, for the hang watch's report (several processes only).
+        self.progress = Progress()
+        self.watch = HangWatch(env, self.progress, restarts) if env.distributed else None
+        self.owns_group = False  # True once this fit created the process group
+        self.device_stats = env.rank == 0  # rank 0's, until the hook fails once
+        # Made by _set_up_training, once the device is set up:
+        self.optimizer: torch.optim.Optimizer
+        self.checkpointer: Checkpointer
+        #: The model's ``training_step``; under DDP, through DDP's forward.
+        self.training_step: Callable[[Any, int], Any]
+        self.train_loader: Iterable[Any]
+        self.val_loader: Iterable[Any] | None
+        #: Where a resumed fit starts (None: from the start).
+        self.resume: Resume | None
+        #: The random states the current epoch started from, for its mid-epoch checkpoints
+        #: (None when none is written).
+        self.epoch_rng: Any = None
+
+    def run(self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None) -> None:
+        """Train for the trainer's ``max_epochs`` (from the checkpoint's epoch when resumed)."""
+        try:
+            self.requeue.arm()
+            self._set_up_processes()
+            self._set_up_training(train_dataloader, val_dataloader)
+            first = self.resume.epoch if self.resume else 0
+            for epoch in range(first, self.trainer.max_epochs):
+                self._run_epoch(epoch)
+            self._leave_together()
+        except BaseException as exc:
+            # Before the group goes: the report asks the other processes through its store.
+            step = self.trainer.global_step
+            explained = (
+                self.watch.explain(exc, timeout=self.timeout, step=step) if self.watch else None
+            )
+            self._finish(quiet=True)
+            if explained is not None:
+                raise explained from exc
+            raise
+        self._finish(quiet=False)
+
+    # -- set-up and finish -------------------------------------------------------------------
+
+    def _set_up_processes(self) -> None:
+        """Set the device up and, with several processes, join their group and watch for hangs."""
+        accelerator = self.trainer.accelerator
+        accelerator.setup_device(self.device)
+        if self.watch is not None:  # several processes
+            backend = accelerator.info.distributed_backend
+            assert backend is not None  # choose_device refused None
+            self.owns_group = join_process_group(backend, self.env, self.device, self.timeout)
+            self.watch.start()
+
+    def _set_up_training(
+        self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None
+    ) -> None:
+        """The model on the device, its optimizer, the checkpointer, the state of a resume (before
+        DDP wraps the model: every rank loads the same file), and the loaders, sharded."""
+        model, trainer, env = self.model, self.trainer, self.env
+        model.to(self.device)
+        self.optimizer = optimizer_of(model)
+        self.checkpointer = Checkpointer(
+            trainer.checkpointing,
+            trainer.root_dir / CHECKPOINT_DIR,
+            Stateful(model, self.optimizer, self.scaler),
+            env=env,
+            device=self.device,
+            run=self.run_id,
+        )
+        trainer.global_step = 0
+        self.resume = self._restore()
+        # One process: the model's own method. Several: through DDP's forward.
+        self.training_step = cast(Any, model).training_step
+        if env.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.training_step = DistributedDataParallel(TrainingStep(model))
+        rank, world = env.rank, env.world_size
+        self.train_loader = shard_loader(train_dataloader, rank=rank, world_size=world, train=True)
+        self.val_loader = None
+        if val_dataloader is not None:
+            self.val_loader = shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
+
+    def _restore(self) -> Resume | None:
+        """Load the checkpoint to resume from, if any; the trainer's step and figures are its."""
+        if self.resume_from is None:
+            return None
+        resume = self.checkpointer.restore(self.resume_from)
+        self.trainer.global_step, self.trainer.metrics = resume.global_step, resume.metrics
+        if not resume.batches_done and resume.rng is not None:
+            set_rng_state(resume.rng, self.device)
+        return resume
+
+    def _leave_together(self) -> None:
+        """The processes leave the group together: one that leaves (and exits) while rank 0
+        still writes the last checkpoint can leave rank 0 hung in destroy_process_group
+        (pytorch/pytorch#75097; seen once here, gloo under load)."""
+        if self.owns_group:
+            import torch.distributed as dist
+
+            self.progress.mark("the end of the fit", self.trainer.global_step)
+            dist.barrier()
+
+    def _finish(self, *, quiet: bool) -> None:
+        """Close the log, restore the signal's handler, stop the hang watcher, leave the process
+        group this fit created, and call the accelerator's ``teardown``. After a failure
+        (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
+        self.log.close()
+        self.requeue.disarm()
+        if self.watch is not None:
+            self.watch.stop()
+        steps: list[Callable[[], object]] = [self.trainer.accelerator.teardown]
+        if self.owns_group:
+            import torch.distributed as dist
+
+            steps.insert(0, dist.destroy_process_group)
+        for cleanup in steps:
+            try:
+                cleanup()
+            except Exception as exc:
+                if not quiet:
+                    raise
+                # warn -> _finish -> run -> Trainer.fit -> the user's call
+                warnings.warn(f"cleanup after a failed fit also failed: {exc}", stacklevel=4)
+
+    # -- an epoch ----------------------------------------------------------------------------
+
+    def _run_epoch(self, epoch: int) -> None:
+        """Train, validate, report the figures, call ``on_epoch_end``, write the checkpoint."""
+        trainer, model = self.trainer, self.model
+        trainer.current_epoch = epoch
+        set_epoch(self.train_loader, epoch)
+        model.train()
+        figures = self._train(epoch, self._batches(epoch))
+        if self.val_loader is not None:
+            self.progress.mark("validation", trainer.global_step)
+            model.eval()
+            with torch.no_grad():
+                figures.update(
+                    validate(
+                        model, self.autocast, self.val_loader, device=self.device, env=self.env
+                    )
+                )
+        trainer.metrics = figures
+        self.log.write({"kind": "epoch", "epoch": epoch, "step": trainer.global_step, **figures})
+        on_epoch_end = getattr(model, "on_epoch_end", None)
+        if callable(on_epoch_end):
+            self.progress.mark("on_epoch_end", trainer.global_step)
+            on_epoch_end(trainer)
+        if trainer.checkpointing.enabled:  # after on_epoch_end: the states the next epoch has
+            self.progress.mark("the epoch's checkpoint", trainer.global_step)
+            self.checkpointer.save(epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True)
+
+    def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
+        """The epoch's numbered batches; for the epoch a checkpoint stopped in, its data order
+        replayed and the batches it trained skipped. Notes the states the epoch starts from
+        when a mid-epoch checkpoint may need them."""
+        resume = self.resume
+        if resume is not None and resume.batches_done and epoch == resume.epoch:
+            self.epoch_rng = resume.epoch_rng
+            return resumed_batches(self.train_loader, resume, self.device)
+        self.epoch_rng = None
+        if self._every_n_steps is not None or self.requeue.armed:
+            self.epoch_rng = epoch_rng_state(self.train_loader, self.device)
+        return enumerate(self.train_loader)
+
+    @property
+    def _every_n_steps(self) -> int | None:
+        """Optimizer steps between mid-epoch checkpoints (None: none)."""
+        checkpointing = self.trainer.checkpointing
+        return checkpointing.every_n_steps if checkpointing.enabled else None
+
+    def _train(self, epoch: int, batches: Iterable[tuple[int, Any]]) -> dict[str, float]:
+        """The epoch's optimizer steps; its figures, agreed across processes."""
+        trainer = self.trainer
+        tally = EpochTally(self.device, self.env)
+        bar = None
+        if self.env.rank == 0:
+            description = f"epoch {epoch + 1}/{trainer.max_epochs}"
+            bar = progress_bar(
+                trainer.enable_progress_bar,
+                total=_length(self.train_loader),
+                description=description,
+            )
+        every, saving = trainer.log_every_n_steps, self._every_n_steps
+        try:
+            for batch_idx, batch in batches:
+                step = self._step(batch_idx, batch, tally)
+                if bar is not None:
+                    bar.update(1)
+                stop = self.requeue.requested and not self.env.distributed
+                if step % every == 0:
+                    stop = self._log_window(epoch, tally, bar)
+                if stop or (saving is not None and step % saving == 0):
+                    self.progress.mark("a checkpoint", step)
+                    self._save_mid_epoch(epoch, batch_idx + 1)
+                if stop:
+                    self._requeue(epoch)
+                self.progress.mark("loading a batch", step)
+        finally:
+            if bar is not None:
+                bar.close()
+        return tally.figures()
+
+    def _step(self, batch_idx: int, batch: Any, tally: EpochTally) -> int:
+        """One optimizer step on ``batch``; the trainer's new ``global_step``."""
+        step = self.trainer.global_step + 1
+        self.progress.mark("training_step", step)
+        batch = move_to_device(batch, self.device)
+        with self.autocast:
+            loss = self.training_step(batch, batch_idx)
+        if not isinstance(loss, torch.Tensor):
+            raise TrainerError(
+                f"training_step must return the loss as a tensor, returned "
+                f"{type(loss).__name__} (batch {batch_idx})"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.mark("backward (the gradients' all-reduce)", step)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()  # type: ignore[no-untyped-call]
+            self.optimizer.step()
+        tally.add(loss, batch_size(batch))
+        self.trainer.global_step = step
+        return step
+
+    def _log_window(self, epoch: int, tally: EpochTally, bar: Any | None) -> bool:
+        """Close the logging window: its line in the metrics log, the bar's loss. Whether any
+        process asks to stop on the requeue signal (the request rides on the window's
+        all-reduce, so that all stop at the same step)."""
+        step = self.trainer.global_step
+        self.progress.mark("the figures' all-reduce", step)
+        mean, per_second, stop = tally.close_window(stop=self.requeue.requested)
+        record: dict[str, Any] = {
+            "kind": "step",
+            "step": step,
+            "epoch": epoch,
+            "train_loss": mean,
+            "samples_per_second": per_second,
+        }
+        if self.device_stats:
+            record.update((k, v) for k, v in self._device_stats().items() if k not in record)
+        self.log.write(record)
+        if bar is not None:
+            bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
+        return stop
+
+    def _device_stats(self) -> dict[str, int | float]:
+        """The device's stats for a log line; a hook that breaks is warned about once and not
+        asked again during this fit."""
+        try:
+            return self.trainer.accelerator.device_stats(self.device)
+        except AccelctlError as exc:
+            self.device_stats = False
+            # warn -> _device_stats -> _log_window -> _train -> _run_epoch -> run -> Trainer.fit
+            # -> the user's call
+            warnings.warn(f"device stats disabled for this fit: {exc}", PluginWarning, stacklevel=7)
+            return {}
+
+    def _save_mid_epoch(self, epoch: int, batches_done: int) -> None:
+        """``last.ckpt`` after ``batches_done`` batches of ``epoch``, to resume there."""
+        trainer = self.trainer
+        self.checkpointer.save(
+            epoch, batches_done, trainer.global_step, self.epoch_rng, trainer.metrics
+        )
+
+    def _requeue(self, epoch: int) -> None:
+        """Stop at the checkpoint just written: requeue the SLURM job and exit."""
+        step = self.trainer.global_step
+        self.log.write({"kind": "requeue", "step": step, "epoch": epoch})
+        self.requeue.leave(
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            step=step,
+            checkpoint=self.trainer.root_dir / CHECKPOINT_DIR / LAST,
+        )
+
+
+def _length(loader: Iterable[Any]) -> int | None:
+    """Batches in ``loader`` when it knows (an iterable dataset's loader may not)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None

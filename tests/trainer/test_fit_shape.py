@@ -1,0 +1,223 @@
+"""The shape of the Trainer's code (issue 27): a fit's state lives in one object, not in long
+argument lists, and the training path's modules import each other one way, with no cycle.
+
+Read from the source with ``ast``: every ``def`` counts, nested ones and methods too, and every
+import statement, at module level, inside a function or under ``TYPE_CHECKING`` alike (a cycle
+through a type-only import is still a cycle of ideas). Records made by ``@dataclass`` are not
+``def``s and are not counted: they are built by keyword.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import accelctl
+
+PACKAGE = Path(accelctl.__file__).parent
+#: The modules of the training path: the Trainer and its parts.
+TRAINING_PATH = [PACKAGE / "_trainer.py", *sorted((PACKAGE / "_training").glob("*.py"))]
+#: Parameters a function may take, ``self`` and ``cls`` not counted.
+MOST_PARAMETERS = 6
+#: The user's API: ``Trainer(...)``'s arguments are the documented ones (docs/training.md).
+PUBLIC_EXCEPTIONS = {"accelctl._trainer.Trainer.__init__"}
+
+
+def module_name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def functions(tree: ast.AST, prefix: str) -> Iterator[tuple[str, ast.arguments]]:
+    """Every ``def`` under ``tree`` by its qualified name, with its arguments."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}.{node.name}", node.args
+            yield from functions(node, f"{prefix}.{node.name}")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}.{node.name}")
+        else:
+            yield from functions(node, prefix)
+
+
+def parameter_count(arguments: ast.arguments) -> int:
+    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None)
+
+
+def long_signatures(paths: list[Path]) -> dict[str, int]:
+    """The functions of ``paths`` that take more than :data:`MOST_PARAMETERS` parameters."""
+    found = {}
+    for path in paths:
+        for name, arguments in functions(ast.parse(path.read_text()), module_name(path)):
+            if parameter_count(arguments) > MOST_PARAMETERS:
+                found[name] = parameter_count(arguments)
+    return found
+
+
+def imports(path: Path, root: Path = PACKAGE.parent) -> Iterator[tuple[str, bool]]:
+    """The accelctl modules ``path`` imports, and whether each import sits inside a function."""
+    own = module_name(path, root)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    inside = {
+        id(node)
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(function)
+    }
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            # ``from . import _settings`` imports a module; ``from .x import y``, module x.
+            names = [
+                f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base
+                for alias in node.names
+            ]
+        for name in names:
+            if name == "accelctl" or name.startswith("accelctl."):
+                yield name, id(node) in inside
+
+
+def is_module(name: str, root: Path) -> bool:
+    path = root.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def import_graph(root: Path = PACKAGE.parent) -> dict[str, set[str]]:
+    """accelctl's modules and the accelctl modules each imports (every import statement)."""
+    return {
+        module_name(path, root): {name for name, _ in imports(path, root)}
+        for path in (root / "accelctl").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, or of one importing itself
+    (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_function_of_the_training_path_takes_more_than_six_parameters() -> None:
+    """State that lives across calls is an object (a fit): its methods read it, rather than a
+    dozen arguments threaded through functions (STYLE.md)."""
+    offenders = {
+        name: count
+        for name, count in long_signatures(TRAINING_PATH).items()
+        if name not in PUBLIC_EXCEPTIONS
+    }
+    assert not offenders, (
+        f"more than {MOST_PARAMETERS} parameters (self and cls not counted): "
+        + ", ".join(f"{name} takes {count}" for name, count in sorted(offenders.items()))
+        + "; keep what lives across calls in an object (accelctl._training.fit.Fit) instead"
+    )
+
+
+def test_the_counting_sees_long_signatures_nested_ones_and_keyword_only_ones() -> None:
+    """The check above fails where it should (a check that passes on anything proves nothing)."""
+    tree = ast.parse(
+        "def short(a, b, c, d, e, f): ...\n"
+        "def long(a, b, c, d, e, *, f, g): ...\n"
+        "class Holder:\n"
+        "    def method(self, a, b, c, d, e, f): ...\n"
+        "    def outer(self):\n"
+        "        def inner(a, b, c, d, e, *args, **kwargs): ...\n"
+    )
+    counts = {name: parameter_count(arguments) for name, arguments in functions(tree, "sample")}
+    long = {name for name, count in counts.items() if count > MOST_PARAMETERS}
+    assert long == {"sample.long", "sample.Holder.outer.inner"}
+    assert counts["sample.Holder.method"] == 6
+
+
+def test_the_training_path_has_no_import_cycle() -> None:
+    graph = import_graph()
+    training = {module_name(path) for path in TRAINING_PATH}
+    through_training = [cycle for cycle in cycles(graph) if training & set(cycle)]
+    assert not through_training, (
+        "import cycles through the training path (TYPE_CHECKING and function-level imports "
+        "count): "
+        + "; ".join(" <-> ".join(cycle) for cycle in through_training)
+        + ". Move the shared code to a module both can import"
+    )
+
+
+def test_type_only_and_function_level_imports_make_a_cycle(tmp_path: Path) -> None:
+    """What the two checks around this one would catch: the shapes of the cycles they replaced
+    (``_training/epoch`` imported the Trainer under TYPE_CHECKING; ``_training/best`` imported
+    ``checkpoint`` inside a function)."""
+    package = tmp_path / "accelctl"
+    (package / "_training").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "_training" / "__init__.py").write_text("")
+    (package / "_trainer.py").write_text("from ._training.epoch import train_epoch\n")
+    (package / "_training" / "epoch.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .._trainer import Trainer\n"
+    )
+    (package / "_training" / "best.py").write_text("def f():\n    from .checkpoint import E\n")
+    (package / "_training" / "checkpoint.py").write_text("from .best import f\n")
+    (package / "_training" / "data.py").write_text("from .. import _trainer\n")
+    assert sorted(cycles(import_graph(tmp_path))) == [
+        ["accelctl._trainer", "accelctl._training.epoch"],
+        ["accelctl._training.best", "accelctl._training.checkpoint"],
+    ]
+    best = package / "_training" / "best.py"
+    assert list(imports(best, tmp_path)) == [("accelctl._training.checkpoint", True)]
+    data = package / "_training" / "data.py"
+    assert list(imports(data, tmp_path)) == [("accelctl._trainer", False)]
+
+
+def test_the_cycle_finder_names_every_module_of_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert sorted(cycles(graph)) == [["a", "b", "c"], ["e"]]
+
+
+def test_the_training_path_imports_accelctls_modules_at_module_level() -> None:
+    """Imports inside functions are for heavy or optional third-party modules (torch, tqdm,
+    NumPy), never to hide a cycle among accelctl's own modules."""
+    hidden = [
+        f"{module_name(path)} imports {name} inside a function"
+        for path in TRAINING_PATH
+        for name, inside in imports(path)
+        if inside
+    ]
+    assert not hidden, "; ".join(hidden)
