@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import abc
+import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._info import AcceleratorInfo
 
 if TYPE_CHECKING:
     import torch
+
+    from .torch_build import TorchBuild
 
 
 class Accelerator(abc.ABC):
@@ -29,6 +33,12 @@ class Accelerator(abc.ABC):
 
     Register it with an entry point (``hpu = "accelctl_hpu:HPUAccelerator"``), or pass an
     instance straight to ``accelctl.resolve()`` or ``accelctl.Trainer(accelerator=...)``.
+
+    Besides the hooks, the class offers what plugins otherwise write alike (none of it is a hook,
+    and accelctl never calls it): :meth:`installed_torch` and :attr:`TORCH_MISSING` (torch's build
+    read without importing it), :meth:`environment_variables` and :meth:`describe_variables` (the
+    visible-device variables that are set, for ``environment_info()`` and for reasons), and
+    :meth:`torch_device_in_use` (whether this process already uses a device runtime).
     """
 
     #: Canonical name; the entry point's name wins when the class is installed as a plugin.
@@ -40,6 +50,10 @@ class Accelerator(abc.ABC):
     priority: ClassVar[int] = 0
     distributed_backend: ClassVar[str | None] = None
     aliases: ClassVar[tuple[str, ...]] = ()
+
+    #: The ``unavailable_reason()`` of an accelerator that needs torch where
+    #: :meth:`installed_torch` finds none.
+    TORCH_MISSING: ClassVar[str] = "torch is not installed (pip install torch)"
 
     #: The entry point's name, set by accelctl when the plugin is loaded from one.
     _entry_point_name: str | None = None
@@ -103,3 +117,51 @@ class Accelerator(abc.ABC):
             aliases=tuple(self.aliases),
             device_type=self.device_type or None,
         )
+
+    # -- helpers for subclasses: not hooks (accelctl never calls them) ---------------------------
+
+    @staticmethod
+    def installed_torch() -> TorchBuild | None:
+        """The installed torch's version and build (CUDA, ROCm, XPU or CPU-only), read from
+        ``torch/version.py`` without importing torch where it is not imported yet
+        (:func:`accelctl.torch_build.read_torch_build`); None where torch is not installed, and
+        where its install is too broken to read, so that ``detect()`` says no instead of raising
+        (give :attr:`TORCH_MISSING` as the reason)."""
+        from .torch_build import read_torch_build  # not on the path of a plugin that never asks
+
+        try:
+            return read_torch_build()
+        except Exception:  # a broken install: "not installed" rather than a detect() that raises
+            return None
+
+    @staticmethod
+    def environment_variables(
+        names: Iterable[str], environ: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The variables of ``names`` that are set (in ``environ``, default ``os.environ``), with
+        their values, in the order of ``names``: what ``environment_info()`` reports of the
+        variables that choose an accelerator's devices (``CUDA_VISIBLE_DEVICES``, ...)."""
+        environ = os.environ if environ is None else environ
+        return {name: environ[name] for name in names if name in environ}
+
+    @classmethod
+    def describe_variables(
+        cls, names: Iterable[str], environ: Mapping[str, str] | None = None
+    ) -> str:
+        """The variables of ``names`` that are set, as a reason names them:
+        ``"CUDA_VISIBLE_DEVICES='', HIP_VISIBLE_DEVICES='1'"``; ``""`` when none is set."""
+        found = cls.environment_variables(names, environ)
+        return ", ".join(f"{name}={value!r}" for name, value in found.items())
+
+    @staticmethod
+    def torch_device_in_use(device_type: str) -> bool:
+        """True when this process already uses torch's ``device_type`` runtime: torch is imported
+        (and not still being imported by another thread) and ``torch.<device_type>.
+        is_initialized()`` says so. Never imports torch nor starts anything, so
+        ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
+        a device module that cannot tell counts as not in use."""
+        from .torch_build import loaded_torch
+
+        module = getattr(loaded_torch(), device_type, None)
+        is_initialized = getattr(module, "is_initialized", None)
+        return callable(is_initialized) and bool(is_initialized())

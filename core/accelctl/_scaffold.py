@@ -27,18 +27,26 @@ class PluginNames:
     distribution: str
     #: The import package, ``accelctl_<name>`` (``-`` becomes ``_``).
     module: str
-    #: The ``torch.device`` type placeholder: the name as an identifier.
+    #: The ``torch.device`` type: the name as an identifier (``my-chip`` gives ``my_chip``), the
+    #: generated class's ``device_type``, so that ``accelerator_info()`` and ``accelctl stats``
+    #: name devices by it.
     device_type: str
+    #: The plugin class, ``accelctl.Accelerator``'s subclass: ``NPUAccelerator``,
+    #: ``MyChipAccelerator`` (short names read as acronyms, longer ones as words).
+    class_name: str
 
     @classmethod
     def for_name(cls, name: str) -> PluginNames:
         """Derive the names; :func:`name_problem` must have accepted ``name``."""
         identifier = re.sub(r"[^a-z0-9_]", "_", name)
+        words = [part for part in identifier.split("_") if part]
+        title = "".join(word.upper() if len(name) <= 4 else word.capitalize() for word in words)
         return cls(
             name=name,
             distribution=f"accelctl-{name}",
             module=f"accelctl_{identifier}",
             device_type=identifier,
+            class_name=f"{title}Accelerator",
         )
 
     def substitutions(self) -> dict[str, str]:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from cliharness import Cli
 
-from accelctl._scaffold import PluginNames
+import accelctl
+from accelctl._scaffold import PluginNames, write
+
+from fakedists import FakeSite
 
 
 @pytest.mark.slow
@@ -30,7 +36,7 @@ def test_generated_package_installs_and_passes_validate(cli: Cli, tmp_path: Path
         "tests/test_accelctl_my_chip_conformance.py",
     ]
     assert f"pip install -e {root}" in result.output
-    assert 'my-chip = "accelctl_my_chip"' in (root / "pyproject.toml").read_text()
+    assert 'my-chip = "accelctl_my_chip:MyChipAccelerator"' in (root / "pyproject.toml").read_text()
 
     target = tmp_path / "site"
     subprocess.run(
@@ -105,8 +111,114 @@ def test_bad_names_are_usage_errors_that_say_what_is_accepted(cli: Cli, tmp_path
 
 def test_names_derive_from_the_accelerator_name() -> None:
     names = PluginNames.for_name("my-chip")
-    assert (names.distribution, names.module, names.device_type) == (
+    assert (names.distribution, names.module, names.device_type, names.class_name) == (
         "accelctl-my-chip",
         "accelctl_my_chip",
         "my_chip",
+        "MyChipAccelerator",
     )
+    assert PluginNames.for_name("npu").class_name == "NPUAccelerator"  # short: an acronym
+
+
+@pytest.fixture
+def generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Generate]:
+    """Write a generated package into ``tmp_path`` and make its module importable, as an
+    editable install would; the module is forgotten afterwards."""
+    modules: list[str] = []
+
+    def generate(name: str) -> Path:
+        names = PluginNames.for_name(name)
+        root, _ = write(names, tmp_path)
+        monkeypatch.syspath_prepend(str(root / "src"))
+        modules.append(names.module)
+        return root
+
+    yield generate
+    for module in modules:
+        sys.modules.pop(module, None)
+
+
+Generate = Callable[[str], Path]
+
+
+def entry_point(root: Path) -> tuple[str, str]:
+    """The generated pyproject's one ``accelctl.accelerators`` entry point: (name, value)."""
+    text = (root / "pyproject.toml").read_text()
+    section = text.split('[project.entry-points."accelctl.accelerators"]\n', 1)[1]
+    [(name, value)] = re.findall(r'^([a-z0-9_-]+) = "([^"]+)"$', section.split("\n[", 1)[0], re.M)
+    return name, value
+
+
+@pytest.mark.parametrize("name", ["npu", "my-chip"])
+def test_the_generated_plugin_reports_its_device_type(generate: Generate, name: str) -> None:
+    # accelctl stats names devices "<device_type>:<i>" without torch: the chosen device type
+    # must reach accelerator_info() ("my-chip" is no device type; "my_chip" is).
+    root = generate(name)
+    names = PluginNames.for_name(name)
+    ep_name, value = entry_point(root)
+    assert ep_name == name
+    module, _, attribute = value.partition(":")
+    plugin = importlib.import_module(module)  # what the entry point names, loaded as accelctl does
+    if attribute:
+        plugin = getattr(plugin, attribute)()
+    handle = accelctl.AcceleratorHandle.from_object(plugin, name=name)
+    assert handle.info.device_type == names.device_type
+    assert handle.detect() is False and handle.auto_device_count() == 0
+    assert "detect() is still the generated stub" in (handle.unavailable_reason() or "")
+
+
+#: A path a generated file names: below src/ or tests/, or a file at the package's root.
+_NAMED_PATH = re.compile(r"(?<![\w./-])((?:src|tests)(?:/[\w.-]+)*|[\w-]+\.(?:toml|md|txt|cfg))\b")
+
+
+def test_every_file_the_package_names_exists(generate: Generate) -> None:
+    root = generate("my-chip")
+    named: dict[str, set[str]] = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            for found in _NAMED_PATH.findall(path.read_text()):
+                named.setdefault(found.rstrip("."), set()).add(str(path.relative_to(root)))
+    missing = {name: sorted(by) for name, by in named.items() if not (root / name).exists()}
+    assert missing == {}, f"named by the generated files but not generated: {missing}"
+    # What the pyproject's and the README's own words name (so the scan above is not vacuous).
+    assert {"tests/test_accelctl_my_chip_conformance.py", "README.md"} <= set(named)
+    assert "src/accelctl_my_chip/__init__.py" in named
+
+
+STATS_PLUGIN = """
+import accelctl
+from accelctl_stats_chip import StatsChipAccelerator
+
+class ReadyAccelerator(StatsChipAccelerator):
+    # The generated class as its author finishes it: one device, figures to read.
+    def detect(self):
+        return True
+
+    def auto_device_count(self):
+        return 1
+
+    def device_stats(self, device):
+        if accelctl.split_device(device) != ("stats_chip", 0):
+            raise ValueError(f"not a stats_chip device: {device!r}")
+        return {"memory_used_bytes": 1 << 30, "memory_total_bytes": 4 << 30}
+"""
+
+
+def test_stats_shows_the_generated_plugins_figures(
+    cli: Cli, fake_site: FakeSite, generate: Generate
+) -> None:
+    generate("stats-chip")
+    fake_site.install(
+        "accelctl-stats-chip",
+        {"stats-chip": "stats_chip_ready:ReadyAccelerator"},
+        {"stats_chip_ready": STATS_PLUGIN},
+    )
+    result = cli("stats", "stats-chip", "--json")
+    assert result.exit_code == 0, result.output
+    [reading] = json.loads(result.stdout)
+    assert (reading["accelerator"], reading["device"], reading["error"]) == (
+        "stats-chip",
+        "stats_chip:0",
+        None,
+    )
+    assert reading["stats"] == {"memory_used_bytes": 1 << 30, "memory_total_bytes": 4 << 30}

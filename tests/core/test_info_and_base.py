@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -95,3 +97,62 @@ def test_module_plugin_without_entry_point() -> None:
     module.detect = accelctl.hookimpl(lambda: True)  # type: ignore[attr-defined]
     with pytest.raises(accelctl.PluginLoadError, match=r"required hook.*auto_device_count"):
         accelctl.AcceleratorHandle.from_object(module)
+
+
+def test_the_helpers_add_no_hook() -> None:
+    # Only hook names are hooks: the helpers leave a subclass's optional hooks unimplemented.
+    handle = accelctl.AcceleratorHandle.from_object(XAccelerator())
+    for hook in ("unavailable_reason", "environment_info", "setup_device", "teardown"):
+        assert not handle.implements(hook), hook
+
+
+def test_installed_torch_reads_the_build_and_says_none_for_a_broken_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    build = accelctl.Accelerator.installed_torch()
+    assert build is not None and build.version == torch.__version__
+
+    def broken() -> None:
+        raise ImportError("libtorch_cpu.so: cannot open shared object file")
+
+    monkeypatch.setattr("accelctl.torch_build.read_torch_build", broken)
+    assert XAccelerator.installed_torch() is None  # detect() says no rather than raise
+    monkeypatch.setattr("accelctl.torch_build.read_torch_build", lambda: None)
+    assert XAccelerator.installed_torch() is None
+    assert XAccelerator.TORCH_MISSING == "torch is not installed (pip install torch)"
+
+
+def test_environment_variables_are_those_set_in_the_order_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = ("X_VISIBLE_DEVICES", "X_DEVICE_ORDER", "X_UNSET")
+    monkeypatch.setenv("X_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.setenv("X_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("X_UNSET", raising=False)
+    assert list(XAccelerator.environment_variables(names).items()) == [
+        ("X_VISIBLE_DEVICES", ""),
+        ("X_DEVICE_ORDER", "PCI_BUS_ID"),
+    ]
+    assert XAccelerator.describe_variables(names) == (
+        "X_VISIBLE_DEVICES='', X_DEVICE_ORDER='PCI_BUS_ID'"
+    )
+    environ = {"X_UNSET": "0,1"}  # a mapping of the caller's, not os.environ
+    assert XAccelerator.environment_variables(names, environ) == {"X_UNSET": "0,1"}
+    assert XAccelerator.describe_variables(names, environ) == "X_UNSET='0,1'"
+    assert XAccelerator.describe_variables(["X_NONE"], {}) == ""
+
+
+def test_torch_device_in_use_asks_the_device_module_and_never_imports_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert XAccelerator.torch_device_in_use("cuda") is True
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert XAccelerator.torch_device_in_use("cuda") is False
+    assert XAccelerator.torch_device_in_use("nosuchdevice") is False  # no torch.nosuchdevice
+    monkeypatch.setattr(torch, "xdev", object(), raising=False)  # a module that cannot tell
+    assert XAccelerator.torch_device_in_use("xdev") is False
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.delitem(sys.modules, "torch")  # torch not imported in this process
+    assert XAccelerator.torch_device_in_use("cuda") is False
+    assert "torch" not in sys.modules

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from accelctl import torch_build
@@ -103,9 +105,19 @@ def test_in_a_fresh_process_the_file_is_read_and_import_is_the_last_resort(tmp_p
     ]
 
 
-def test_the_cuda_and_xpu_plugins_read_the_build_through_it() -> None:
+def test_the_cuda_and_xpu_plugins_read_the_build_through_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both ask accelctl.Accelerator.installed_torch(), which reads it through read_torch_build.
     import accelctl_cuda.probe
     import accelctl_xpu.probe
+    from accelctl_xpu.driver import IntelGpu
 
+    reads: list[str] = []
+    monkeypatch.setattr(torch_build, "read_torch_build", lambda: reads.append("read"))
+    monkeypatch.setattr(sys, "platform", "linux")  # each has a GPU driver, but no torch
+    monkeypatch.setattr(accelctl_cuda.probe.nvml, "driver_files_present", lambda: True)
+    monkeypatch.setattr(accelctl_xpu.probe.driver, "intel_gpus", lambda: [IntelGpu(0, "xe")])
     for module in (accelctl_cuda.probe, accelctl_xpu.probe):
-        assert module.read_torch_build is torch_build.read_torch_build
+        assert module.probe({}).reason == "torch is not installed (pip install torch)"
+    assert reads == ["read", "read"]

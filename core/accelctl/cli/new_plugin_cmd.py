@@ -32,10 +32,10 @@ def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def new_plugin_command(name: str, parent: Path) -> None:
     """Write a ready plugin package for a new accelerator called NAME.
 
-    The package (accelctl-NAME) has a pyproject with the entry point, a module with every hook
-    written and documented, a README, and a test that runs the conformance suite. As generated it
-    installs and passes `accelctl validate NAME`, saying "not detected" until its detect() is
-    written. Nothing is overwritten.
+    The package (accelctl-NAME) has a pyproject with the entry point, a plugin class (a subclass
+    of accelctl.Accelerator) with the hooks to fill in written and documented, a README, and a
+    test that runs the conformance suite. As generated it installs and passes `accelctl validate
+    NAME`, saying "not detected" until its detect() is written. Nothing is overwritten.
     """
     installed = get_registry().claimants(name)
     if installed:
@@ -66,5 +66,6 @@ def new_plugin_command(name: str, parent: Path) -> None:
     click.echo(f"  accelctl validate {name}")
     click.echo(f"  pytest {root / 'tests'}")
     click.echo(
-        f"then teach detect() to find the hardware in {root / 'src' / names.module / '__init__.py'}"
+        f"then teach {names.class_name}.detect() to find the hardware in "
+        f"{root / 'src' / names.module / '__init__.py'}"
     )

@@ -14,7 +14,11 @@ def cpu() -> accelctl.AcceleratorHandle:
 
 
 def test_identity_and_info(cpu: accelctl.AcceleratorHandle) -> None:
-    assert (cpu.name, cpu.distribution, cpu.entry_point) == ("cpu", "accelctl-cpu", "accelctl_cpu")
+    assert (cpu.name, cpu.distribution, cpu.entry_point) == (
+        "cpu",
+        "accelctl-cpu",
+        "accelctl_cpu:CPUAccelerator",
+    )
     assert cpu.info.priority == 0 and cpu.info.distributed_backend == "gloo"
     assert cpu.info.family is None
     assert cpu.detect() is True and cpu.auto_device_count() == 1

@@ -22,9 +22,10 @@ import pytest
 import torch
 
 import accelctl
-import accelctl_cuda
-from accelctl_cuda import amd, nvml, probe
+from accelctl_cuda import CUDAAccelerator, amd, nvml, probe
 from accelctl_cuda.visible import PhysicalGpu, parse_entries, visible_amd, visible_nvidia
+
+cuda = CUDAAccelerator()
 
 UUIDS = [
     "GPU-aaaa1111-0000-0000-0000-000000000000",
@@ -203,17 +204,17 @@ def install_amd(root: Path, monkeypatch: pytest.MonkeyPatch, count: int = 2) -> 
 def test_no_driver_says_no_without_nvml_or_torch(machine: Path, monkeypatch: pytest.MonkeyPatch):
     fake = FakeNvml([FakeGpu(UUIDS[0])])
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
-    assert accelctl_cuda.detect() is False
-    assert accelctl_cuda.auto_device_count() == 0
-    assert accelctl_cuda.unavailable_reason() == "no NVIDIA or AMD GPU driver found"
+    assert cuda.detect() is False
+    assert cuda.auto_device_count() == 0
+    assert cuda.unavailable_reason() == "no NVIDIA or AMD GPU driver found"
     assert fake.calls == []  # NVML never asked: the missing driver files were enough
 
 
 def test_macos_is_never_cuda(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_nvidia(machine, monkeypatch)
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert accelctl_cuda.detect() is False
-    assert "macOS" in (accelctl_cuda.unavailable_reason() or "")
+    assert cuda.detect() is False
+    assert "macOS" in (cuda.unavailable_reason() or "")
 
 
 def test_list_on_this_gpu_less_machine_imports_neither_torch_nor_nvml(tmp_path: Path):
@@ -252,14 +253,14 @@ def test_nvidia_gpus_are_detected_and_cuda_stays_uninitialised(
     machine: Path, monkeypatch: pytest.MonkeyPatch
 ):
     install_nvidia(machine, monkeypatch, count=2)
-    assert accelctl_cuda.detect() is True
-    assert accelctl_cuda.unavailable_reason() is None
-    assert accelctl_cuda.auto_device_count() == 2
-    assert accelctl_cuda.parse_devices("auto") == [0, 1]
-    assert accelctl_cuda.parse_devices(" 1, ") == [1]
-    devices = accelctl_cuda.get_parallel_devices([0, 1])
+    assert cuda.detect() is True
+    assert cuda.unavailable_reason() is None
+    assert cuda.auto_device_count() == 2
+    assert cuda.parse_devices("auto") == [0, 1]
+    assert cuda.parse_devices(" 1, ") == [1]
+    devices = cuda.get_parallel_devices([0, 1])
     assert devices == [torch.device("cuda", 0), torch.device("cuda", 1)]
-    assert [str(d) for d in accelctl_cuda.get_parallel_devices(1)] == ["cuda:0"]
+    assert [str(d) for d in cuda.get_parallel_devices(1)] == ["cuda:0"]
     assert torch.cuda.is_initialized() is False
 
 
@@ -268,7 +269,7 @@ def test_more_devices_than_visible_is_a_device_spec_error(
 ):
     install_nvidia(machine, monkeypatch, count=2)
     with pytest.raises(accelctl.DeviceSpecError, match=r"devices=3 asks for 3 devices.*2 cuda"):
-        accelctl_cuda.parse_devices(3)
+        cuda.parse_devices(3)
 
 
 def test_cpu_only_torch_with_a_gpu_is_unavailable_with_a_reason_not_an_error(
@@ -276,8 +277,8 @@ def test_cpu_only_torch_with_a_gpu_is_unavailable_with_a_reason_not_an_error(
 ):
     install_nvidia(machine, monkeypatch, count=1)
     _torch(monkeypatch, "2.13.0+cpu", None, None)
-    assert accelctl_cuda.detect() is False
-    reason = accelctl_cuda.unavailable_reason() or ""
+    assert cuda.detect() is False
+    reason = cuda.unavailable_reason() or ""
     assert reason.startswith("torch 2.13.0+cpu is a CPU-only build; install a CUDA build")
     row = {r.name: r for r in accelctl.list_accelerators()}["cuda"]
     assert (row.available, row.device_count, row.error) == (False, 0, None)
@@ -290,13 +291,13 @@ def test_nvml_failure_and_missing_nvidia_ml_py_are_reasons(
     fake = install_nvidia(machine, monkeypatch)
     fake.init_error = "Driver/library version mismatch"
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
-    assert accelctl_cuda.detect() is False
-    assert accelctl_cuda.unavailable_reason() == (
+    assert cuda.detect() is False
+    assert cuda.unavailable_reason() == (
         "NVIDIA driver files exist, but NVML failed to initialise: Driver/library version mismatch"
     )
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: import raises ImportError
     probe.forget()
-    assert "nvidia-ml-py is not installed" in (accelctl_cuda.unavailable_reason() or "")
+    assert "nvidia-ml-py is not installed" in (cuda.unavailable_reason() or "")
 
 
 def test_driver_older_than_torchs_cuda_is_unavailable(
@@ -304,21 +305,19 @@ def test_driver_older_than_torchs_cuda_is_unavailable(
 ):
     fake = install_nvidia(machine, monkeypatch, torch_cuda="12.8")
     fake.cuda_driver = 11080
-    assert accelctl_cuda.detect() is False
-    reason = accelctl_cuda.unavailable_reason() or ""
+    assert cuda.detect() is False
+    reason = cuda.unavailable_reason() or ""
     assert "supports CUDA up to 11.8" in reason and "needs CUDA 12.8" in reason
     fake.cuda_driver = 12020  # CUDA minor-version compatibility: 12.2 runs a 12.8 build
     probe.forget()
-    assert accelctl_cuda.detect() is True
+    assert cuda.detect() is True
 
 
 def test_hip_torch_on_an_nvidia_machine_says_so(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_nvidia(machine, monkeypatch)
     _torch(monkeypatch, "2.13.0+rocm6.3", None, "6.3.1")
-    assert accelctl_cuda.detect() is False
-    assert "is a ROCm (HIP) build, but no AMD GPU driver" in (
-        accelctl_cuda.unavailable_reason() or ""
-    )
+    assert cuda.detect() is False
+    assert "is a ROCm (HIP) build, but no AMD GPU driver" in (cuda.unavailable_reason() or "")
 
 
 @pytest.mark.parametrize(
@@ -360,15 +359,12 @@ def test_cuda_visible_devices_is_honoured_end_to_end(
 ):
     install_nvidia(machine, monkeypatch, count=4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-aaaa2")
-    assert accelctl_cuda.auto_device_count() == 2
+    assert cuda.auto_device_count() == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert accelctl_cuda.detect() is False
-    assert (
-        accelctl_cuda.unavailable_reason()
-        == "CUDA_VISIBLE_DEVICES='' hides every GPU (4 installed)"
-    )
+    assert cuda.detect() is False
+    assert cuda.unavailable_reason() == "CUDA_VISIBLE_DEVICES='' hides every GPU (4 installed)"
     with pytest.raises(accelctl.DeviceSpecError, match="no cuda device is visible"):
-        accelctl_cuda.parse_devices("auto")
+        cuda.parse_devices("auto")
 
 
 # -- stats ----------------------------------------------------------------------------------
@@ -398,12 +394,12 @@ def test_stats_leave_out_what_a_device_cannot_report(
     fake = install_nvidia(machine, monkeypatch, count=1)
     fake.gpus[0].migs = ["MIG-5555"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-5555")
-    stats = accelctl_cuda.device_stats(torch.device("cuda", 0))
+    stats = cuda.device_stats(torch.device("cuda", 0))
     assert "utilization_percent" not in stats  # NVML has none for a MIG instance
     assert stats["memory_total_bytes"] == 80 << 30
     fake.gpus[0].power_mw = None
-    assert "power_watts" not in accelctl_cuda.device_stats(torch.device("cuda", 0))
-    assert accelctl_cuda.device_stats(torch.device("cuda", 5)) == {}  # no such device
+    assert "power_watts" not in cuda.device_stats(torch.device("cuda", 0))
+    assert cuda.device_stats(torch.device("cuda", 5)) == {}  # no such device
 
 
 def test_stats_with_cuda_in_use_add_the_allocator_and_find_the_gpu_by_uuid(
@@ -422,7 +418,7 @@ def test_stats_with_cuda_in_use_add_the_allocator_and_find_the_gpu_by_uuid(
     # CUDA's device 0 is NVML's GPU 1 (CUDA_DEVICE_ORDER=FASTEST_FIRST): the UUID tells.
     props = types.SimpleNamespace(uuid=UUIDS[1].removeprefix("GPU-"))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    stats = accelctl_cuda.device_stats(torch.device("cuda", 0))
+    stats = cuda.device_stats(torch.device("cuda", 0))
     assert calls == [0]
     assert stats["memory_allocated_bytes"] == 1000
     assert stats["memory_reserved_bytes"] == 2048
@@ -441,20 +437,20 @@ def test_setup_device_and_teardown(machine: Path, monkeypatch: pytest.MonkeyPatc
     seen: list[object] = []
     monkeypatch.setattr(torch.cuda, "set_device", seen.append)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: seen.append("empty"))
-    accelctl_cuda.setup_device(torch.device("cuda", 1))
-    accelctl_cuda.teardown()  # CUDA not in use: nothing to empty, and no context created
+    cuda.setup_device(torch.device("cuda", 1))
+    cuda.teardown()  # CUDA not in use: nothing to empty, and no context created
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    accelctl_cuda.teardown()
+    cuda.teardown()
     assert seen == [torch.device("cuda", 1), "empty"]
 
 
 def test_info_and_the_rocm_alias(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_nvidia(machine, monkeypatch)
-    info = accelctl_cuda.accelerator_info()
+    info = cuda.accelerator_info()
     assert (info.family, info.priority, info.distributed_backend) == ("gpu", 100, "nccl")
     assert info.aliases == ()  # "rocm" must not select NVIDIA GPUs
     install_amd(machine, monkeypatch)
-    assert accelctl_cuda.accelerator_info().aliases == ("rocm",)
+    assert cuda.accelerator_info().aliases == ("rocm",)
 
 
 # -- accelctl env ---------------------------------------------------------------------------
@@ -465,7 +461,7 @@ def test_environment_info_without_a_driver_asks_nothing(
 ):
     fake = FakeNvml([FakeGpu(UUIDS[0])])
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
-    assert accelctl_cuda.environment_info() == {}
+    assert cuda.environment_info() == {}
     assert fake.calls == []  # no driver files: NVML is not asked
 
 
@@ -475,7 +471,7 @@ def test_environment_info_reports_the_nvidia_driver_and_cuda_variables(
     install_nvidia(machine, monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    assert accelctl_cuda.environment_info() == {
+    assert cuda.environment_info() == {
         "nvidia_driver": "570.86.15",
         "cuda_driver_api": "12.8",
         "CUDA_VISIBLE_DEVICES": "GPU-1",
@@ -490,7 +486,7 @@ def test_environment_info_says_why_nvml_cannot_answer(
     fake = install_nvidia(machine, monkeypatch)
     fake.init_error = "Driver/library version mismatch"
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
-    assert accelctl_cuda.environment_info() == {
+    assert cuda.environment_info() == {
         "nvml": "NVML failed to initialise: Driver/library version mismatch"
     }
 
@@ -500,12 +496,12 @@ def test_environment_info_reports_the_amdgpu_driver_and_rocm_variables(
 ):
     install_amd(machine, monkeypatch)
     monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1")
-    assert accelctl_cuda.environment_info() == {
+    assert cuda.environment_info() == {
         "amdgpu_driver": "6.10.5",
         "ROCR_VISIBLE_DEVICES": "1",
     }
     (machine / "sys/module/amdgpu/version").unlink()  # an in-kernel driver publishes none
-    assert accelctl_cuda.environment_info()["amdgpu_driver"] is None
+    assert cuda.environment_info()["amdgpu_driver"] is None
 
 
 # -- AMD ROCm -------------------------------------------------------------------------------
@@ -513,16 +509,14 @@ def test_environment_info_reports_the_amdgpu_driver_and_rocm_variables(
 
 def test_rocm_gpus_are_cuda_devices(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_amd(machine, monkeypatch, count=2)
-    assert accelctl_cuda.detect() is True
-    assert accelctl_cuda.auto_device_count() == 2
-    assert [
-        str(d) for d in accelctl_cuda.get_parallel_devices(accelctl_cuda.parse_devices(-1))
-    ] == [
+    assert cuda.detect() is True
+    assert cuda.auto_device_count() == 2
+    assert [str(d) for d in cuda.get_parallel_devices(cuda.parse_devices(-1))] == [
         "cuda:0",
         "cuda:1",
     ]
     assert accelctl.get_accelerator("rocm").name == "cuda"
-    stats = accelctl_cuda.device_stats(torch.device("cuda", 1))
+    stats = cuda.device_stats(torch.device("cuda", 1))
     assert stats == {
         "memory_used_bytes": 2 << 30,
         "memory_total_bytes": 192 << 30,
@@ -554,14 +548,12 @@ def test_rocm_variable_hiding_every_gpu_and_cuda_torch_on_amd(
 ):
     install_amd(machine, monkeypatch, count=2)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "")
-    assert (
-        accelctl_cuda.unavailable_reason() == "HIP_VISIBLE_DEVICES='' hides every GPU (2 installed)"
-    )
+    assert cuda.unavailable_reason() == "HIP_VISIBLE_DEVICES='' hides every GPU (2 installed)"
     monkeypatch.delenv("HIP_VISIBLE_DEVICES")
     _torch(monkeypatch, "2.13.0+cu128", "12.8", None)
-    assert accelctl_cuda.detect() is False
+    assert cuda.detect() is False
     assert "is a CUDA build, but this machine has an AMD GPU driver" in (
-        accelctl_cuda.unavailable_reason() or ""
+        cuda.unavailable_reason() or ""
     )
     _torch(monkeypatch, "2.13.0+cpu", None, None)
-    assert "CPU-only build" in (accelctl_cuda.unavailable_reason() or "")
+    assert "CPU-only build" in (cuda.unavailable_reason() or "")

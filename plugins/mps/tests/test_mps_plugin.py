@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import accelctl
-import accelctl_mps
+from accelctl_mps import MPSAccelerator
+
+mps = MPSAccelerator()
 
 
 @pytest.fixture
@@ -29,37 +31,35 @@ def mac(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
 def test_off_macos_says_no_without_torch(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: pytest.fail("torch asked"))
-    assert accelctl_mps.detect() is False
-    assert accelctl_mps.auto_device_count() == 0
-    assert accelctl_mps.unavailable_reason() == (
-        "not macOS (MPS is Apple's Metal backend; this is linux)"
-    )
+    assert mps.detect() is False
+    assert mps.auto_device_count() == 0
+    assert mps.unavailable_reason() == "not macOS (MPS is Apple's Metal backend; this is linux)"
     with pytest.raises(accelctl.DeviceSpecError, match="single device and it is not available"):
-        accelctl_mps.parse_devices("auto")
+        mps.parse_devices("auto")
 
 
 def test_mac_with_mps(mac: dict[str, bool]):
-    assert accelctl_mps.detect() is True
-    assert accelctl_mps.unavailable_reason() is None
-    assert accelctl_mps.auto_device_count() == 1
+    assert mps.detect() is True
+    assert mps.unavailable_reason() is None
+    assert mps.auto_device_count() == 1
     for spec in ("auto", -1, 1, "1", [0], "0,", " auto "):
-        assert accelctl_mps.parse_devices(spec) == [0], spec
-    assert accelctl_mps.get_parallel_devices([0]) == [torch.device("mps", 0)]
+        assert mps.parse_devices(spec) == [0], spec
+    assert mps.get_parallel_devices([0]) == [torch.device("mps", 0)]
 
 
 @pytest.mark.parametrize("spec", [2, "2", [1], "0,1", 0, "abc", None])
 def test_more_than_one_device_is_refused(mac: dict[str, bool], spec: object):
     with pytest.raises(accelctl.DeviceSpecError, match="mps exposes a single device") as caught:
-        accelctl_mps.parse_devices(spec)
+        mps.parse_devices(spec)
     assert repr(spec) in str(caught.value)
 
 
 def test_mac_without_mps_says_why(mac: dict[str, bool]):
     mac["available"] = False
-    assert accelctl_mps.detect() is False
-    assert "no usable Metal GPU" in (accelctl_mps.unavailable_reason() or "")
+    assert mps.detect() is False
+    assert "no usable Metal GPU" in (mps.unavailable_reason() or "")
     mac["built"] = False
-    assert "was built without MPS" in (accelctl_mps.unavailable_reason() or "")
+    assert "was built without MPS" in (mps.unavailable_reason() or "")
 
 
 def test_stats_give_allocator_and_unified_memory(mac: dict[str, bool], monkeypatch):
@@ -71,17 +71,17 @@ def test_stats_give_allocator_and_unified_memory(mac: dict[str, bool], monkeypat
     assert 0 < stats["memory_used_bytes"] <= stats["memory_total_bytes"]
     assert all(isinstance(v, int) for v in stats.values())
     monkeypatch.delattr(torch.mps, "recommended_max_memory")  # torch < 2.5
-    assert "mps.recommended_max_memory_bytes" not in accelctl_mps.device_stats(torch.device("mps"))
+    assert "mps.recommended_max_memory_bytes" not in mps.device_stats(torch.device("mps"))
 
 
 def test_stats_off_macos_are_system_memory_only(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sys, "platform", "linux")
-    stats = accelctl_mps.device_stats(torch.device("mps"))
+    stats = mps.device_stats(torch.device("mps"))
     assert set(stats) == {"memory_used_bytes", "memory_total_bytes"}
 
 
 def test_info_single_process_gpu():
-    info = accelctl_mps.accelerator_info()
+    info = mps.accelerator_info()
     assert (info.family, info.priority, info.distributed_backend) == ("gpu", 100, None)
 
 
@@ -105,9 +105,9 @@ def test_way_back_to_the_cpu(mac: dict[str, bool], monkeypatch: pytest.MonkeyPat
 def test_teardown_empties_the_cache(mac: dict[str, bool], monkeypatch: pytest.MonkeyPatch):
     emptied: list[bool] = []
     monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append(True))
-    accelctl_mps.teardown()
+    mps.teardown()
     mac["available"] = False
-    accelctl_mps.teardown()
+    mps.teardown()
     assert emptied == [True]
 
 
@@ -115,10 +115,10 @@ def test_environment_info_reports_macos_and_the_mps_variables(monkeypatch: pytes
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
     monkeypatch.delenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", raising=False)
-    assert accelctl_mps.environment_info() == {"PYTORCH_ENABLE_MPS_FALLBACK": "1"}
+    assert mps.environment_info() == {"PYTORCH_ENABLE_MPS_FALLBACK": "1"}
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr("platform.mac_ver", lambda: ("14.4.1", ("", "", ""), "arm64"))
-    assert accelctl_mps.environment_info() == {
+    assert mps.environment_info() == {
         "macos": "14.4.1",
         "PYTORCH_ENABLE_MPS_FALLBACK": "1",
     }

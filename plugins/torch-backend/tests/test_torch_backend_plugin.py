@@ -102,7 +102,9 @@ def test_unavailable_hooks_and_info_without_a_backend(
     fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    handle = accelctl.AcceleratorHandle.from_object(accelctl_torch_backend, name="privateuse1")
+    handle = accelctl.AcceleratorHandle.from_object(
+        accelctl_torch_backend.PrivateUse1Accelerator(), name="privateuse1"
+    )
     assert handle.detect() is False and handle.auto_device_count() == 0
     assert handle.info == accelctl.AcceleratorInfo(
         description="out-of-tree torch backend (PrivateUse1): none loaded", priority=50

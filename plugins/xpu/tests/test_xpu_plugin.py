@@ -23,15 +23,16 @@ import torch.distributed
 from click.testing import CliRunner
 
 import accelctl
-import accelctl_xpu
 from accelctl.cli import cli
 from accelctl.testing import validate
 from accelctl.torch_build import TorchBuild
-from accelctl_xpu import driver, runtime
+from accelctl_xpu import XPUAccelerator, driver, runtime
 from accelctl_xpu.visible import affinity_mask, device_selector, visible_devices
 
 # The module, not the package's ``probe`` function of the same name.
 probe = importlib.import_module("accelctl_xpu.probe")
+
+xpu = XPUAccelerator()
 
 # -- fake hardware --------------------------------------------------------------------------
 
@@ -105,39 +106,39 @@ def test_no_driver_says_no_without_reading_torchs_build(
     def never() -> None:
         raise AssertionError("torch's build must not be read on a machine without an Intel GPU")
 
-    monkeypatch.setattr(probe, "read_torch_build", never)
+    monkeypatch.setattr("accelctl.torch_build.read_torch_build", never)
     _card(machine, 0, "0x10de", "nvidia")  # an NVIDIA GPU is not an Intel one
-    assert accelctl_xpu.detect() is False
-    assert accelctl_xpu.auto_device_count() == 0
-    assert accelctl_xpu.unavailable_reason() == (
+    assert xpu.detect() is False
+    assert xpu.auto_device_count() == 0
+    assert xpu.unavailable_reason() == (
         "no Intel GPU driver found (no i915 or xe GPU in /sys/class/drm)"
     )
 
 
 def test_intel_gpu_without_a_kernel_driver_is_no_driver(machine: Path):
     _touch(machine, "sys/class/drm/card0/device/vendor", "0x8086\n")  # no driver bound
-    assert "no Intel GPU driver found" in (accelctl_xpu.unavailable_reason() or "")
+    assert "no Intel GPU driver found" in (xpu.unavailable_reason() or "")
 
 
 def test_cpu_only_torch_with_an_intel_gpu_is_unavailable_with_a_reason(
     machine: Path, monkeypatch: pytest.MonkeyPatch
 ):
     install_intel(machine, monkeypatch, kernel_driver="i915", xpu_torch=False)
-    assert accelctl_xpu.detect() is False
-    assert accelctl_xpu.unavailable_reason() == (
+    assert xpu.detect() is False
+    assert xpu.unavailable_reason() == (
         "torch 2.13.0+cpu is not an XPU build; install torch's XPU build "
         "(pip install torch --index-url https://download.pytorch.org/whl/xpu)"
     )
     row = {r.name: r for r in accelctl.list_accelerators()}["xpu"]
     assert (row.available, row.device_count, row.error) == (False, 0, None)
-    assert row.reason == accelctl_xpu.unavailable_reason()
+    assert row.reason == xpu.unavailable_reason()
 
 
 def test_macos_is_never_xpu(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_intel(machine, monkeypatch)
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert accelctl_xpu.detect() is False
-    assert accelctl_xpu.unavailable_reason() == "Intel GPUs (xpu) do not run on macOS"
+    assert xpu.detect() is False
+    assert xpu.unavailable_reason() == "Intel GPUs (xpu) do not run on macOS"
 
 
 def test_list_on_this_machine_imports_no_torch_and_says_why(tmp_path: Path):
@@ -186,11 +187,12 @@ def test_a_gpu_machine_with_a_cpu_torch_imports_no_torch(tmp_path: Path):
     _card(root, 0, "0x8086", "i915")
     _touch(root, "dev/dri/renderD128")
     code = (
-        "import sys; from pathlib import Path; import accelctl_xpu; "
-        "from accelctl_xpu import driver; driver.ROOT = Path(sys.argv[1]); "
+        "import sys; from pathlib import Path; "
+        "from accelctl_xpu import XPUAccelerator, driver; driver.ROOT = Path(sys.argv[1]); "
+        "xpu = XPUAccelerator(); "
         "sys.platform = 'linux'; "
-        "print(accelctl_xpu.unavailable_reason()); "
-        "print(accelctl_xpu.accelerator_info().distributed_backend, 'torch' in sys.modules)"
+        "print(xpu.unavailable_reason()); "
+        "print(xpu.accelerator_info().distributed_backend, 'torch' in sys.modules)"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_torch.parent), *sys.path]))
     run = subprocess.run(
@@ -212,7 +214,7 @@ def test_a_render_node_this_user_may_not_open_is_a_reason(
 ):
     install_intel(machine, monkeypatch)
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # tests may run as root
-    assert accelctl_xpu.unavailable_reason() == (
+    assert xpu.unavailable_reason() == (
         "this user may not open /dev/dri/renderD128 "
         "(add it to the 'render' group: sudo usermod -aG render $USER)"
     )
@@ -222,7 +224,7 @@ def test_no_render_node_is_a_reason(machine: Path, monkeypatch: pytest.MonkeyPat
     install_intel(machine, monkeypatch)
     for node in (machine / "dev/dri").iterdir():
         node.unlink()
-    assert accelctl_xpu.unavailable_reason() == (
+    assert xpu.unavailable_reason() == (
         "an Intel GPU driver is loaded, but /dev/dri has no render node "
         "(in a container, pass the device: --device /dev/dri)"
     )
@@ -232,20 +234,20 @@ def test_the_level_zero_loader_is_looked_for(
     machine: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     install_intel(machine, monkeypatch, loader=False)
-    assert accelctl_xpu.detect() is False
-    assert accelctl_xpu.unavailable_reason() == (
+    assert xpu.detect() is False
+    assert xpu.unavailable_reason() == (
         "no Level Zero loader (libze_loader.so.1) found; install Intel's GPU runtime "
         "(the level-zero package) or add its folder to LD_LIBRARY_PATH"
     )
     own = _touch(tmp_path, f"oneapi/lib/{driver.LOADER}")
     monkeypatch.setenv("LD_LIBRARY_PATH", f"/nowhere{os.pathsep}{own.parent}")
     probe.forget()
-    assert accelctl_xpu.detect() is True
+    assert xpu.detect() is True
     monkeypatch.delenv("LD_LIBRARY_PATH")
     asked: list[str] = []
     monkeypatch.setattr(driver, "find_library", lambda name: asked.append(name) or "ze.so")
     probe.forget()
-    assert accelctl_xpu.detect() is True  # ldconfig's cache, the last resort
+    assert xpu.detect() is True  # ldconfig's cache, the last resort
     assert asked == ["ze_loader"]
 
 
@@ -262,19 +264,19 @@ def test_intel_gpus_are_detected_and_the_runtime_stays_unstarted(
 
     monkeypatch.setattr(torch.xpu, "device_count", runtime_start)
     monkeypatch.setattr(torch.xpu, "is_available", runtime_start)
-    assert accelctl_xpu.detect() is True
-    assert accelctl_xpu.unavailable_reason() is None
-    assert accelctl_xpu.auto_device_count() == 2
+    assert xpu.detect() is True
+    assert xpu.unavailable_reason() is None
+    assert xpu.auto_device_count() == 2
     assert probe.probe().counted_by == "sysfs"
-    assert accelctl_xpu.parse_devices("auto") == [0, 1]
-    assert accelctl_xpu.parse_devices(" 1, ") == [1]
-    assert accelctl_xpu.get_parallel_devices([0, 1]) == [
+    assert xpu.parse_devices("auto") == [0, 1]
+    assert xpu.parse_devices(" 1, ") == [1]
+    assert xpu.get_parallel_devices([0, 1]) == [
         torch.device("xpu", 0),
         torch.device("xpu", 1),
     ]
-    assert [str(d) for d in accelctl_xpu.get_parallel_devices(1)] == ["xpu:0"]
+    assert [str(d) for d in xpu.get_parallel_devices(1)] == ["xpu:0"]
     with pytest.raises(accelctl.DeviceSpecError, match=r"devices=3 asks for 3 devices.*2 xpu"):
-        accelctl_xpu.parse_devices(3)
+        xpu.parse_devices(3)
     assert torch.xpu.is_initialized() is False
 
 
@@ -293,10 +295,10 @@ def test_level_zero_sysman_counts_tiles(machine: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(torch.xpu, "_device_count_zes", lambda: 2, raising=False)
     assert (probe.probe().visible, probe.probe().counted_by) == (2, "sysman")
     monkeypatch.setenv("ONEAPI_DEVICE_SELECTOR", "level_zero:1")
-    assert accelctl_xpu.auto_device_count() == 1
+    assert xpu.auto_device_count() == 1
     monkeypatch.setattr(torch.xpu, "_device_count_zes", lambda: 0, raising=False)
     monkeypatch.delenv("ONEAPI_DEVICE_SELECTOR")
-    assert accelctl_xpu.unavailable_reason() == "Level Zero lists no Intel GPU that torch can use"
+    assert xpu.unavailable_reason() == "Level Zero lists no Intel GPU that torch can use"
 
 
 def test_a_process_already_using_xpu_asks_torch(machine: Path, monkeypatch: pytest.MonkeyPatch):
@@ -312,7 +314,7 @@ def test_windows_has_no_sys_and_no_fork_so_torch_counts(
     _torch(monkeypatch, "2.13.0+xpu", "20250101")
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(torch.xpu, "device_count", lambda: 2)
-    assert accelctl_xpu.auto_device_count() == 2
+    assert xpu.auto_device_count() == 2
 
 
 # -- visible devices ---------------------------------------------------------------------------
@@ -367,17 +369,15 @@ def test_the_selector_picks_among_what_the_mask_leaves():
 def test_variables_are_honoured_end_to_end(machine: Path, monkeypatch: pytest.MonkeyPatch):
     install_intel(machine, monkeypatch, count=3)
     monkeypatch.setenv("ZE_AFFINITY_MASK", "2,0")
-    assert accelctl_xpu.auto_device_count() == 2
+    assert xpu.auto_device_count() == 2
     monkeypatch.setenv("ZE_AFFINITY_MASK", "7")
-    assert accelctl_xpu.detect() is False
-    assert accelctl_xpu.unavailable_reason() == "ZE_AFFINITY_MASK='7' hides every Intel GPU"
+    assert xpu.detect() is False
+    assert xpu.unavailable_reason() == "ZE_AFFINITY_MASK='7' hides every Intel GPU"
     monkeypatch.delenv("ZE_AFFINITY_MASK")
     monkeypatch.setenv("ONEAPI_DEVICE_SELECTOR", "opencl:gpu")
-    assert accelctl_xpu.unavailable_reason() == (
-        "ONEAPI_DEVICE_SELECTOR='opencl:gpu' hides every Intel GPU"
-    )
+    assert xpu.unavailable_reason() == "ONEAPI_DEVICE_SELECTOR='opencl:gpu' hides every Intel GPU"
     with pytest.raises(accelctl.DeviceSpecError, match="no xpu device is visible"):
-        accelctl_xpu.parse_devices("auto")
+        xpu.parse_devices("auto")
 
 
 # -- stats ---------------------------------------------------------------------------------------
@@ -394,7 +394,7 @@ def test_stats_never_start_the_runtime(machine: Path, monkeypatch: pytest.Monkey
     install_intel(machine, monkeypatch)
     calls: list[object] = []
     _fake_memory(monkeypatch, calls)
-    assert accelctl_xpu.device_stats(torch.device("xpu", 0)) == {}
+    assert xpu.device_stats(torch.device("xpu", 0)) == {}
     assert calls == []  # XPU not in use: torch's memory functions were not called
     assert torch.xpu.is_initialized() is False
 
@@ -411,25 +411,25 @@ def test_stats_of_a_process_using_xpu(machine: Path, monkeypatch: pytest.MonkeyP
         "memory_used_bytes": 4 << 30,
         "memory_total_bytes": 16 << 30,
     }
-    assert accelctl_xpu.device_stats(torch.device("xpu", 1)) == expected
-    assert accelctl_xpu.device_stats("xpu:1") == expected  # a string is accepted too
+    assert xpu.device_stats(torch.device("xpu", 1)) == expected
+    assert xpu.device_stats("xpu:1") == expected  # a string is accepted too
     assert accelctl.get_accelerator("xpu").device_stats("xpu:1") == expected
     assert calls == [1, 1, 1]
     monkeypatch.setattr(torch.xpu, "current_device", lambda: 0)
-    accelctl_xpu.device_stats(torch.device("xpu"))  # no index: the current device
+    xpu.device_stats(torch.device("xpu"))  # no index: the current device
     assert calls[-1] == 0
 
     def unsupported(index: int) -> tuple[int, int]:
         raise RuntimeError("the driver cannot report free memory")
 
     monkeypatch.setattr(torch.xpu, "mem_get_info", unsupported)
-    stats = accelctl_xpu.device_stats("xpu:0")
+    stats = xpu.device_stats("xpu:0")
     assert "memory_total_bytes" not in stats and stats["memory_allocated_bytes"] == 1000
 
 
 def test_stats_of_a_non_xpu_device_are_refused_by_name(machine: Path):
     with pytest.raises(ValueError, match="takes an xpu device, not 'cpu'"):
-        accelctl_xpu.device_stats("cpu")
+        xpu.device_stats("cpu")
     with pytest.raises(accelctl.PluginHookError, match="takes an xpu device, not 'cuda:0'"):
         accelctl.get_accelerator("xpu").device_stats("cuda:0")
 
@@ -438,10 +438,10 @@ def test_setup_device_and_teardown(machine: Path, monkeypatch: pytest.MonkeyPatc
     seen: list[object] = []
     monkeypatch.setattr(torch.xpu, "set_device", seen.append)
     monkeypatch.setattr(torch.xpu, "empty_cache", lambda: seen.append("empty"))
-    accelctl_xpu.setup_device(torch.device("xpu", 1))
-    accelctl_xpu.teardown()  # XPU not in use: nothing to empty, and no runtime started
+    xpu.setup_device(torch.device("xpu", 1))
+    xpu.teardown()  # XPU not in use: nothing to empty, and no runtime started
     monkeypatch.setattr(torch.xpu, "is_initialized", lambda: True)
-    accelctl_xpu.teardown()
+    xpu.teardown()
     assert seen == [torch.device("xpu", 1), "empty"]
 
 
@@ -453,13 +453,13 @@ def test_info_backend_is_xccl_only_where_this_build_has_it(
 ):
     install_intel(machine, monkeypatch)
     monkeypatch.setattr(torch.distributed, "is_xccl_available", lambda: True, raising=False)
-    info = accelctl_xpu.accelerator_info()
+    info = xpu.accelerator_info()
     assert (info.family, info.priority, info.distributed_backend) == ("gpu", 100, "xccl")
     assert info.aliases == ()
     monkeypatch.setattr(torch.distributed, "is_xccl_available", lambda: False)
-    assert accelctl_xpu.accelerator_info().distributed_backend is None
+    assert xpu.accelerator_info().distributed_backend is None
     monkeypatch.delattr(torch.distributed, "is_xccl_available")  # a torch without the check
-    assert accelctl_xpu.accelerator_info().distributed_backend is None
+    assert xpu.accelerator_info().distributed_backend is None
 
 
 def test_info_does_not_ask_torch_without_an_xpu_build(
@@ -471,7 +471,7 @@ def test_info_does_not_ask_torch_without_an_xpu_build(
         raise AssertionError("torch.distributed must not be asked without an XPU build")
 
     monkeypatch.setattr(runtime, "distributed_backend", never)
-    assert accelctl_xpu.accelerator_info().distributed_backend is None
+    assert xpu.accelerator_info().distributed_backend is None
 
 
 def test_this_torch_build_has_no_xccl():
@@ -502,16 +502,14 @@ def test_validate_xpu_passes_on_this_machine_and_says_why_it_is_unavailable():
     assert result.exit_code == 0, result.output
     (report,) = json.loads(result.output)
     assert report["name"] == "xpu" and report["passed"] is True
-    if not accelctl_xpu.detect():
+    if not xpu.detect():
         details = " ".join(check["detail"] or "" for check in report["checks"])
-        assert (accelctl_xpu.unavailable_reason() or "") in details
+        assert (xpu.unavailable_reason() or "") in details
 
 
 def test_environment_info_reports_the_device_selection_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import accelctl_xpu
-
     monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
     monkeypatch.setenv("ONEAPI_DEVICE_SELECTOR", "level_zero:0")
-    assert accelctl_xpu.environment_info() == {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}
+    assert xpu.environment_info() == {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}

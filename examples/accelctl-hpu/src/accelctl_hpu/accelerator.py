@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import accelctl
 
@@ -68,12 +68,12 @@ def _bridge() -> ModuleType | Exception | None:
 class HPUAccelerator(accelctl.Accelerator):
     """Intel Gaudi (Habana) HPUs through Habana's PyTorch bridge (``habana_frameworks``).
 
-    Detected when Habana's software is installed and its bridge reports a device; devices are
-    ``torch.device("hpu", i)``; several processes talk through ``hccl``.
+    Detected when Habana's software is installed and its bridge reports a device; several
+    processes talk through ``hccl``. Device specs and devices (``torch.device("hpu", i)``) are the
+    base class's defaults for an indexed accelerator.
     """
 
-    name = "hpu"
-    device_type = "hpu"
+    name = "hpu"  # also the torch.device type: torch knows "hpu" natively
     description = "Intel Gaudi (Habana) HPU"
     priority = 200  # a specialised accelerator wins "auto" over CUDA (100) and the CPU (0)
     distributed_backend = "hccl"
@@ -128,23 +128,9 @@ class HPUAccelerator(accelctl.Accelerator):
         modules = visible_modules()
         return count if modules is None else min(count, len(modules))
 
-    def parse_devices(self, devices: Any) -> list[int]:
-        """The core's shared parser for indexed accelerators over the visible HPUs."""
-        return accelctl.parse_indexed_devices(
-            devices, visible=self.auto_device_count(), accelerator=self.name
-        )
-
-    def get_parallel_devices(self, devices: Any) -> list[torch.device]:
-        """``torch.device("hpu", i)`` per index: torch knows the ``hpu`` type natively."""
-        import torch
-
-        indices = range(devices) if isinstance(devices, int) else devices
-        return [torch.device("hpu", index) for index in indices]
-
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
         """For ``accelctl env``: ``HABANA_VISIBLE_MODULES`` when it is set."""
-        value = os.environ.get(VISIBLE_MODULES_VAR)
-        return {} if value is None else {VISIBLE_MODULES_VAR: value}
+        return dict(self.environment_variables([VISIBLE_MODULES_VAR]))
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Habana's allocator figures (``memory_stats``) where the bridge has them.

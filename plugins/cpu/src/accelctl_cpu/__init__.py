@@ -14,52 +14,55 @@ import accelctl
 if TYPE_CHECKING:
     import torch
 
-NAME = "cpu"
+
+class CPUAccelerator(accelctl.Accelerator):
+    """The CPU: a process count instead of device indices, machine-wide figures as its stats.
+
+    Priority 0, the floor of ``"auto"``; ``gloo`` for several processes.
+    """
+
+    name = "cpu"
+    description = "CPU (torch's native backend)"
+    distributed_backend = "gloo"
+
+    def detect(self) -> bool:
+        """The CPU is always there."""
+        return True
+
+    def auto_device_count(self) -> int:
+        """``devices="auto"`` on the CPU is one process."""
+        return 1
+
+    def parse_devices(self, devices: Any) -> int:
+        """A process count: ``"auto"`` is 1, ``k`` / ``"k"`` is k; indices are refused."""
+        return accelctl.parse_process_count(devices, accelerator=self.accelerator_name)
+
+    def get_parallel_devices(self, devices: int) -> list[torch.device]:
+        """``devices`` processes, each on ``torch.device("cpu")``."""
+        import torch
+
+        return [torch.device("cpu")] * devices
+
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """Machine-wide CPU, memory and swap figures (psutil; never sleeps) for ``cpu`` (a
+        ``torch.device`` or the string ``"cpu"``: no torch import)."""
+        if accelctl.split_device(device)[0] != "cpu":
+            raise ValueError(
+                f"{self.accelerator_name}: device_stats takes a cpu device, not {str(device)!r}"
+            )
+        import psutil
+
+        memory = psutil.virtual_memory()
+        return {
+            "cpu_percent": _cpu_percent(psutil.cpu_times()),
+            "memory_used_bytes": int(memory.total - memory.available),
+            "memory_total_bytes": int(memory.total),
+            "swap_percent": float(psutil.swap_memory().percent),
+        }
 
 
-@accelctl.hookimpl
-def detect() -> bool:
-    """The CPU is always there."""
-    return True
-
-
-@accelctl.hookimpl
-def auto_device_count() -> int:
-    """``devices="auto"`` on the CPU is one process."""
-    return 1
-
-
-@accelctl.hookimpl
-def parse_devices(devices: Any) -> int:
-    """A process count: ``"auto"`` is 1, ``k`` / ``"k"`` is k; indices are refused."""
-    return accelctl.parse_process_count(devices, accelerator=NAME)
-
-
-@accelctl.hookimpl
-def get_parallel_devices(devices: int) -> list[torch.device]:
-    """``devices`` processes, each on ``torch.device("cpu")``."""
-    import torch
-
-    return [torch.device("cpu")] * devices
-
-
-@accelctl.hookimpl
-def device_stats(device: torch.device | str) -> dict[str, int | float]:
-    """Machine-wide CPU, memory and swap figures (psutil; never sleeps) for ``cpu`` (a
-    ``torch.device`` or the string ``"cpu"``: no torch import)."""
-    if accelctl.split_device(device)[0] != NAME:
-        raise ValueError(f"{NAME}: device_stats takes a cpu device, not {str(device)!r}")
-    import psutil
-
-    memory = psutil.virtual_memory()
-    return {
-        "cpu_percent": _cpu_percent(psutil.cpu_times()),
-        "memory_used_bytes": int(memory.total - memory.available),
-        "memory_total_bytes": int(memory.total),
-        "swap_percent": float(psutil.swap_memory().percent),
-    }
-
-
+# The previous reading is the process's, not an instance's: the registry, the Trainer and a test
+# may each hold a CPUAccelerator, and "since the previous reading" means any of them.
 _previous_times: Any = None
 _previous_lock = threading.Lock()
 
@@ -91,13 +94,4 @@ def _busy_and_total(times: Any) -> tuple[float, float]:
     return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
-@accelctl.hookimpl
-def accelerator_info() -> accelctl.AcceleratorInfo:
-    """Priority 0 (the floor of ``"auto"``), ``gloo`` for several processes."""
-    return accelctl.AcceleratorInfo(
-        description="CPU (torch's native backend)",
-        family=None,
-        priority=0,
-        distributed_backend="gloo",
-        aliases=(),
-    )
+__all__ = ["CPUAccelerator"]

@@ -10,65 +10,122 @@ never importing torch or NVML (see :mod:`accelctl_cuda.probe`). Module-level imp
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import accelctl
-from accelctl.torch_build import loaded_torch
 
 # What ``accelctl list`` runs needs only these light modules; ``visible`` (the variables' parsing
 # and the GPU records) is imported in the hooks that run once a GPU was found.
 from . import amd, nvml
 from .probe import Probe, current
-from .variables import CUDA_VAR, HIP_VAR, ROCR_VAR
+from .variables import DEVICE_VARIABLES
 
 if TYPE_CHECKING:
     import torch
 
-NAME = "cuda"
 
-#: The variables that choose or order the GPUs torch sees, reported by ``accelctl env`` when set.
-DEVICE_VARIABLES = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)
+class CUDAAccelerator(accelctl.Accelerator):
+    """NVIDIA and AMD GPUs as torch's ``cuda`` devices: the probe (:mod:`accelctl_cuda.probe`)
+    answers ``detect``, ``unavailable_reason`` and ``auto_device_count``; devices and their
+    specs are the base class's indexed defaults (``cuda:i``)."""
 
+    name = "cuda"
+    description = "NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)"
+    family = "gpu"
+    priority = 100
+    distributed_backend = "nccl"
 
-@accelctl.hookimpl
-def detect() -> bool:
-    """True when torch's build matches the GPUs here and at least one of them is visible."""
-    return current().available
+    def detect(self) -> bool:
+        """True when torch's build matches the GPUs here and at least one of them is visible."""
+        return current().available
 
+    def unavailable_reason(self) -> str | None:
+        """Why not: no driver, a CPU-only torch, a variable hiding every GPU, an old driver..."""
+        return current().reason
 
-@accelctl.hookimpl
-def unavailable_reason() -> str | None:
-    """Why not: no driver, a CPU-only torch, a variable hiding every GPU, an old driver..."""
-    return current().reason
+    def auto_device_count(self) -> int:
+        """Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``)
+        honoured."""
+        return current().device_count
 
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """Allocator figures (only where this process already uses CUDA: never initialised
+        here), then the device's own from NVML (NVIDIA) or the amdgpu files (AMD).
 
-@accelctl.hookimpl
-def auto_device_count() -> int:
-    """Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``) honoured."""
-    return current().device_count
+        ``device`` is a ``torch.device`` or its string (``"cuda:0"``): ``accelctl stats`` passes
+        the string and imports no torch, and neither does this hook where CUDA is not in use.
+        """
+        kind, given_index = accelctl.split_device(device)
+        if kind != "cuda":
+            raise ValueError(
+                f"{self.accelerator_name}: device_stats takes a cuda device, not {str(device)!r}"
+            )
+        in_use = self.torch_device_in_use("cuda")
+        if given_index is not None:
+            index = given_index
+        else:
+            index = int(sys.modules["torch"].cuda.current_device()) if in_use else 0
+        figures: dict[str, int | float] = _allocator_figures(index) if in_use else {}
+        found = current()
+        if not found.available or index >= len(found.visible):
+            return figures
+        try:
+            if found.vendor == "nvidia":
+                figures.update(_nvidia_figures(found, index, in_use))
+            else:
+                physical = found.visible[index]
+                gpus = amd.gpus()
+                if isinstance(physical, int) and physical < len(gpus):
+                    figures.update(amd.device_figures(gpus[physical]))
+        except nvml.NvmlUnavailable:
+            pass
+        return figures
 
+    def setup_device(self, device: torch.device) -> None:
+        """``torch.cuda.set_device(device)``: kernels and allocations of this process go there."""
+        import torch
 
-@accelctl.hookimpl
-def parse_devices(devices: Any) -> list[int]:
-    """The shared indexed parser over the visible GPUs: ``"auto"``, ``k``, ``"0,2"``, ``[1]``..."""
-    return accelctl.parse_indexed_devices(devices, visible=auto_device_count(), accelerator=NAME)
+        torch.cuda.set_device(device)
 
+    def teardown(self) -> None:
+        """Empty torch's caching allocator (only where CUDA is in use: never initialise it
+        here)."""
+        if self.torch_device_in_use("cuda"):
+            sys.modules["torch"].cuda.empty_cache()
 
-@accelctl.hookimpl
-def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
-    """``cuda:i`` for each index (or each of the first ``devices``)."""
-    import torch
+    def accelerator_info(self) -> accelctl.AcceleratorInfo:
+        """The class attributes, and the alias ``rocm`` where AMD GPUs or a ROCm torch are.
 
-    indices = range(devices) if isinstance(devices, int) else devices
-    return [torch.device(NAME, index) for index in indices]
+        ``rocm`` is an alias only on AMD machines (``/dev/kfd``) or with a ROCm build of torch:
+        there it names this plugin (torch calls AMD GPUs ``cuda``); on an NVIDIA machine it would
+        select NVIDIA GPUs under an AMD name, so it is left unclaimed.
+        """
+        kfd = amd.kfd_present()
+        build = self.installed_torch() if not kfd else None
+        amd_here = kfd or (build is not None and build.kind == "hip")
+        return replace(super().accelerator_info(), aliases=("rocm",) if amd_here else ())
 
-
-def _cuda_in_use() -> bool:
-    """True when this process already has a CUDA context: only then is the allocator read."""
-    torch = loaded_torch()  # never a torch another thread is still importing
-    return torch is not None and bool(torch.cuda.is_initialized())
+    def environment_info(self) -> dict[str, str | int | float | bool | None]:
+        """Drivers and variables for ``accelctl env``: the NVIDIA driver and the newest CUDA
+        version it supports (NVML, only where a driver's files are), the ``amdgpu`` module's
+        version, and the visible-device variables that are set. No torch import, no CUDA
+        context."""
+        facts: dict[str, str | int | float | bool | None] = {}
+        if nvml.driver_files_present():
+            try:
+                versions = nvml.driver_versions(nvml.load())
+            except nvml.NvmlUnavailable as exc:  # a driver's files but no NVML: that is the fact
+                facts["nvml"] = str(exc)
+            else:
+                facts["nvidia_driver"] = versions.driver
+                facts["cuda_driver_api"] = versions.cuda_text
+        amd_driver = amd.driver_version()
+        if amd_driver is not None or amd.kfd_present():
+            facts["amdgpu_driver"] = amd_driver
+        facts.update(self.environment_variables(DEVICE_VARIABLES))
+        return facts
 
 
 def _allocator_figures(index: int) -> dict[str, int | float]:
@@ -106,106 +163,4 @@ def _nvidia_figures(found: Probe, index: int, in_use: bool) -> dict[str, int | f
     return nvml.device_figures(pynvml, handle)
 
 
-@accelctl.hookimpl
-def device_stats(device: torch.device | str) -> dict[str, int | float]:
-    """Allocator figures (only where this process already uses CUDA: never initialised here),
-    then the device's own from NVML (NVIDIA) or the amdgpu files (AMD).
-
-    ``device`` is a ``torch.device`` or its string (``"cuda:0"``): ``accelctl stats`` passes the
-    string and imports no torch, and neither does this hook where CUDA is not in use.
-    """
-    kind, given_index = accelctl.split_device(device)
-    if kind != NAME:
-        raise ValueError(f"{NAME}: device_stats takes a cuda device, not {str(device)!r}")
-    in_use = _cuda_in_use()
-    if given_index is not None:
-        index = given_index
-    else:
-        index = int(sys.modules["torch"].cuda.current_device()) if in_use else 0
-    figures: dict[str, int | float] = _allocator_figures(index) if in_use else {}
-    found = current()
-    if not found.available or index >= len(found.visible):
-        return figures
-    try:
-        if found.vendor == "nvidia":
-            figures.update(_nvidia_figures(found, index, in_use))
-        else:
-            physical = found.visible[index]
-            gpus = amd.gpus()
-            if isinstance(physical, int) and physical < len(gpus):
-                figures.update(amd.device_figures(gpus[physical]))
-    except nvml.NvmlUnavailable:
-        pass
-    return figures
-
-
-@accelctl.hookimpl
-def setup_device(device: torch.device) -> None:
-    """``torch.cuda.set_device(device)``: kernels and allocations of this process go there."""
-    import torch
-
-    torch.cuda.set_device(device)
-
-
-@accelctl.hookimpl
-def teardown() -> None:
-    """Empty torch's caching allocator (only where CUDA is in use: never initialise it here)."""
-    if _cuda_in_use():
-        sys.modules["torch"].cuda.empty_cache()
-
-
-@accelctl.hookimpl
-def accelerator_info() -> accelctl.AcceleratorInfo:
-    """Family ``gpu``, priority 100, ``nccl``; alias ``rocm`` where AMD GPUs or a ROCm torch are.
-
-    ``rocm`` is an alias only on AMD machines (``/dev/kfd``) or with a ROCm build of torch: there it
-    names this plugin (torch calls AMD GPUs ``cuda``); on an NVIDIA machine it would select NVIDIA
-    GPUs under an AMD name, so it is left unclaimed.
-    """
-    from accelctl.torch_build import read_torch_build
-
-    kfd = amd.kfd_present()
-    build = read_torch_build() if not kfd else None
-    amd_here = kfd or (build is not None and build.kind == "hip")
-    return accelctl.AcceleratorInfo(
-        description="NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)",
-        family="gpu",
-        priority=100,
-        distributed_backend="nccl",
-        aliases=("rocm",) if amd_here else (),
-    )
-
-
-@accelctl.hookimpl
-def environment_info() -> dict[str, str | int | float | bool | None]:
-    """Drivers and variables for ``accelctl env``: the NVIDIA driver and the newest CUDA version
-    it supports (NVML, only where a driver's files are), the ``amdgpu`` module's version, and the
-    visible-device variables that are set. No torch import, no CUDA context."""
-    facts: dict[str, str | int | float | bool | None] = {}
-    if nvml.driver_files_present():
-        try:
-            versions = nvml.driver_versions(nvml.load())
-        except nvml.NvmlUnavailable as exc:  # a driver's files but no NVML: that is the fact
-            facts["nvml"] = str(exc)
-        else:
-            facts["nvidia_driver"] = versions.driver
-            facts["cuda_driver_api"] = versions.cuda_text
-    amd_driver = amd.driver_version()
-    if amd_driver is not None or amd.kfd_present():
-        facts["amdgpu_driver"] = amd_driver
-    facts.update((name, os.environ[name]) for name in DEVICE_VARIABLES if name in os.environ)
-    return facts
-
-
-__all__ = [
-    "accelerator_info",
-    "auto_device_count",
-    "detect",
-    "device_stats",
-    "environment_info",
-    "get_parallel_devices",
-    "parse_devices",
-    "setup_device",
-    "teardown",
-    "unavailable_reason",
-]
+__all__ = ["DEVICE_VARIABLES", "CUDAAccelerator"]

@@ -20,12 +20,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from accelctl.torch_build import TorchBuild, read_torch_build
+from accelctl import Accelerator
+from accelctl.torch_build import TorchBuild
 
 # Step 2 needs only the light ``nvml`` and ``amd``; ``visible`` (step 4, with its regex and GPU
 # records) is imported inside the steps after it, so a machine without a GPU never loads it.
 from . import amd, nvml
-from .variables import CUDA_VAR, HIP_VAR, ROCR_VAR
+from .variables import CUDA_VAR, DEVICE_VARIABLES, HIP_VAR, ROCR_VAR
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,6 @@ class Probe:
         return len(self.visible) if self.available else 0
 
 
-#: What the probe reads from the environment: a change to one of them is a new probe.
-VISIBILITY = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)
 _probes: dict[tuple[str | None, ...], Probe] = {}
 
 
@@ -60,7 +59,8 @@ def current() -> Probe:
     """This process's probe, made once per setting of the visibility variables, so that
     ``detect``, ``auto_device_count``, ``unavailable_reason`` and ``device_stats`` look (and
     initialise NVML) once."""
-    key = tuple(os.environ.get(name) for name in VISIBILITY)
+    # What the probe reads from the environment: a change to one of them is a new probe.
+    key = tuple(os.environ.get(name) for name in DEVICE_VARIABLES)
     found = _probes.get(key)
     if found is None:
         found = _probes[key] = probe()
@@ -80,12 +80,9 @@ def probe(environ: Mapping[str, str] | None = None) -> Probe:
     nvidia_files, kfd = nvml.driver_files_present(), amd.kfd_present()
     if not nvidia_files and not kfd:
         return Probe(reason="no NVIDIA or AMD GPU driver found")
-    try:
-        build = read_torch_build()
-    except Exception:  # a broken torch install: say "not installed" rather than crash detect
-        build = None
+    build = Accelerator.installed_torch()
     if build is None:
-        return Probe(reason="torch is not installed (pip install torch)")
+        return Probe(reason=Accelerator.TORCH_MISSING)
     if build.kind == "hip" and kfd:
         return _probe_amd(build, environ)
     if nvidia_files and build.kind != "hip":
@@ -116,7 +113,7 @@ def _cpu_only(build: TorchBuild, vendor: str) -> str | None:
 
 
 def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
-    from .visible import describe_setting, visible_nvidia
+    from .visible import visible_nvidia
 
     try:
         pynvml = nvml.load()
@@ -135,7 +132,7 @@ def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
         return _replace(base, reason=cpu_only)
     visible = visible_nvidia(gpus, environ)
     if not visible:
-        setting = describe_setting(environ, [CUDA_VAR])
+        setting = Accelerator.describe_variables([CUDA_VAR], environ)
         return _replace(base, reason=f"{setting} hides every GPU ({len(gpus)} installed)")
     wanted = build.cuda_major
     if driver.cuda is not None and wanted is not None and driver.cuda[0] < wanted:
@@ -150,7 +147,7 @@ def _probe_nvidia(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
 
 
 def _probe_amd(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
-    from .visible import describe_setting, visible_amd
+    from .visible import visible_amd
 
     found = amd.gpus()
     base = Probe(vendor="amd", torch=build)
@@ -158,7 +155,7 @@ def _probe_amd(build: TorchBuild, environ: Mapping[str, str]) -> Probe:
         return _replace(base, reason="/dev/kfd exists, but the KFD topology lists no AMD GPU")
     visible = visible_amd(len(found), environ)
     if not visible:
-        setting = describe_setting(environ, [ROCR_VAR, HIP_VAR, CUDA_VAR])
+        setting = Accelerator.describe_variables([ROCR_VAR, HIP_VAR, CUDA_VAR], environ)
         return _replace(base, reason=f"{setting} hides every GPU ({len(found)} installed)")
     return _replace(base, visible=visible)
 

@@ -13,3 +13,6 @@ CUDA_VAR = "CUDA_VISIBLE_DEVICES"
 HIP_VAR = "HIP_VISIBLE_DEVICES"
 #: The ROCm runtime's variable: filters the physical AMD GPUs first.
 ROCR_VAR = "ROCR_VISIBLE_DEVICES"
+#: Every variable that chooses or orders the GPUs torch sees: the probe is made anew when one
+#: changes, and ``accelctl env`` reports those that are set.
+DEVICE_VARIABLES = (CUDA_VAR, "CUDA_DEVICE_ORDER", HIP_VAR, ROCR_VAR)

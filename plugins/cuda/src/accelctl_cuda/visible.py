@@ -150,8 +150,3 @@ def _pick(
         else:
             break
     return chosen
-
-
-def describe_setting(environ: Mapping[str, str], names: Sequence[str]) -> str:
-    """``"CUDA_VISIBLE_DEVICES='' "`` style text naming the variables of ``names`` that are set."""
-    return ", ".join(f"{name}={environ[name]!r}" for name in names if name in environ)

@@ -9,8 +9,6 @@ no without importing torch. Detection asks torch itself (``torch.backends.mps.is
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +16,6 @@ import accelctl
 
 if TYPE_CHECKING:
     import torch
-
-NAME = "mps"
 
 #: torch's MPS settings, reported by ``accelctl env`` when set.
 DEVICE_VARIABLES = ("PYTORCH_ENABLE_MPS_FALLBACK", "PYTORCH_MPS_HIGH_WATERMARK_RATIO")
@@ -29,130 +25,101 @@ def _on_macos() -> bool:
     return sys.platform == "darwin"
 
 
-@accelctl.hookimpl
-def detect() -> bool:
-    """macOS, a torch built with MPS, and a Metal GPU that torch can use."""
-    if not _on_macos() or importlib.util.find_spec("torch") is None:
-        return False
-    import torch
+class MPSAccelerator(accelctl.Accelerator):
+    """Apple's GPU as torch's single ``mps`` device, in one process (no distributed backend);
+    devices are the base class's default (``mps:0``)."""
 
-    return bool(torch.backends.mps.is_built() and torch.backends.mps.is_available())
+    name = "mps"
+    description = "Apple GPU through Metal Performance Shaders (torch's mps device)"
+    family = "gpu"
+    priority = 100
 
+    def detect(self) -> bool:
+        """macOS, a torch built with MPS, and a Metal GPU that torch can use."""
+        if not _on_macos() or self.installed_torch() is None:
+            return False
+        import torch
 
-@accelctl.hookimpl
-def unavailable_reason() -> str | None:
-    """Not macOS, no torch, a torch built without MPS, or MPS not usable on this Mac."""
-    if not _on_macos():
-        return f"not macOS (MPS is Apple's Metal backend; this is {sys.platform})"
-    if importlib.util.find_spec("torch") is None:
-        return "torch is not installed (pip install torch)"
-    import torch
+        return bool(torch.backends.mps.is_built() and torch.backends.mps.is_available())
 
-    if not torch.backends.mps.is_built():
-        return f"torch {torch.__version__} was built without MPS; install torch's macOS build"
-    if not torch.backends.mps.is_available():
-        return (
-            f"torch {torch.__version__} has MPS, but no usable Metal GPU was found "
-            "(macOS 12.3 or later with an Apple silicon or AMD GPU is needed)"
+    def unavailable_reason(self) -> str | None:
+        """Not macOS, no torch, a torch built without MPS, or MPS not usable on this Mac."""
+        if not _on_macos():
+            return f"not macOS (MPS is Apple's Metal backend; this is {sys.platform})"
+        if self.installed_torch() is None:
+            return self.TORCH_MISSING
+        import torch
+
+        if not torch.backends.mps.is_built():
+            return f"torch {torch.__version__} was built without MPS; install torch's macOS build"
+        if not torch.backends.mps.is_available():
+            return (
+                f"torch {torch.__version__} has MPS, but no usable Metal GPU was found "
+                "(macOS 12.3 or later with an Apple silicon or AMD GPU is needed)"
+            )
+        return None
+
+    def auto_device_count(self) -> int:
+        """1 where MPS is available, else 0."""
+        return 1 if self.detect() else 0
+
+    def parse_devices(self, devices: Any) -> list[int]:
+        """The single-device parser: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]``, ``"0,"`` give
+        [0]."""
+        return accelctl.parse_single_device(
+            devices, accelerator=self.accelerator_name, visible=self.auto_device_count()
         )
-    return None
+
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """torch's MPS allocator figures where this torch has them, and the unified (system)
+        memory that the GPU shares with the CPU under the common keys.
+
+        ``device`` is a ``torch.device`` or its string ``"mps:0"``; torch is imported here only
+        where MPS is available (``detect``), as the allocator figures need it.
+        """
+        import psutil
+
+        if accelctl.split_device(device)[0] != "mps":
+            raise ValueError(
+                f"{self.accelerator_name}: device_stats takes an mps device, not {str(device)!r}"
+            )
+        figures: dict[str, int | float] = {}
+        if self.detect():
+            import torch
+
+            readers = {
+                # Memory held by live tensors, and everything the Metal driver gave torch (cache
+                # too).
+                "memory_allocated_bytes": "current_allocated_memory",
+                "memory_reserved_bytes": "driver_allocated_memory",
+                "mps.recommended_max_memory_bytes": "recommended_max_memory",  # torch >= 2.5
+            }
+            for key, function in readers.items():
+                read = getattr(torch.mps, function, None)
+                if read is not None:
+                    figures[key] = int(read())
+        memory = psutil.virtual_memory()
+        figures["memory_used_bytes"] = int(memory.total - memory.available)
+        figures["memory_total_bytes"] = int(memory.total)
+        return figures
+
+    def teardown(self) -> None:
+        """Return torch's cached MPS memory to the system."""
+        if self.detect():
+            import torch
+
+            torch.mps.empty_cache()
+
+    def environment_info(self) -> dict[str, str | int | float | bool | None]:
+        """For ``accelctl env``: macOS's version (on macOS) and torch's MPS variables that are
+        set; no torch import."""
+        facts: dict[str, str | int | float | bool | None] = {}
+        if _on_macos():
+            import platform
+
+            facts["macos"] = platform.mac_ver()[0] or None
+        facts.update(self.environment_variables(DEVICE_VARIABLES))
+        return facts
 
 
-@accelctl.hookimpl
-def auto_device_count() -> int:
-    """1 where MPS is available, else 0."""
-    return 1 if detect() else 0
-
-
-@accelctl.hookimpl
-def parse_devices(devices: Any) -> list[int]:
-    """The single-device parser: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]``, ``"0,"`` give [0]."""
-    return accelctl.parse_single_device(devices, accelerator=NAME, visible=auto_device_count())
-
-
-@accelctl.hookimpl
-def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
-    """``[mps:0]``: MPS exposes a single device."""
-    import torch
-
-    indices = range(devices) if isinstance(devices, int) else devices
-    return [torch.device(NAME, index) for index in indices]
-
-
-@accelctl.hookimpl
-def device_stats(device: torch.device | str) -> dict[str, int | float]:
-    """torch's MPS allocator figures where this torch has them, and the unified (system) memory
-    that the GPU shares with the CPU under the common keys.
-
-    ``device`` is a ``torch.device`` or its string ``"mps:0"``; torch is imported here only where
-    MPS is available (``detect``), as the allocator figures need it.
-    """
-    import psutil
-
-    if accelctl.split_device(device)[0] != NAME:
-        raise ValueError(f"{NAME}: device_stats takes an mps device, not {str(device)!r}")
-    figures: dict[str, int | float] = {}
-    if detect():
-        import torch
-
-        readers = {
-            # Memory held by live tensors, and everything the Metal driver gave torch (cache too).
-            "memory_allocated_bytes": "current_allocated_memory",
-            "memory_reserved_bytes": "driver_allocated_memory",
-            "mps.recommended_max_memory_bytes": "recommended_max_memory",  # torch >= 2.5
-        }
-        for key, function in readers.items():
-            read = getattr(torch.mps, function, None)
-            if read is not None:
-                figures[key] = int(read())
-    memory = psutil.virtual_memory()
-    figures["memory_used_bytes"] = int(memory.total - memory.available)
-    figures["memory_total_bytes"] = int(memory.total)
-    return figures
-
-
-@accelctl.hookimpl
-def teardown() -> None:
-    """Return torch's cached MPS memory to the system."""
-    if detect():
-        import torch
-
-        torch.mps.empty_cache()
-
-
-@accelctl.hookimpl
-def accelerator_info() -> accelctl.AcceleratorInfo:
-    """Family ``gpu``, priority 100, one process only (no distributed backend)."""
-    return accelctl.AcceleratorInfo(
-        description="Apple GPU through Metal Performance Shaders (torch's mps device)",
-        family="gpu",
-        priority=100,
-        distributed_backend=None,
-        aliases=(),
-    )
-
-
-@accelctl.hookimpl
-def environment_info() -> dict[str, str | int | float | bool | None]:
-    """For ``accelctl env``: macOS's version (on macOS) and torch's MPS variables that are set;
-    no torch import."""
-    facts: dict[str, str | int | float | bool | None] = {}
-    if _on_macos():
-        import platform
-
-        facts["macos"] = platform.mac_ver()[0] or None
-    facts.update((name, os.environ[name]) for name in DEVICE_VARIABLES if name in os.environ)
-    return facts
-
-
-__all__ = [
-    "accelerator_info",
-    "auto_device_count",
-    "detect",
-    "device_stats",
-    "environment_info",
-    "get_parallel_devices",
-    "parse_devices",
-    "teardown",
-    "unavailable_reason",
-]
+__all__ = ["DEVICE_VARIABLES", "MPSAccelerator"]

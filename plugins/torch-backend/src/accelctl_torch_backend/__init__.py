@@ -15,12 +15,12 @@ CPU's 0, below a GPU plugin's 100; a dedicated plugin for the same device always
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import accelctl
-from accelctl.torch_build import loaded_torch
 
-from .probe import Backend, probe
+from .probe import probe
 
 if TYPE_CHECKING:
     import torch
@@ -29,103 +29,139 @@ NAME = "privateuse1"
 PRIORITY = 50
 
 
-@accelctl.hookimpl
-def detect() -> bool:
-    """True when torch has a renamed PrivateUse1 backend with devices and no dedicated plugin
-    claims it."""
-    return probe().available
+class PrivateUse1Accelerator(accelctl.Accelerator):
+    """The backend in torch's PrivateUse1 slot: its name (``openreg``) is known only once torch
+    has loaded it, so the device type, the alias and the description are read from the probe
+    (:mod:`accelctl_torch_backend.probe`) rather than written as class attributes."""
 
+    name = NAME
+    priority = PRIORITY
 
-@accelctl.hookimpl
-def unavailable_reason() -> str | None:
-    """No backend package, autoloading off, a backend without devices, or a dedicated plugin."""
-    return probe().reason
+    def detect(self) -> bool:
+        """True when torch has a renamed PrivateUse1 backend with devices and no dedicated
+        plugin claims it."""
+        return probe().available
 
+    def unavailable_reason(self) -> str | None:
+        """No backend package, autoloading off, a backend without devices, or a dedicated
+        plugin."""
+        return probe().reason
 
-@accelctl.hookimpl
-def auto_device_count() -> int:
-    """The backend's devices (``torch.<name>.device_count()``); 0 when not detected."""
-    found = probe()
-    return found.device_count if found.available else 0
+    def auto_device_count(self) -> int:
+        """The backend's devices (``torch.<name>.device_count()``); 0 when not detected."""
+        found = probe()
+        return found.device_count if found.available else 0
 
+    @staticmethod
+    def _device_type() -> str:
+        """The backend's device type, for devices and messages (the slot's name while none is
+        loaded)."""
+        return probe().name or NAME
 
-def _name() -> str:
-    """The backend's device type, for messages (the slot's name while none is loaded)."""
-    return probe().name or NAME
+    def parse_devices(self, devices: Any) -> list[int]:
+        """The shared indexed parser over the backend's devices, its messages naming the device
+        type (``openreg: devices=3 ...``): ``"auto"``, ``k``, ``"0,1"``..."""
+        return accelctl.parse_indexed_devices(
+            devices, visible=self.auto_device_count(), accelerator=self._device_type()
+        )
 
+    def get_parallel_devices(self, devices: int | list[int]) -> list[torch.device]:
+        """``<name>:i`` for each index (``openreg:0``, ...)."""
+        import torch
 
-@accelctl.hookimpl
-def parse_devices(devices: Any) -> list[int]:
-    """The shared indexed parser over the backend's devices: ``"auto"``, ``k``, ``"0,1"``..."""
-    return accelctl.parse_indexed_devices(devices, visible=auto_device_count(), accelerator=_name())
+        device_type = self._device_type()
+        indices = range(devices) if isinstance(devices, int) else devices
+        return [torch.device(device_type, index) for index in indices]
 
+    def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
+        """``torch.accelerator``'s allocator figures for one device, where this process already
+        uses the backend (never initialised here); ``{}`` otherwise (``accelctl stats`` in a
+        fresh process: an allocator's figures are per process, so there is nothing to read).
 
-@accelctl.hookimpl
-def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
-    """``<name>:i`` for each index (``openreg:0``, ...)."""
-    import torch
+        ``device`` is a ``torch.device`` or its string (``"openreg:0"``).
+        """
+        found = probe()
+        kind, index = accelctl.split_device(device)
+        if found.name is None or kind != found.name:
+            expected = found.name or "no PrivateUse1 backend is loaded"
+            raise ValueError(
+                f"{self.accelerator_name}: device_stats takes a {expected} device, "
+                f"not {str(device)!r}"
+            )
+        # A backend whose module cannot tell counts as not in use: reading its allocator might
+        # start its runtime, which device_stats must never do.
+        if not self.torch_device_in_use(found.name):
+            return {}
+        import torch
 
-    name = _name()
-    indices = range(devices) if isinstance(devices, int) else devices
-    return [torch.device(name, index) for index in indices]
+        accelerator = _accelerator_api(torch, found.name)
+        if accelerator is None:  # torch.accelerator serves another device here
+            return {}
+        if index is None:
+            index = int(accelerator.current_device_index())
+        figures: dict[str, int | float] = {}
+        readers = {
+            "memory_allocated_bytes": "memory_allocated",
+            "memory_reserved_bytes": "memory_reserved",
+            f"{found.name}.max_memory_allocated_bytes": "max_memory_allocated",
+        }
+        for key, function in readers.items():
+            read = getattr(accelerator, function, None)
+            if read is not None:
+                try:
+                    figures[key] = int(read(index))
+                except (RuntimeError, NotImplementedError):  # the backend's allocator lacks it
+                    continue
+        try:
+            free, total = accelerator.get_memory_info(index)
+        except (AttributeError, RuntimeError, NotImplementedError):  # openreg: not implemented
+            pass
+        else:
+            figures["memory_used_bytes"] = int(total - free)
+            figures["memory_total_bytes"] = int(total)
+        return figures
 
+    def setup_device(self, device: torch.device) -> None:
+        """Make ``device`` current: the backend module's ``set_device``, else
+        ``torch.accelerator.set_device_index``."""
+        import torch
 
-def _in_use(found: Backend) -> bool:
-    """True when this process already uses the backend (its module says it is initialised).
+        found = probe()
+        index = accelctl.split_device(device)[1] or 0
+        set_device = getattr(getattr(torch, found.name or "", None), "set_device", None)
+        if callable(set_device):
+            set_device(index)
+            return
+        accelerator = _accelerator_api(torch, found.name or "")
+        if accelerator is not None:
+            accelerator.set_device_index(index)
 
-    A backend whose module cannot tell is taken as not in use: reading its allocator might
-    start its runtime, which ``device_stats`` must never do.
-    """
-    torch = loaded_torch()
-    if torch is None or found.name is None:
-        return False
-    is_initialized = getattr(getattr(torch, found.name, None), "is_initialized", None)
-    return bool(callable(is_initialized) and is_initialized())
+    def teardown(self) -> None:
+        """Return the allocator's cached memory (only where the backend is in use)."""
+        found = probe()
+        if found.name is not None and self.torch_device_in_use(found.name):
+            import torch
 
+            accelerator = _accelerator_api(torch, found.name)
+            if accelerator is not None and hasattr(accelerator, "empty_cache"):
+                accelerator.empty_cache()
 
-@accelctl.hookimpl
-def device_stats(device: torch.device | str) -> dict[str, int | float]:
-    """``torch.accelerator``'s allocator figures for one device, where this process already uses
-    the backend (never initialised here); ``{}`` otherwise (``accelctl stats`` in a fresh process:
-    an allocator's figures are per process, so there is nothing to read).
-
-    ``device`` is a ``torch.device`` or its string (``"openreg:0"``).
-    """
-    found = probe()
-    kind, index = accelctl.split_device(device)
-    if found.name is None or kind != found.name:
-        expected = found.name or "no PrivateUse1 backend is loaded"
-        raise ValueError(f"{NAME}: device_stats takes a {expected} device, not {str(device)!r}")
-    if not _in_use(found):
-        return {}
-    import torch
-
-    accelerator = _accelerator_api(torch, found.name)
-    if accelerator is None:  # torch.accelerator serves another device here
-        return {}
-    if index is None:
-        index = int(accelerator.current_device_index())
-    figures: dict[str, int | float] = {}
-    readers = {
-        "memory_allocated_bytes": "memory_allocated",
-        "memory_reserved_bytes": "memory_reserved",
-        f"{found.name}.max_memory_allocated_bytes": "max_memory_allocated",
-    }
-    for key, function in readers.items():
-        read = getattr(accelerator, function, None)
-        if read is not None:
-            try:
-                figures[key] = int(read(index))
-            except (RuntimeError, NotImplementedError):  # the backend's allocator lacks it
-                continue
-    try:
-        free, total = accelerator.get_memory_info(index)
-    except (AttributeError, RuntimeError, NotImplementedError):  # openreg: not implemented
-        pass
-    else:
-        figures["memory_used_bytes"] = int(total - free)
-        figures["memory_total_bytes"] = int(total)
-    return figures
+    def accelerator_info(self) -> accelctl.AcceleratorInfo:
+        """Priority 50, the backend's name as alias and device type, the distributed backend
+        torch registered for it (or none: one process)."""
+        found = probe()
+        if found.name is None:
+            description = "out-of-tree torch backend (PrivateUse1): none loaded"
+        else:
+            origin = f" ({found.package})" if found.package else ""
+            description = f"PrivateUse1 backend {found.name!r}{origin}"
+        return replace(
+            super().accelerator_info(),
+            description=description,
+            distributed_backend=found.distributed_backend,
+            aliases=(found.alias,) if found.alias else (),
+            device_type=found.name if found.alias else None,
+        )
 
 
 def _accelerator_api(torch: Any, name: str) -> Any:
@@ -138,63 +174,4 @@ def _accelerator_api(torch: Any, name: str) -> Any:
     return accelerator if current is not None and current.type == name else None
 
 
-@accelctl.hookimpl
-def setup_device(device: torch.device) -> None:
-    """Make ``device`` current: the backend module's ``set_device``, else
-    ``torch.accelerator.set_device_index``."""
-    import torch
-
-    found = probe()
-    index = accelctl.split_device(device)[1] or 0
-    module = getattr(torch, found.name or "", None)
-    if callable(getattr(module, "set_device", None)):
-        module.set_device(index)
-        return
-    accelerator = _accelerator_api(torch, found.name or "")
-    if accelerator is not None:
-        accelerator.set_device_index(index)
-
-
-@accelctl.hookimpl
-def teardown() -> None:
-    """Return the allocator's cached memory (only where the backend is in use)."""
-    found = probe()
-    if _in_use(found):
-        import torch
-
-        accelerator = _accelerator_api(torch, found.name or "")
-        if accelerator is not None and hasattr(accelerator, "empty_cache"):
-            accelerator.empty_cache()
-
-
-@accelctl.hookimpl
-def accelerator_info() -> accelctl.AcceleratorInfo:
-    """Priority 50, the backend's name as alias and device type, the distributed backend torch
-    registered for it (or none: one process)."""
-    found = probe()
-    if found.name is None:
-        description = "out-of-tree torch backend (PrivateUse1): none loaded"
-    else:
-        origin = f" ({found.package})" if found.package else ""
-        description = f"PrivateUse1 backend {found.name!r}{origin}"
-    return accelctl.AcceleratorInfo(
-        description=description,
-        family=None,
-        priority=PRIORITY,
-        distributed_backend=found.distributed_backend,
-        aliases=(found.alias,) if found.alias else (),
-        device_type=found.name if found.alias else None,
-    )
-
-
-__all__ = [
-    "accelerator_info",
-    "auto_device_count",
-    "detect",
-    "device_stats",
-    "get_parallel_devices",
-    "parse_devices",
-    "setup_device",
-    "teardown",
-    "unavailable_reason",
-]
+__all__ = ["PRIORITY", "PrivateUse1Accelerator"]

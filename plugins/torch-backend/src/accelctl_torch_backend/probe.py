@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
+from accelctl import Accelerator
 from accelctl.torch_build import import_torch, loaded_torch
 
 from .packages import Installed, scan
@@ -157,7 +158,7 @@ def probe(path: Sequence[str] | None = None, environ: Mapping[str, str] | None =
         if not installed.backends or not _autoload_enabled(environ):
             return Backend(reason=_no_backend_reason(installed, environ))
         if importlib.util.find_spec("torch") is None:
-            return Backend(reason="torch is not installed (pip install torch)")
+            return Backend(reason=Accelerator.TORCH_MISSING)
         try:
             torch = import_torch()  # loads the backends as torch's own import would
         except Exception as exc:  # a backend that fails to load breaks `import torch` itself

@@ -20,12 +20,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from accelctl.torch_build import TorchBuild, read_torch_build
+from accelctl import Accelerator
+from accelctl.torch_build import TorchBuild
 
 # Steps 1-4 need only the light ``driver``; ``runtime`` and ``visible`` (step 5, with its regex) are
 # imported inside the functions that count, so a machine without an Intel GPU never loads them.
 from . import driver
-from .variables import AFFINITY_VAR, SELECTOR_VAR
+from .variables import DEVICE_VARIABLES, SELECTOR_VAR
 
 INSTALL_HINT = (
     "install torch's XPU build (pip install torch --index-url https://download.pytorch.org/whl/xpu)"
@@ -65,12 +66,9 @@ def cheap_probe(environ: Mapping[str, str] | None = None) -> Probe:
     gpus = tuple(driver.intel_gpus()) if linux else ()
     if linux and not gpus:
         return Probe(reason="no Intel GPU driver found (no i915 or xe GPU in /sys/class/drm)")
-    try:
-        build = read_torch_build()
-    except Exception:  # a broken torch install: say "not installed" rather than crash detect
-        build = None
+    build = Accelerator.installed_torch()
     if build is None:
-        return Probe(gpus=gpus, reason="torch is not installed (pip install torch)")
+        return Probe(gpus=gpus, reason=Accelerator.TORCH_MISSING)
     base = Probe(torch=build, gpus=gpus)
     if not build.xpu:
         return replace(base, reason=f"{build.describe()} is not an XPU build; {INSTALL_HINT}")
@@ -126,15 +124,14 @@ def count_devices(gpus: int, environ: Mapping[str, str]) -> tuple[int, str]:
     return len(visible_devices(gpus, environ)), "sysfs"
 
 
-#: What the probe reads from the environment: a change to one of them is a new probe.
-VISIBILITY = (AFFINITY_VAR, SELECTOR_VAR)
 _probes: dict[tuple[str | None, ...], Probe] = {}
 
 
 def current() -> Probe:
     """This process's probe, made once per setting of the visibility variables, so that
     ``detect``, ``auto_device_count`` and ``unavailable_reason`` look once."""
-    key = tuple(os.environ.get(name) for name in VISIBILITY)
+    # What the probe reads from the environment: a change to one of them is a new probe.
+    key = tuple(os.environ.get(name) for name in DEVICE_VARIABLES)
     found = _probes.get(key)
     if found is None:
         found = _probes[key] = probe()
@@ -156,9 +153,7 @@ def probe(environ: Mapping[str, str] | None = None) -> Probe:
     found = replace(found, visible=visible, counted_by=counted_by)
     if visible > 0:
         return found
-    from .visible import describe_setting
-
-    setting = describe_setting(environ, [AFFINITY_VAR, SELECTOR_VAR])
+    setting = Accelerator.describe_variables(DEVICE_VARIABLES, environ)
     if setting:
         return replace(found, reason=f"{setting} hides every Intel GPU")
     return replace(found, reason="Level Zero lists no Intel GPU that torch can use")

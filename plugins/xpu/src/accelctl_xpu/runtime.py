@@ -17,14 +17,12 @@ import sys
 import warnings
 from typing import Any
 
-from accelctl.torch_build import loaded_torch
+from accelctl import Accelerator
 
 
 def in_use() -> bool:
     """True when this process already started torch's XPU runtime (never starts it)."""
-    xpu = getattr(loaded_torch(), "xpu", None)
-    is_initialized = getattr(xpu, "is_initialized", None)
-    return is_initialized is not None and bool(is_initialized())
+    return Accelerator.torch_device_in_use("xpu")
 
 
 def sysman_count() -> int | None:

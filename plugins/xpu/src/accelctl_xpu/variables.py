@@ -11,3 +11,5 @@ from __future__ import annotations
 AFFINITY_VAR = "ZE_AFFINITY_MASK"
 #: The SYCL runtime's device selector (``"level_zero:0"``).
 SELECTOR_VAR = "ONEAPI_DEVICE_SELECTOR"
+#: Both: the probe is made anew when one changes, and ``accelctl env`` reports those that are set.
+DEVICE_VARIABLES = (AFFINITY_VAR, SELECTOR_VAR)

@@ -21,7 +21,7 @@ starts it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 # The names live in ``variables``: every probe needs them, this module only a machine with an
 # Intel GPU and an XPU build of torch.
@@ -85,8 +85,3 @@ def visible_devices(count: int, environ: Mapping[str, str]) -> list[int]:
     """Indices (of ``count`` devices, in the driver's order) that ``torch.xpu`` will see."""
     masked = affinity_mask(environ.get(AFFINITY_VAR), count)
     return [masked[i] for i in device_selector(environ.get(SELECTOR_VAR), len(masked))]
-
-
-def describe_setting(environ: Mapping[str, str], names: Sequence[str]) -> str:
-    """``"ZE_AFFINITY_MASK='7'"`` style text naming the variables of ``names`` that are set."""
-    return ", ".join(f"{name}={environ[name]!r}" for name in names if name in environ)
