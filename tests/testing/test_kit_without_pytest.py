@@ -10,6 +10,8 @@ import json
 import pytest
 from cliharness import Cli, strict_json
 
+from accelctl.testing import CHECK_IDS
+
 #: Run the console script with pytest unimportable, then say whether anything imported it.
 WITHOUT_PYTEST = """
 import sys
@@ -25,10 +27,15 @@ except SystemExit as exc:
 @pytest.mark.slow
 def test_validate_runs_without_pytest(cli: Cli) -> None:
     done = cli.process("cpu", "--json", code=WITHOUT_PYTEST, env={"ACCELCTL_PLUGINS": "cpu"})
-    assert done.stderr.splitlines()[-1] == "exit 0", done.stderr
     (report,) = strict_json(done.stdout)
-    assert report["name"] == "cpu" and report["passed"] is True
-    assert {check["status"] for check in report["checks"]} <= {"pass", "skip"}
+    # Every check ran (the timed ones may fail on a loaded machine: not what this test is about).
+    statuses = {check["check"]: check["status"] for check in report["checks"]}
+    assert list(statuses) == list(CHECK_IDS)
+    assert (
+        statuses["loads"] == statuses["hooks_match_specs"] == statuses["required_hooks"] == "pass"
+    )
+    exit_line = f"exit {0 if report['passed'] else 1}"
+    assert done.stderr.splitlines()[-1] == exit_line, done.stderr
 
 
 @pytest.mark.slow
@@ -46,8 +53,8 @@ def test_the_kit_imports_without_pytest_and_its_class_asks_for_it_only_when_run(
         "try:\n"
         "    TestMine().test_unavailable_reason()  # a skipped check: pytest.skip\n"
         "except ModuleNotFoundError as exc:\n"
-        "    print(json.dumps({'passed': report.passed, 'missing': exc.name}))\n"
+        "    print(json.dumps({'loads': report.result('loads').status, 'missing': exc.name}))\n"
     )
     done = cli.process(code=code, env={"ACCELCTL_PLUGINS": "cpu"})
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"passed": True, "missing": "pytest"}
+    assert json.loads(done.stdout) == {"loads": "pass", "missing": "pytest"}
