@@ -60,10 +60,9 @@ ROOT = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` first, each group in its collection order: the workers start on
-    the long multi-process tests while the many short ones fill the gaps, instead of one long test
-    running alone at the end of the run (scripts/test's ``--dist worksteal`` hands out the rest).
-    """
+    """The tests marked ``slow`` first, each group in its collection order: pytest-xdist deals
+    the collection out to its workers in turn, so they all start on the long multi-process tests
+    while the many short ones fill the gaps, instead of one long test running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
