@@ -59,6 +59,13 @@ HOOK_TIMEOUT_S = "120"
 ROOT = Path(__file__).resolve().parent
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first, each group in its collection order: pytest-xdist deals
+    the collection out to its workers in turn, so they all start on the long multi-process tests
+    while the many short ones fill the gaps, instead of one long test running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _project_distributions() -> list[str]:
     """The plugin distributions this repository ships (plugins/*, examples/accelctl-*)."""
     import tomllib

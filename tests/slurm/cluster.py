@@ -2,10 +2,12 @@
 
 Debian's ``slurm-wlm`` runs several ``slurmd`` on one host (``slurmd -N NAME``), each with a port
 of its own, so two nodes share the loopback interface. Their names, ``accelctl-node1`` and
-``accelctl-node2``, resolve to 127.0.0.1 through ``/etc/hosts`` (``scripts/test`` adds them), as
-node names resolve on a real cluster. Everything the daemons write (the munge key and socket,
-``slurm.conf``, state, spool, logs, pid files) is under one folder; the daemons are started by
-:func:`start_cluster` and stopped by :meth:`SlurmCluster.stop`, by pid, which removes the folder.
+``accelctl-node2``, resolve to 127.0.0.1 through ``/etc/hosts`` (``scripts/setup-machine`` adds
+them), as node names resolve on a real cluster: the daemons talk over ``NodeAddr=127.0.0.1``, but a
+job on two nodes meets at its first node's name (``SLURM_STEP_NODELIST``), which must resolve.
+Everything the daemons write (the munge key and socket, ``slurm.conf``, state, spool, logs, pid
+files) is under one folder; the daemons are started by :func:`start_cluster` and stopped by
+:meth:`SlurmCluster.stop`, by pid, which removes the folder.
 
 Used by ``tests/slurm/conftest.py`` (one cluster per test session) and ``bench/cluster.py``.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NODES = ("accelctl-node1", "accelctl-node2")
-#: What the cluster needs on the machine (``scripts/test`` installs them with apt).
+#: What the cluster needs on the machine (``scripts/setup-machine`` installs them with apt).
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "scontrol", "scancel", "squeue")
 #: Hang guards only (a loaded 2-core machine starts daemons and torch slowly); nothing is timed.
 START_TIMEOUT_S = 60
@@ -42,7 +44,8 @@ def missing() -> str | None:
     absent = [program for program in PROGRAMS if shutil.which(program) is None]
     if absent:
         return (
-            f"SLURM is not installed here ({', '.join(absent)} missing; scripts/test installs it)"
+            f"SLURM is not installed here ({', '.join(absent)} missing): "
+            "sudo bash scripts/setup-machine installs it (scripts/test runs it as root)"
         )
     if os.geteuid() != 0:
         return "slurmd runs as root; these tests are not root"
@@ -50,7 +53,10 @@ def missing() -> str | None:
         try:
             socket.gethostbyname(node)
         except OSError:
-            return f"the node name {node} does not resolve (scripts/test adds it to /etc/hosts)"
+            return (
+                f"the node name {node} does not resolve: sudo bash scripts/setup-machine adds "
+                "it to /etc/hosts (scripts/test runs it as root)"
+            )
     return None
 
 
