@@ -269,3 +269,44 @@ def test_watch_into_a_closed_pipe_ends_quietly() -> None:
         process.kill()
     assert stderr == ""
     assert code == 1  # click's answer to a closed pipe, as documented
+
+
+# -- the library's reading, which `accelctl stats` prints -------------------------------------
+
+
+def test_read_stats_is_the_library_reading_the_command_prints(
+    fake_site: FakeSite, step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = good_plugin("brk").replace(
+        "def detect():", "def detect():\n        raise OSError('gone')"
+    )
+    fake_site.install("acme-brk", {"brk": "lib_brk"}, {"lib_brk": broken})
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,brk")
+    with pytest.warns(accelctl.PluginWarning, match=r"skipping brk: .*detect\(\) raised OSError"):
+        [reading] = accelctl.read_stats()
+    assert isinstance(reading, accelctl.DeviceStats)
+    assert reading.to_dict() == {
+        "accelerator": "cpu",
+        "device": "cpu",
+        "stats": reading.stats,
+        "error": None,
+    }
+    assert reading.stats["cpu_percent"] == 60.0  # a real rate: the first reading was thrown away
+    assert clock.sleeps == [_stats.FIRST_READING_WAIT_S]
+
+
+def test_watch_stats_waits_once_then_reads_each_round_when_asked(
+    step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
+    step_psutil._samples = iter([(10, 90), (40, 110), (70, 130)])
+    rounds = accelctl.watch_stats("cpu")
+    first, second = next(rounds), next(rounds)
+    assert [r.device for r in first] == [r.device for r in second] == ["cpu"]
+    assert clock.sleeps == [_stats.FIRST_READING_WAIT_S]  # the caller paces the next rounds
+    assert len(step_psutil.taken) == 3  # thrown away, then one per round
+
+
+def test_read_stats_of_a_name_nothing_provides_is_the_lookups_error() -> None:
+    with pytest.raises(accelctl.UnknownAcceleratorError, match="no accelerator named 'nosuch'"):
+        accelctl.read_stats("nosuch")
