@@ -133,6 +133,28 @@ def test_auto_skips_a_plugin_that_does_not_answer(gate: FakeSite, monkeypatch) -
     assert selection.accelerator.name == "good"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("asked", ["auto", "stuckalias", "stuckdev"])
+def test_a_named_commands_late_plugin_is_named_however_it_was_chosen(
+    gate: FakeSite, monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    # `accelctl resolve` runs its whole work under one deadline: the plugin it picked (by
+    # "auto", an alias or its name) is the one named when it stops answering.
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
+    source = waiting_plugin("stuckdev", "parse_devices", priority=500).replace(
+        '"aliases": ()', '"aliases": ("stuckalias",)', 1
+    )
+    assert "stuckalias" in source
+    gate.install("acme-stuckdev", {"stuckdev": "fo_stuckdev"}, {"fo_stuckdev": source})
+    registry = Registry(path=gate.path)
+    with pytest.raises(PluginHookError) as caught:
+        _fanout.run_one(lambda: resolve(asked, registry=registry, environ={}))
+    assert str(caught.value).startswith(
+        f"accelerator 'stuckdev' (acme-stuckdev 1.0): parse_devices() did not answer within "
+        f"{DEADLINE_S} s"
+    )
+
+
 # -- one, inline ----------------------------------------------------------------------------
 
 SEEN = """
