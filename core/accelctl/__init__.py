@@ -7,6 +7,7 @@ The public API is what :data:`__all__` lists (docs/concepts.md section 4)::
     accelctl.list_accelerators()              # every installed accelerator, broken ones included
     accelctl.get_accelerator("cuda")          # a handle on one (imports that plugin alone)
     accelctl.resolve("auto", devices="auto")  # what a Trainer runs on
+    accelctl.read_stats()                     # device figures of the available accelerators
 
 Plugin authors use :data:`hookimpl`, :class:`Accelerator`, :class:`AcceleratorInfo`, the shared
 device parsers and :func:`split_device`; the hooks are documented in :mod:`accelctl.hookspecs`,
@@ -19,6 +20,8 @@ names start with ``_`` are private.
 
 from __future__ import annotations
 
+import importlib
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from ._accelerator import Accelerator
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from ._device_string import split_device
     from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
     from ._selection import Selection, resolve
+    from ._stats import DeviceStats, read_stats, watch_stats
     from ._trainer import Trainer
     from .launcher import LaunchFailedError, launch
 
@@ -59,6 +63,9 @@ _LAZY = {
     "Selection": "accelctl._selection",
     "resolve": "accelctl._selection",
     "split_device": "accelctl._device_string",
+    "DeviceStats": "accelctl._stats",
+    "read_stats": "accelctl._stats",
+    "watch_stats": "accelctl._stats",
     "parse_indexed_devices": "accelctl._devices",
     "parse_process_count": "accelctl._devices",
     "parse_single_device": "accelctl._devices",
@@ -68,17 +75,13 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     # Read lazily: `import accelctl` stays cheap on the CLI's start-up path.
     if name in _LAZY:
-        import importlib
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # the next access is a plain attribute read
         return value
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
-            return version("accelctl")
-        except PackageNotFoundError:  # a source tree that is not installed
+            return _metadata.version("accelctl")
+        except _metadata.PackageNotFoundError:  # a source tree that is not installed
             return "0+unknown"
     raise AttributeError(f"module 'accelctl' has no attribute {name!r}")
 
@@ -92,6 +95,7 @@ __all__ = [
     "AcceleratorUnavailableError",
     "DataLoaderError",
     "DeviceSpecError",
+    "DeviceStats",
     "LaunchError",
     "LaunchFailedError",
     "PluginConflictError",
@@ -112,6 +116,8 @@ __all__ = [
     "parse_indexed_devices",
     "parse_process_count",
     "parse_single_device",
+    "read_stats",
     "resolve",
     "split_device",
+    "watch_stats",
 ]

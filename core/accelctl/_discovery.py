@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from importlib.machinery import PathFinder
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from ._errors import PluginWarning
 from ._info import is_valid_name
@@ -33,54 +33,61 @@ _SECTION = re.compile(r"^\s*\[\s*(?P<name>[^\]]*?)\s*\]\s*$")
 _CHUNK = 1 << 16
 
 
+#: Where a distribution's files are: the path of its ``.dist-info`` folder, or importlib's object
+#: where it is not a folder (a zip, an egg, another finder's).
+Origin: TypeAlias = str | metadata.Distribution
+
+
 class Found(NamedTuple):
-    """One entry point of either group: its name, value and distribution (``origin``: the path
-    of its ``.dist-info`` folder, or importlib's object where it is not a folder); ``problem``
-    says why the distribution's files cannot be trusted (the entry is then never imported)."""
+    """One entry point of either group, the scan's plain output: its name, value and
+    distribution (``origin``); ``problem`` says why the distribution's files cannot be trusted (the
+    entry is then never imported). The registry makes a handle of each at once."""
 
     group: str
     name: str
     value: str
-    origin: str | metadata.Distribution
+    origin: Origin
     problem: str | None = None
 
-    @property
-    def dist(self) -> metadata.Distribution:
-        """importlib's view of the distribution, made when asked (most entries never are)."""
-        if isinstance(self.origin, str):
-            return metadata.PathDistribution(pathlib.Path(self.origin))
-        return self.origin
 
-    def identity(self) -> tuple[str | None, str | None, str | None]:
-        """The distribution's name and version, and why they cannot be read (None when they can)."""
-        try:
-            return (*read_name_and_version(self.dist), None)
-        except Exception as exc:  # a broken METADATA: named, never fatal to the others
-            key = _dist_name(self.origin)
-            return (
-                key,
-                None,
-                f"cannot read the metadata of distribution {key or '?'} "
-                f"({folder_of(self.origin, 'METADATA')}): {describe_exception(exc)}; "
-                f"{reinstall_hint(key)}",
-            )
-
-    def name_problem(self) -> str | None:
-        """Why the entry point's name cannot be an accelerator's, or None when it can."""
-        if self.name in RESERVED_NAMES:
-            return (
-                f"entry point name {self.name!r} is reserved (reserved: "
-                f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
-            )
-        if not is_valid_name(self.name):
-            return (
-                f"entry point name {quote(self.name)} is not a valid accelerator name; use "
-                "lowercase letters, digits, '_' and '-'"
-            )
-        return None
+def distribution(origin: Origin) -> metadata.Distribution:
+    """importlib's view of the distribution, made when asked (most entries never are)."""
+    if isinstance(origin, str):
+        return metadata.PathDistribution(pathlib.Path(origin))
+    return origin
 
 
-def folder_of(origin: str | metadata.Distribution, filename: str = "") -> str:
+def read_identity(origin: Origin) -> tuple[str | None, str | None, str | None]:
+    """The distribution's name and version, and why they cannot be read (None when they can)."""
+    try:
+        return (*read_name_and_version(distribution(origin)), None)
+    except Exception as exc:  # a broken METADATA: named, never fatal to the others
+        key = _dist_name(origin)
+        return (
+            key,
+            None,
+            f"cannot read the metadata of distribution {key or '?'} "
+            f"({folder_of(origin, 'METADATA')}): {describe_exception(exc)}; "
+            f"{reinstall_hint(key)}",
+        )
+
+
+def name_problem(name: str) -> str | None:
+    """Why an entry point's name cannot be an accelerator's, or None when it can."""
+    if name in RESERVED_NAMES:
+        return (
+            f"entry point name {name!r} is reserved (reserved: "
+            f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
+        )
+    if not is_valid_name(name):
+        return (
+            f"entry point name {quote(name)} is not a valid accelerator name; use "
+            "lowercase letters, digits, '_' and '-'"
+        )
+    return None
+
+
+def folder_of(origin: Origin, filename: str = "") -> str:
     """Where ``filename`` of a distribution lives, for messages (the ``.dist-info`` folder)."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if folder is None:
@@ -88,7 +95,7 @@ def folder_of(origin: str | metadata.Distribution, filename: str = "") -> str:
     return os.path.join(str(folder), filename) if filename else str(folder)
 
 
-def dist_key(origin: str | metadata.Distribution) -> str:
+def dist_key(origin: Origin) -> str:
     """The distribution's normalised name: from its folder's name where it has one (importlib's
     rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
@@ -116,7 +123,7 @@ def _folder_key(name: str) -> str | None:
     return _SEPARATORS.sub("_", stem.partition("-")[0])
 
 
-def _dist_name(origin: str | metadata.Distribution) -> str | None:
+def _dist_name(origin: Origin) -> str | None:
     """The distribution's normalised name for messages (None where importlib cannot say)."""
     if isinstance(origin, str):
         return dist_key(origin)
@@ -160,7 +167,7 @@ def scan(
 
 def distributions(
     path: Sequence[str] | None = None,
-) -> Iterator[tuple[str, str | metadata.Distribution]]:
+) -> Iterator[tuple[str, Origin]]:
     """What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
     path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
     ``sys.path``), listed here; importlib's own objects for a zip, an egg and any other finder's
@@ -182,7 +189,7 @@ def distributions(
                 yield dist_key(dist), dist
 
 
-def _listed(entry: str) -> Iterator[tuple[str, str | metadata.Distribution]]:
+def _listed(entry: str) -> Iterator[tuple[str, Origin]]:
     """The distributions in one entry of the path, as importlib's ``PathFinder`` finds them."""
     if isinstance(entry, str) and not entry.lower().endswith(".egg"):
         try:
@@ -201,7 +208,7 @@ def _listed(entry: str) -> Iterator[tuple[str, str | metadata.Distribution]]:
         yield dist_key(dist), dist
 
 
-def _entry_points_text(origin: str | metadata.Distribution) -> str:
+def _entry_points_text(origin: Origin) -> str:
     """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
     it (the same errors mean "none"), with `os.open` and `os.read` where it is a folder."""
     if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
@@ -222,7 +229,7 @@ def _entry_points_text(origin: str | metadata.Distribution) -> str:
 
 
 def _entries(
-    origin: str | metadata.Distribution,
+    origin: Origin,
     text: str,
     error: Exception | None,
     warn: bool,

@@ -12,8 +12,11 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
+from types import ModuleType
 from typing import Any, NoReturn, TextIO, cast
 
+from ._discovery import TORCH_BACKENDS_GROUP, scan
 from ._errors import PluginWarning
 from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
@@ -163,3 +166,75 @@ def _undo_path(before: list[str]) -> list[str]:
     missing = len([entry for entry in before if entry not in now])
     what = f"removed {missing} of its entries" if missing else "reordered its entries"
     return [f"changed sys.path ({what}); accelctl put the entries back"]
+
+
+# -- torch ------------------------------------------------------------------------------------
+# accelctl imports torch itself, for the core and the plugins (:mod:`accelctl.torch_build` is
+# their public name): with torch's backend autoload off, then the ``torch.backends`` entry points
+# loaded from accelctl's own scan, which skips a distribution whose ``entry_points.txt`` is
+# malformed (torch's autoload fails on it: section 11, "a broken distribution breaks only itself").
+
+
+def loaded_torch() -> ModuleType | None:
+    """torch's module once its import has finished (not while another thread imports it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
+#: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
+AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+def import_torch() -> ModuleType:
+    """``import torch`` with its autoload off, then its out-of-tree backends loaded from
+    accelctl's scan (:func:`load_backends`), which skips a malformed ``entry_points.txt`` that
+    torch's own autoload fails on; nothing when torch is imported already."""
+    loaded = loaded_torch()
+    if loaded is not None:
+        return loaded
+    torch = import_torch_alone()  # where another thread imports it, this waits for it
+    load_backends()
+    return torch
+
+
+def import_torch_alone() -> ModuleType:
+    """``import torch`` without its out-of-tree backends (see :func:`load_backends`)."""
+    previous = os.environ.get(AUTOLOAD_VARIABLE)
+    os.environ[AUTOLOAD_VARIABLE] = "0"
+    try:
+        import torch  # heavy: only here, where accelctl imports torch
+    finally:
+        if previous is None:
+            del os.environ[AUTOLOAD_VARIABLE]
+        else:
+            os.environ[AUTOLOAD_VARIABLE] = previous
+    return torch
+
+
+def load_backends(strict: bool = False) -> list[str]:
+    """Load the ``torch.backends`` entry points as torch's autoload does, unless
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; their names. One that fails is named in a warning,
+    or, ``strict``, raises."""
+    if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
+        return []
+    loaded = []
+    for found in scan(warn=False):
+        if found.group != TORCH_BACKENDS_GROUP:
+            continue
+        entry = metadata.EntryPoint(found.name, found.value, found.group)
+        try:
+            entry.load()()  # what torch's own autoload does with each entry point
+        except Exception as exc:
+            if strict:
+                raise
+            warnings.warn(
+                f"torch's out-of-tree backend {found.name!r} ({found.value}) failed to load: "
+                f"{type(exc).__name__}: {exc}",
+                PluginWarning,
+                stacklevel=2,
+            )
+            continue
+        loaded.append(found.name)
+    return loaded

@@ -59,7 +59,8 @@ def _manager() -> _Specs:
 
 
 class HookDiagnosis(NamedTuple):
-    """Which hooks a plugin implements, which it lacks, which accelctl does not know."""
+    """Which hooks a plugin implements, which it lacks, which accelctl does not know: what the
+    conformance checks report (:func:`diagnose`); loading keeps only its verdict."""
 
     implemented: tuple[str, ...]
     unknown: tuple[str, ...]
@@ -71,44 +72,55 @@ class HookDiagnosis(NamedTuple):
 
     def unknown_message(self) -> str | None:
         """``unknown hook(s) 'detcet' (did you mean 'detect'?); ...``, or None."""
-        if not self.unknown:
-            return None
-        import difflib  # errors only: not on the start-up path
-
-        parts = []
-        for name in self.unknown:
-            close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
-            parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        return (
-            f"unknown hook(s) {', '.join(parts)}; accelctl's hooks are "
-            f"{', '.join(hookspecs.ALL_HOOKS)}"
-        )
+        return _unknown_message(self.unknown)
 
     def missing_message(self) -> str | None:
         """``missing required hook(s) ...`` with what to do about it, or None."""
-        if not self.missing:
-            return None
-        if self.unmarked:
-            hint = f"{', '.join(self.unmarked)} defined but not marked with @accelctl.hookimpl"
-        else:
-            hint = (
-                "mark module functions with @accelctl.hookimpl or subclass accelctl.Accelerator; "
-                f"required: {', '.join(hookspecs.REQUIRED_HOOKS)}"
-            )
-        return f"missing required hook(s) {', '.join(self.missing)}; {hint}"
+        return _missing_message(self.missing, self.unmarked)
 
     def wrappers_message(self) -> str | None:
         """Why wrappers are refused, or None."""
-        if not self.wrappers:
-            return None
-        return (
-            f"hook(s) {', '.join(self.wrappers)} are marked as wrappers; accelctl calls a "
-            "plugin's own hook directly, so mark them with a plain @accelctl.hookimpl"
-        )
+        return _wrappers_message(self.wrappers)
 
     def problem(self) -> str | None:
         """The first thing that keeps the plugin from loading, in words; None when none."""
         return self.unknown_message() or self.missing_message() or self.wrappers_message()
+
+
+def _unknown_message(unknown: tuple[str, ...]) -> str | None:
+    if not unknown:
+        return None
+    import difflib  # errors only: not on the start-up path
+
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, hookspecs.ALL_HOOKS, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"unknown hook(s) {', '.join(parts)}; accelctl's hooks are {', '.join(hookspecs.ALL_HOOKS)}"
+    )
+
+
+def _missing_message(missing: tuple[str, ...], unmarked: tuple[str, ...]) -> str | None:
+    if not missing:
+        return None
+    if unmarked:
+        hint = f"{', '.join(unmarked)} defined but not marked with @accelctl.hookimpl"
+    else:
+        hint = (
+            "mark module functions with @accelctl.hookimpl or subclass accelctl.Accelerator; "
+            f"required: {', '.join(hookspecs.REQUIRED_HOOKS)}"
+        )
+    return f"missing required hook(s) {', '.join(missing)}; {hint}"
+
+
+def _wrappers_message(wrappers: tuple[str, ...]) -> str | None:
+    if not wrappers:
+        return None
+    return (
+        f"hook(s) {', '.join(wrappers)} are marked as wrappers; accelctl calls a "
+        "plugin's own hook directly, so mark them with a plain @accelctl.hookimpl"
+    )
 
 
 def instantiate(obj: object, subject: str) -> object:
@@ -125,41 +137,26 @@ def instantiate(obj: object, subject: str) -> object:
         ) from exc
 
 
-def hook_table(
-    plugin: object, subject: str
-) -> tuple[dict[str, Callable[..., Any]] | None, HookDiagnosis | None, PluginLoadError | None]:
-    """Validate ``plugin`` and take its hook functions: ``(table, diagnosis, None)``, or
-    ``(None, diagnosis or None, error)`` when it does not load. Callers hold
-    :func:`accelctl._fanout.one_at_a_time` (the manager is shared)."""
-    manager = _manager()
+def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
+    """Validate ``plugin`` and take its hook functions into a plain table; ``subject`` names it in
+    the error. Callers hold :func:`accelctl._fanout.one_at_a_time` (the manager is shared).
 
-    def fail(problem: str, cause: BaseException | None = None) -> PluginLoadError:
-        error = PluginLoadError(f"{subject}: {problem}")
-        error.__cause__ = cause
-        return error
-
+    :raises PluginLoadError: pluggy refuses it, reading its attributes raised, or a hook is
+        unknown, missing or a wrapper.
+    """
+    impls = _registered(plugin, subject)
+    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
     try:
-        # pluggy reads every attribute of the plugin, and so may run its code (a property)
-        manager.register(plugin)
-    except BaseException as exc:
-        if manager.is_registered(plugin):  # pluggy leaves a refused plugin half registered
-            manager.unregister(plugin)
-        if isinstance(exc, (pluggy.PluginValidationError, ValueError)):  # ValueError: twice
-            return None, None, fail(clean(str(exc)), exc)
-        # the plugin's attributes raised while pluggy read them
-        return None, None, fail(f"registering it failed: {failure_text(exc)}", exc)
-    try:
-        callers = manager.get_hookcallers(plugin) or []
-        impls = {caller.name: caller.get_hookimpls()[0] for caller in callers}
-    finally:
-        manager.unregister(plugin)
-    try:
-        diagnosis = _diagnose(plugin, impls)
+        unmarked = _unmarked(plugin, missing)
     except BaseException as exc:  # reading an unmarked hook's attribute ran the plugin's code
-        return None, None, fail(f"registering it failed: {failure_text(exc)}", exc)
-    problem = diagnosis.problem()
+        raise _error(subject, f"registering it failed: {failure_text(exc)}") from exc
+    problem = (
+        _unknown_message(tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)))
+        or _missing_message(missing, unmarked)
+        or _wrappers_message(_wrappers(impls))
+    )
     if problem is not None:
-        return None, diagnosis, fail(problem)
+        raise _error(subject, problem)
     table: dict[str, Callable[..., Any]] = {}
     for name, impl in impls.items():
         function = impl.function
@@ -167,21 +164,61 @@ def hook_table(
             table[name] = lambda _argument, _function=function: _function()
         else:
             table[name] = function
-    return table, diagnosis, None
+    return table
 
 
-def _diagnose(plugin: object, impls: dict[str, Any]) -> HookDiagnosis:
-    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
-    return HookDiagnosis(
-        implemented=tuple(name for name in impls if name in hookspecs.ALL_HOOKS),
-        unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
-        missing=missing,
-        unmarked=tuple(hook for hook in missing if callable(getattr(plugin, hook, None))),
-        wrappers=tuple(
-            name
-            for name, impl in impls.items()
-            if getattr(impl, "wrapper", False) or getattr(impl, "hookwrapper", False)
-        ),
+def diagnose(plugin: object) -> HookDiagnosis | None:
+    """The plugin's :class:`HookDiagnosis`, pluggy asked again (the conformance checks' detail);
+    None where pluggy refuses it or reading its attributes raises. Callers hold
+    :func:`accelctl._fanout.one_at_a_time`."""
+    try:
+        impls = _registered(plugin, "")
+        missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
+        return HookDiagnosis(
+            implemented=tuple(name for name in impls if name in hookspecs.ALL_HOOKS),
+            unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
+            missing=missing,
+            unmarked=_unmarked(plugin, missing),
+            wrappers=_wrappers(impls),
+        )
+    except BaseException:
+        return None
+
+
+def _error(subject: str, problem: str) -> PluginLoadError:
+    return PluginLoadError(f"{subject}: {problem}")
+
+
+def _registered(plugin: object, subject: str) -> dict[str, Any]:
+    """pluggy's ``HookImpl`` of each hook of ``plugin``, by hook name: registered in the shared
+    manager, read, and unregistered again."""
+    manager = _manager()
+    try:
+        # pluggy reads every attribute of the plugin, and so may run its code (a property)
+        manager.register(plugin)
+    except BaseException as exc:
+        if manager.is_registered(plugin):  # pluggy leaves a refused plugin half registered
+            manager.unregister(plugin)
+        if isinstance(exc, (pluggy.PluginValidationError, ValueError)):  # ValueError: twice
+            raise _error(subject, clean(str(exc))) from exc
+        # the plugin's attributes raised while pluggy read them
+        raise _error(subject, f"registering it failed: {failure_text(exc)}") from exc
+    try:
+        callers = manager.get_hookcallers(plugin) or []
+        return {caller.name: caller.get_hookimpls()[0] for caller in callers}
+    finally:
+        manager.unregister(plugin)
+
+
+def _unmarked(plugin: object, missing: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(hook for hook in missing if callable(getattr(plugin, hook, None)))
+
+
+def _wrappers(impls: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, impl in impls.items()
+        if getattr(impl, "wrapper", False) or getattr(impl, "hookwrapper", False)
     )
 
 

@@ -14,14 +14,20 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from . import _fanout
 from ._accelerator import Accelerator
-from ._discovery import Found
-from ._errors import AccelctlError, DeviceSpecError, PluginHookError, PluginLoadError, fresh_copy
+from ._discovery import Origin, name_problem, read_identity
+from ._errors import (
+    AccelctlError,
+    AcceleratorUnavailableError,
+    DeviceSpecError,
+    PluginHookError,
+    PluginLoadError,
+    fresh_copy,
+)
 from ._info import AcceleratorInfo
-from ._isolation import failure_text, keep_stdout, watch_import
-from ._loading import HookDiagnosis, hook_table, instantiate, name_of
+from ._isolation import failure_text, import_torch, keep_stdout, watch_import
+from ._loading import HookDiagnosis, diagnose, hook_table, instantiate, name_of
 from ._returns import RETURN_CHECKS
-from ._status import AcceleratorStatus
-from ._text import clean, one_line, quote, safe_repr, safe_str
+from ._text import clean, quote, safe_repr, safe_str
 
 if TYPE_CHECKING:
     import torch
@@ -45,11 +51,21 @@ class AcceleratorHandle:
     STATES: tuple[State, ...] = get_args(State)
     STAGES: tuple[Stage, ...] = get_args(Stage)
 
-    def __init__(self, name: str, found: Found | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        entry_point: metadata.EntryPoint | None = None,
+        origin: Origin | None = None,
+        problem: str | None = None,
+    ) -> None:
+        """``name``: the canonical name; the registry's scan gives the rest: the entry point, the
+        ``.dist-info`` folder (``origin``) and why that distribution's files cannot be trusted."""
         #: The canonical name: the entry point's name (or the object's, see :meth:`from_object`).
         self.name = name
-        self._found = found
+        self._entry_point = entry_point
+        self._origin = origin
         self._identity: tuple[str | None, str | None] | None = None
+        #: How loading went (never what a listing found: see :class:`~accelctl.AcceleratorStatus`).
         self.state: State = "not-loaded"
         #: The stage that failed, with :attr:`error`; None unless broken.
         self.stage: Stage | None = None
@@ -59,14 +75,12 @@ class AcceleratorHandle:
         self.reason: str | None = None
         #: The plugin object (module or instance) once imported, kept when registering it failed.
         self.plugin: object | None = None
-        #: pluggy's verdict on its hooks, once registering ran.
-        self.diagnosis: HookDiagnosis | None = None
         self._hooks: dict[str, Callable[..., Any]] | None = None
         self._codes: dict[object, str] = {}
         self._info: AcceleratorInfo | None = None
         self._raised = False
-        if found is not None and found.problem:
-            self._fail("metadata", PluginLoadError(f"{self.describe()}: {found.problem}"))
+        if problem:
+            self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
 
     @classmethod
     def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
@@ -98,13 +112,13 @@ class AcceleratorHandle:
     @property
     def entry_point(self) -> str | None:
         """The entry point's value (``"module:attr"``); None for an object passed in directly."""
-        return None if self._found is None else self._found.value
+        return None if self._entry_point is None else self._entry_point.value
 
     def _read_identity(self) -> tuple[str | None, str | None]:
         if self._identity is None:
             self._identity = None, None
-            if self._found is not None:
-                dist, version, problem = self._found.identity()
+            if self._origin is not None:
+                dist, version, problem = read_identity(self._origin)
                 self._identity = dist, version
                 if problem:
                     self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
@@ -130,26 +144,26 @@ class AcceleratorHandle:
     def load(self) -> AcceleratorHandle:
         """Import, instantiate and validate the plugin, once (a disabled one is not imported);
         never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
+        _fanout.working_for(self)  # a named command's deadline: this plugin's error
         self._read_identity()
-        if self.state == "not-loaded" and self._found is not None:
+        if self.state == "not-loaded" and self._entry_point is not None:
             with _fanout.one_at_a_time():
                 if self.state == "not-loaded":
-                    self._import()
+                    self._import(self._entry_point)
         return self
 
-    def _import(self) -> None:
-        found = self._found
-        assert found is not None
-        problem = found.name_problem()
+    def _import(self, entry_point: metadata.EntryPoint) -> None:
+        problem = name_problem(entry_point.name)
         if problem:
             self._fail("name", PluginLoadError(f"{self.describe()}: {problem}"))
             return
         try:
             with watch_import(self.describe()):
-                obj = metadata.EntryPoint(found.name, found.value, found.group).load()
+                obj = entry_point.load()
         except BaseException as exc:  # anything the plugin raised, its sys.exit() included
             error = PluginLoadError(
-                f"{self.describe()}: importing {quote(found.value)} failed: {failure_text(exc)}"
+                f"{self.describe()}: importing {quote(entry_point.value)} failed: "
+                f"{failure_text(exc)}"
             )
             error.__cause__ = exc
             self._fail("import", error)
@@ -164,18 +178,29 @@ class AcceleratorHandle:
         except PluginLoadError as exc:
             self._fail("instantiate", exc)
             return
-        if isinstance(plugin, Accelerator) and self._found is not None:
+        if isinstance(plugin, Accelerator) and self._entry_point is not None:
             plugin.bind_entry_point(self.name)
         self.plugin = plugin
-        table, self.diagnosis, error = hook_table(plugin, self.describe())
-        keep_stdout()
-        if error is not None:
-            self._fail("register", error)
+        try:
+            table = hook_table(plugin, self.describe())
+        except PluginLoadError as exc:
+            self._fail("register", exc)
             return
-        assert table is not None
+        finally:
+            keep_stdout()
         self._hooks = table
         self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
         self.state = "loaded"
+
+    @property
+    def diagnosis(self) -> HookDiagnosis | None:
+        """pluggy's verdict on the imported plugin's hooks, worked out when asked (the conformance
+        checks' detail; loading keeps only its outcome); None before the plugin is imported or
+        where pluggy refuses it."""
+        if self.plugin is None:
+            return None
+        with _fanout.one_at_a_time():
+            return diagnose(self.plugin)
 
     def check(self) -> AcceleratorHandle:
         """Load the plugin and return the handle, or raise why it cannot be used.
@@ -187,8 +212,6 @@ class AcceleratorHandle:
         if self.state == "loaded":
             return self
         if self.state == "disabled":
-            from ._errors import AcceleratorUnavailableError
-
             name = self.name
             message = f"accelerator {name!r} is {self.reason}; unset or change it to use {name!r}"
             raise AcceleratorUnavailableError(message, name=name, reason=self.reason)
@@ -253,8 +276,9 @@ class AcceleratorHandle:
 
     def detect(self) -> bool:
         """True when the accelerator can run torch work here now."""
+        function = self._loaded_hooks()["detect"]
         try:
-            value = self._loaded_hooks()["detect"]()
+            value = function()
         except BaseException as exc:
             raise self._failed("detect", exc)  # noqa: B904 - the cause is set
         return value if value is True or value is False else self._returned("detect", value)
@@ -276,8 +300,6 @@ class AcceleratorHandle:
     def get_parallel_devices(self, devices: Any) -> list[torch.device]:
         """One ``torch.device`` per process for what :meth:`parse_devices` returned."""
         if "torch" not in sys.modules:
-            from .torch_build import import_torch
-
             with _fanout.off_clock():  # torch's first import is not the plugin's time
                 import_torch()  # accelctl's own: a malformed package cannot break it
         return cast("list[torch.device]", self._call("get_parallel_devices", devices))
@@ -316,29 +338,7 @@ class AcceleratorHandle:
         result: dict[str, str | int | float | bool | None] | None = self._call("environment_info")
         return {} if result is None else result
 
-    # -- asked with the others ----------------------------------------------------------------
-
-    def probe(self) -> AcceleratorStatus:
-        """Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected,
-        its devices or why not. Never raises for the plugin's failure (the status says it)."""
-        if self.state == "disabled":
-            return AcceleratorStatus(self, reason=self.reason)
-        self.load()
-        if self.state != "loaded" or self._hooks is None:
-            return AcceleratorStatus(self, error=one_line(self.error or "not loaded"))
-        try:
-            info = self.info
-            try:
-                detected = self._hooks["detect"]()
-            except BaseException as exc:
-                raise self._failed("detect", exc)  # noqa: B904 - the cause is set
-            if detected is not True and detected is not False:
-                detected = self._returned("detect", detected)
-            if detected:
-                return AcceleratorStatus(self, True, self.auto_device_count(), info=info)
-            return AcceleratorStatus(self, False, 0, self.unavailable_reason(), info=info)
-        except AccelctlError as exc:
-            return AcceleratorStatus(self, error=one_line(exc))
+    # -- past a deadline ---------------------------------------------------------------------
 
     def late(self, seconds: float, frame: FrameType | None) -> PluginHookError:
         """The error of this plugin when it has not answered within ``seconds`` (read from where

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from importlib.metadata import EntryPoint
 
 from . import _fanout, _settings
 from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
@@ -16,7 +17,7 @@ from ._errors import AccelctlError, PluginConflictError, PluginWarning, UnknownA
 from ._info import is_valid_name
 from ._plugin import AcceleratorHandle
 from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
-from ._status import AcceleratorStatus, settle
+from ._status import AcceleratorStatus, probe, settle
 from ._text import quote
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
@@ -57,7 +58,9 @@ class Registry:
                     self._torch_backends.append(found)
                 elif found.group == ENTRY_POINT_GROUP:
                     name = found.name.lower()
-                    by_name.setdefault(name, []).append(AcceleratorHandle(name, found))
+                    entry_point = EntryPoint(found.name, found.value, found.group)
+                    handle = AcceleratorHandle(name, entry_point, found.origin, found.problem)
+                    by_name.setdefault(name, []).append(handle)
             for name, handles in by_name.items():
                 if len(handles) > 1:  # a conflict: one row each, by distribution
                     handles.sort(key=lambda handle: handle.distribution or "")
@@ -126,6 +129,7 @@ class Registry:
                 distributions=[h.distribution or h.name for h in owners],
             )
         if owners:
+            _fanout.working_for(owners[0])  # a named command's deadline: this plugin's from here
             return owners[0]
         raise self.unknown(name)
 
@@ -135,13 +139,13 @@ class Registry:
         plugins = self.plugins()
         if not detect:
             return [AcceleratorStatus.of(handle) for handle in plugins]
-        return settle(plugins, _fanout.run_each(plugins, AcceleratorHandle.probe))
+        return settle(plugins, _fanout.run_each(plugins, probe))
 
     def candidates(self) -> list[AcceleratorStatus]:
         """Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; a broken one is
         named in a :class:`~accelctl.PluginWarning`."""
         enabled = self.enabled()
-        statuses = settle(enabled, _fanout.run_each(enabled, AcceleratorHandle.probe))
+        statuses = settle(enabled, _fanout.run_each(enabled, probe))
         for status in statuses:
             if status.error is not None:
                 warnings.warn(f"skipping {status.error}", PluginWarning, stacklevel=3)

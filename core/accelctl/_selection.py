@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _settings
+from . import _fanout, _settings
 from ._accelerator import Accelerator
 from ._errors import (
     AccelctlError,
@@ -67,7 +67,7 @@ def select_accelerator(
     name or alias (any case, which must be available), or a plugin object used as it is.
     ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) before any plugin
     code runs, so no plugin can change what this call selects."""
-    chosen = _settings.Selection.read(environ)
+    chosen = _settings.SelectionVariables.read(environ)
     return _select(accelerator, registry or get_registry(), chosen.accelerator)
 
 
@@ -118,7 +118,9 @@ def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
         statuses = [s for s in statuses if s.error is not None or s.family == family]
     available = [s for s in statuses if s.available]
     if available:
-        return min(available, key=lambda s: (-(s.priority or 0), s.name)).accelerator
+        chosen = min(available, key=lambda s: (-(s.priority or 0), s.name)).accelerator
+        _fanout.working_for(chosen)  # a named command's deadline: this plugin's from here
+        return chosen
     if family is None:
         loadable = [s for s in statuses if s.error is None]
         installed = ", ".join(f"{s.name} ({_why(s)})" for s in loadable) or "none"
@@ -196,7 +198,7 @@ def resolve(
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
-    chosen = _settings.Selection.read(environ)  # now, before any plugin code runs
+    chosen = _settings.SelectionVariables.read(environ)  # now, before any plugin code runs
     handle = _select(accelerator, registry or get_registry(), chosen.accelerator)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""

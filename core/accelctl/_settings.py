@@ -84,17 +84,22 @@ class PluginFilter(NamedTuple):
         return None
 
 
-class Selection(NamedTuple):
-    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset)."""
+class SelectionVariables(NamedTuple):
+    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset); what they
+    select is an :class:`accelctl.Selection`."""
 
     accelerator: str = ""
     devices: str = ""
 
     @classmethod
-    def read(cls, environ: Mapping[str, str] | None = None) -> Selection:
+    def read(cls, environ: Mapping[str, str] | None = None) -> SelectionVariables:
         """Read both variables now (:func:`accelctl.resolve` does so when it starts)."""
         env = _environ(environ)
         return cls(env.get(ACCELERATOR, "").strip(), env.get(DEVICES, "").strip())
+
+
+#: The old name, for ``accelctl._trainer`` and the bridges until they read the new one (issue 27).
+Selection = SelectionVariables
 
 
 def _seconds(

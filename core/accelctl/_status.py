@@ -6,14 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from ._errors import AccelctlError
 from ._info import AcceleratorInfo
+from ._plugin import AcceleratorHandle
 from ._text import one_line
 
-if TYPE_CHECKING:
-    from ._plugin import AcceleratorHandle
+#: What a listing found, a row's :attr:`~AcceleratorStatus.state` (the ``state`` of
+#: ``list --json``). Not the handle's :attr:`~accelctl.AcceleratorHandle.state`, which says how
+#: loading went; the two agree where loading decides: a disabled handle is a disabled row, a broken
+#: one a broken row (a loaded plugin whose hook fails in the listing is a broken row too).
+RowState = Literal["available", "unavailable", "disabled", "broken", "not-run"]
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,9 @@ class AcceleratorStatus:
         return self.info.description if self.info else None
 
     @property
-    def state(self) -> str:
-        """``"available"``, ``"unavailable"``, ``"disabled"``, ``"broken"`` or ``"not-run"``."""
+    def state(self) -> RowState:
+        """What this listing found: ``"available"``, ``"unavailable"``, ``"disabled"``,
+        ``"broken"`` or ``"not-run"`` (see :data:`RowState`)."""
         if self.error is not None:
             return "broken"
         if self.accelerator.state == "disabled":
@@ -98,6 +103,24 @@ class AcceleratorStatus:
             "reason": self.reason,
             "error": self.error,
         }
+
+
+def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
+    """Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected, its
+    devices or why not, each through the handle's own hook method. Never raises for the plugin's
+    failure (the status says it)."""
+    if handle.state == "disabled":
+        return AcceleratorStatus(handle, reason=handle.reason)
+    handle.load()
+    if handle.state != "loaded":
+        return AcceleratorStatus(handle, error=one_line(handle.error or "not loaded"))
+    try:
+        info = handle.info
+        if handle.detect():
+            return AcceleratorStatus(handle, True, handle.auto_device_count(), info=info)
+        return AcceleratorStatus(handle, False, 0, handle.unavailable_reason(), info=info)
+    except AccelctlError as exc:
+        return AcceleratorStatus(handle, error=one_line(exc))
 
 
 def settle(

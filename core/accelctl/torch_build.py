@@ -12,13 +12,35 @@ import ast
 import functools
 import importlib.metadata
 import importlib.util
-import os
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, NamedTuple
+
+from ._discovery import read_identity
+from ._isolation import (
+    AUTOLOAD_VARIABLE,
+    import_torch,
+    import_torch_alone,
+    load_backends,
+    loaded_torch,
+)
+from ._registry import get_registry
+
+__all__ = [
+    "AUTOLOAD_VARIABLE",
+    "BackendEntryPoint",
+    "TorchBuild",
+    "backend_entry_points",
+    "cudnn_version",
+    "import_torch",
+    "import_torch_alone",
+    "load_backends",
+    "loaded_torch",
+    "mps_built",
+    "read_torch_build",
+    "version_literals",
+]
 
 _FIELDS = ("__version__", "cuda", "hip", "xpu")
 
@@ -107,14 +129,6 @@ def read_torch_build() -> TorchBuild | None:
     return _from_files()
 
 
-def loaded_torch() -> ModuleType | None:
-    """torch's module once its import has finished (not while another thread imports it)."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
-        return None
-    return torch
-
-
 @functools.cache
 def _from_files() -> TorchBuild | None:
     try:
@@ -133,7 +147,7 @@ def _from_files() -> TorchBuild | None:
                 hip=_text(found.get("hip")),
                 xpu=_text(found.get("xpu")),
             )
-    import torch
+    import torch  # heavy: the last resort, where version.py cannot be read
 
     return _from_module(torch, "import")
 
@@ -142,7 +156,7 @@ def mps_built(build: TorchBuild) -> bool:
     """Whether torch has its MPS backend (built on macOS only: elsewhere no import is needed)."""
     if sys.platform != "darwin" and build.source != "loaded":
         return False
-    import torch
+    import torch  # heavy: on macOS only, or where torch is imported already
 
     return bool(torch.backends.mps.is_built())
 
@@ -153,7 +167,7 @@ def cudnn_version(build: TorchBuild) -> str | None:
     if not build.cuda:
         return None
     if build.source != "version.py":
-        import torch
+        import torch  # imported already (or by the line above's last resort)
 
         try:
             found = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
@@ -165,10 +179,6 @@ def cudnn_version(build: TorchBuild) -> str | None:
         return importlib.metadata.version(f"nvidia-cudnn-cu{major}")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-#: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.
-AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 class BackendEntryPoint(NamedTuple):
@@ -186,72 +196,14 @@ def backend_entry_points() -> list[BackendEntryPoint]:
     """Every installed ``torch.backends`` entry point, from accelctl's one scan of the installed
     distributions (the process-wide registry's, which finds the plugins too): a plugin that asks
     costs no second pass over them, and asking again reads no file."""
-    from ._registry import get_registry
-
     registry = get_registry()
     if _backends[0] is not registry:  # read once per registry (a new one scans again)
         entries = []
         for found in registry.torch_backends():
-            distribution, version, _ = found.identity()
+            distribution, version, _ = read_identity(found.origin)
             entries.append(BackendEntryPoint(found.name, found.value, distribution, version))
         _backends[:] = [registry, entries]
     return list(_backends[1])
 
 
 _backends: list[Any] = [None, []]  # the registry read last, and its entries
-
-
-def import_torch() -> ModuleType:
-    """``import torch`` with its autoload off, then its out-of-tree backends loaded from
-    accelctl's scan (:func:`load_backends`), which skips a malformed ``entry_points.txt`` that
-    torch's own autoload fails on; nothing when torch is imported already."""
-    loaded = loaded_torch()
-    if loaded is not None:
-        return loaded
-    torch = import_torch_alone()  # where another thread imports it, this waits for it
-    load_backends()
-    return torch
-
-
-def import_torch_alone() -> ModuleType:
-    """``import torch`` without its out-of-tree backends (see :func:`load_backends`)."""
-    previous = os.environ.get(AUTOLOAD_VARIABLE)
-    os.environ[AUTOLOAD_VARIABLE] = "0"
-    try:
-        import torch
-    finally:
-        if previous is None:
-            del os.environ[AUTOLOAD_VARIABLE]
-        else:
-            os.environ[AUTOLOAD_VARIABLE] = previous
-    return torch
-
-
-def load_backends(strict: bool = False) -> list[str]:
-    """Load the ``torch.backends`` entry points as torch's autoload does, unless
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; their names. One that fails is named in a warning,
-    or, ``strict``, raises."""
-    if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
-        return []
-    from ._discovery import TORCH_BACKENDS_GROUP, scan
-    from ._errors import PluginWarning
-
-    loaded = []
-    for found in scan(warn=False):
-        if found.group != TORCH_BACKENDS_GROUP:
-            continue
-        entry = importlib.metadata.EntryPoint(found.name, found.value, found.group)
-        try:
-            entry.load()()  # what torch's own autoload does with each entry point
-        except Exception as exc:
-            if strict:
-                raise
-            warnings.warn(
-                f"torch's out-of-tree backend {found.name!r} ({found.value}) failed to load: "
-                f"{type(exc).__name__}: {exc}",
-                PluginWarning,
-                stacklevel=2,
-            )
-            continue
-        loaded.append(found.name)
-    return loaded

@@ -8,6 +8,7 @@ import json
 import pytest
 from cliharness import Cli, FakeClock
 
+from accelctl import _stats
 from accelctl.cli import stats_cmd
 
 from fakedists import FakeSite
@@ -141,11 +142,12 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(cli: Cli, monkeypatch):
             raise KeyboardInterrupt
 
     clock.on_sleep = sleep
-    monkeypatch.setattr(stats_cmd, "time", clock)
+    monkeypatch.setattr(stats_cmd, "time", clock)  # the --watch interval
+    monkeypatch.setattr(_stats, "time", clock)  # the wait for a real first reading
     result = cli("stats", "--json", "--watch", "0.5")
     assert result.exit_code == 0
     documents = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(documents) == 3 and sleeps == [stats_cmd.FIRST_READING_WAIT_S, 0.5, 0.5, 0.5]
+    assert len(documents) == 3 and sleeps == [_stats.FIRST_READING_WAIT_S, 0.5, 0.5, 0.5]
     assert all(doc[0]["accelerator"] == "cpu" for doc in documents)
     sleeps.clear()
     result = cli("stats", "--watch", "2")

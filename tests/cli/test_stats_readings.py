@@ -14,6 +14,7 @@ import pytest
 from cliharness import Cli, FakeClock
 
 import accelctl
+from accelctl import _stats
 from accelctl.cli import stats_cmd
 
 from fakedists import FakeSite, good_plugin, undetected_plugin
@@ -54,7 +55,8 @@ Times = collections.namedtuple("Times", "user system idle")
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     clock = FakeClock()
-    monkeypatch.setattr(stats_cmd, "time", clock)
+    monkeypatch.setattr(stats_cmd, "time", clock)  # the --watch interval
+    monkeypatch.setattr(_stats, "time", clock)  # the wait for a real first reading
     return clock
 
 
@@ -80,9 +82,9 @@ def test_one_shot_cpu_percent_is_a_real_reading(
     [reading] = json.loads(result.stdout)
     assert reading["stats"]["cpu_percent"] == 60.0
     # The reading thrown away is followed by a pause long enough for psutil to measure.
-    assert clock.sleeps == [stats_cmd.FIRST_READING_WAIT_S] and clock.sleeps[0] >= 0.1
+    assert clock.sleeps == [_stats.FIRST_READING_WAIT_S] and clock.sleeps[0] >= 0.1
     first, shown = step_psutil.taken
-    assert shown - first == stats_cmd.FIRST_READING_WAIT_S
+    assert shown - first == _stats.FIRST_READING_WAIT_S
 
 
 class SlowFirstPsutil(StepPsutil):
@@ -109,7 +111,7 @@ class SlowFirstPsutil(StepPsutil):
     ("cost", "gap"),
     [
         (0.05, 0.15),  # inside the wait: shown 0.2 s after the CPU was found
-        (0.15, stats_cmd.READING_GAP_MIN_S),  # past what the wait leaves: the minimum gap
+        (0.15, _stats.READING_GAP_MIN_S),  # past what the wait leaves: the minimum gap
     ],
 )
 @pytest.mark.parametrize("named", [False, True], ids=["every", "named"])
@@ -136,8 +138,8 @@ def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
     assert reading["stats"]["cpu_percent"] == 60.0
     first, shown = step.taken
     assert first == pytest.approx(found + cost)
-    assert shown - first == pytest.approx(gap) and gap >= stats_cmd.READING_GAP_MIN_S
-    assert shown - found == pytest.approx(max(stats_cmd.FIRST_READING_WAIT_S, cost + gap))
+    assert shown - first == pytest.approx(gap) and gap >= _stats.READING_GAP_MIN_S
+    assert shown - found == pytest.approx(max(_stats.FIRST_READING_WAIT_S, cost + gap))
 
 
 #: A plugin found after half a second of the test's clock (its first detect() takes that long),
@@ -178,7 +180,7 @@ def test_the_wait_runs_from_when_the_probe_found_the_accelerator(
     [found] = plugin.FOUND
     assert found == 0.5  # the probe's own time is not part of the wait
     first, _, shown, _ = plugin.TAKEN  # two devices, read twice
-    assert first == found and shown == found + stats_cmd.FIRST_READING_WAIT_S
+    assert first == found and shown == found + _stats.FIRST_READING_WAIT_S
 
 
 #: A plugin whose probe takes half a second of the test's clock (its hardware is absent).
@@ -204,14 +206,14 @@ def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
 
     fake_site.install("acme-slow", {"slow": "stats_slow"}, {"stats_slow": SLOW_PROBE})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,slow")
-    monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)  # one thread: cpu, then slow
+    monkeypatch.setattr(_fanout, "MAX_WORKERS", 1)  # one thread: cpu, then slow
     result = cli("stats", "--json")
     assert result.exit_code == 0, result.output
     [reading] = json.loads(result.stdout)
     assert reading["accelerator"] == "cpu" and reading["stats"]["cpu_percent"] == 60.0
     assert clock.sleeps == [], result.stderr
     first, shown = step_psutil.taken
-    assert shown - first == 0.5 >= stats_cmd.FIRST_READING_WAIT_S
+    assert shown - first == 0.5 >= _stats.FIRST_READING_WAIT_S
 
 
 def test_cpu_percent_compares_readings_made_in_different_threads(step_psutil: StepPsutil) -> None:
@@ -267,3 +269,44 @@ def test_watch_into_a_closed_pipe_ends_quietly() -> None:
         process.kill()
     assert stderr == ""
     assert code == 1  # click's answer to a closed pipe, as documented
+
+
+# -- the library's reading, which `accelctl stats` prints -------------------------------------
+
+
+def test_read_stats_is_the_library_reading_the_command_prints(
+    fake_site: FakeSite, step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = good_plugin("brk").replace(
+        "def detect():", "def detect():\n        raise OSError('gone')"
+    )
+    fake_site.install("acme-brk", {"brk": "lib_brk"}, {"lib_brk": broken})
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,brk")
+    with pytest.warns(accelctl.PluginWarning, match=r"skipping brk: .*detect\(\) raised OSError"):
+        [reading] = accelctl.read_stats()
+    assert isinstance(reading, accelctl.DeviceStats)
+    assert reading.to_dict() == {
+        "accelerator": "cpu",
+        "device": "cpu",
+        "stats": reading.stats,
+        "error": None,
+    }
+    assert reading.stats["cpu_percent"] == 60.0  # a real rate: the first reading was thrown away
+    assert clock.sleeps == [_stats.FIRST_READING_WAIT_S]
+
+
+def test_watch_stats_waits_once_then_reads_each_round_when_asked(
+    step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
+    step_psutil._samples = iter([(10, 90), (40, 110), (70, 130)])
+    rounds = accelctl.watch_stats("cpu")
+    first, second = next(rounds), next(rounds)
+    assert [r.device for r in first] == [r.device for r in second] == ["cpu"]
+    assert clock.sleeps == [_stats.FIRST_READING_WAIT_S]  # the caller paces the next rounds
+    assert len(step_psutil.taken) == 3  # thrown away, then one per round
+
+
+def test_read_stats_of_a_name_nothing_provides_is_the_lookups_error() -> None:
+    with pytest.raises(accelctl.UnknownAcceleratorError, match="no accelerator named 'nosuch'"):
+        accelctl.read_stats("nosuch")

@@ -133,6 +133,28 @@ def test_auto_skips_a_plugin_that_does_not_answer(gate: FakeSite, monkeypatch) -
     assert selection.accelerator.name == "good"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("asked", ["auto", "stuckalias", "stuckdev"])
+def test_a_named_commands_late_plugin_is_named_however_it_was_chosen(
+    gate: FakeSite, monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    # `accelctl resolve` runs its whole work under one deadline: the plugin it picked (by
+    # "auto", an alias or its name) is the one named when it stops answering.
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
+    source = waiting_plugin("stuckdev", "parse_devices", priority=500).replace(
+        '"aliases": ()', '"aliases": ("stuckalias",)', 1
+    )
+    assert "stuckalias" in source
+    gate.install("acme-stuckdev", {"stuckdev": "fo_stuckdev"}, {"fo_stuckdev": source})
+    registry = Registry(path=gate.path)
+    with pytest.raises(PluginHookError) as caught:
+        _fanout.run_one(lambda: resolve(asked, registry=registry, environ={}))
+    assert str(caught.value).startswith(
+        f"accelerator 'stuckdev' (acme-stuckdev 1.0): parse_devices() did not answer within "
+        f"{DEADLINE_S} s"
+    )
+
+
 # -- one, inline ----------------------------------------------------------------------------
 
 SEEN = """
@@ -203,24 +225,47 @@ def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -
             handle.detect()
 
 
-def test_plugins_that_answer_at_once_are_asked_one_after_another_in_one_thread(
-    gate: FakeSite, monkeypatch: pytest.MonkeyPatch
+def test_plugins_are_asked_from_a_bounded_pool_of_threads_never_the_callers(
+    gate: FakeSite,
 ) -> None:
-    # Plain Python shares one interpreter lock: a thread per quick plugin only adds contention
-    # (the 1000-plugin `list` took twice as long with 8 threads). Slow ones get company: the
-    # barrier tests above pass only when the pool grows. "Quick" is GROW_AFTER_S (20 ms), which
-    # a loaded machine can exceed for any plugin: raised here, so the test reads no clock.
-    monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)
+    # A plain pool: at most MAX_WORKERS threads however many plugins, each a daemon thread (the
+    # interpreter's exit never waits for one), none of them the caller's (each plugin is under
+    # its deadline there).
     (gate.root / "gate.py").write_text(
         "import threading\nOPEN = threading.Event()\nASKED_IN = []\n"
     )
-    names = [f"quick{index}" for index in range(6)]
-    record = "gate.ASKED_IN.append(gate.threading.get_ident())"
+    names = [f"quick{index:02d}" for index in range(3 * _fanout.MAX_WORKERS)]
+    record = "gate.ASKED_IN.append(gate.threading.current_thread())"
     for name in names:
         source = waiting_plugin(name, "detect", wait=record)
         gate.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": source})
     rows = Registry(path=gate.path).listing()
     assert [row.state for row in rows] == ["available"] * len(names)
     asked_in = sys.modules["gate"].ASKED_IN
-    assert len(asked_in) == len(names) and len(set(asked_in)) == 1
-    assert asked_in[0] != threading.get_ident()  # still off the caller's thread, under a deadline
+    assert len(asked_in) == len(names) and len(set(asked_in)) <= _fanout.MAX_WORKERS
+    assert all(thread.daemon for thread in asked_in)
+    assert threading.current_thread() not in asked_in
+
+
+def test_a_late_plugins_error_is_made_by_what_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fan-out finds no plugin on the stuck thread's stack: the item it was given makes the
+    # error, from where that thread is (for the hook's name).
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "0.05")
+    release = threading.Event()
+    seen: list[tuple[float, str | None]] = []
+
+    class Item:
+        def late(self, seconds: float, frame: object) -> accelctl.AccelctlError:
+            seen.append((seconds, getattr(getattr(frame, "f_code", None), "co_name", None)))
+            return accelctl.AccelctlError("late item")
+
+    def stuck(item: Item) -> str:
+        release.wait(BARRIER_GUARD_S)
+        return "answered"
+
+    try:
+        [result] = _fanout.run_each([Item()], stuck)
+    finally:
+        release.set()
+    assert isinstance(result, accelctl.AccelctlError) and str(result) == "late item"
+    assert seen and seen[0][0] == 0.05 and seen[0][1] is not None

@@ -14,11 +14,13 @@ from typing import Any
 
 import click
 
+import accelctl
+
 from .. import _settings
 from .._errors import AccelctlError
 from .._fanout import run_each
 from .._plugin import AcceleratorHandle
-from .._registry import get_registry
+from .._registry import list_accelerators
 from .._status import AcceleratorStatus
 from .._text import one_line, printable_line
 from ..torch_build import cudnn_version, mps_built, read_torch_build
@@ -59,29 +61,20 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _accelerators() -> list[dict[str, Any]]:
-    """A row per plugin: its status, then its ``environment_info`` (where it loaded and answered);
-    every plugin at once, its whole row under one deadline."""
-    handles = get_registry().plugins()
-    probed: dict[int, dict[str, Any]] = {}  # rows whose status is known, by id(handle)
-
-    def ask(handle: AcceleratorHandle) -> dict[str, Any]:
-        status = handle.probe()
-        row = probed[id(handle)] = _row(status)
-        if status.error is None and handle.state == "loaded":
-            try:
-                row["environment"] = handle.environment_info()
-            except AccelctlError as exc:
-                row["environment_error"] = one_line(exc)
-        return row
-
+    """A row per plugin: its status (:func:`accelctl.list_accelerators`), then the
+    ``environment_info`` of each loaded one that answered, asked of all at once, each under the
+    deadline."""
+    statuses = list_accelerators()
+    asked = [s.accelerator for s in statuses if s.error is None and s.accelerator.state == "loaded"]
+    facts = dict(zip(asked, run_each(asked, AcceleratorHandle.environment_info), strict=True))
     rows = []
-    for handle, row in zip(handles, run_each(handles, ask), strict=True):
-        if isinstance(row, AccelctlError):  # late: in its probe, or in environment_info()
-            late, known = one_line(row), probed.get(id(handle))
-            if known:
-                row = {**known, "environment_error": late}
-            else:
-                row = _row(AcceleratorStatus(handle, error=late))
+    for status in statuses:
+        row = _row(status)
+        environment = facts.get(status.accelerator)
+        if isinstance(environment, AccelctlError):  # it raised, or did not answer in time
+            row["environment_error"] = one_line(environment)
+        elif environment is not None:
+            row["environment"] = environment
         rows.append(row)
     return rows
 
@@ -103,14 +96,12 @@ def _row(status: AcceleratorStatus) -> dict[str, Any]:
 
 def collect() -> Environment:
     """Gather the report (no torch import where the plugins need none; no device initialised)."""
-    import accelctl  # its __version__ is the one lookup of the installed version
-
     return Environment(
         platform=platform.platform(),
         python=(
             f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
         ),
-        accelctl=str(accelctl.__version__),
+        accelctl=str(accelctl.__version__),  # the one lookup of the installed version
         torch=_torch_info(),
         accelerators=_accelerators(),
         variables=_settings.set_variables(),  # accelctl's own, when set

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .._fanout import run_each
-from .._plugin import AcceleratorHandle
-from .._registry import get_registry
-from .._status import AcceleratorStatus, settle
+from .._registry import list_accelerators
+from .._status import AcceleratorStatus
 from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")
@@ -38,11 +36,7 @@ def list_command(as_json: bool, no_detect: bool) -> None:
 
     Always exits 0: a broken plugin shows as a row with its error.
     """
-    handles = get_registry().plugins()
-    if no_detect:
-        statuses = [AcceleratorStatus.of(handle) for handle in handles]
-    else:  # every plugin probed at once, each under its deadline
-        statuses = settle(handles, run_each(handles, AcceleratorHandle.probe))
+    statuses = list_accelerators(detect=not no_detect)  # each plugin under its deadline
     if as_json:
         emit_json([status.to_dict() for status in statuses])
         return

@@ -1,0 +1,153 @@
+"""Device figures of the available accelerators: :func:`read_stats` and :func:`watch_stats`.
+
+No torch import of its own: devices are named by their strings (``"cuda:0"``) and each plugin's
+``device_stats`` takes that form, importing torch only where it needs it (a device in use). A
+figure that is a rate since the previous reading (the CPU's ``cpu_percent``) says 0 on a
+process's first reading, so the first round is read twice: once to throw away, then after a wait
+(docs/concepts.md section 7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._device_string import device_string
+from ._errors import AccelctlError, PluginWarning
+from ._fanout import restart_clock, run_each, run_one
+from ._plugin import AcceleratorHandle
+from ._registry import get_registry
+from ._selection import select_accelerator
+from ._status import AcceleratorStatus, probe, settle
+from ._text import one_line
+
+#: From finding an accelerator to its first reading returned; the reading thrown away is taken
+#: inside this wait...
+FIRST_READING_WAIT_S = 0.2
+#: ...and at least this long before the one returned (psutil's minimum for a meaningful rate).
+READING_GAP_MIN_S = 0.1
+
+
+@dataclass
+class DeviceStats:
+    """The figures of one device (``device_stats``' flat dict, units in the keys), or why they
+    could not be read (``error``, one line; ``stats`` is then empty)."""
+
+    accelerator: str
+    device: str
+    stats: dict[str, int | float] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read), the
+        objects of ``accelctl stats --json``."""
+        return dataclasses.asdict(self)
+
+
+def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
+    """One reading per device of every available accelerator, or of ``accelerator`` (a name, an
+    alias, ``"gpu"`` or ``"auto"``, which must be available), the accelerators read at once, each
+    under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each accelerator is read once to throw away,
+    and again 0.2 s after it was found (never less than 0.1 s after that first reading).
+
+    A broken plugin is skipped with a :class:`~accelctl.PluginWarning`; a hook that fails or does
+    not answer is that device's ``error`` instead of stopping the others.
+
+    :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError: for
+        ``accelerator``, as :func:`accelctl.resolve` would.
+    """
+    return next(watch_stats(accelerator))
+
+
+def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
+    """Rounds of readings of the same accelerators: the first as :func:`read_stats` returns it,
+    each next one when asked (the caller waits between them; ``accelctl stats --watch``)."""
+    handles = _primed(accelerator)
+    while True:
+        yield _read_all(handles)
+
+
+def _primed(name: str | None) -> list[AcceleratorHandle]:
+    """The accelerators to read, each read once already and waited for (hooks may not sleep; this
+    may): NAME, which must be available, or every available one, read as soon as its probe says
+    so, under a deadline of its own, while the other plugins' probes go on. One whose first
+    reading did not answer stays, so that its reading is an error (its stuck thread is not asked
+    again)."""
+    primed: list[tuple[float, float]] = []  # (found, read thrown away), per accelerator
+    if name is not None:
+        handles = [run_one(lambda: select_accelerator(name))]
+        found = time.monotonic()
+        _read_all(handles)
+        primed.append((found, time.monotonic()))
+    else:
+        probed: dict[AcceleratorHandle, AcceleratorStatus] = {}
+
+        def probe_and_read(handle: AcceleratorHandle) -> AcceleratorStatus:
+            probed[handle] = status = probe(handle)
+            if status.available:
+                found = time.monotonic()
+                restart_clock()  # the reading has a deadline of its own
+                _read(handle)
+                primed.append((found, time.monotonic()))
+            return status
+
+        plugins = get_registry().plugins()
+        handles = []
+        for status in settle(plugins, run_each(plugins, probe_and_read)):
+            handle = status.accelerator
+            if status.error is not None and handle in probed and probed[handle].available:
+                handles.append(handle)  # detected; its first reading did not answer in time
+            elif status.error is not None:
+                warnings.warn(
+                    f"skipping {status.name}: {status.error}", PluginWarning, stacklevel=4
+                )
+            elif status.available:
+                handles.append(handle)
+    # The first reading thrown away is inside the wait (for the CPU, psutil's import), but
+    # never leaves less than the gap before the one returned.
+    if primed:
+        ready = max(
+            max(found + FIRST_READING_WAIT_S, read + READING_GAP_MIN_S) for found, read in primed
+        )
+        wait = ready - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    return handles
+
+
+def _devices(handle: AcceleratorHandle) -> list[str]:
+    """Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
+    for a process count), without importing torch: the type is ``device_type``, else the name."""
+    parsed = handle.parse_devices("auto")
+    kind = handle.info.device_type or handle.name
+    if isinstance(parsed, int):
+        return [device_string(kind)]
+    return list(dict.fromkeys(device_string(kind, index) for index in parsed))
+
+
+def _read(handle: AcceleratorHandle) -> list[DeviceStats]:
+    try:
+        devices = _devices(handle)
+    except AccelctlError as exc:
+        return [DeviceStats(handle.name, "?", error=one_line(exc))]
+    readings = []
+    for device in devices:
+        try:
+            readings.append(DeviceStats(handle.name, device, handle.device_stats(device)))
+        except AccelctlError as exc:
+            readings.append(DeviceStats(handle.name, device, error=one_line(exc)))
+    return readings
+
+
+def _read_all(handles: list[AcceleratorHandle]) -> list[DeviceStats]:
+    readings = []
+    for handle, read in zip(handles, run_each(handles, _read), strict=True):
+        if isinstance(read, AccelctlError):
+            readings.append(DeviceStats(handle.name, "?", error=one_line(read)))
+        else:
+            readings.extend(read)
+    return readings
