@@ -15,9 +15,8 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from ._discovery import read_identity
 from ._isolation import (
     AUTOLOAD_VARIABLE,
     import_torch,
@@ -25,13 +24,10 @@ from ._isolation import (
     load_backends,
     loaded_torch,
 )
-from ._registry import get_registry
 
 __all__ = [
     "AUTOLOAD_VARIABLE",
-    "BackendEntryPoint",
     "TorchBuild",
-    "backend_entry_points",
     "cudnn_version",
     "import_torch",
     "import_torch_alone",
@@ -179,31 +175,3 @@ def cudnn_version(build: TorchBuild) -> str | None:
         return importlib.metadata.version(f"nvidia-cudnn-cu{major}")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-class BackendEntryPoint(NamedTuple):
-    """A ``torch.backends`` entry point: an out-of-tree backend that ``import torch`` loads."""
-
-    name: str
-    #: ``"module:attribute"``.
-    value: str
-    #: The distribution that declares it and its version (None where its metadata is unreadable).
-    distribution: str | None
-    version: str | None
-
-
-def backend_entry_points() -> list[BackendEntryPoint]:
-    """Every installed ``torch.backends`` entry point, from accelctl's one scan of the installed
-    distributions (the process-wide registry's, which finds the plugins too): a plugin that asks
-    costs no second pass over them, and asking again reads no file."""
-    registry = get_registry()
-    if _backends[0] is not registry:  # read once per registry (a new one scans again)
-        entries = []
-        for found in registry.torch_backends():
-            distribution, version, _ = read_identity(found.origin)
-            entries.append(BackendEntryPoint(found.name, found.value, distribution, version))
-        _backends[:] = [registry, entries]
-    return list(_backends[1])
-
-
-_backends: list[Any] = [None, []]  # the registry read last, and its entries

@@ -20,7 +20,7 @@ from importlib import metadata
 
 import click
 
-from .._discovery import COMMANDS_GROUP, Found, scan
+from .._discovery import COMMANDS_GROUP, Found, read_identity, scan
 from .._errors import AccelctlError
 from .._text import describe_exception, one_line, quote
 
@@ -60,7 +60,7 @@ class Contributed:
 
 def _describe(found: Found) -> str:
     """``command 'hello' of acme-tools 1.0 (entry point acme_tools.cli:hello)``."""
-    distribution, version, _ = found.identity()
+    distribution, version, _ = read_identity(found.origin)
     who = " ".join(filter(None, [distribution, version])) or "an unnamed distribution"
     return f"command {quote(found.name)} of {who} (entry point {quote(found.value)})"
 
@@ -72,7 +72,7 @@ def _load(name: str, claims: list[Found]) -> click.Command:
     found = claims[0]
     if found.problem is not None:
         return _failing(name, f"{_describe(found)} cannot be loaded: {found.problem}")
-    distribution = found.identity()[0]
+    distribution = read_identity(found.origin)[0]
     advice = f"reinstall or uninstall {distribution}" if distribution else "reinstall it"
     try:
         command = metadata.EntryPoint(found.name, found.value, found.group).load()

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 import accelctl
-import accelctl.torch_build
+import accelctl.torch_backends
 import accelctl_torch_backend
 from accelctl_torch_backend import packages
 from accelctl_torch_backend.probe import probe
@@ -141,7 +141,7 @@ def test_on_the_default_path_the_backends_come_from_accelctls_one_scan(
     assert [p.describe() for p in installed.backends] == ["torch_fakedev 2.0"]
     assert installed.backends[0].module == "torch_fakedev"
     assert [
-        (e.name, e.value, e.distribution) for e in accelctl.torch_build.backend_entry_points()
+        (e.name, e.value, e.distribution) for e in accelctl.torch_backends.backend_entry_points()
     ] == [("torch_fakedev", "torch_fakedev:_autoload", "torch_fakedev")]
     assert scans == []
 

@@ -86,10 +86,10 @@ def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Di
 
 def scan(path: Sequence[str] | None = None) -> Installed:
     """The torch backend packages on ``path`` (default: what accelctl found installed, from its
-    own scan: :func:`accelctl.torch_build.backend_entry_points`), read once per process and path:
+    own scan: :func:`accelctl.torch_backends.backend_entry_points`), read once per process and path:
     torch, too, reads its group once, at import."""
     if path is None:
-        from accelctl.torch_build import backend_entry_points
+        from accelctl.torch_backends import backend_entry_points
 
         found = backend_entry_points()
         return Installed(
