@@ -229,6 +229,12 @@ def test_use_cpu_is_accelctls_choice(tmp_path: Path) -> None:
         arguments(tmp_path, accelerator=MetaAccelerator(), use_cpu=True)
 
 
+def test_deepspeed_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError, match="DeepSpeed makes its own device"):
+        arguments(tmp_path, accelerator="cpu", deepspeed={"train_batch_size": 4})
+    assert not PartialState._shared_state
+
+
 def test_a_state_made_before_that_does_not_match_is_refused(tmp_path: Path) -> None:
     PartialState(cpu=True)  # as transformers' own TrainingArguments would, earlier
     with pytest.raises(accelctl.ProcessSetupError) as info:

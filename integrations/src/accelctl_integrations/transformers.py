@@ -65,7 +65,7 @@ class TrainingArguments(transformers.TrainingArguments):
     :raises accelctl.ProcessSetupError: as the Accelerate bridge's ``Accelerator`` (several
         processes or devices on an accelerator without a distributed backend, several devices
         outside a launcher, ...); ``bf16`` on a device type that does not autocast;
-        ``use_cpu=True`` or DeepSpeed on an accelerator whose devices are not CPUs; an
+        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; an
         Accelerate state made earlier in the process that does not match, or one replaced
         after these arguments were made (raised when the ``Trainer`` is made); a transformers
         version the bridge does not adapt, on a device transformers does not know.
@@ -153,7 +153,7 @@ class TrainingArguments(transformers.TrainingArguments):
         from accelerate.state import PartialState
 
         handle, device = place.handle, place.device
-        if self.deepspeed and device.type != "cpu":
+        if self.deepspeed:
             raise accelctl.ProcessSetupError(
                 f"DeepSpeed makes its own device and launch choices: it is not available "
                 f"through accelctl accelerator {handle.name!r}. Leave deepspeed unset"
