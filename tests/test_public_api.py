@@ -12,7 +12,15 @@ CONCEPTS = Path(__file__).resolve().parents[1] / "docs" / "concepts.md"
 CORE = Path(accelctl.__file__).parent
 
 #: Modules the docs name as public; every other module or package of the core starts with "_".
-PUBLIC_MODULES = {"hookspecs", "testing", "integrations", "cli", "launcher", "torch_build"}
+PUBLIC_MODULES = {
+    "hookspecs",
+    "testing",
+    "integrations",
+    "cli",
+    "launcher",
+    "torch_build",
+    "torch_backends",
+}
 
 
 def _documented_names() -> set[str]:

@@ -73,21 +73,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
                 "Accelerator(cpu=...) is accelctl's choice here: use Accelerator('cpu') for the "
                 "CPU, or another accelerator's name"
             )
-        launched = all(name in os.environ for name in _LAUNCH_VARIABLES)
-        rank = int(os.environ.get("RANK", 0)) if launched else 0
-        local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
-        world_size = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
-        automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
-        if automatic and not _settings.Selection.read().devices:
-            devices = local_world_size  # one device per process (one, started alone)
-        selection = accelctl.resolve(accelerator, devices)
-        handle = selection.accelerator
+        handle, device, rank, world_size = _placement(accelerator, devices)
         #: The accelctl accelerator this Accelerator runs on.
         self.accelctl_accelerator: accelctl.AcceleratorHandle = handle
-        device = _this_process_device(
-            selection.devices, handle, launched, local_rank, local_world_size, world_size
-        )
         distributed = world_size > 1
         if device.type == "cpu":
             super().__init__(cpu=True, **kwargs)  # Accelerate's own CPU set-up (gloo)
@@ -104,6 +92,28 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         that an optimizer made before ``prepare`` steps the model's (``_parameters``)."""
         with keeping_parameters(self.device):
             return super().prepare_model(model, *args, **kwargs)
+
+
+def _placement(
+    accelerator: Any, devices: Any
+) -> tuple[accelctl.AcceleratorHandle, torch.device, int, int]:
+    """The accelerator, this process's device, its rank and the number of processes, from the
+    launcher's variables (one process, started alone, without them); refused as the
+    ``Accelerator`` documents. The transformers bridge places its processes by the same rule."""
+    launched = all(name in os.environ for name in _LAUNCH_VARIABLES)
+    rank = int(os.environ.get("RANK", 0)) if launched else 0
+    local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
+    automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
+    if automatic and not _settings.Selection.read().devices:
+        devices = local_world_size  # one device per process (one, started alone)
+    selection = accelctl.resolve(accelerator, devices)
+    handle = selection.accelerator
+    device = _this_process_device(
+        selection.devices, handle, launched, local_rank, local_world_size, world_size
+    )
+    return handle, device, rank, world_size
 
 
 def _this_process_device(

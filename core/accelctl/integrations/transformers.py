@@ -1,0 +1,251 @@
+"""transformers' ``Trainer`` on any accelctl accelerator.
+
+::
+
+    from accelctl.integrations.transformers import TrainingArguments  # the one changed line
+    from transformers import Trainer
+
+    args = TrainingArguments("out", accelerator="npu", bf16=True)
+    Trainer(model, args, train_dataset=data).train()
+
+transformers keeps a fixed list of device kinds: on a device it does not know, ``TrainingArguments``
+chooses the CPU, and under a launcher every process trains alone (``DistributedType.NO``),
+silently. These ``TrainingArguments`` are transformers' own, with two more fields,
+``accelerator`` and ``devices``: Accelerate's state is made through the accelctl Accelerate
+bridge (the plugin's device for this process, its ``distributed_backend`` and DDP across the
+processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
+unchanged. A set-up that cannot run is refused when the arguments (or the ``Trainer``) are made.
+The adaptation of transformers' internals is version-checked
+(:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+try:
+    import transformers
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without transformers
+    raise ModuleNotFoundError(
+        f"accelctl.integrations.transformers needs transformers ({exc.name} is missing): "
+        "pip install 'accelctl[transformers]'",
+        name=exc.name,
+    ) from exc
+
+import accelctl
+
+from . import _accelerate_state, _transformers_state
+from .accelerate import _placement
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ADAPTED", "TrainingArguments"]
+
+
+@dataclass
+class TrainingArguments(transformers.TrainingArguments):
+    """``transformers.TrainingArguments`` on an accelctl accelerator.
+
+    :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"`` (``ACCELCTL_ACCELERATOR``
+        when set, as ``accelctl launch`` sets it, else the available accelerator of highest
+        priority), ``"gpu"``, a name or alias; in Python code also an
+        :class:`accelctl.Accelerator` instance.
+    :param devices: a devices spec of that accelerator, as
+        :class:`accelctl.integrations.accelerate.Accelerator` takes it: ``"auto"`` is one device
+        per process the launcher started on this machine (the first device in a process started
+        alone), ``ACCELCTL_DEVICES`` when set; process ``LOCAL_RANK`` takes
+        ``devices[LOCAL_RANK]``.
+
+    Every other field is transformers' own. ``use_cpu`` is accelctl's choice (True for an
+    accelerator whose devices are CPUs). :attr:`accelctl_accelerator` is the accelerator's
+    :class:`~accelctl.AcceleratorHandle`.
+
+    :raises accelctl.ProcessSetupError: as the Accelerate bridge's ``Accelerator`` (several
+        processes or devices on an accelerator without a distributed backend, several devices
+        outside a launcher, ...); ``bf16`` on a device type that does not autocast;
+        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; an
+        Accelerate state made earlier in the process that does not match, or one replaced
+        after these arguments were made (raised when the ``Trainer`` is made); a transformers
+        version the bridge does not adapt, on a device transformers does not know.
+    """
+
+    accelerator: str = field(
+        default="auto",
+        metadata={
+            "help": "The accelctl accelerator: 'auto' (ACCELCTL_ACCELERATOR when set, else the "
+            "available one of highest priority), 'gpu', or a name or alias ('npu', 'cpu')"
+        },
+    )
+    devices: str = field(
+        default="auto",
+        metadata={
+            "help": "The accelerator's devices: 'auto' (one per process the launcher started "
+            "on this machine; the first one in a process started alone), a count or indices"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        place = self._accelctl_placed()
+        handle, device = place.handle, place.device
+        on_cpu = device.type == "cpu"
+        if not on_cpu and self.use_cpu:
+            raise accelctl.ProcessSetupError(
+                f"use_cpu=True asks for the CPU, but accelctl accelerator {handle.name!r} runs "
+                f"on {device}: use accelerator='cpu' for the CPU (use_cpu is accelctl's choice)"
+            )
+        self.use_cpu = on_cpu  # Accelerate's own CPU set-up for an accelerator of CPUs
+        bf16 = self.bf16, self.bf16_full_eval
+        hide = not on_cpu and any(bf16) and _transformers_state.is_active()
+        if hide:
+            _check_bf16(handle, device)
+            # transformers' own check knows its list of kinds only: ours stands in for it.
+            self.bf16 = self.bf16_full_eval = False
+        try:
+            super().__post_init__()  # type: ignore[no-untyped-call]  # makes the state
+        finally:
+            if hide:
+                self.bf16, self.bf16_full_eval = bf16
+        if hide and self.bf16:
+            self.mixed_precision = "bf16"
+
+    @property
+    def accelctl_accelerator(self) -> accelctl.AcceleratorHandle:
+        """The accelctl accelerator these arguments run on."""
+        return self._accelctl_placed().handle
+
+    def _accelctl_placed(self) -> _Place:
+        """Where the plugin says this process runs: chosen once (refused there when it cannot
+        run), and again in a process that unpickled these arguments (the ``Trainer`` saves
+        them with each checkpoint; a plugin's handle is not saved)."""
+        place: _Place | None = self.__dict__.get("_accelctl_place")
+        if place is None:
+            place = _Place(*_placement(self.accelerator, self.devices))
+            self.__dict__["_accelctl_place"] = place
+        return place
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_accelctl_place", "_accelctl_made"):
+            state.pop(name, None)
+        return state
+
+    @property  # transformers' cached property, replaced
+    def _setup_devices(self) -> torch.device:
+        """This process's device; the state is made on first use, and checked on every later
+        use (``Trainer`` reads it when it is made), so that a state replaced meanwhile (by
+        other arguments made since) is refused, not a run elsewhere."""
+        place = self._accelctl_placed()
+        if not self.__dict__.get("_accelctl_made"):
+            if _transformers_state.is_active():
+                self._accelctl_make_state(place)
+            else:
+                parent = transformers.TrainingArguments.__dict__["_setup_devices"]
+                parent.func(self)  # transformers' own set-up, checked below
+            self.__dict__["_accelctl_made"] = True
+            place.check(self.distributed_state, made_here=True)
+        else:
+            place.check(_current_state(), made_here=False)
+        return place.device
+
+    def _accelctl_make_state(self, place: _Place) -> None:
+        from accelerate.state import PartialState
+
+        handle, device = place.handle, place.device
+        if self.deepspeed:
+            raise accelctl.ProcessSetupError(
+                f"DeepSpeed makes its own device and launch choices: it is not available "
+                f"through accelctl accelerator {handle.name!r}. Leave deepspeed unset"
+            )
+        # A matching state is always used (below): transformers' switch for that goes.
+        config = self.accelerator_config
+        if isinstance(config, transformers.trainer_pt_utils.AcceleratorConfig):
+            config.pop("use_configured_state", False)
+        if PartialState._shared_state:
+            # Made earlier in this process (an Accelerator, other TrainingArguments): used as
+            # it stands when it matches (refused below otherwise), never dropped under the
+            # objects that hold it, as transformers' own arguments would.
+            state = PartialState()
+        elif device.type == "cpu":
+            state = PartialState(cpu=True, backend=self.ddp_backend)
+        else:
+            pending = _accelerate_state.Pending(handle, device, place.world_size > 1)
+            with _accelerate_state.building(pending):
+                state = PartialState(backend=self.ddp_backend, timeout=self.ddp_timeout_delta)
+        self.distributed_state = state
+        self._n_gpu = 0 if device.type == "cpu" else 1  # one device per process
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where the plugin says this process runs."""
+
+    handle: accelctl.AcceleratorHandle
+    device: torch.device
+    rank: int
+    world_size: int
+
+    def check(self, state: Any, *, made_here: bool) -> None:
+        """Refuse an Accelerate state that does not run where the plugin says."""
+        if state is not None and state.initialized:
+            same_device = state.device == self.device or (
+                self.device.type == "cpu" == state.device.type
+            )
+            if (
+                same_device
+                and state.num_processes == self.world_size
+                and state.process_index == self.rank
+            ):
+                return
+            found = (
+                f"process {state.process_index} of {state.num_processes} on {state.device} "
+                f"({state.distributed_type})"
+            )
+        else:
+            found = "none"
+        if not made_here:
+            why = (
+                "it was replaced after these TrainingArguments were made (other "
+                "TrainingArguments, a PartialState or an Accelerator made since), and the "
+                "Trainer would run there. Make these arguments last, or the others on the same "
+                "accelerator"
+            )
+        elif _transformers_state.is_active():
+            why = (
+                "it was made earlier in this process (a PartialState, an Accelerator or other "
+                "TrainingArguments) on another device. Make these TrainingArguments first, or "
+                "the earlier object on the same accelerator"
+            )
+        else:
+            why = (
+                f"accelctl adapts transformers' device choice for "
+                f"transformers{_transformers_state.tested_range()} only, and this is "
+                f"{_transformers_state.transformers_version()}; install a tested transformers"
+            )
+        raise accelctl.ProcessSetupError(
+            f"accelctl accelerator {self.handle.name!r} runs process {self.rank} of "
+            f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
+        )
+
+
+def _current_state() -> Any:
+    from accelerate.state import PartialState
+
+    return PartialState() if PartialState._shared_state else None
+
+
+def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> None:
+    """Refuse ``bf16`` where torch has no autocast for the device type."""
+    import torch
+
+    if not torch.amp.is_autocast_available(device.type):
+        raise accelctl.ProcessSetupError(
+            f"bf16=True autocasts on the device type, but torch has no autocast for "
+            f"{device.type!r} (accelctl accelerator {handle.name!r}): leave bf16 off, or cast "
+            "the model yourself"
+        )
+
+
+#: Whether transformers' device choice follows the plugins' here (see the module's docstring).
+ADAPTED: bool = _transformers_state.install()

@@ -1,0 +1,375 @@
+"""accelctl.integrations.transformers: transformers' Trainer on accelctl plugins, in this process
+(the real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a real NPU's
+are not CPUs). Real devices and several processes: tests/openreg/test_openreg_transformers.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import accelctl
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
+)
+
+# Imported by _imported, when a test here runs, not when pytest collects this file: importing
+# transformers' TrainingArguments costs seconds of CPU, in every pytest-xdist worker otherwise.
+transformers: Any = None
+AcceleratorState: Any = None
+GradientState: Any = None
+PartialState: Any = None
+Accelerator: Any = None
+TrainingArguments: Any = None
+bridge: Any = None
+_transformers_state: Any = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _imported() -> None:
+    global transformers, AcceleratorState, GradientState, PartialState, Accelerator
+    global TrainingArguments, bridge, _transformers_state
+    import accelerate.state
+    import transformers as imported
+
+    from accelctl.integrations import _transformers_state as adaptation
+    from accelctl.integrations import accelerate as accelerate_bridge
+    from accelctl.integrations import transformers as transformers_bridge
+
+    transformers = imported
+    bridge = transformers_bridge
+    _transformers_state = adaptation
+    TrainingArguments = transformers_bridge.TrainingArguments
+    Accelerator = accelerate_bridge.Accelerator
+    AcceleratorState = accelerate.state.AcceleratorState
+    GradientState = accelerate.state.GradientState
+    PartialState = accelerate.state.PartialState
+
+
+#: torchrun's variables for rank 0 of 2 on this machine (nothing rendezvous: refused before).
+TWO_PROCESSES = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+
+
+class MetaAccelerator(accelctl.Accelerator):
+    """Two devices of another type than the CPU, and no distributed backend."""
+
+    name = "metaacc"
+    device_type = "meta"
+
+    def __init__(self, backend: str | None = None) -> None:
+        self.distributed_backend = backend
+        self.set_up: list[str] = []
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+    def setup_device(self, device: Any) -> None:
+        self.set_up.append(str(device))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state(_imported: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Accelerate's state is process-wide: every test starts and ends without one, and without
+    a launcher's or Accelerate's variables from the caller's environment."""
+    for name in (*TWO_PROCESSES, "ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("ACCELERATE_MIXED_PRECISION", "ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def arguments(tmp_path: Path, cls: Any = None, **kwargs: Any) -> Any:
+    """Arguments for a short run (the bridge's by default): nothing saved, reported or logged."""
+    return (cls or TrainingArguments)(
+        str(tmp_path / "out"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=0.01,
+        seed=0,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        **kwargs,
+    )
+
+
+def tiny_gpt2() -> tuple[Any, list[dict[str, torch.Tensor]]]:
+    """A 2-layer GPT-2 with a 16-dim embedding, tied to its output layer, and 32 sequences."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=16,
+        n_head=2,
+        vocab_size=32,
+        n_positions=16,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(config)
+    tokens = torch.randint(0, 32, (32, 8), generator=torch.Generator().manual_seed(0))
+    return model, [{"input_ids": row, "labels": row} for row in tokens]
+
+
+def test_the_adaptation_is_active_on_the_tested_transformers() -> None:
+    assert bridge.ADAPTED and _transformers_state.is_active()
+    assert hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__")
+
+
+@pytest.mark.parametrize(
+    ("version", "tested"),
+    [("5.24.0", True), ("5.24.1rc0", True), ("5.23.0", False), ("5.25.0", False), ("x", False)],
+)
+def test_the_adaptation_applies_to_the_tested_transformers_versions(
+    version: str, tested: bool
+) -> None:
+    assert _transformers_state.is_tested(version) is tested
+    assert _transformers_state.tested_range() == ">=5.24,<5.25"
+
+
+def test_the_cpu_plugin_trains_as_transformers_own_cpu_run(tmp_path: Path) -> None:
+    args = arguments(tmp_path, accelerator="cpu", bf16=True)
+    assert isinstance(args, transformers.TrainingArguments)
+    assert args.accelctl_accelerator.name == "cpu"
+    assert (args.device, args.n_gpu, args.use_cpu) == (torch.device("cpu"), 0, True)
+    model, data = tiny_gpt2()
+    dtypes = []  # inside the forward that Accelerate autocasts
+    mlp = model.transformer.h[0].mlp.c_fc
+    mlp.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    trainer = transformers.Trainer(model, args, train_dataset=data)
+    assert trainer.accelerator.mixed_precision == "bf16"
+    trainer.train()
+    assert set(dtypes) == {torch.bfloat16}
+    ours = {key: value.clone() for key, value in model.state_dict().items()}
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    own_args = arguments(tmp_path, transformers.TrainingArguments, use_cpu=True, bf16=True)
+    own, data = tiny_gpt2()
+    transformers.Trainer(own, own_args, train_dataset=data).train()
+    for key, value in own.state_dict().items():
+        assert torch.equal(ours[key], value), key
+    assert not torch.equal(ours["lm_head.weight"], tiny_gpt2()[0].lm_head.weight)  # trained
+
+
+def test_a_non_cpu_plugin_device_becomes_the_arguments_device(tmp_path: Path) -> None:
+    plugin = MetaAccelerator()
+    args = arguments(tmp_path, accelerator=plugin, devices="1,")
+    assert args.device == args.distributed_state.device == torch.device("meta", 1)
+    assert (args.n_gpu, args.world_size, args.use_cpu) == (1, 1, False)
+    assert args.parallel_mode == transformers.training_args.ParallelMode.NOT_PARALLEL
+    assert plugin.set_up == ["meta:1"]  # made current through the plugin's setup_device
+    assert args.accelctl_accelerator.name == "metaacc"
+
+
+def test_the_trainer_moves_a_model_keeping_its_tied_weights(tmp_path: Path) -> None:
+    model, _ = tiny_gpt2()
+    trainer = transformers.Trainer(model, arguments(tmp_path, accelerator=MetaAccelerator()))
+    assert trainer.accelerator.device == torch.device("meta", 0)
+    assert model.lm_head.weight.device.type == "meta"
+    # meta tensors, like openreg's, cannot take a CPU tensor's place: model.to() would untie.
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+def test_other_arguments_move_the_model_as_transformers_does(tmp_path: Path) -> None:
+    own = arguments(tmp_path, transformers.TrainingArguments, use_cpu=True)
+    model, _ = tiny_gpt2()
+    trainer = transformers.Trainer(model, own)
+    trainer._move_model_to_device(model, torch.device("meta"))
+    assert model.lm_head.weight is not model.transformer.wte.weight  # transformers' own move
+
+
+def test_several_processes_without_a_backend_are_refused_when_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        arguments(tmp_path, accelerator=MetaAccelerator())
+    message = str(info.value)
+    assert "'metaacc' runs in a single process only (its distributed_backend is None)" in message
+    assert "would train each process alone" in message
+    assert not PartialState._shared_state  # refused before Accelerate made any state
+
+
+def test_several_devices_without_a_launcher_are_refused_with_the_command(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        arguments(tmp_path, accelerator=MetaAccelerator("fakeccl"), devices="2")
+    assert "accelctl launch --accelerator metaacc --devices 2 <your script>" in str(info.value)
+
+
+def test_bf16_on_a_device_type_without_autocast_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError, match="no autocast for 'meta'"):
+        arguments(tmp_path, accelerator=MetaAccelerator(), bf16=True)
+    assert not PartialState._shared_state
+
+
+def test_use_cpu_is_accelctls_choice(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError, match="use accelerator='cpu'"):
+        arguments(tmp_path, accelerator=MetaAccelerator(), use_cpu=True)
+
+
+def test_deepspeed_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError, match="DeepSpeed makes its own device"):
+        arguments(tmp_path, accelerator="cpu", deepspeed={"train_batch_size": 4})
+    assert not PartialState._shared_state
+
+
+def test_a_state_made_before_that_does_not_match_is_refused(tmp_path: Path) -> None:
+    PartialState(cpu=True)  # as transformers' own TrainingArguments would, earlier
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        arguments(tmp_path, accelerator=MetaAccelerator())
+    message = str(info.value)
+    assert "runs process 0 of 1 on meta:0, but Accelerate's state is process 0 of 1 on cpu" in (
+        message
+    )
+    assert "Make these TrainingArguments first" in message
+    assert PartialState().device == torch.device("cpu")  # left as it was, not dropped
+
+
+def test_a_bridge_accelerator_made_first_is_used_and_kept(tmp_path: Path) -> None:
+    plugin = MetaAccelerator()
+    accelerator = Accelerator(plugin)
+    args = arguments(tmp_path, accelerator=plugin)
+    assert args.device == accelerator.device == torch.device("meta", 0)
+    assert accelerator.state.initialized  # transformers' own arguments would reset it
+    assert plugin.set_up == ["meta:0"]  # set up once, by the Accelerator
+
+
+def test_a_bridge_accelerator_made_after_the_arguments_is_accepted(tmp_path: Path) -> None:
+    plugin = MetaAccelerator()
+    args = arguments(tmp_path, accelerator=plugin)
+    assert Accelerator(plugin).device == args.device
+
+
+def test_arguments_made_twice_share_the_state(tmp_path: Path) -> None:
+    plugin = MetaAccelerator()
+    first = arguments(tmp_path, accelerator=plugin)
+    second = arguments(tmp_path, accelerator=plugin)
+    assert first.device == second.device and first.distributed_state.initialized
+
+
+def test_a_state_replaced_after_the_arguments_is_refused_when_the_trainer_is_made(
+    tmp_path: Path,
+) -> None:
+    args = arguments(tmp_path, accelerator=MetaAccelerator())
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState(cpu=True)  # as other arguments made since would
+    model, _ = tiny_gpt2()
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        transformers.Trainer(model, args)
+    assert "it was replaced after these TrainingArguments were made" in str(info.value)
+    assert model.lm_head.weight.device.type == "cpu"  # refused before it moved
+
+
+def test_the_arguments_pickle_as_the_trainer_saves_them(tmp_path: Path) -> None:
+    args = arguments(tmp_path, accelerator="cpu")
+    loaded = pickle.loads(pickle.dumps(args))
+    assert (loaded.accelerator, loaded.device) == ("cpu", torch.device("cpu"))
+    assert loaded.accelctl_accelerator.name == "cpu"
+
+
+def test_the_command_line_parser_takes_the_new_fields(tmp_path: Path) -> None:
+    parser = transformers.HfArgumentParser(TrainingArguments)
+    (args,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--accelerator", "cpu", "--devices", "auto"]
+    )
+    assert (args.accelerator, args.devices, args.device.type) == ("cpu", "auto", "cpu")
+
+
+UNTESTED_TRANSFORMERS = """
+import json, warnings
+import transformers
+transformers.__version__ = "5.25.0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from accelctl.integrations import transformers as bridge
+import accelctl
+
+
+class Meta(accelctl.Accelerator):
+    name = "metaacc"
+    device_type = "meta"
+
+    def detect(self):
+        return True
+
+    def auto_device_count(self):
+        return 1
+
+
+cpu = bridge.TrainingArguments("out", accelerator="cpu", report_to=[])  # transformers' own: cpu
+try:
+    bridge.TrainingArguments("out", accelerator=Meta(), report_to=[])
+    refused = None
+except accelctl.ProcessSetupError as error:
+    refused = str(error)
+print(json.dumps({
+    "adapted": bridge.ADAPTED,
+    "wrapped": hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__"),
+    "cpu": str(cpu.device),
+    "refused": refused,
+    "warnings": [str(w.message) for w in caught],
+}))
+"""
+
+
+@pytest.mark.slow
+def test_an_untested_transformers_is_left_alone_with_a_warning_and_a_refusal(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNTESTED_TRANSFORMERS],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,  # a hang guard only: one import of torch and transformers (seconds)
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["adapted"], result["wrapped"], result["cpu"]) == (False, False, "cpu")
+    (warning,) = [w for w in result["warnings"] if "tested with" in w]
+    assert "transformers>=5.24,<5.25, not 5.25.0" in warning
+    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["refused"]
+    assert "for transformers>=5.24,<5.25 only, and this is 5.25.0" in result["refused"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("missing", "says"),
+    [("transformers", "pip install 'accelctl[transformers]'")],
+)
+def test_without_transformers_the_import_error_says_what_to_install(
+    missing: str, says: str
+) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "try:\n    import accelctl.integrations.transformers\n"
+        "except ModuleNotFoundError as exc:\n    print(exc.name, '|', exc)\n"
+    )
+    # A hang guard: one import of torch.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    name, message = done.stdout.strip().split(" | ")
+    assert name.split(".")[0] == missing
+    assert "pip install 'accelctl[transformers]'" in message and says in message

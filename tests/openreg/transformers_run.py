@@ -1,0 +1,107 @@
+"""transformers' Trainer for the openreg tests: ``python transformers_run.py OUT MODE ACCELERATOR``.
+
+A tiny GPT-2 (2 layers, 16-dim embedding, its output layer tied to the embedding, no dropout),
+built here, trained 4 steps on made-up tokens by an unchanged ``transformers.Trainer`` with the
+bridge's ``TrainingArguments(accelerator=ACCELERATOR)``.
+
+MODE ``single`` (one process): the bridge's Accelerate ``Accelerator`` is made first, then the
+arguments (the order the issue found broken); a float32 run, then, in the same process, a
+``bf16`` run with new arguments. MODE ``processes`` (under a launcher, 2 processes): one float32
+run. Every run writes ``OUT/<run>/rank<r>.pt`` (its final weights) and ``rank<r>.json``.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer
+
+from accelctl.integrations import accelerate as bridge
+from accelctl.integrations.transformers import ADAPTED, TrainingArguments
+
+OUT, MODE, ACCELERATOR = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+
+def model_and_data():
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2, n_embd=16, n_head=2, vocab_size=32, n_positions=16,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        # torch_openreg 0.0.2 has no backward of scaled_dot_product_attention: the eager one.
+        attn_implementation="eager",
+    )  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    tokens = torch.randint(0, 32, (32, 8), generator=torch.Generator().manual_seed(0))
+    return model, [{"input_ids": row, "labels": row} for row in tokens]
+
+
+def train(run: str, **arguments) -> Trainer:
+    """Train the model 4 steps (4 sequences per process and step); write what ran where."""
+    args = TrainingArguments(
+        str(OUT / run / "output"), accelerator=ACCELERATOR, max_steps=4,
+        per_device_train_batch_size=4, learning_rate=0.01, seed=0, report_to=[],
+        save_strategy="no", logging_strategy="no", dataloader_num_workers=0,
+        disable_tqdm=True, **arguments,
+    )  # fmt: skip
+    model, data = model_and_data()
+    initial = {key: value.clone() for key, value in model.state_dict().items()}
+    ran = set()
+
+    def record(module, inputs, output):
+        autocast = torch.is_autocast_enabled(output.device.type)
+        ran.add((str(output.device), str(output.dtype), autocast))
+
+    model.transformer.h[0].mlp.c_fc.register_forward_hook(record)  # a matmul (addmm) inside
+    trainer = Trainer(model, args, train_dataset=data)
+    trainer.train()
+    state = {key: value.cpu() for key, value in model.state_dict().items()}
+    folder = OUT / run
+    folder.mkdir(parents=True, exist_ok=True)
+    rank = args.process_index
+    torch.save(state, folder / f"rank{rank}.pt")
+    report = {
+        "accelerator": args.accelctl_accelerator.name,
+        "adapted": ADAPTED,
+        "device": str(args.device),
+        "n_gpu": args.n_gpu,
+        "parallel_mode": str(args.parallel_mode),
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "num_processes": trainer.accelerator.num_processes,
+        "process_index": rank,
+        "world_size": args.world_size,
+        "backend": trainer.accelerator.state.backend,
+        "mixed_precision": trainer.accelerator.mixed_precision,
+        "wrapped": type(trainer.model_wrapped).__name__,
+        "ran": sorted(ran),
+        "parameters_on": sorted({str(p.device) for p in model.parameters()}),
+        "tied": model.lm_head.weight is model.transformer.wte.weight,
+        "trained": all(not torch.equal(state[key], initial[key].cpu()) for key in state),
+    }
+    if torch.distributed.is_initialized():
+        report["group_backend"] = torch.distributed.get_backend()
+    (folder / f"rank{rank}.json").write_text(json.dumps(report))
+    return trainer
+
+
+def single() -> None:
+    accelerator = bridge.Accelerator(ACCELERATOR)  # first: the arguments use its state
+    train("float32")
+    report = json.loads((OUT / "float32" / "rank0.json").read_text())
+    # The bridge's object still holds the state it made (transformers' own arguments drop it).
+    report["bridge_device"] = str(accelerator.device)
+    report["bridge_state"] = str(accelerator.state.device)
+    (OUT / "float32" / "rank0.json").write_text(json.dumps(report))
+    # A second run in the process with another mixed precision: Accelerate keeps one
+    # AcceleratorState per process, so that part goes; the process's device state stays.
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+    train("bf16", bf16=True)
+
+
+if __name__ == "__main__":
+    if MODE == "single":
+        single()
+    else:
+        train("processes")
