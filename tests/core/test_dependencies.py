@@ -10,16 +10,10 @@ modules' dependencies (no cycle among them, say).
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
-from pathlib import Path
 
 import pytest
-
-import accelctl
-
-CORE = Path(accelctl.__file__).resolve().parent
+from importgraph import CORE, import_graph, imports_in, modules
 
 #: The layers above the core, inside the ``accelctl`` distribution.
 LAYERS_ABOVE = ("accelctl.testing", "accelctl.integrations")
@@ -27,78 +21,6 @@ LAYERS_ABOVE = ("accelctl.testing", "accelctl.integrations")
 #: The docs' table of the core's private modules the layers above import.
 DOCS = CORE.parents[1] / "docs" / "concepts.md"
 _LAYER_WORDS = {"kit": "accelctl.testing", "bridges": "accelctl.integrations"}
-
-
-#: A string that names a module the way ``importlib`` and entry points take one:
-#: ``"accelctl.cli.list_cmd"`` or ``"accelctl.cli.list_cmd:list_command"``.
-_MODULE_STRING = re.compile(r"(?P<module>accelctl(?:\.\w+)+)(?::\w+)?")
-
-
-def module_name(path: Path) -> str:
-    """``accelctl.cli.main`` for ``core/accelctl/cli/main.py``; a package's ``__init__.py`` is
-    the package."""
-    parts = path.relative_to(CORE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-@functools.cache
-def modules() -> dict[str, Path]:
-    """Every module of the ``accelctl`` package (the kit's and the bridges' included) -> its
-    file."""
-    return {module_name(path): path for path in sorted(CORE.rglob("*.py"))}
-
-
-def imports_in(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
-    """The ``accelctl`` modules that ``source`` (the text of ``module``) imports, anywhere in
-    it: ``import a.b`` (``a.b``), ``from a import b`` (``a``, and ``a.b`` when it is one of
-    ``known``), relative imports resolved, ``importlib.import_module("a.b")`` and
-    ``__import__("a.b")`` with a literal name, and a string that is the name of one of ``known``,
-    with or without ``:attribute`` (a table of modules imported later, an entry point)."""
-    package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{base}.{node.module}" if node.module else base
-            else:
-                base = node.module or ""
-            found.add(base)
-            found.update(
-                f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known
-            )
-        elif isinstance(node, ast.Call) and _names_import(node.func) and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found.add(first.value)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            match = _MODULE_STRING.fullmatch(node.value)
-            if match and match.group("module") in known:
-                found.add(match.group("module"))
-    return {name for name in found if name == "accelctl" or name.startswith("accelctl.")}
-
-
-def _names_import(func: ast.expr) -> bool:
-    """``importlib.import_module``, a bare ``import_module`` or ``__import__``."""
-    if isinstance(func, ast.Attribute):
-        return func.attr == "import_module"
-    return isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
-
-
-@functools.cache
-def import_graph() -> dict[str, frozenset[str]]:
-    """Each module of the ``accelctl`` package -> the ``accelctl`` modules it imports (see
-    :func:`imports_in`), itself excluded."""
-    known = set(modules())
-    graph = {}
-    for module, path in modules().items():
-        is_package = path.name == "__init__.py"
-        found = imports_in(path.read_text(), module, is_package, known)
-        graph[module] = frozenset(found - {module})
-    return graph
 
 
 def in_layer_above(module: str) -> bool:

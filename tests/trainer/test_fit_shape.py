@@ -93,51 +93,6 @@ def is_module(name: str, root: Path) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def import_graph(root: Path = PACKAGE.parent) -> dict[str, set[str]]:
-    """accelctl's modules and the accelctl modules each imports (every import statement)."""
-    return {
-        module_name(path, root): {name for name, _ in imports(path, root)}
-        for path in (root / "accelctl").rglob("*.py")
-        if "__pycache__" not in path.parts
-    }
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module, or of one importing itself
-    (Tarjan's algorithm), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in graph.get(node, ()):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1 or node in graph.get(node, ()):
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
 def test_no_function_of_the_training_path_takes_more_than_six_parameters() -> None:
     """State that lives across calls is an object (a fit): its methods read it, rather than a
     dozen arguments threaded through functions (STYLE.md)."""
@@ -167,48 +122,6 @@ def test_the_counting_sees_long_signatures_nested_ones_and_keyword_only_ones() -
     long = {name for name, count in counts.items() if count > MOST_PARAMETERS}
     assert long == {"sample.long", "sample.Holder.outer.inner"}
     assert counts["sample.Holder.method"] == 6
-
-
-def test_the_training_path_has_no_import_cycle() -> None:
-    graph = import_graph()
-    training = {module_name(path) for path in TRAINING_PATH}
-    through_training = [cycle for cycle in cycles(graph) if training & set(cycle)]
-    assert not through_training, (
-        "import cycles through the training path (TYPE_CHECKING and function-level imports "
-        "count): "
-        + "; ".join(" <-> ".join(cycle) for cycle in through_training)
-        + ". Move the shared code to a module both can import"
-    )
-
-
-def test_type_only_and_function_level_imports_make_a_cycle(tmp_path: Path) -> None:
-    """What the two checks around this one would catch: the shapes of the cycles they replaced
-    (``_training/epoch`` imported the Trainer under TYPE_CHECKING; ``_training/best`` imported
-    ``checkpoint`` inside a function)."""
-    package = tmp_path / "accelctl"
-    (package / "_training").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "_training" / "__init__.py").write_text("")
-    (package / "_trainer.py").write_text("from ._training.epoch import train_epoch\n")
-    (package / "_training" / "epoch.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .._trainer import Trainer\n"
-    )
-    (package / "_training" / "best.py").write_text("def f():\n    from .checkpoint import E\n")
-    (package / "_training" / "checkpoint.py").write_text("from .best import f\n")
-    (package / "_training" / "data.py").write_text("from .. import _trainer\n")
-    assert sorted(cycles(import_graph(tmp_path))) == [
-        ["accelctl._trainer", "accelctl._training.epoch"],
-        ["accelctl._training.best", "accelctl._training.checkpoint"],
-    ]
-    best = package / "_training" / "best.py"
-    assert list(imports(best, tmp_path)) == [("accelctl._training.checkpoint", True)]
-    data = package / "_training" / "data.py"
-    assert list(imports(data, tmp_path)) == [("accelctl._trainer", False)]
-
-
-def test_the_cycle_finder_names_every_module_of_a_cycle() -> None:
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
-    assert sorted(cycles(graph)) == [["a", "b", "c"], ["e"]]
 
 
 def test_the_training_path_imports_accelctls_modules_at_module_level() -> None:
