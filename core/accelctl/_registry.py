@@ -18,7 +18,7 @@ from ._info import is_valid_name
 from ._plugin import AcceleratorHandle
 from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
 from ._status import AcceleratorStatus, probe, settle
-from ._text import quote
+from ._text import one_line, quote
 
 #: Well-known accelerator names and the distribution that provides each, for "did you mean" and
 #: the pip command when a name is not installed (ROCm GPUs are torch's "cuda" device).
@@ -131,7 +131,12 @@ class Registry:
         if owners:
             _fanout.working_for(owners[0])  # a named command's deadline: this plugin's from here
             return owners[0]
-        raise self.unknown(name)
+        unanswered = [
+            (handle, aliases)
+            for handle, aliases in zip(enabled, asked, strict=True)
+            if isinstance(aliases, AccelctlError)
+        ]
+        raise self.unknown(name, unanswered)
 
     def listing(self, detect: bool = True) -> list[AcceleratorStatus]:
         """Every installed accelerator and how it fares here, all probed at once (what
@@ -151,20 +156,35 @@ class Registry:
                 warnings.warn(f"skipping {status.error}", PluginWarning, stacklevel=3)
         return statuses
 
-    def unknown(self, asked: str) -> UnknownAcceleratorError:
+    def unknown(
+        self,
+        asked: str,
+        unanswered: Sequence[tuple[AcceleratorHandle, AccelctlError]] = (),
+    ) -> UnknownAcceleratorError:
         """The error for a name nothing installed provides: what is, the nearest name, and the
-        plugin to install."""
+        plugin to install. ``unanswered``: the plugins that could not say their aliases (late
+        past the hook deadline, or broken), any of which may be the one asked for."""
         import difflib  # errors only: not on the start-up path
 
         key = asked.strip().lower()
         installed = self.names()
         aliases = [a for h in self.plugins() if h._info is not None for a in h._info.aliases]
-        close = difflib.get_close_matches(key, installed + aliases, n=1, cutoff=0.6)
+        # "gpus" is a typo of the selector "gpu", not the name of a plugin to install.
+        names = installed + aliases + sorted(RESERVED_NAMES)
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         shown = ", ".join(installed) if installed else "none"
         filters = ""
         if self.plugin_filter.active:
             filters = f" ({_settings.PLUGINS}/{_settings.DISABLE} are set)"
         message = f"no accelerator named {quote(asked)} is installed (installed: {shown}){filters}."
+        if unanswered:  # the name may well be installed: say which plugin could not answer
+            who = "; ".join(f"{handle.name}: {one_line(error)}" for handle, error in unanswered)
+            return UnknownAcceleratorError(
+                f"{message} It may be an alias of a plugin that could not say its aliases "
+                f"({who}).",
+                name=key,
+                installed=installed,
+            )
         if close:  # a typo of something installed: no package to install
             message += f" Did you mean {close[0]!r}?"
             return UnknownAcceleratorError(message, name=key, installed=installed)

@@ -449,3 +449,43 @@ def test_the_scan_finds_what_importlib_finds_on_every_kind_of_path_entry(
     }
     found = {(f.name, f.value) for f in _discovery.scan(path)}
     assert found == {("one", "fo_one"), ("two", "fo_two"), ("z", "z"), ("egg", "egg")}
+
+
+def test_a_typo_of_a_selector_is_suggested_not_a_plugin_to_install(fake_site: FakeSite) -> None:
+    with pytest.raises(UnknownAcceleratorError) as caught:
+        registry(fake_site).get("gpus")
+    assert "Did you mean 'gpu'?" in str(caught.value)
+    assert "pip install" not in str(caught.value)
+
+
+BROKEN_INFO = """
+    import accelctl
+
+    class QuietAccelerator(accelctl.Accelerator):
+        name = device_type = "quiet"
+
+        def detect(self):
+            return True
+
+        def auto_device_count(self):
+            return 1
+
+        def accelerator_info(self):
+            raise RuntimeError("driver query failed")
+"""
+
+
+def test_an_unknown_name_says_which_plugin_could_not_say_its_aliases(
+    fake_site: FakeSite,
+) -> None:
+    # The name may be that plugin's alias (a backend's own name, as openreg is privateuse1's):
+    # "no accelerator named" alone would send the user to install what they have.
+    fake_site.install(
+        "acme-quiet", {"quiet": "acme_quiet:QuietAccelerator"}, {"acme_quiet": BROKEN_INFO}
+    )
+    with pytest.raises(UnknownAcceleratorError) as caught:
+        registry(fake_site).get("whisper")
+    message = str(caught.value)
+    assert "It may be an alias of a plugin that could not say its aliases (quiet:" in message
+    assert "driver query failed" in message
+    assert "pip install" not in message
