@@ -81,6 +81,10 @@ class UserMachine:
             if key == "ACCELCTL_HOOK_TIMEOUT"  # the tests' hang guard (conftest.py)
             or not (key.startswith(_NOT_INHERITED) or key in _LAUNCHER_VARIABLES)
         }
+        # The tests' hang guard, also for the module-scoped runs, made before the autouse
+        # fixture sets it (a loaded machine took over accelctl's 10 s to import torch and the
+        # backend in privateuse1's probe, and `--accelerator openreg` then found no such alias).
+        env.setdefault("ACCELCTL_HOOK_TIMEOUT", "120")  # conftest.py's HOOK_TIMEOUT_S
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in self.path)
         # No scheduler the machine may have (Lightning looks for SLURM's srun on PATH), also
         # for the module-scoped runs, made before the function-scoped _scheduler_free.
