@@ -134,7 +134,8 @@ class Registry:
         unanswered = [
             (handle, aliases)
             for handle, aliases in zip(enabled, asked, strict=True)
-            if isinstance(aliases, AccelctlError)
+            # loaded, but late or failing in accelerator_info(): a broken one is its own error
+            if isinstance(aliases, AccelctlError) and handle.state != "broken"
         ]
         raise self.unknown(name, unanswered)
 
@@ -163,7 +164,8 @@ class Registry:
     ) -> UnknownAcceleratorError:
         """The error for a name nothing installed provides: what is, the nearest name, and the
         plugin to install. ``unanswered``: the plugins that could not say their aliases (late
-        past the hook deadline, or broken), any of which may be the one asked for."""
+        past the hook deadline, or failing in accelerator_info()), any of which may be the one
+        asked for."""
         import difflib  # errors only: not on the start-up path
 
         key = asked.strip().lower()
@@ -177,17 +179,18 @@ class Registry:
         if self.plugin_filter.active:
             filters = f" ({_settings.PLUGINS}/{_settings.DISABLE} are set)"
         message = f"no accelerator named {quote(asked)} is installed (installed: {shown}){filters}."
+        if close:  # a typo of something installed: no package to install
+            message += f" Did you mean {close[0]!r}?"
+            if not is_valid_name(key):
+                message += " Accelerator names are lowercase letters, digits, '_' and '-'."
+            return UnknownAcceleratorError(message, name=key, installed=installed)
         if unanswered:  # the name may well be installed: say which plugin could not answer
             who = "; ".join(f"{handle.name}: {one_line(error)}" for handle, error in unanswered)
             return UnknownAcceleratorError(
-                f"{message} It may be an alias of a plugin that could not say its aliases "
-                f"({who}).",
+                f"{message} It may be an alias of a plugin that could not say its aliases ({who}).",
                 name=key,
                 installed=installed,
             )
-        if close:  # a typo of something installed: no package to install
-            message += f" Did you mean {close[0]!r}?"
-            return UnknownAcceleratorError(message, name=key, installed=installed)
         # A typo of a well-known accelerator that is not installed: point at its plugin.
         known = difflib.get_close_matches(key, list(WELL_KNOWN), n=1, cutoff=0.6)
         name = known[0] if known else key
