@@ -225,24 +225,31 @@ def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -
             handle.detect()
 
 
+def threads_asking(gate: FakeSite, count: int) -> list[threading.Thread]:
+    """List ``count`` quick plugins on ``gate``: the thread that asked each one, in order."""
+    (gate.root / "gate.py").write_text(
+        "import threading\nOPEN = threading.Event()\nASKED_IN = []\n"
+    )
+    names = [f"quick{index:02d}" for index in range(count)]
+    record = "gate.ASKED_IN.append(gate.threading.current_thread())"
+    for name in names:
+        source = waiting_plugin(name, "detect", wait=record)
+        gate.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": source})
+    rows = Registry(path=gate.path).listing()
+    assert [row.state for row in rows] == ["available"] * count
+    asked_in: list[threading.Thread] = sys.modules["gate"].ASKED_IN
+    assert len(asked_in) == count
+    return asked_in
+
+
 def test_plugins_are_asked_from_a_bounded_pool_of_threads_never_the_callers(
     gate: FakeSite,
 ) -> None:
     # A bounded pool: at most MAX_WORKERS threads however many plugins, each a daemon thread (the
     # interpreter's exit never waits for one), none of them the caller's (each plugin is under
     # its deadline there).
-    (gate.root / "gate.py").write_text(
-        "import threading\nOPEN = threading.Event()\nASKED_IN = []\n"
-    )
-    names = [f"quick{index:02d}" for index in range(3 * _fanout.MAX_WORKERS)]
-    record = "gate.ASKED_IN.append(gate.threading.current_thread())"
-    for name in names:
-        source = waiting_plugin(name, "detect", wait=record)
-        gate.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": source})
-    rows = Registry(path=gate.path).listing()
-    assert [row.state for row in rows] == ["available"] * len(names)
-    asked_in = sys.modules["gate"].ASKED_IN
-    assert len(asked_in) == len(names) and len(set(asked_in)) <= _fanout.MAX_WORKERS
+    asked_in = threads_asking(gate, 3 * _fanout.MAX_WORKERS)
+    assert len(set(asked_in)) <= _fanout.MAX_WORKERS
     assert all(thread.daemon for thread in asked_in)
     assert threading.current_thread() not in asked_in
 
@@ -256,19 +263,9 @@ def test_plugins_that_answer_at_once_are_asked_one_after_another_in_one_thread(
     # grows. "Quick" is GROW_AFTER_S (20 ms), which a loaded machine can exceed for any plugin:
     # raised here, so the test reads no clock.
     monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)
-    (gate.root / "gate.py").write_text(
-        "import threading\nOPEN = threading.Event()\nASKED_IN = []\n"
-    )
-    names = [f"quick{index}" for index in range(6)]
-    record = "gate.ASKED_IN.append(gate.threading.get_ident())"
-    for name in names:
-        source = waiting_plugin(name, "detect", wait=record)
-        gate.install(f"acme-{name}", {name: f"fo_{name}"}, {f"fo_{name}": source})
-    rows = Registry(path=gate.path).listing()
-    assert [row.state for row in rows] == ["available"] * len(names)
-    asked_in = sys.modules["gate"].ASKED_IN
-    assert len(asked_in) == len(names) and len(set(asked_in)) == 1
-    assert asked_in[0] != threading.get_ident()  # still off the caller's thread, under a deadline
+    asked_in = threads_asking(gate, 6)
+    assert len(set(asked_in)) == 1
+    assert asked_in[0] is not threading.current_thread()  # off the caller's, under a deadline
 
 
 def test_a_late_plugins_error_is_made_by_what_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:

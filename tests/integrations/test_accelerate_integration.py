@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,34 +16,12 @@ accelerate = pytest.importorskip("accelerate")
 
 import torch  # noqa: E402
 from accelerate.state import AcceleratorState, GradientState, PartialState  # noqa: E402
+from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
 
 import accelctl  # noqa: E402
 from accelctl.integrations import _accelerate_state  # noqa: E402
 from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
 from accelctl.integrations.accelerate import ADAPTED, Accelerator  # noqa: E402
-
-#: torchrun's variables for rank 0 of 2 on this machine (nothing rendezvous: refused before).
-TWO_PROCESSES = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
-
-
-class MetaAccelerator(accelctl.Accelerator):
-    """Two devices of another type than the CPU, and no distributed backend."""
-
-    name = "metaacc"
-    device_type = "meta"
-
-    def __init__(self, backend: str | None = None) -> None:
-        self.distributed_backend = backend
-        self.set_up: list[str] = []
-
-    def detect(self) -> bool:
-        return True
-
-    def auto_device_count(self) -> int:
-        return 2
-
-    def setup_device(self, device: Any) -> None:
-        self.set_up.append(str(device))
 
 
 @pytest.fixture(autouse=True)
