@@ -9,13 +9,11 @@ each a fixture that the tests below read.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
+from rankresults import assert_equal, report, weights
 
 from .conftest import UserMachine, shared_run, succeeded
 
@@ -79,22 +77,6 @@ def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
     return _run(
         occl_machine, tmp_path_factory, "accelerate-cpu", *ACCELERATE_LAUNCH, "cpu", **no_openreg
     )
-
-
-def report(run: Path, name: str, rank: int = 0) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads((run / name / f"rank{rank}.json").read_text())
-    return result
-
-
-def weights(run: Path, name: str, rank: int = 0) -> dict[str, torch.Tensor]:
-    result: dict[str, torch.Tensor] = torch.load(run / name / f"rank{rank}.pt", weights_only=True)
-    return result
-
-
-def assert_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
-    assert first.keys() == second.keys()
-    for key in first:
-        assert torch.equal(first[key], second[key]), key
 
 
 def test_one_process_trains_on_the_plugins_device(single: Path) -> None:

@@ -11,13 +11,12 @@ a fixture that the tests below read.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from rankresults import assert_equal, report, weights
 
 from .conftest import UserMachine, shared_run, succeeded
 
@@ -54,21 +53,6 @@ def spawned(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="module")
 def by_lightning(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _run(occl_machine, tmp_path_factory, "default")
-
-
-def report(run: Path, fit: str, rank: int) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads((run / fit / f"rank{rank}.json").read_text())
-    return result
-
-
-def weights(run: Path, fit: str, rank: int) -> Any:
-    return torch.load(run / fit / f"rank{rank}.pt", weights_only=True)
-
-
-def assert_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
-    assert first.keys() == second.keys()
-    for key in first:
-        assert torch.equal(first[key], second[key]), key
 
 
 def assert_ran_on_openreg(run: Path, fit: str, dtype: str = "torch.float32") -> None:

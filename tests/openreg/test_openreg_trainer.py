@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from rankresults import assert_equal, report, weights
 
 from .conftest import UserMachine, shared_run, succeeded
 
@@ -31,22 +31,6 @@ def runs(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
         succeeded(occl_machine.accelctl(*command, str(SCRIPT), str(out), "restart,fp32,bf16,cpu"))
 
     return shared_run(tmp_path_factory, "openreg-trainer", launch)
-
-
-def report(runs: Path, run: str, rank: int) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads((runs / run / f"rank{rank}.json").read_text())
-    return result
-
-
-def weights(runs: Path, run: str, rank: int) -> dict[str, torch.Tensor]:
-    result: dict[str, torch.Tensor] = torch.load(runs / run / f"rank{rank}.pt", weights_only=True)
-    return result
-
-
-def assert_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
-    assert first.keys() == second.keys()
-    for key in first:
-        assert torch.equal(first[key], second[key]), key
 
 
 def test_each_process_trains_on_its_own_openreg_device_over_occl(runs: Path) -> None:

@@ -15,13 +15,12 @@ weights came apart differs from the CPU's by more than 1e-2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from rankresults import assert_equal, report, weights
 
 from .conftest import UserMachine, shared_run, succeeded
 
@@ -107,22 +106,6 @@ def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
     return _run(
         occl_machine, tmp_path_factory, "hf-cpus", TORCHRUN, "processes", "cpu", **NO_OPENREG
     )
-
-
-def report(out: Path, run: str, rank: int = 0) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads((out / run / f"rank{rank}.json").read_text())
-    return result
-
-
-def weights(out: Path, run: str, rank: int = 0) -> dict[str, torch.Tensor]:
-    result: dict[str, torch.Tensor] = torch.load(out / run / f"rank{rank}.pt", weights_only=True)
-    return result
-
-
-def assert_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
-    assert first.keys() == second.keys()
-    for key in first:
-        assert torch.equal(first[key], second[key]), key
 
 
 def assert_close_to_cpu(found: dict[str, torch.Tensor], cpu: dict[str, torch.Tensor]) -> None:
