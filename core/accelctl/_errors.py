@@ -5,6 +5,9 @@ would a builtin; the structured parts (``name``, ``spec``, ...) are optional key
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Sequence
 
 
@@ -130,3 +133,20 @@ class TrainerError(AccelctlError, ValueError):
 
 class PluginWarning(UserWarning):
     """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""
+
+
+#: The folder of accelctl's own modules: frames there are never the user's line.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
+    led here), however many of accelctl's frames lie between: Python 3.12's
+    ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
+    soon as the warning is reached through another path (``resolve`` or a ``Trainer``)."""
+    frame = sys._getframe(1)
+    level = 2  # 1 is this function; 2 its caller, the first frame looked at
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)

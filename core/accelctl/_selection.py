@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import _fanout, _settings
@@ -33,6 +33,17 @@ class Selection:
     devices: list[torch.device]
     #: What the plugin's ``parse_devices`` returned (a count or indices).
     parsed: int | list[int]
+    #: The name the accelerator was asked by (``"openreg"``, ``"auto"``), for messages.
+    asked: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def shown_name(self) -> str:
+        """The accelerator as the user knows it, for messages (:func:`known_name`)."""
+        return known_name(self.accelerator, self.asked)
+
+    def first_device(self) -> Selection:
+        """The same selection on its first device only (what one process alone can use)."""
+        return replace(self, devices=self.devices[:1], parsed=single_process(self.parsed))
 
     @property
     def distributed_backend(self) -> str | None:
@@ -55,6 +66,23 @@ class Selection:
             "distribution": self.accelerator.distribution,
             "version": self.accelerator.version,
         }
+
+
+def known_name(handle: AcceleratorHandle, asked: object = None) -> str:
+    """The accelerator's name as the user knows it, for messages and suggested commands: the
+    alias it was asked by (``openreg``), else the alias that is also its device type (the generic
+    PrivateUse1 plugin serves ``openreg`` devices, and answers to ``openreg``), else its
+    canonical name. ``--accelerator`` and ``accelerator=`` take each of them."""
+    try:
+        info = handle.info
+    except AccelctlError:
+        return handle.name
+    key = asked.strip().lower() if isinstance(asked, str) else ""
+    if key and key in info.aliases:
+        return key
+    if info.device_type is not None and info.device_type in info.aliases:
+        return info.device_type
+    return handle.name
 
 
 def select_accelerator(
@@ -95,8 +123,9 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
     if not handle.detect():
         reason = handle.unavailable_reason()
         because = f": {reason}" if reason else " (not detected)"
+        asked = repr(key) if key == handle.name else f"{key!r} (plugin {handle.name!r})"
         raise AcceleratorUnavailableError(
-            f"accelerator {handle.name!r} is installed but not available here{because}. "
+            f"accelerator {asked} is installed but not available here{because}. "
             f'Use accelerator="auto" to take what is available, or `accelctl list` to see why',
             name=handle.name,
             reason=reason,
@@ -218,7 +247,16 @@ def resolve(
         ) from exc
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)
-    return Selection(accelerator=handle, devices=handle.get_parallel_devices(parsed), parsed=parsed)
+    # What the user typed, for messages: "auto" stands for ACCELCTL_ACCELERATOR when that is set.
+    asked = accelerator if isinstance(accelerator, str) else None
+    if asked is not None and asked.strip().lower() == "auto" and chosen.accelerator:
+        asked = chosen.accelerator
+    return Selection(
+        accelerator=handle,
+        devices=handle.get_parallel_devices(parsed),
+        parsed=parsed,
+        asked=asked,
+    )
 
 
 def single_process(parsed: int | list[int]) -> int | list[int]:

@@ -36,14 +36,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import _settings
-from ._launching.handoff import devices_spec, launch_command_line
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.checkpoint import CheckpointConfig, whole_number
 from ._training.fit import Fit
 from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
-from ._training.processes import ProcessEnvironment, choose_device, script_argv
+from ._training.processes import (
+    ProcessEnvironment,
+    alone_on_first_device,
+    choose_device,
+    launch_hint,
+)
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
 
 if TYPE_CHECKING:
@@ -58,7 +62,8 @@ class Trainer:
         :class:`accelctl.Accelerator` instance.
     :param devices: a devices spec of that accelerator; ``"auto"`` means ``ACCELCTL_DEVICES`` when
         set (by ``accelctl launch``), else, under a launcher, one device per process it started,
-        else the accelerator's ``auto_device_count``.
+        else, in a process started alone, the first device (a warning gives the ``accelctl
+        launch`` line that uses them all).
     :param max_epochs: passes over the training data.
     :param precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (``torch.autocast`` on the
         device's type; float16 also scales the loss).
@@ -79,8 +84,9 @@ class Trainer:
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
-    :class:`~accelctl.ProcessSetupError` for several devices outside a launcher (its message has
-    the ``accelctl launch`` command) or on an accelerator without a distributed backend. After
+    :class:`~accelctl.ProcessSetupError` for several devices asked for outside a launcher (its
+    message has the ``accelctl launch`` command), on an accelerator without a distributed
+    backend, or on one whose backend torch does not have for its devices. After
     :meth:`fit`: :attr:`accelerator`, :attr:`devices`, :attr:`device`, :attr:`global_rank`,
     :attr:`world_size` and :attr:`metrics`.
     """
@@ -113,9 +119,12 @@ class Trainer:
         self._requeue = parse_requeue_signal(requeue_signal, checkpointing=enable_checkpointing)
         self._env = ProcessEnvironment.from_environ(os.environ)
         auto = isinstance(devices, str) and devices.strip().lower() == "auto"
-        if auto and self._env.launched and not _settings.Selection.read().devices:
+        auto = auto and not _settings.Selection.read().devices  # ACCELCTL_DEVICES: as given
+        if auto and self._env.launched:
             devices = self._env.local_world_size  # a plain torchrun: one device per process
         selection = resolve(accelerator, devices)
+        if auto and not self._env.launched:  # `python train.py`: one device, and how to use all
+            selection = alone_on_first_device(selection, launch_hint(selection))
         #: The accelerator's handle.
         self.accelerator: AcceleratorHandle = selection.accelerator
         #: One device per process on this machine, in local-rank order.
@@ -123,11 +132,7 @@ class Trainer:
         #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
         #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
         self.device: torch.device = choose_device(
-            self.devices,
-            accelerator=self.accelerator.name,
-            backend=self.accelerator.info.distributed_backend,
-            env=self._env,
-            launch_command_line=self._launch_hint(selection.parsed),
+            selection, env=self._env, launch_command_line=launch_hint(selection)
         )
         #: This process's rank among all processes (0 when alone).
         self.global_rank: int = self._env.rank
@@ -176,16 +181,3 @@ class Trainer:
         requeue = RequeueOnSignal(*self._requeue)
         fit = Fit(self, model, ckpt_path, env=self._env, requeue=requeue)
         fit.run(train_dataloader, val_dataloader)
-
-    def _launch_hint(self, parsed: int | list[int]) -> str:
-        """The command that runs this script with one process per device."""
-        name = self.accelerator.name if self.accelerator.entry_point is not None else None
-        spec = devices_spec(parsed)
-        argv = script_argv()
-        if argv is None:
-            accelerator = repr(name) if name else "<your accelerator>"
-            return (
-                f"accelctl.launch(<your training function>, accelerator={accelerator}, "
-                f"devices={spec!r}) from Python, or `accelctl launch` with a script"
-            )
-        return launch_command_line(name, spec, argv)

@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 import accelctl
@@ -82,9 +81,9 @@ def test_srun_tasks_that_do_not_match_the_devices_name_both_numbers() -> None:
     three_tasks = {**SLURM_STEP, "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "3",
                    "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0"}  # fmt: skip
     env = ProcessEnvironment.from_environ(three_tasks)
-    devices = [torch.device("cpu")] * 2
+    selection = accelctl.resolve("cpu", devices=2)
     with pytest.raises(accelctl.ProcessSetupError) as caught:
-        choose_device(devices, accelerator="cpu", backend="gloo", env=env, launch_command_line="")
+        choose_device(selection, env=env, launch_command_line="")
     assert str(caught.value) == (
         "srun (SLURM job 77, step 0) started 3 process(es) on this machine but the Trainer has 2 "
         'cpu device(s) (cpu, cpu). Leave devices="auto" in the script to take one device per '

@@ -25,6 +25,14 @@ def devices_spec(parsed: int | Sequence[int]) -> str:
     return ",".join(indices) + ("," if len(indices) == 1 else "")
 
 
+def typed_spec(parsed: int | Sequence[int]) -> str:
+    """The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
+    else :func:`devices_spec`'s exact form."""
+    if not isinstance(parsed, int) and len(parsed) > 1 and list(parsed) == list(range(len(parsed))):
+        return str(len(parsed))
+    return devices_spec(parsed)
+
+
 def selection_environment(selection: Selection) -> dict[str, str]:
     """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch (only the
     devices for an instance without an entry point: the script passes the instance itself)."""

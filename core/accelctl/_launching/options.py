@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .._cluster import slurm_step
+from .._distributed_backend import unusable_backend
 from .._errors import LaunchError
 from .._selection import Selection
 
@@ -45,14 +46,20 @@ def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
 
 
 def check_processes(selection: Selection, processes: int) -> None:
-    """Refuse several processes on an accelerator without a distributed backend."""
-    if processes > 1 and selection.distributed_backend is None:
-        name = selection.accelerator.name
+    """Refuse several processes on an accelerator without a distributed backend, or on one whose
+    backend torch does not have for its devices: before any process starts."""
+    if processes <= 1:
+        return
+    name = selection.shown_name
+    if selection.distributed_backend is None:
         raise LaunchError(
             f"accelerator {name!r} runs in a single process only (its distributed_backend is "
             f"None), but {processes} processes were asked for; use --devices 1 on one machine, "
             f"or another accelerator (--cpu for several CPU processes)"
         )
+    refusal = unusable_backend(selection.accelerator, selection.devices[0].type, name)
+    if refusal is not None:
+        raise LaunchError(refusal)
 
 
 @dataclass(frozen=True)

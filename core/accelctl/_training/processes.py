@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._cluster import slurm_step
-from .._errors import ProcessSetupError
+from .._distributed_backend import unusable_backend
+from .._errors import ProcessSetupError, warn_user
+from .._launching.handoff import launch_command_line, typed_spec
 
 if TYPE_CHECKING:
     import torch
+
+    from .._selection import Selection
 
 #: Open MPI's names for rank, size, local rank and local size.
 _OMPI = tuple(f"OMPI_COMM_WORLD_{n}" for n in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE"))
@@ -112,23 +116,22 @@ class ProcessEnvironment:
 
 
 def choose_device(
-    devices: Sequence[torch.device],
+    selection: Selection,
     *,
-    accelerator: str,
-    backend: str | None,
     env: ProcessEnvironment,
     launch_command_line: str,
 ) -> torch.device:
-    """This process's device: ``devices[LOCAL_RANK]``, after checking that the processes fit.
+    """This process's device: ``devices[LOCAL_RANK]``, after checking that the processes fit and
+    that torch can carry the devices' tensors between them.
 
-    :param devices: the selection's devices on this machine, one per process.
-    :param accelerator: the accelerator's name, for messages.
-    :param backend: its ``torch.distributed`` backend; None: one process only.
+    :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.
     :param launch_command_line: what to run instead when several devices are used without a
         launcher.
     :raises ProcessSetupError: with what to do instead.
     """
+    devices, backend = selection.devices, selection.distributed_backend
+    accelerator = selection.shown_name
     count = len(devices)
     if (count > 1 or env.distributed) and backend is None:
         asked = (
@@ -142,6 +145,10 @@ def choose_device(
             f"`accelctl launch --devices N`), or pick an accelerator with a distributed backend, "
             f'such as accelerator="cpu" with devices=N'
         )
+    if count > 1 or env.distributed:  # before any process starts or joins a group
+        refusal = unusable_backend(selection.accelerator, devices[0].type, accelerator)
+        if refusal is not None:
+            raise ProcessSetupError(refusal)
     if count > 1 and not env.launched:
         raise ProcessSetupError(
             f"devices={count} on {accelerator!r} needs one process per device, started by a "
@@ -156,6 +163,43 @@ def choose_device(
             f'Leave devices="auto" in the script to take one device per process, or {fix}'
         )
     return devices[env.local_rank if env.launched else 0]
+
+
+#: The launch lines a process started alone was told about (each once per process).
+_told_alone: set[str] = set()
+
+
+def alone_on_first_device(selection: Selection, launch_command_line: str) -> Selection:
+    """What ``devices="auto"`` takes in a process started alone (``python train.py``, no
+    launcher): the first device of several, as Lightning's and Accelerate's single-process
+    defaults do, with one warning per process saying how to use them all. One process cannot
+    use several devices, and "auto" never selects a set-up that cannot run."""
+    if len(selection.devices) <= 1:
+        return selection
+    first = selection.first_device()
+    if launch_command_line not in _told_alone:
+        _told_alone.add(launch_command_line)
+        warn_user(
+            f"{len(selection.devices)} {selection.shown_name} devices are visible, but this "
+            f'process was started alone, so devices="auto" trains on {first.devices[0]} only. '
+            f"To train on all of them, one process each: {launch_command_line}"
+        )
+    return first
+
+
+def launch_hint(selection: Selection) -> str:
+    """The command that runs this script with one process per device of ``selection``, naming
+    the accelerator as the user knows it (``--accelerator openreg``)."""
+    name = selection.shown_name if selection.accelerator.entry_point is not None else None
+    spec = typed_spec(selection.parsed)
+    argv = script_argv()
+    if argv is None:
+        accelerator = repr(name) if name else "<your accelerator>"
+        return (
+            f"accelctl.launch(<your training function>, accelerator={accelerator}, "
+            f"devices={spec!r}) from Python, or `accelctl launch` with a script"
+        )
+    return launch_command_line(name, spec, argv)
 
 
 def join_process_group(
@@ -214,8 +258,23 @@ def join_process_group(
         rank=env.rank,
         world_size=env.world_size,
         timeout=timeout,
+        # Bound to this process's device, collectives without tensors (barrier) know where to
+        # run: torch otherwise warns in every rank and guesses the current device.
+        device_id=_bindable(device),
     )
     return True
+
+
+def _bindable(device: torch.device) -> torch.device | None:
+    """``device`` where ``init_process_group(device_id=...)`` takes it: an indexed device of the
+    accelerator torch was built for or has loaded (``cuda:1``, ``openreg:0``); None for the CPU
+    (its collectives need no device) and for a device of another type, which torch refuses."""
+    import torch
+
+    if device.type == "cpu" or device.index is None:
+        return None
+    current = torch.accelerator.current_accelerator()
+    return device if current is not None and current.type == device.type else None
 
 
 #: The rendezvous store of each address, and how many groups this process made on them.

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from accelctl import PrecisionError, ProcessSetupError
+from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._parameters import keeping_parameters
 from ._versions import TestedRange
@@ -211,7 +212,7 @@ def _check_strategy(connector: Any, kinds: _Kinds) -> None:
         devices = list(connector._parallel_devices)
         processes = max(len(devices), 1) * connector._num_nodes_flag
         raise ProcessSetupError(
-            f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+            f"accelctl accelerator {known_name(handle)!r} runs in a single process only (its "
             f"distributed_backend is None), but {kinds.owner}(strategy=...) chose "
             f"{type(strategy).__name__}, which starts torch.distributed for {processes} "
             f"process(es) over {connector._num_nodes_flag} node(s); torch has no backend for its "

@@ -35,6 +35,7 @@ import torch
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
+from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from . import _accelerate_state
 from ._parameters import keeping_parameters
@@ -130,17 +131,17 @@ def _this_process_device(
         asked = f"{len(devices)} devices ({listed})" if len(devices) > 1 else ""
         asked = asked or f"{world_size} processes (started by a launcher)"
         raise accelctl.ProcessSetupError(
-            f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+            f"accelctl accelerator {known_name(handle)!r} runs in a single process only (its "
             f"distributed_backend is None), but {asked} were asked for, so Accelerate would "
             "train each process alone. Run one process on one device (devices=1, no "
             "launcher), or pick an accelerator with a distributed backend"
         )
     if len(devices) > 1 and not launched:
         raise accelctl.ProcessSetupError(
-            f"devices={len(devices)} on {handle.name!r} needs one process per device, started by "
-            f"a launcher; this process was started alone. Run: accelctl launch --accelerator "
-            f"{handle.name} --devices {len(devices)} <your script> (or accelerate launch "
-            f"--multi_gpu --num_processes {len(devices)} <your script>)"
+            f"devices={len(devices)} on {known_name(handle)!r} needs one process per device, "
+            f"started by a launcher; this process was started alone. Run: accelctl launch "
+            f"--accelerator {known_name(handle)} --devices {len(devices)} <your script> (or "
+            f"accelerate launch --multi_gpu --num_processes {len(devices)} <your script>)"
         )
     if launched and len(devices) != local_world_size:
         raise accelctl.ProcessSetupError(

@@ -61,7 +61,7 @@ from accelctl import Accelerator as _AccelctlAccelerator
 # The same distribution as the core, released with it: the registry's internals and the rule
 # accelctl.resolve applies to "auto" come from there, not from copies.
 from accelctl._registry import Registry, get_registry
-from accelctl._selection import single_process
+from accelctl._selection import known_name, single_process
 
 from . import _lightning_connector, _lightning_registries
 from ._lightning_registries import Registration
@@ -271,7 +271,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         if len(parallel) > 1 and handle.info.distributed_backend is None:
             listed = ", ".join(str(device) for device in parallel)
             raise ProcessSetupError(
-                f"accelctl accelerator {handle.name!r} runs in a single process only (its "
+                f"accelctl accelerator {known_name(handle)!r} runs in a single process only (its "
                 f"distributed_backend is None), but devices={devices!r} asks for "
                 f"{len(parallel)} ({listed}), one process each. Use devices=1 (or "
                 f"devices=[i] for another device), or an accelerator with a distributed backend"

@@ -11,6 +11,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The check the core makes before a launch or a Trainer starts processes; the kit reports it.
+from accelctl._distributed_backend import backend_problem as backend_problem
+
 #: Modules a plugin must not import at module level (the contract's "cheap imports" rule).
 HEAVY_MODULES = ("torch",)
 
@@ -99,30 +102,3 @@ def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
         unreachable = bool(missing) and (module == missing or module.startswith(f"{missing}."))
         return ImportProbe(error=str(data["error"]), unreachable=unreachable)
     return ImportProbe(seconds=float(data["seconds"]), heavy=tuple(data["heavy"]))
-
-
-def backend_problem(backend: str, device_type: str) -> str | None:
-    """Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
-    ``device_type`` tensors here: None when it can (registered, and compiled in), ``"skip: <why>"``
-    when this torch cannot tell, else a phrase saying what is wrong."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        return "skip: this torch build has no torch.distributed"
-    name = backend.lower()
-    if ":" in name:  # "cpu:gloo,cuda:nccl": the entry for this device type
-        pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
-        if device_type not in pairs:
-            return f"names no backend for device type {device_type!r}"
-        name = pairs[device_type]
-    capability: dict[str, list[str]] = dist.Backend.backend_capability
-    if name not in capability:
-        known = ", ".join(sorted(capability)) or "none"
-        return f"is not a torch.distributed backend this torch knows (registered: {known})"
-    if device_type not in capability[name]:
-        supported = ", ".join(capability[name]) or "no device type"
-        return f"does not support {device_type!r} tensors (it is registered for {supported})"
-    available = getattr(dist, f"is_{name}_available", None)
-    if callable(available) and not available():
-        return f"is not compiled into this torch build (torch.distributed.is_{name}_available())"
-    return None

@@ -1,0 +1,151 @@
+"""A plugin whose ``distributed_backend`` torch does not have for its devices (a made-up
+``"zccl"``, or ``"nccl"`` on devices that are not CUDA's) is refused by ``accelctl launch``,
+:func:`accelctl.launch` and the Trainer before any process starts or joins a group, naming the
+plugin and the backend (issue 26): the check ``accelctl validate`` makes, from one core function,
+asked once per process.
+
+The plugins are third-party fakes installed on a fake site, with CPU devices; whatever would
+start a process (torchrun's runner, ``subprocess.Popen``, torch's elastic launch,
+``init_process_group``) is replaced by a recorder, so the tests observe that none was reached.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed
+import torch.distributed.launcher.api
+import torch.distributed.run
+from click.testing import CliRunner
+
+import accelctl
+from accelctl import _distributed_backend
+from accelctl.cli.main import cli
+
+PLUGIN = """
+    import accelctl
+
+    class BadBackendAccelerator(accelctl.Accelerator):
+        device_type = "cpu"
+        distributed_backend = {backend!r}
+
+        def detect(self):
+            return True
+
+        def auto_device_count(self):
+            return 2
+"""
+
+#: The plugin's name -> its declared backend, and what the refusal says about it.
+BACKENDS = {
+    "zcclacc": ("zccl", "is not a torch.distributed backend this torch knows"),
+    "ncclacc": ("nccl", "does not support 'cpu' tensors"),
+}
+TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip
+
+
+@pytest.fixture
+def started(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Both plugins installed; every way a process could start (or a group be joined) is
+    recorded instead. Returns the record."""
+    for name, (backend, _) in BACKENDS.items():
+        fake_site.install(
+            f"accelctl-{name}",
+            {name: f"{name}_plugin:BadBackendAccelerator"},
+            {f"{name}_plugin": PLUGIN.format(backend=backend)},
+        )
+    record: list[str] = []
+
+    def recorder(what: str) -> Any:
+        def record_call(*args: Any, **kwargs: Any) -> Any:
+            record.append(what)
+            raise AssertionError(f"{what} was reached")
+
+        return record_call
+
+    monkeypatch.setattr(torch.distributed.run, "run", recorder("torchrun"))
+    monkeypatch.setattr(subprocess, "Popen", recorder("subprocess"))
+    monkeypatch.setattr(torch.distributed.launcher.api, "elastic_launch", recorder("elastic"))
+    monkeypatch.setattr(torch.distributed, "init_process_group", recorder("init_process_group"))
+    monkeypatch.setattr(_distributed_backend, "_verdicts", {})
+    return record
+
+
+def _assert_names_plugin_and_backend(message: str, name: str) -> None:
+    backend, problem = BACKENDS[name]
+    assert f"accelerator {name!r} (plugin {name!r}, accelctl-{name} 1.0)" in message
+    assert f"distributed_backend={backend!r}, which {problem}" in message
+    assert "none was started" in message
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_accelctl_launch_refuses_before_starting_a_process(
+    started: list[str], tmp_path: Path, name: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    result = CliRunner().invoke(
+        cli, ["launch", "--accelerator", name, "--devices", "2", str(script)]
+    )
+    assert result.exit_code == 1, result.output
+    _assert_names_plugin_and_backend(result.output, name)
+    assert started == []
+
+
+def test_the_launch_function_refuses_before_starting_a_process(started: list[str]) -> None:
+    with pytest.raises(accelctl.LaunchError) as caught:
+        accelctl.launch(print, accelerator="zcclacc", devices=2)
+    _assert_names_plugin_and_backend(str(caught.value), "zcclacc")
+    assert started == []
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_the_trainer_refuses_under_a_launcher_before_joining_a_group(
+    started: list[str], monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    for key, value in TWO_RANKS.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(accelctl.ProcessSetupError) as caught:
+        accelctl.Trainer(accelerator=name)
+    _assert_names_plugin_and_backend(str(caught.value), name)
+    assert started == []
+
+
+def test_the_trainer_alone_refuses_the_backend_before_suggesting_a_launch(
+    started: list[str],
+) -> None:
+    # Suggesting `accelctl launch` would only lead to the same refusal there.
+    with pytest.raises(accelctl.ProcessSetupError) as caught:
+        accelctl.Trainer(accelerator="zcclacc", devices=2)
+    _assert_names_plugin_and_backend(str(caught.value), "zcclacc")
+    assert "accelctl launch" not in str(caught.value)
+
+
+def test_one_device_needs_no_backend(started: list[str]) -> None:
+    trainer = accelctl.Trainer(accelerator="zcclacc", devices=1)
+    assert len(trainer.devices) == 1 and started == []
+
+
+def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
+    started: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[tuple[str, str]] = []
+    real = _distributed_backend.backend_problem
+
+    def counting(backend: str, device_type: str) -> str | None:
+        asked.append((backend, device_type))
+        return real(backend, device_type)
+
+    monkeypatch.setattr(_distributed_backend, "backend_problem", counting)
+    for key, value in TWO_RANKS.items():
+        monkeypatch.setenv(key, value)
+    for _ in range(3):
+        with pytest.raises(accelctl.ProcessSetupError):
+            accelctl.Trainer(accelerator="zcclacc")
+    accelctl.Trainer(accelerator="cpu")  # gloo on the CPU: usable
+    accelctl.Trainer(accelerator="cpu")
+    assert asked == [("zccl", "cpu"), ("gloo", "cpu")]
