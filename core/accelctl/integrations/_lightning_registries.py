@@ -32,12 +32,14 @@ class Registration:
     """What :func:`~accelctl.integrations.lightning.register_all` did, as plain data.
 
     - ``registered``: names now served by accelctl in Lightning's registries;
-    - ``skipped``: name -> why it was left alone (Lightning has it, or it is disabled);
+    - ``aliases``: alias -> the registered name it serves too (``"openreg": "privateuse1"``);
+    - ``skipped``: name or alias -> why it was left alone (Lightning has it, or it is disabled);
     - ``broken``: name -> the plugin's one-line error (also emitted as a
       :class:`~accelctl.PluginWarning`).
     """
 
     registered: list[str] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
@@ -45,6 +47,7 @@ class Registration:
         """JSON-ready fields."""
         return {
             "registered": list(self.registered),
+            "aliases": dict(self.aliases),
             "skipped": dict(self.skipped),
             "broken": dict(self.broken),
         }
@@ -67,6 +70,7 @@ def register(
     rejects are Lightning's or another package's, left alone unless ``override``."""
     result = Registration()
     targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
+    canonical = set(source.names())
     for name in source.names():
         blocked = source.claimants(name)[0].reason
         if blocked:
@@ -79,18 +83,38 @@ def register(
             result.broken[name] = message
             warnings.warn(f"not registering with Lightning: {message}", PluginWarning, stacklevel=3)
             continue
-        taken = [_owner(target, name) for target in targets if name in target]
-        foreign = [owner for owner in taken if not is_ours(owner)]
-        if foreign and not override:
-            owner = foreign[0]
-            owner_name = getattr(owner, "__qualname__", type(owner).__name__)
-            result.skipped[name] = (
-                f"Lightning already has {name!r} ({owner_name}); register_all(override=True) "
-                f"replaces it, LightningAccelerator({name!r}) uses accelctl's without replacing"
-            )
+        taken = _taken_by_others(name, is_ours)
+        if taken and not override:
+            result.skipped[name] = taken
             continue
         bound = bind(handle)
         for target in targets:
             bound.register_accelerators(target)
         result.registered.append(name)
+        # Its aliases too (the generic PrivateUse1 plugin answers to "openreg"), as accelctl's
+        # own lookups take them; a canonical name of another plugin wins, as it does there.
+        for alias in handle.info.aliases:
+            if alias in canonical:
+                continue
+            taken = _taken_by_others(alias, is_ours)
+            if taken and not override:
+                result.skipped[alias] = taken
+                continue
+            for target in targets:
+                target.register(alias, bound, description=description(handle), override=True)
+            result.aliases[alias] = name
     return result
+
+
+def _taken_by_others(name: str, is_ours: Callable[[object], bool]) -> str | None:
+    """Why ``name`` is left alone: Lightning (or another package) has it; None when it is free
+    or accelctl's."""
+    for target in (TRAINER_REGISTRY, FABRIC_REGISTRY):
+        owner = _owner(target, name) if name in target else None
+        if name in target and not is_ours(owner):
+            owner_name = getattr(owner, "__qualname__", type(owner).__name__)
+            return (
+                f"Lightning already has {name!r} ({owner_name}); register_all(override=True) "
+                f"replaces it, LightningAccelerator({name!r}) uses accelctl's without replacing"
+            )
+    return None

@@ -363,7 +363,8 @@ def _unshare_module_memory(module: torch.nn.Module) -> None:
 
 
 def register_all(override: bool = False, *, registry: Registry | None = None) -> Registration:
-    """Register every installed accelctl accelerator with Lightning, under its own name.
+    """Register every installed accelctl accelerator with Lightning, under its own name and
+    its aliases (the generic PrivateUse1 plugin's ``openreg``).
 
     Afterwards ``lightning.Trainer(accelerator="<name>")`` and ``lightning.Fabric(
     accelerator="<name>")`` build a :class:`LightningAccelerator` for that plugin. Names that

@@ -1,0 +1,88 @@
+"""``register_all()`` registers every alias with Lightning too (issue 26): the generic PrivateUse1
+plugin answers to ``openreg``, so ``register_all(); lightning.Trainer(accelerator="openreg")``,
+the README's "by name" form, must find it, as ``accelctl.resolve("openreg")`` does.
+
+The plugin here has that shape (canonical name ``slot``, alias ``twinalias``) with CPU devices.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+lightning = pytest.importorskip("lightning")
+
+from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTRY  # noqa: E402
+from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY  # noqa: E402
+
+import accelctl  # noqa: E402
+from accelctl.integrations.lightning import LightningAccelerator, register_all  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))  # tinymodel.py is a helper module
+from tinymodel import quiet_trainer_options  # noqa: E402
+
+PLUGIN = """
+    import accelctl
+
+    class SlotAccelerator(accelctl.Accelerator):
+        device_type = "cpu"
+        aliases = {aliases!r}
+        distributed_backend = "gloo"
+
+        def detect(self):
+            return True
+
+        def auto_device_count(self):
+            return 2
+"""
+
+
+@pytest.fixture(autouse=True)
+def _restore_lightning_registries() -> Iterator[None]:
+    """register_all() writes to Lightning's process-wide registries: put them back after."""
+    saved = [(registry, dict(registry)) for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY)]
+    yield
+    for registry, content in saved:
+        registry.clear()
+        registry.update(content)
+
+
+def _registry(fake_site: Any, **aliases: tuple[str, ...]) -> accelctl.testing.Registry:
+    """Plugins ``name -> aliases`` on the fake site, and a registry that sees them alone."""
+    for name, names in aliases.items():
+        fake_site.install(
+            f"accelctl-{name}",
+            {name: f"{name}_plugin:SlotAccelerator"},
+            {f"{name}_plugin": PLUGIN.format(aliases=names)},
+        )
+    return accelctl.testing.Registry(path=fake_site.path)
+
+
+def test_an_alias_is_registered_and_lightning_trains_by_it(fake_site: Any) -> None:
+    result = register_all(registry=_registry(fake_site, slot=("twinalias",)))
+    assert (result.registered, result.aliases) == (["slot"], {"twinalias": "slot"})
+    for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY):
+        assert registry["twinalias"]["accelerator"] is registry["slot"]["accelerator"]
+    trainer = lightning.Trainer(accelerator="twinalias", devices=1, **quiet_trainer_options())
+    assert isinstance(trainer.accelerator, LightningAccelerator)
+    assert trainer.accelerator.accelctl_handle().name == "slot"
+    assert isinstance(lightning.Fabric(accelerator="twinalias").accelerator, LightningAccelerator)
+
+
+def test_an_alias_lightning_has_is_left_alone_unless_override(fake_site: Any) -> None:
+    registry = _registry(fake_site, slot=("cuda",))
+    result = register_all(registry=registry)
+    assert (result.registered, result.aliases) == (["slot"], {})
+    assert "Lightning already has 'cuda'" in result.skipped["cuda"]
+    assert not issubclass(TRAINER_REGISTRY["cuda"]["accelerator"], LightningAccelerator)
+    assert register_all(override=True, registry=registry).aliases == {"cuda": "slot"}
+
+
+def test_another_plugins_canonical_name_wins_over_an_alias(fake_site: Any) -> None:
+    result = register_all(registry=_registry(fake_site, slot=("other",), other=()))
+    assert (sorted(result.registered), result.aliases) == (["other", "slot"], {})
+    assert TRAINER_REGISTRY["other"]["accelerator"].accelctl_handle().name == "other"
