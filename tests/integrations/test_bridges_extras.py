@@ -53,7 +53,8 @@ def test_a_bridge_without_its_framework_names_the_extra_that_installs_it(
     assert raised["name"] == framework
     assert raised["message"] == (
         f"accelctl.integrations.{bridge} needs {what} ({framework} is missing): "
-        f"pip install 'accelctl[{bridge}]'"
+        f"pip install 'accelctl[{bridge}]' (in a clone of accelctl, from its folder: "
+        f"pip install -e '.[{bridge}]')"
     )
 
 

@@ -25,11 +25,9 @@ from typing import Any
 try:
     import accelerate
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Accelerate
-    raise ModuleNotFoundError(
-        f"accelctl.integrations.accelerate needs HF Accelerate ({exc.name} is missing): "
-        "pip install 'accelctl[accelerate]'",
-        name=exc.name,
-    ) from exc
+    from ._missing import framework_missing
+
+    raise framework_missing("accelerate", "HF Accelerate", exc) from exc
 
 import torch
 

@@ -41,11 +41,9 @@ try:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Lightning
-    raise ModuleNotFoundError(
-        f"accelctl.integrations.lightning needs Lightning ({exc.name} is missing): "
-        "pip install 'accelctl[lightning]'",
-        name=exc.name,
-    ) from exc
+    from ._missing import framework_missing
+
+    raise framework_missing("lightning", "Lightning", exc) from exc
 
 from accelctl import (
     AccelctlError,

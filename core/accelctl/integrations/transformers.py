@@ -27,11 +27,9 @@ from typing import TYPE_CHECKING, Any
 try:
     import transformers
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without transformers
-    raise ModuleNotFoundError(
-        f"accelctl.integrations.transformers needs transformers ({exc.name} is missing): "
-        "pip install 'accelctl[transformers]'",
-        name=exc.name,
-    ) from exc
+    from ._missing import framework_missing
+
+    raise framework_missing("transformers", "transformers", exc) from exc
 
 import accelctl
 
