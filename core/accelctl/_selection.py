@@ -19,7 +19,7 @@ from ._plugin import AcceleratorHandle
 from ._project import PROJECT_NAME
 from ._registry import Registry, get_registry, install_hint
 from ._status import AcceleratorStatus
-from ._text import quote, safe_repr
+from ._text import end_sentence, quote, safe_repr
 
 if TYPE_CHECKING:
     import torch
@@ -114,7 +114,7 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
                 raise fresh_copy(
                     exc,
                     f'{variable}={quote(override)} sets what accelerator="auto" means, and: '
-                    f"{str(exc).rstrip('.')}. Unset {variable} to choose automatically.",
+                    f"{end_sentence(str(exc))} Unset {variable} to choose automatically.",
                 ) from exc
         return _select_best(registry, family=None)
     if key == "gpu":
@@ -243,7 +243,7 @@ def resolve(
         raise fresh_copy(
             exc,
             f'{_settings.DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
-            f"{str(exc).rstrip('.')}. Unset {_settings.DEVICES} or give it an accepted spec.",
+            f"{end_sentence(str(exc))} Unset {_settings.DEVICES} or give it an accepted spec.",
         ) from exc
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._device_string import device_string
-from ._errors import AccelctlError, PluginWarning
+from ._errors import AccelctlError
 from ._fanout import restart_clock, run_each, run_one
 from ._plugin import AcceleratorHandle
 from ._registry import get_registry
@@ -54,8 +53,9 @@ def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
     under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each accelerator is read once to throw away,
     and again 0.2 s after it was found (never less than 0.1 s after that first reading).
 
-    A broken plugin is skipped with a :class:`~accelctl.PluginWarning`; a hook that fails or does
-    not answer is that device's ``error`` instead of stopping the others.
+    A plugin that is broken (it fails to load, or its probe fails) is a reading with its
+    ``error`` and device ``"?"``, as when ``accelerator`` names it (where it raises); a hook that
+    fails or does not answer is that device's ``error``; neither stops the others.
 
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError: for
         ``accelerator``, as :func:`accelctl.resolve` would.
@@ -66,18 +66,20 @@ def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
 def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
     """Rounds of readings of the same accelerators: the first as :func:`read_stats` returns it,
     each next one when asked (the caller waits between them; ``accelctl stats --watch``)."""
-    handles = _primed(accelerator)
+    handles, broken = _primed(accelerator)
     while True:
-        yield _read_all(handles)
+        yield _read_all(handles) + broken
 
 
-def _primed(name: str | None) -> list[AcceleratorHandle]:
+def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats]]:
     """The accelerators to read, each read once already and waited for (hooks may not sleep; this
     may): NAME, which must be available, or every available one, read as soon as its probe says
     so, under a deadline of its own, while the other plugins' probes go on. One whose first
     reading did not answer stays, so that its reading is an error (its stuck thread is not asked
-    again)."""
+    again). Also returns a reading with its error for each broken plugin: its figures could not
+    be read either, whether it was named or not (the same exit status for both)."""
     primed: list[tuple[float, float]] = []  # (found, read thrown away), per accelerator
+    broken: list[DeviceStats] = []
     if name is not None:
         handles = [run_one(lambda: select_accelerator(name))]
         found = time.monotonic()
@@ -102,9 +104,7 @@ def _primed(name: str | None) -> list[AcceleratorHandle]:
             if status.error is not None and handle in probed and probed[handle].available:
                 handles.append(handle)  # detected; its first reading did not answer in time
             elif status.error is not None:
-                warnings.warn(
-                    f"skipping {status.name}: {status.error}", PluginWarning, stacklevel=4
-                )
+                broken.append(DeviceStats(status.name, "?", error=status.error))
             elif status.available:
                 handles.append(handle)
     # The first reading thrown away is inside the wait (for the CPU, psutil's import), but
@@ -116,7 +116,7 @@ def _primed(name: str | None) -> list[AcceleratorHandle]:
         wait = ready - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-    return handles
+    return handles, broken
 
 
 def _devices(handle: AcceleratorHandle) -> list[str]:

@@ -101,3 +101,10 @@ def one_line(message: BaseException | str, limit: int = LINE_LIMIT) -> str:
     its message is empty."""
     text = clean(message if isinstance(message, str) else safe_str(message), limit)
     return text or type(message).__name__
+
+
+def end_sentence(text: str) -> str:
+    """``text`` ending a sentence once: its own ``?`` or ``!`` kept, else one full stop
+    (``"Did you mean 'openreg'?"`` before another sentence, never ``"...?."``)."""
+    text = text.rstrip().rstrip(".")
+    return text if text.endswith(("?", "!")) else f"{text}."

@@ -80,15 +80,19 @@ def test_name_unknown_or_unavailable_is_one_line_and_exit_1(cli: Cli, monkeypatc
     assert "Traceback" not in result.output
 
 
-def test_a_failing_device_is_reported_and_exits_1_a_broken_plugin_is_a_warning(cli: Cli, gpu_site):
+def test_a_failing_device_and_a_broken_plugin_are_reported_and_exit_1(cli: Cli, gpu_site):
     result = cli("stats", "--json")
     assert result.exit_code == 1
     entries = {(e["accelerator"], e["device"]): e for e in json.loads(result.stdout)}
-    assert set(entries) == {("cpu", "cpu"), ("fakegpu", "meta:0"), ("fakegpu", "meta:1")}
+    assert set(entries) == {("cpu", "cpu"), ("fakegpu", "meta:0"), ("fakegpu", "meta:1"),
+                            ("broken", "?")}  # fmt: skip
     assert entries[("fakegpu", "meta:0")]["stats"]["fakegpu.fan_rpm"] == 1200
     failed = entries[("fakegpu", "meta:1")]
     assert failed["stats"] == {} and "sensor offline" in failed["error"]
-    assert "warning: skipping broken: " in result.stderr and "nope_x" in result.stderr
+    # Issue 26: the broken plugin is its row (as `stats broken` is its error), not a warning.
+    broken = entries[("broken", "?")]
+    assert broken["stats"] == {} and "nope_x" in broken["error"]
+    assert "warning" not in result.stderr
 
 
 def test_one_name_and_the_human_table(cli: Cli, gpu_site):

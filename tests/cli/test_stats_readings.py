@@ -282,8 +282,10 @@ def test_read_stats_is_the_library_reading_the_command_prints(
     )
     fake_site.install("acme-brk", {"brk": "lib_brk"}, {"lib_brk": broken})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,brk")
-    with pytest.warns(accelctl.PluginWarning, match=r"skipping brk: .*detect\(\) raised OSError"):
-        [reading] = accelctl.read_stats()
+    # A broken plugin is a reading with its error (issue 26: as when it is named), not a warning.
+    reading, broken = accelctl.read_stats()
+    assert (broken.accelerator, broken.device, broken.stats) == ("brk", "?", {})
+    assert broken.error is not None and "detect() raised OSError" in broken.error
     assert isinstance(reading, accelctl.DeviceStats)
     assert reading.to_dict() == {
         "accelerator": "cpu",

@@ -13,8 +13,11 @@ HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESC
 
 def _row(status: AcceleratorStatus) -> tuple[object, ...]:
     state, plugin = status.state, status.distribution or "?"
+    # What else it answers to, after its name (the generic PrivateUse1 plugin: "privateuse1
+    # (openreg)", the backend's own name, which accelctl's messages use for it).
+    aliases = ", ".join(status.info.aliases) if status.info is not None else ""
     return (
-        status.name,
+        f"{status.name} ({aliases})" if aliases else status.name,
         state if state in ("broken", "disabled") else yes_no(status.available),
         status.device_count,
         status.family,

@@ -120,7 +120,8 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
     """Show device figures (memory, utilisation, temperature, power) of every device of the
     available accelerators, or of accelerator NAME ("gpu" picks the best available GPU).
 
-    Exits 1 when NAME is unknown or unavailable, or when a device's figures could not be read.
+    Exits 1 when NAME is unknown or unavailable, when a device's figures could not be read, or
+    when a plugin is broken (named or not: its row says why).
     """
     rounds = watch_stats(name)
     readings = next(rounds)  # the accelerators found, read, waited for and read again

@@ -126,7 +126,7 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
     # The backend torch maps the device type to (Backend.default_device_backend_map).
     assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, "occl")
     line = next(line for line in table.stdout.splitlines() if line.startswith("privateuse1"))
-    assert line.split()[:3] == ["privateuse1", "yes", "2"] and "'openreg'" in line
+    assert line.split()[:4] == ["privateuse1", "(openreg)", "yes", "2"] and "'openreg'" in line
 
 
 def test_validate_passes_with_the_device_checks_run() -> None:
