@@ -14,12 +14,11 @@ import os
 import pathlib
 import re
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from importlib.machinery import PathFinder
 from typing import NamedTuple, TypeAlias
 
-from ._errors import PluginWarning
+from ._errors import PluginWarning, warn_user
 from ._info import is_valid_name
 from ._project import ENTRY_POINT_GROUP, PROJECT_NAME, RESERVED_NAMES
 from ._text import describe_exception, quote
@@ -277,7 +276,7 @@ def _entries(
         if not warn:
             return
         # Not a plugin, but worth a line: torch's backend autoload fails on it.
-        warnings.warn(f"skipping a broken distribution: {problem}", PluginWarning, stacklevel=3)
+        warn_user(f"skipping a broken distribution: {problem}", PluginWarning)
         return
     if ENTRY_POINT_GROUP in declared:
         named = [(n, v) for g, n, v in found if g == ENTRY_POINT_GROUP]

@@ -5,10 +5,12 @@ would a builtin; the structured parts (``name``, ``spec``, ...) are optional key
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
 from collections.abc import Sequence
+from types import FrameType
 
 
 class AccelctlError(Exception):
@@ -143,10 +145,24 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
     led here), however many of accelctl's frames lie between: Python 3.12's
     ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
-    soon as the warning is reached through another path (``resolve`` or a ``Trainer``)."""
+    soon as the warning is reached through another path (``resolve`` or a ``Trainer``). In a
+    thread of accelctl's own there is no user's line: the thread's first frame outside it."""
     frame = sys._getframe(1)
     level = 2  # 1 is this function; 2 its caller, the first frame looked at
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame.f_back is not None and (_is_ours(frame) or _is_import_machinery(frame)):
         frame = frame.f_back
-        level += 1
+        if not _is_import_machinery(frame):  # warnings.warn does not count those
+            level += 1
     warnings.warn(message, category, stacklevel=level)
+
+
+def _is_ours(frame: FrameType) -> bool:
+    # accelctl's modules, and contextlib's, whose __exit__ runs accelctl's context managers.
+    filename = frame.f_code.co_filename
+    return filename.startswith(_PACKAGE_DIR) or filename == contextlib.__file__
+
+
+def _is_import_machinery(frame: FrameType) -> bool:
+    # What warnings.warn skips when it counts a stacklevel (its _is_internal_frame).
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
@@ -17,7 +16,7 @@ from types import ModuleType
 from typing import Any, NoReturn, TextIO, cast
 
 from ._discovery import TORCH_BACKENDS_GROUP, scan
-from ._errors import PluginWarning
+from ._errors import PluginWarning, warn_user
 from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
 
@@ -126,11 +125,10 @@ def watch_import(subject: str) -> Iterator[None]:
     finally:
         changes = _undo_variables(variables) + _undo_path(path)
         if changes:
-            warnings.warn(
+            warn_user(
                 f"{subject}: importing it {'; '.join(changes)}; report this to the "
                 "plugin's authors",
                 PluginWarning,
-                stacklevel=3,  # the import's caller, past contextlib
             )
 
 
@@ -229,11 +227,10 @@ def load_backends(strict: bool = False) -> list[str]:
         except Exception as exc:
             if strict:
                 raise
-            warnings.warn(
+            warn_user(
                 f"torch's out-of-tree backend {found.name!r} ({found.value}) failed to load: "
                 f"{type(exc).__name__}: {exc}",
                 PluginWarning,
-                stacklevel=2,
             )
             continue
         loaded.append(found.name)

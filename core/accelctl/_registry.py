@@ -7,13 +7,18 @@ plugin alone, inline; an alias asks every enabled plugin at once (:mod:`accelctl
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint
 
 from . import _fanout, _settings
 from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
-from ._errors import AccelctlError, PluginConflictError, PluginWarning, UnknownAcceleratorError
+from ._errors import (
+    AccelctlError,
+    PluginConflictError,
+    PluginWarning,
+    UnknownAcceleratorError,
+    warn_user,
+)
 from ._info import is_valid_name
 from ._plugin import AcceleratorHandle
 from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
@@ -154,7 +159,7 @@ class Registry:
         statuses = settle(enabled, _fanout.run_each(enabled, probe))
         for status in statuses:
             if status.error is not None:
-                warnings.warn(f"skipping {status.error}", PluginWarning, stacklevel=3)
+                warn_user(f"skipping {status.error}", PluginWarning)
         return statuses
 
     def unknown(

@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._errors import TrainerError
+from .._errors import TrainerError, warn_user
 from .best import BestCheckpoints, best_name
 from .processes import ProcessEnvironment
 from .rng import rng_state, set_epoch_rng_state, set_rng_state
@@ -105,10 +104,7 @@ def resolve_ckpt_path(
         if last.is_file():
             return last
         if restarts == 0:
-            warnings.warn(
-                f"ckpt_path='last': no checkpoint in {folder} yet, training from the start",
-                stacklevel=4,  # -> Fit -> Trainer.fit -> the user's call
-            )
+            warn_user(f"ckpt_path='last': no checkpoint in {folder} yet, training from the start")
         return None
     path = Path(ckpt_path)
     if not path.is_file():
@@ -203,11 +199,10 @@ def resumed_batches(
 def per_rank(values: Sequence[Any], rank: int, world_size: int, what: str) -> Any | None:
     """Rank ``rank``'s entry of a per-rank list saved by a run of ``len(values)`` processes."""
     if len(values) != world_size:
-        warnings.warn(
+        warn_user(
             f"the checkpoint's {what} come from {len(values)} process(es), this run has "
             f"{world_size}: weights and optimizer are restored, the random states only where a "
-            f"rank matches (an exact continuation needs the same number of processes)",
-            stacklevel=7,  # -> restore -> Fit: _restore, _set_up_training, run -> Trainer.fit
+            f"rank matches (an exact continuation needs the same number of processes)"
         )
     return values[rank] if rank < len(values) else None
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import uuid
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from .._errors import AccelctlError, PluginWarning, TrainerError
+from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .checkpoint import (
     CHECKPOINT_DIR,
     LAST,
@@ -216,8 +215,7 @@ class Fit:
             except Exception as exc:
                 if not quiet:
                     raise
-                # warn -> _finish -> run -> Trainer.fit -> the user's call
-                warnings.warn(f"cleanup after a failed fit also failed: {exc}", stacklevel=4)
+                warn_user(f"cleanup after a failed fit also failed: {exc}")
 
     # -- an epoch ----------------------------------------------------------------------------
 
@@ -351,9 +349,7 @@ class Fit:
             return self.trainer.accelerator.device_stats(self.device)
         except AccelctlError as exc:
             self.device_stats = False
-            # warn -> _device_stats -> _log_window -> _train -> _run_epoch -> run -> Trainer.fit
-            # -> the user's call
-            warnings.warn(f"device stats disabled for this fit: {exc}", PluginWarning, stacklevel=7)
+            warn_user(f"device stats disabled for this fit: {exc}", PluginWarning)
             return {}
 
     def _save_mid_epoch(self, epoch: int, batches_done: int) -> None:

@@ -6,9 +6,10 @@ when its iterator starts), which a fit resumed mid-epoch replays. All are tensor
 from __future__ import annotations
 
 import random
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from .._errors import warn_user
 
 if TYPE_CHECKING:
     import torch
@@ -106,10 +107,9 @@ def set_epoch_rng_state(
     generators = _generators(loader)
     saved = state.get("generators", [])
     if len(saved) != len(generators):
-        warnings.warn(
+        warn_user(
             f"the training loader has {len(generators)} generator(s) of its own, its checkpoint "
-            f"{len(saved)}: the resumed epoch may see its batches in another order",
-            stacklevel=7,  # -> resumed_batches -> Fit's _batches, _run_epoch, run -> Trainer.fit
+            f"{len(saved)}: the resumed epoch may see its batches in another order"
         )
     for generator, generator_state in zip(generators, saved, strict=False):
         generator.set_state(generator_state.cpu())
