@@ -28,7 +28,8 @@ SCRIPT = Path(__file__).with_name("trainer_run.py")
 def runs(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
     def launch(out: Path) -> None:
         command = ("launch", "--accelerator", "openreg", "--devices", "2", "--max-restarts", "1")
-        succeeded(occl_machine.accelctl(*command, str(SCRIPT), str(out), "restart,fp32,bf16,cpu"))
+        done = occl_machine.accelctl(*command, str(SCRIPT), str(out), "restart,fp32,bf16,cpu")
+        (out / "launch.stderr").write_text(succeeded(done).stderr)
 
     return shared_run(tmp_path_factory, "openreg-trainer", launch)
 
@@ -76,3 +77,10 @@ def test_bf16_mixed_casts_on_openreg(runs: Path) -> None:
     for rank in (0, 1):
         assert report(runs, "bf16", rank)["ran"] == [[f"openreg:{rank}", "torch.bfloat16"]]
     assert_equal(weights(runs, "bf16", 0), weights(runs, "bf16", 1))
+
+
+def test_no_rank_is_told_to_specify_device_id(runs: Path) -> None:
+    # Issue 26: the Trainer binds the group to each rank's device (init_process_group's
+    # device_id), so torch's barrier() has no device to guess and prints no warning about it.
+    stderr = (runs / "launch.stderr").read_text()
+    assert "device_id" not in stderr and "using the device under current context" not in stderr
