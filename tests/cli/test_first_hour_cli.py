@@ -53,3 +53,25 @@ def test_a_suggestion_keeps_its_question_mark_alone(
     assert result.exit_code == 1
     assert "Did you mean 'cpu'? Unset ACCELCTL_ACCELERATOR" in result.stderr
     assert "?." not in result.stderr
+
+
+def test_stats_says_why_a_device_has_no_figures(cli: Cli, fake_site: FakeSite) -> None:
+    # As the generic PrivateUse1 plugin in `accelctl stats`: it reads torch's allocator only in
+    # the process that uses the device, never starting the backend's runtime to read it.
+    source = """
+        import accelctl
+
+        class QuietAccelerator(accelctl.Accelerator):
+            def detect(self):
+                return True
+
+            def auto_device_count(self):
+                return 1
+    """
+    fake_site.install("acme-quiet", {"quiet": "first_hour_quiet:QuietAccelerator"},
+                      {"first_hour_quiet": source})  # fmt: skip
+    result = cli("stats", "quiet")
+    assert result.exit_code == 0
+    assert "quiet:0 (quiet): no figures from this process; an allocator counts per process" in (
+        result.stdout
+    )

@@ -73,6 +73,13 @@ def render_table(readings: list[DeviceStats]) -> str:
         if reading.error:
             notes.append(f"{reading.device} ({reading.accelerator}): error: {reading.error}")
             continue
+        if not reading.stats:  # say why the row is empty rather than leave it blank
+            notes.append(
+                f"{reading.device} ({reading.accelerator}): no figures from this process; an "
+                "allocator counts per process (out-of-tree backends, MPS): the process using "
+                "the device has them, e.g. in the Trainer's metrics.jsonl"
+            )
+            continue
         extras = {k: v for k, v in sorted(reading.stats.items()) if k not in _COMMON}
         if extras:
             shown = ", ".join(

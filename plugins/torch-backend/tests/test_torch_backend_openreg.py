@@ -255,6 +255,8 @@ def test_device_stats_reads_the_allocator_only_once_the_backend_is_in_use() -> N
     assert found["str"] == found["device"]
     assert found["str"]["memory_allocated_bytes"] == 4096
     assert found["str"]["memory_reserved_bytes"] >= 4096
+    # torch.accelerator.memory_stats' counters, prefixed with the backend's name (issue 26).
+    assert found["str"]["openreg.num_ooms"] == found["str"]["openreg.num_alloc_retries"] == 0
     assert found["other"]["memory_allocated_bytes"] == 0
 
 

@@ -112,6 +112,7 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
                     figures[key] = int(read(index))
                 except (RuntimeError, NotImplementedError):  # the backend's allocator lacks it
                     continue
+        figures.update(_allocator_counters(accelerator, index, found.name))
         try:
             free, total = accelerator.get_memory_info(index)
         except (AttributeError, RuntimeError, NotImplementedError):  # openreg: not implemented
@@ -162,6 +163,24 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
             aliases=(found.alias,) if found.alias else (),
             device_type=found.name if found.alias else None,
         )
+
+
+#: ``torch.accelerator.memory_stats`` keys worth a figure of their own (the byte counts are the
+#: common keys already): how often the allocator had to free its cache and retry, and ran out.
+_COUNTERS = ("num_alloc_retries", "num_ooms")
+
+
+def _allocator_counters(accelerator: Any, index: int, name: str) -> dict[str, int | float]:
+    """The allocator's counters from ``memory_stats(index)`` (``openreg.num_ooms``, ...), where
+    the backend's allocator keeps them; ``{}`` where it has no ``memory_stats``."""
+    read = getattr(accelerator, "memory_stats", None)
+    if read is None:
+        return {}
+    try:
+        stats = read(index)
+    except (RuntimeError, NotImplementedError):  # the backend's allocator lacks it
+        return {}
+    return {f"{name}.{key}": int(stats[key]) for key in _COUNTERS if key in stats}
 
 
 def _accelerator_api(torch: Any, name: str) -> Any:
