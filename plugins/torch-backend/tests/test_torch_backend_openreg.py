@@ -197,9 +197,9 @@ def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
             g = torch.Generator().manual_seed(0)
             x = torch.randn(128, 8, generator=g)
             data = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=32)
+            # devices="auto", the default: 2 openreg devices, a process started alone (issue 26)
             trainer = accelctl.Trainer(
-                accelerator=accelerator, devices=1, max_epochs=2, root_dir=root,
-                log_every_n_steps=2,
+                accelerator=accelerator, max_epochs=2, root_dir=root, log_every_n_steps=2,
             )
             trainer.fit(Model(), data)
             lines = [json.loads(l) for l in open(root + "/metrics.jsonl")]
@@ -227,6 +227,10 @@ def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
     assert result.returncode == 0, result.stderr
     runs = json.loads(result.stdout)
     assert (runs["openreg"]["name"], runs["openreg"]["device"]) == ("privateuse1", "openreg:0")
+    # One device of the two, and one warning saying how to use both, by the backend's name.
+    assert result.stderr.count("2 openreg devices are visible, but this process was started") == 1
+    assert "accelerator='openreg', devices='2'" in result.stderr  # `python -c`: no script
+    assert "privateuse1" not in result.stderr
     assert runs["openreg"]["loss"] == pytest.approx(runs["cpu"]["loss"], rel=1e-5, abs=1e-6)
     # In use by the Trainer, so the allocator's figures are read (never initialised for it).
     assert runs["openreg"]["stats"]["memory_allocated_bytes"] > 0
