@@ -169,20 +169,21 @@ def choose_device(
 _told_alone: set[str] = set()
 
 
-def alone_on_first_device(selection: Selection, launch_command_line: str) -> Selection:
+def alone_on_first_device(selection: Selection, hint: str) -> Selection:
     """What ``devices="auto"`` takes in a process started alone (``python train.py``, no
     launcher): the first device of several, as Lightning's and Accelerate's single-process
-    defaults do, with one warning per process saying how to use them all. One process cannot
-    use several devices, and "auto" never selects a set-up that cannot run."""
+    defaults do, with one warning per process saying how to use them all (``hint``: the
+    ``accelctl launch`` line). One process cannot use several devices, and "auto" never selects
+    a set-up that cannot run."""
     if len(selection.devices) <= 1:
         return selection
     first = selection.first_device()
-    if launch_command_line not in _told_alone:
-        _told_alone.add(launch_command_line)
+    if hint not in _told_alone:
+        _told_alone.add(hint)
         warn_user(
             f"{len(selection.devices)} {selection.shown_name} devices are visible, but this "
             f'process was started alone, so devices="auto" trains on {first.devices[0]} only. '
-            f"To train on all of them, one process each: {launch_command_line}"
+            f"To train on all of them, one process each: {hint}"
         )
     return first
 

@@ -93,7 +93,11 @@ def register(
         result.registered.append(name)
         # Its aliases too (the generic PrivateUse1 plugin answers to "openreg"), as accelctl's
         # own lookups take them; a canonical name of another plugin wins, as it does there.
-        for alias in handle.info.aliases:
+        try:
+            aliases = handle.info.aliases
+        except AccelctlError:  # accelerator_info() fails: its name alone (it says why when used)
+            aliases = ()
+        for alias in aliases:
             if alias in canonical:
                 continue
             taken = _taken_by_others(alias, is_ours)
