@@ -10,10 +10,12 @@ run each shared by their assertions.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from cliharness import Cli, strict_json
+from fakeaccelerators import MetaAccelerator
 
 import accelctl
 import accelctl.testing
@@ -185,6 +187,43 @@ def test_the_table_says_yes_or_no_with_the_reason_and_fsdp2s_verdict(
         "",
         "1 accelerator(s) probed; not probed: gone (unavailable)",
     ]
+
+
+# -- an accelerator without an entry point, probed in this process --------------------------------
+
+
+def test_an_instance_is_probed_in_this_process_on_its_first_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    probed: list[tuple[str, str | None]] = []
+
+    def rows(device_type: str, backend: str | None) -> Iterator[Capability]:
+        probed.append((device_type, backend))
+        yield from (Capability(name, True, "ran") for name in CAPABILITIES)
+
+    monkeypatch.setattr(matrix, "iter_capabilities", rows)
+    accelerator = MetaAccelerator(backend="gloo")
+    report = accelctl.testing.probe_accelerator(accelerator)
+    assert (report.name, report.state, report.device) == ("metaacc", "probed", "meta:0")
+    assert probed == [("meta", "gloo")]
+    assert accelerator.set_up == ["meta:0"]  # setup_device made it current first
+
+
+def test_an_instance_whose_device_is_absent_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Absent(MetaAccelerator):
+        def detect(self) -> bool:
+            return False
+
+        def unavailable_reason(self) -> str:
+            return "no meta hardware here"
+
+    monkeypatch.setattr(matrix, "iter_capabilities", None)  # never reached
+    report = accelctl.testing.probe_accelerator(Absent())
+    assert (report.state, report.reason, report.passed) == (
+        "unavailable",
+        "no meta hardware here",
+        True,
+    )
 
 
 # -- the pytest class --------------------------------------------------------------------------
