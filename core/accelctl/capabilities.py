@@ -138,7 +138,8 @@ class _Probe:
 def _backend_gap(backend: str, device_type: str) -> str | None:
     """Why ``backend`` (``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors in this torch, from its registration alone (no process group); None
-    when it is registered for them."""
+    when it is registered for them and compiled in. (The conformance check ``distributed_backend``
+    asks the same of torch; this one words it as a capability's reason.)"""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -156,6 +157,9 @@ def _backend_gap(backend: str, device_type: str) -> str | None:
     if device_type not in registered[name]:
         supported = ", ".join(registered[name]) or "no device type"
         return f"the backend {name!r} is registered for {supported}, not {device_type!r} tensors"
+    available = getattr(dist, f"is_{name}_available", None)
+    if callable(available) and not available():
+        return f"the backend {name!r} is not compiled into this torch (is_{name}_available())"
     return None
 
 
