@@ -1,25 +1,32 @@
 """issue 28: the capability matrix on a real out-of-tree device, torch_openreg 0.0.2 served by the
 generic ``privateuse1`` plugin with its ``occl`` backend. It reports FSDP2's two gaps in the
 device's own words (no ``torch.openreg.Stream``; storage that cannot resize) and the rows openreg
-has. One ``accelctl validate --capabilities openreg --json`` run, shared by the assertions."""
+has. One ``accelctl validate --capabilities openreg --json`` run per session, shared by the
+assertions (``shared_run``: whichever pytest-xdist worker asks first makes it)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import UserMachine, succeeded
+from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def openreg(occl_machine: UserMachine) -> dict[str, Any]:
-    """The matrix's report for openreg (asked for by its alias)."""
-    done = succeeded(occl_machine.accelctl("validate", "--capabilities", "openreg", "--json"))
-    (report,) = json.loads(done.stdout)
+def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The matrix's report for openreg (asked for by its alias), made once per session."""
+
+    def probe(out: Path) -> None:
+        command = ("validate", "--capabilities", "openreg", "--json")
+        (out / "report.json").write_text(succeeded(occl_machine.accelctl(*command)).stdout)
+
+    folder = shared_run(tmp_path_factory, "openreg-capabilities", probe)
+    (report,) = json.loads((folder / "report.json").read_text())
     return dict(report)
 
 
