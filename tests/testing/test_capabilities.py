@@ -5,9 +5,11 @@ they run in a process of their own."""
 
 from __future__ import annotations
 
+import ast
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from accelctl.capabilities import (
     fsdp_gaps,
     iter_capabilities,
 )
+from accelctl.testing import matrix
 
 
 def probe(name: str, device_type: str = "cpu", backend: str | None = "gloo", **module: Any):
@@ -32,6 +35,18 @@ def probe(name: str, device_type: str = "cpu", backend: str | None = "gloo", **m
         return capabilities._run(name, state)
     finally:
         state.close()
+
+
+@pytest.mark.parametrize("module", [capabilities, matrix], ids=lambda m: m.__name__)
+def test_torch_is_imported_inside_the_probes_only(module: types.ModuleType) -> None:
+    """`accelctl validate` (and its --help) loads both modules: no torch at their module level
+    (an import under ``if TYPE_CHECKING:`` is not at module level)."""
+    assert module.__file__ is not None
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = [alias.name for node in tree.body if isinstance(node, ast.Import)
+                for alias in node.names]  # fmt: skip
+    imported += [node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)]
+    assert [name for name in imported if name.split(".")[0] == "torch"] == []
 
 
 def test_every_row_has_a_probe_and_fsdp_needs_are_rows() -> None:
