@@ -6,9 +6,13 @@ records the device's own words when it fails (the exception's type and message) 
 missing. A "no" is a fact about the device, not an error: :func:`probe_capabilities` never raises
 for one. torch is imported inside the probes only, so importing this module costs nothing.
 
+On torch_openreg 0.0.2 (its reasons: "module 'torch_openreg.openreg' has no attribute 'Stream'
+...", "NotImplementedError: You should register `PrivateUse1HooksInterface` ... and implement
+`resizePrivateUse1Bytes` ..."):
+
 >>> from accelctl.capabilities import fsdp_gaps
->>> [gap.reason for gap in fsdp_gaps("openreg", "occl")]      # torch_openreg 0.0.2
-["module 'torch_openreg.openreg' has no attribute 'Stream' ...", 'NotImplementedError: ...']
+>>> [gap.name for gap in fsdp_gaps("openreg", "occl")]
+['device-streams', 'storage-resize']
 """
 
 from __future__ import annotations
