@@ -142,6 +142,16 @@ def test_plugins_that_are_not_available_are_listed_not_probed(
     }
 
 
+def test_a_plugin_asked_for_by_name_and_alias_is_reported_once(
+    cli: Cli, fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = undetected_plugin("ghost", aliases=("spook",))
+    fake_site.install("acme-ghost", {"ghost": "ghost_mod"}, {"ghost_mod": source})
+    monkeypatch.setattr(matrix, "_probe_in_child", _no_child)
+    reports = cli.json("validate", "--capabilities", "spook", "GHOST")
+    assert [(r["name"], r["state"]) for r in reports] == [("ghost", "unavailable")]
+
+
 def test_a_name_nothing_has_and_a_disabled_plugin_named_are_problems(
     cli: Cli, fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:

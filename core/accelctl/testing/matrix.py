@@ -133,8 +133,12 @@ def probe_installed(
         for row in rows:  # aliases, where the listing read them
             for alias in row.info.aliases if row.info is not None else ():
                 by_name.setdefault(alias, row)
-        asked = dict.fromkeys(name.strip().lower() for name in names)
-        chosen = [(name, by_name.get(name)) for name in asked]
+        chosen, seen = [], set()
+        for name in dict.fromkeys(name.strip().lower() for name in names):
+            found = by_name.get(name)
+            if found is None or found.name not in seen:  # a name and its alias: probed once
+                chosen.append((name, found))
+                seen.add(name if found is None else found.name)
 
     def report(item: tuple[str, AcceleratorStatus | None]) -> CapabilityReport:
         asked, row = item
