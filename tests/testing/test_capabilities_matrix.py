@@ -51,6 +51,7 @@ def test_a_crash_leaves_the_rows_before_it_and_names_the_probe_it_was_in() -> No
         "the probe process was killed by SIGSEGV while probing ddp (its last output: last words)"
     )
     assert report.problems == (report.reason,)
+    assert report.fsdp_gaps is None  # not every row was probed: no verdict
     rows = {c.name: c for c in report.capabilities}
     assert list(rows) == list(CAPABILITIES)
     assert rows["storage-resize"] == Capability("storage-resize", True, "ran")

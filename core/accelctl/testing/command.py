@@ -52,8 +52,13 @@ def _print_capabilities(report: CapabilityReport) -> None:
         echo_line(f"{title}: {report.state}: {report.reason}")
         return
     backend = report.distributed_backend or "none"
-    gaps = report.fsdp_gaps or ()
-    fsdp = f"FSDP2 lacks {', '.join(gap.name for gap in gaps)}" if gaps else "FSDP2 can be tried"
+    gaps = report.fsdp_gaps
+    if gaps is None:  # the probe process failed part-way: its problem is the last line
+        fsdp = "the probe did not finish"
+    elif gaps:
+        fsdp = f"FSDP2 lacks {', '.join(gap.name for gap in gaps)}"
+    else:
+        fsdp = "FSDP2 can be tried"
     echo_line(f"{title} on {report.device}, distributed backend {backend}: {fsdp}")
     width = max(len(capability.name) for capability in report.capabilities)
     for capability in report.capabilities:

@@ -75,8 +75,8 @@ class CapabilityReport:
     @property
     def fsdp_gaps(self) -> tuple[Capability, ...] | None:
         """The rows of :data:`~accelctl.capabilities.FSDP_NEEDS` the device lacks (``()``: FSDP2
-        can be tried); None when nothing was probed."""
-        if not self.capabilities:
+        can be tried); None unless every row was probed."""
+        if self.state != "probed":
             return None
         return tuple(c for c in self.capabilities if c.name in FSDP_NEEDS and not c.supported)
 
