@@ -20,6 +20,7 @@ PUBLIC_MODULES = {
     "launcher",
     "torch_build",
     "torch_backends",
+    "capabilities",
 }
 
 
