@@ -41,10 +41,12 @@ from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.checkpoint import CheckpointConfig, whole_number
 from ._training.fit import Fit
+from ._training.fsdp import refuse_fsdp_gaps
 from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
 from ._training.processes import ProcessEnvironment, choose_device, script_argv
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
+from ._training.strategy import parse_strategy
 
 if TYPE_CHECKING:
     from torch import nn
@@ -76,6 +78,11 @@ class Trainer:
     :param requeue_signal: a signal (``"SIGUSR1"``, a number) on which :meth:`fit` stops at a
         checkpoint and requeues its SLURM job, which resumes from there; ``"auto"``: SIGUSR1
         inside a SLURM job that nothing else handles it in; None: never.
+    :param strategy: ``"auto"`` (DDP with several processes, the model as it is with one),
+        ``"ddp"`` (the same), or ``"fsdp"``: FSDP2's ``fully_shard`` shards parameters, gradients
+        and optimizer states over the processes (also one: a group of one process), with
+        sharded checkpoints (docs/training.md, "Sharded training (FSDP2)"). A device that lacks
+        what FSDP2 needs is refused here, naming what it lacks.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -100,10 +107,13 @@ class Trainer:
         best_metric: str = "val_loss",
         best_mode: str = "min",
         requeue_signal: Any = "auto",
+        strategy: str = "auto",
     ) -> None:
         self.max_epochs = whole_number("max_epochs", max_epochs)
         self.log_every_n_steps = whole_number("log_every_n_steps", log_every_n_steps)
         self.precision = Precision(parse_precision(precision))
+        #: ``"auto"``, ``"ddp"`` or ``"fsdp"``.
+        self.strategy = parse_strategy(strategy)
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
         #: When :meth:`fit` writes checkpoints and which it keeps.
@@ -120,6 +130,9 @@ class Trainer:
         self.accelerator: AcceleratorHandle = selection.accelerator
         #: One device per process on this machine, in local-rank order.
         self.devices: list[torch.device] = selection.devices
+        if self.strategy == "fsdp":  # before the processes are checked: no launch would help
+            backend = self.accelerator.info.distributed_backend
+            refuse_fsdp_gaps(self.accelerator.name, self.devices[0].type, backend)
         #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
         #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
         self.device: torch.device = choose_device(

@@ -33,6 +33,7 @@ from .checkpoint import (
 )
 from .data import batch_size, move_to_device, set_epoch, shard_loader
 from .figures import EpochTally, validate
+from .fsdp import shard_model, sharded_grad_scaler
 from .hangs import HangWatch, Progress
 from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
@@ -57,6 +58,7 @@ class FitOwner(Protocol):
     max_epochs: int
     log_every_n_steps: int
     precision: Precision
+    strategy: str
     root_dir: Path
     enable_progress_bar: bool | None
     checkpointing: CheckpointConfig
@@ -87,7 +89,13 @@ class Fit:
         self.trainer, self.model, self.env, self.requeue = trainer, model, env, requeue
         self.device = trainer.device
         self.autocast = trainer.precision.autocast(self.device)
-        self.scaler = trainer.precision.grad_scaler(self.device)
+        #: FSDP2 shards the model (``strategy="fsdp"``), also in one process (a 1-process group).
+        self.sharded = trainer.strategy == "fsdp"
+        self.scaler = (
+            sharded_grad_scaler(trainer.precision, self.device)
+            if self.sharded
+            else trainer.precision.grad_scaler(self.device)
+        )
         restarts = restart_count()
         self.resume_from = resolve_ckpt_path(ckpt_path, trainer.root_dir / CHECKPOINT_DIR, restarts)
         # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
@@ -138,22 +146,28 @@ class Fit:
     # -- set-up and finish -------------------------------------------------------------------
 
     def _set_up_processes(self) -> None:
-        """Set the device up and, with several processes, join their group and watch for hangs."""
+        """Set the device up and, with several processes, join their group and watch for hangs
+        (FSDP2 alone: a group of one process)."""
         accelerator = self.trainer.accelerator
         accelerator.setup_device(self.device)
-        if self.watch is not None:  # several processes
+        if self.watch is not None or self.sharded:
             backend = accelerator.info.distributed_backend
-            assert backend is not None  # choose_device refused None
+            assert backend is not None  # choose_device and refuse_fsdp_gaps refused None
             self.owns_group = join_process_group(backend, self.env, self.device, self.timeout)
+        if self.watch is not None:  # several processes
             self.watch.start()
 
     def _set_up_training(
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None
     ) -> None:
-        """The model on the device, its optimizer, the checkpointer, the state of a resume (before
-        DDP wraps the model: every rank loads the same file), and the loaders, sharded."""
+        """The model on the device (sharded by FSDP2 before its optimizer is made), its
+        optimizer, the checkpointer, the state of a resume (before DDP wraps the model: every rank
+        loads the same file), and the loaders, sharded."""
         model, trainer, env = self.model, self.trainer, self.env
-        model.to(self.device)
+        if self.sharded:
+            shard_model(model, self.device, trainer.precision)
+        else:
+            model.to(self.device)
         self.optimizer = optimizer_of(model)
         self.checkpointer = Checkpointer(
             trainer.checkpointing,
@@ -165,9 +179,9 @@ class Fit:
         )
         trainer.global_step = 0
         self.resume = self._restore()
-        # One process: the model's own method. Several: through DDP's forward.
+        # One process, or FSDP2 (its forward method): the model's own. Else through DDP's forward.
         self.training_step = cast(Any, model).training_step
-        if env.distributed:
+        if env.distributed and not self.sharded:
             from torch.nn.parallel import DistributedDataParallel
 
             self.training_step = DistributedDataParallel(TrainingStep(model))
