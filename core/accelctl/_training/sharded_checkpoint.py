@@ -17,6 +17,7 @@ process without any process group.
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,10 @@ def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     alone = not (dist.is_available() and dist.is_initialized())  # a plain model, one process
-    load(state, storage_reader=FileSystemReader(source), no_dist=alone)
+    with warnings.catch_warnings():
+        # DCP warns that it assumes one process when there is no group: that is what we mean.
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        load(state, storage_reader=FileSystemReader(source), no_dist=alone)
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
 
 
