@@ -216,7 +216,7 @@ def test_fsdp_on_a_device_that_lacks_its_needs_is_refused_before_any_launch() ->
         accelctl.Trainer(accelerator=MetaAccelerator("gloo"), devices=2, strategy="fsdp")
     message = str(refused.value)
     assert message.startswith("strategy='fsdp' cannot run on 'metaacc' (device type 'meta'")
-    assert "device-streams: torch has no module torch.meta" in message
+    assert "device-streams (torch has no module torch.meta" in message
     assert "accelctl launch --" not in message
 
 

@@ -43,10 +43,11 @@ def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) ->
         )
     gaps = _fsdp_gaps(device_type, backend)
     if gaps:
-        lacking = "; ".join(f"{gap.name}: {clean(gap.reason)}" for gap in gaps)
+        named = [f"{gap.name} ({clean(gap.reason).rstrip('.')})" for gap in gaps]
+        lacking = " and ".join([", ".join(named[:-1]), named[-1]] if named[1:] else named)
         raise ProcessSetupError(
             f"strategy='fsdp' cannot run on {accelerator!r} (device type {device_type!r}, "
-            f"backend {backend!r}): FSDP2 needs what it lacks: {lacking}. Train with "
+            f"backend {backend!r}): it lacks what FSDP2 needs: {lacking}. Train with "
             f"strategy='ddp' (or 'auto'); `accelctl validate --capabilities {accelerator}` "
             f"shows what the device can do"
         )
