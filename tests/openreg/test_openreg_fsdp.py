@@ -9,6 +9,7 @@ instead, when ``accelctl.capabilities.fsdp_gaps`` says so (skipped with its reas
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,14 @@ print(json.dumps({"gaps": gaps, "refusal": refusal, "group": dist.is_initialized
 
 
 @pytest.fixture(scope="module")
-def probe(occl_machine: UserMachine) -> dict[str, Any]:
-    result: dict[str, Any] = occl_machine.python(PROBE)
+def probe(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What ``PROBE`` printed, from one process per session (both tests read it)."""
+
+    def run(out: Path) -> None:
+        (out / "probe.json").write_text(json.dumps(occl_machine.python(PROBE)))
+
+    folder = shared_run(tmp_path_factory, "openreg-fsdp-probe", run)
+    result: dict[str, Any] = json.loads((folder / "probe.json").read_text())
     return result
 
 

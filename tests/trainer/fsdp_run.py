@@ -9,7 +9,8 @@ writes ``rank<r>.pt`` (the final weights, gathered whole) and ``rank<r>.json`` (
 - ``whole``: the Trainer, ``strategy="fsdp"``, 3 epochs, a checkpoint every 5 steps;
 - ``cut``: the same, stopped at step 7 by an exception (the checkpoint of step 5 is the last);
 - ``resumed``: the same again, resumed from ``cut``'s ``last.ckpt``;
-- ``bf16`` / ``fp16``: 1 epoch in ``"bf16-mixed"`` / ``"16-mixed"``.
+- ``bf16`` / ``fp16``: 1 epoch in ``"bf16-mixed"`` / ``"16-mixed"``;
+- ``val``: 1 epoch validated on 45 samples in batches of 11, shards of 3 and 2 batches.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Net(nn.Module):
         x, y = batch
         return F.cross_entropy(self(x).float(), y)
 
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        x, y = batch
+        return {"loss": F.cross_entropy(self(x).float(), y)}
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
 
@@ -78,9 +83,9 @@ def whole_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in get_model_state_dict(model, options=options).items()}
 
 
-def dataset() -> TensorDataset:
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(80, 8, generator=generator)
+def dataset(samples: int = 80, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, 8, generator=generator)
     return TensorDataset(x, (x[:, 0] > 0).long())  # 4 steps an epoch per process
 
 
@@ -128,7 +133,7 @@ def fit(run: str, out: Path) -> tuple[dict[str, torch.Tensor], Net, dict[str, An
     precision = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(run, "32")
     trainer = accelctl.Trainer(
         strategy="fsdp",
-        max_epochs=1 if run in ("bf16", "fp16") else EPOCHS,
+        max_epochs=1 if run in ("bf16", "fp16", "val") else EPOCHS,
         precision=precision,
         root_dir=out / ("cut" if run == "resumed" else run),
         checkpoint_every_n_steps=EVERY,
@@ -138,7 +143,8 @@ def fit(run: str, out: Path) -> tuple[dict[str, torch.Tensor], Net, dict[str, An
     torch.manual_seed(1)
     seen: dict[str, Any] = {"device": str(trainer.device), "world_size": trainer.world_size}
     try:
-        trainer.fit(model, loader(), ckpt_path="last" if run == "resumed" else None)
+        validation = DataLoader(dataset(45, seed=1), batch_size=11) if run == "val" else None
+        trainer.fit(model, loader(), validation, ckpt_path="last" if run == "resumed" else None)
     except Stop as stop:
         seen["stopped"] = str(stop)
     seen.update(metrics=trainer.metrics, global_step=trainer.global_step)

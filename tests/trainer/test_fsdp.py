@@ -28,7 +28,7 @@ from fsdp_run import EPOCHS, STOP_AT, Net, dataset
 from trainer_models import Classifier, loaders
 
 SCRIPT = Path(__file__).with_name("fsdp_run.py")
-RUNS = "hand,whole,cut,resumed,bf16,fp16"
+RUNS = "hand,whole,cut,resumed,bf16,fp16,val"
 #: A hang guard only: two processes import torch and train a few steps six times (a minute or
 #: more on a loaded 2-core machine); nothing here is timed.
 LAUNCH_TIMEOUT_S = 600
@@ -144,6 +144,20 @@ def test_mixed_precision_gathers_parameters_in_the_low_precision(runs: Path) -> 
             assert torch.isfinite(torch.tensor(seen["metrics"]["train_loss"]))
         assert_equal(weights(runs, run, 0), weights(runs, run, 1))
         assert all(value.dtype == torch.float32 for value in weights(runs, run, 0).values())
+
+
+@pytest.mark.slow
+def test_validation_runs_in_lockstep_over_shards_of_unequal_batches(runs: Path) -> None:
+    # Rank 0's shard has 3 batches, rank 1's 2: rank 1 runs its last batch again meanwhile,
+    # its figures dropped (every forward is collective under FSDP2).
+    model = Net()
+    model.load_state_dict(weights(runs, "val", 0))
+    model.eval()
+    x, y = dataset(45, seed=1).tensors
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model(x), y).item()
+    for rank in (0, 1):
+        assert report(runs, "val", rank)["metrics"]["val_loss"] == pytest.approx(expected, 1e-5)
 
 
 # -- one process ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import uuid
 import warnings
@@ -286,9 +287,9 @@ class Checkpointer:
     ) -> None:
         self.config, self.folder, self.objects = config, folder, objects
         self.rank, self.world_size, self.device, self.run = env.rank, env.world_size, device, run
-        from torch.distributed.fsdp import FSDPModule
-
-        self.sharded = isinstance(objects.model, FSDPModule)
+        # Sharded by FSDP2? (Not imported: no model of this process is; importing costs time.)
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        self.sharded = fsdp is not None and isinstance(objects.model, fsdp.FSDPModule)
         self.best = BestCheckpoints(config.keep_best, config.best_mode)
 
     def restore(self, path: Path) -> Resume:

@@ -33,7 +33,7 @@ from .checkpoint import (
 )
 from .data import batch_size, move_to_device, set_epoch, shard_loader
 from .figures import EpochTally, validate
-from .fsdp import shard_model, sharded_grad_scaler
+from .fsdp import in_lockstep, shard_model, sharded_grad_scaler
 from .hangs import HangWatch, Progress
 from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
@@ -245,11 +245,12 @@ class Fit:
         if self.val_loader is not None:
             self.progress.mark("validation", trainer.global_step)
             model.eval()
+            batches = self.val_loader
+            if self.sharded and self.env.distributed:  # every forward is a collective
+                batches = in_lockstep(batches, self._validation_forward, self.device)
             with torch.no_grad():
                 figures.update(
-                    validate(
-                        model, self.autocast, self.val_loader, device=self.device, env=self.env
-                    )
+                    validate(model, self.autocast, batches, device=self.device, env=self.env)
                 )
         trainer.metrics = figures
         self.log.write({"kind": "epoch", "epoch": epoch, "step": trainer.global_step, **figures})
@@ -260,6 +261,11 @@ class Fit:
         if trainer.checkpointing.enabled:  # after on_epoch_end: the states the next epoch has
             self.progress.mark("the epoch's checkpoint", trainer.global_step)
             self.checkpointer.save(epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True)
+
+    def _validation_forward(self, batch: Any) -> None:
+        """A validation step whose figures are dropped (:func:`.fsdp.in_lockstep`)."""
+        with self.autocast:
+            cast(Any, self.model).validation_step(move_to_device(batch, self.device), 0)
 
     def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
         """The epoch's numbered batches; for the epoch a checkpoint stopped in, its data order

@@ -15,7 +15,7 @@ backward and freed after), then the root, which takes the parameters no unit hol
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ProcessSetupError, TrainerError
@@ -149,3 +149,36 @@ def shard_model(model: nn.Module, device: torch.device, precision: Precision) ->
     for method in ("training_step", "validation_step"):
         if callable(getattr(model, method, None)):
             register_fsdp_forward_method(model, method)
+
+
+def in_lockstep(
+    batches: Iterable[Any], forward: Callable[[Any], object], device: torch.device
+) -> Iterator[Any]:
+    """``batches`` for validation under FSDP2 with several processes, where every forward is a
+    collective (each unit gathers its parameters): the processes agree before each batch whether
+    any has one left, and one whose shard has run out runs ``forward`` on its last batch again
+    while the others finish, its figures dropped (a validation shard may be a batch shorter).
+
+    :raises TrainerError: for a process whose shard has no batch at all while another has.
+    """
+    import torch
+    import torch.distributed as dist
+
+    iterator, last, end = iter(batches), None, object()
+    while True:
+        batch = next(iterator, end)
+        more = torch.tensor([int(batch is not end)], device=device)
+        dist.all_reduce(more, op=dist.ReduceOp.MAX)
+        if not more.item():
+            return
+        if batch is not end:
+            last = batch
+            yield batch
+        elif last is None:
+            raise TrainerError(
+                f"with strategy='fsdp' every process runs each validation forward, and process "
+                f"{dist.get_rank()} has no validation batch while another has: give the "
+                f"validation loader at least one batch per process"
+            )
+        else:
+            forward(last)  # the forward the others run now; its figures are dropped
