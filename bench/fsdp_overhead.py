@@ -5,14 +5,15 @@ with ``fully_shard``, and the bytes a process holds for its model under FSDP2 an
 One ``accelctl launch --cpu --devices 2`` starts the processes, which make their process group
 first (the Trainer uses it as it is, so the figures are the loops' own). Time: the two loops
 train a fresh copy of the same MLP (same seed, same data, same steps) taking turns, the order
-rotating every repeat; the hand-written one puts ``fully_shard`` on each linear layer and the
-root, shards the data with a ``DistributedSampler`` and steps (zero_grad, forward, backward,
-step); the Trainer's time includes its construction, its sharded checkpoint at each epoch's end
-and its metrics file. Each loop is timed by rank 0 from a barrier before it to a barrier after
-it. Memory: a wider MLP is trained for one epoch through the Trainer with ``strategy="ddp"`` and
-``strategy="fsdp"``; after its last step each process adds up the storage its parameters,
-gradients and optimizer states hold (the tensors' own storages, counted once each: measured on
-the objects, not computed from the parameter count; DDP's gradient buckets are not counted).
+rotating every repeat; both put ``fully_shard`` on each linear layer and the root (the Trainer
+through the model's ``fsdp_modules``); the hand-written one shards the data with a
+``DistributedSampler`` and steps (zero_grad, forward, backward, step); the Trainer's time
+includes its construction, its sharded checkpoint at each epoch's end and its metrics file.
+Each loop is timed by rank 0 from a barrier before it to a barrier after it. Memory: a wider MLP
+is trained for one epoch through the Trainer with ``strategy="ddp"`` and ``strategy="fsdp"``;
+after its last step each process adds up the storage its parameters, gradients and optimizer
+states hold (the tensors' own storages, counted once each: measured on the objects, not
+computed from the parameter count; DDP's gradient buckets are not counted).
 
     python bench/fsdp_overhead.py                 # 5 repeats
     python -m bench --sections fsdp               # as a section of the suite
@@ -88,14 +89,18 @@ def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
 
 
 def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
+    from torch import nn
     from torch.utils.data import DataLoader
 
     import accelctl
 
+    model = _fresh()
+    # The hand-written loop's units (the default would take the Sequential as one unit).
+    model.fsdp_modules = lambda: [layer for layer in model.net if isinstance(layer, nn.Linear)]
     trainer = accelctl.Trainer(
         strategy="fsdp", max_epochs=epochs, root_dir=root, enable_progress_bar=False
     )
-    trainer.fit(_fresh(), DataLoader(dataset, batch_size=BATCH, shuffle=True))
+    trainer.fit(model, DataLoader(dataset, batch_size=BATCH, shuffle=True))
 
 
 def held_bytes(model: Any, optimizer: Any) -> dict[str, int]:
