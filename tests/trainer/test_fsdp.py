@@ -206,6 +206,36 @@ def test_a_sharded_checkpoint_without_its_shards_is_refused_naming_both(tmp_path
 
 
 @pytest.mark.slow
+def test_a_cut_write_of_shards_leaves_the_last_good_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.checkpoint import state_dict_saver
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    before = fit_classifier(tmp_path, "fsdp", max_epochs=1)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    pointer = last.read_bytes()
+
+    def cut(state: Any, *, storage_writer: Any) -> None:
+        folder = Path(storage_writer.path)
+        folder.mkdir(parents=True)
+        (folder / "__0_0.distcp").write_bytes(b"half a shard")
+        raise CheckpointException("save", {0: OSError(28, "No space left on device")})
+
+    with monkeypatch.context() as patched:
+        patched.setattr(state_dict_saver, "save", cut)
+        with pytest.raises(CheckpointError, match=r"last\.ckpt: No space left on device .*intact"):
+            fit_classifier(tmp_path, "fsdp", max_epochs=2)  # resumes nothing: writes epoch 1 again
+    assert last.read_bytes() == pointer
+    assert len(list((tmp_path / "checkpoints" / "last.shards").iterdir())) == 2  # the cut one too
+    torch.manual_seed(5)
+    model = Classifier()
+    trainer = accelctl.Trainer(accelerator="cpu", strategy="fsdp", max_epochs=1, root_dir=tmp_path)
+    trainer.fit(model, *loaders(), ckpt_path="last")  # the last good one: trains no more
+    assert_equal(local_weights(model), before)
+
+
+@pytest.mark.slow
 def test_fsdp_resumes_only_from_sharded_checkpoints(tmp_path: Path) -> None:
     fit_classifier(tmp_path, "auto", max_epochs=1)
     with pytest.raises(CheckpointError, match="holds the whole model in one file"):

@@ -148,16 +148,21 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
     except BaseException as exc:
         temporary.unlink(missing_ok=True)
         if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "writ" in str(exc)):
-            kept = "there is no earlier one"
-            if path.is_file():
-                written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
-                kept = f"the last good one, written {written}, is intact at {path}"
-            raise CheckpointError(
-                f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
-                f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
-                f"raise the limit, then resume with fit(ckpt_path='last')"
-            ) from exc
+            raise unwritable(path, exc) from exc
         raise
+
+
+def unwritable(path: Path, exc: BaseException) -> CheckpointError:
+    """The error for checkpoint ``path`` that could not be written, saying what is kept."""
+    kept = "there is no earlier one"
+    if path.is_file():
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+        kept = f"the last good one, written {written}, is intact at {path}"
+    return CheckpointError(
+        f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
+        f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
+        f"raise the limit, then resume with fit(ckpt_path='last')"
+    )
 
 
 def load(path: Path, device: torch.device) -> dict[str, Any]:
@@ -419,7 +424,10 @@ class Checkpointer:
             kept, dropped = self.best.offer(score, name)
         written = [LAST, name] if kept and name is not None else [LAST]
         for checkpoint in written:
-            save_shards(model, optimizer, shards_folder(self.folder, checkpoint) / folder_id)
+            try:
+                save_shards(model, optimizer, shards_folder(self.folder, checkpoint) / folder_id)
+            except OSError as exc:  # on every rank: each has every rank's failure
+                raise unwritable(self.folder / checkpoint, exc) from exc
         if self.rank != 0:
             return
         state = self._state(states, epoch, batches_done, global_step, metrics)

@@ -33,7 +33,11 @@ def shards_folder(folder: Path, checkpoint: str) -> Path:
 
 def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
     """Write this process's shards of ``model`` and ``optimizer`` into ``target`` (called on
-    every process; returns once all are written and the folder's metadata is there)."""
+    every process; returns once all are written and the folder's metadata is there).
+
+    :raises OSError: on every process when any could not write, with the first failure's words.
+    """
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict import get_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save
@@ -43,7 +47,19 @@ def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
     # from any PrivateUse1 backend loaded in the process, a device this fit may not even use.
     # Not fsync-ed, as the one-file checkpoints: the file's atomic replace guards against a kill.
     writer = FileSystemWriter(target, sync_files=False, per_thread_copy_ahead=0)
-    save({"model": model_state, "optimizer": optimizer_state}, storage_writer=writer)
+    try:
+        save({"model": model_state, "optimizer": optimizer_state}, storage_writer=writer)
+    except CheckpointException as exc:  # a BaseException, holding every rank's failure
+        raise OSError(_first_failure(exc)) from exc
+
+
+def _first_failure(exc: Any) -> str:
+    """The words of the first rank's failure in DCP's ``CheckpointException``."""
+    failures = getattr(exc, "failures", None) or {}
+    for failure in failures.values():
+        inner = failure[0] if isinstance(failure, tuple) else failure  # (exception, stack)
+        return str(getattr(inner, "strerror", None) or inner)
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
