@@ -13,9 +13,11 @@ import traceback
 
 import click
 
+from accelctl._registry import get_registry
 from accelctl.cli._output import echo_line, emit_json
 
 from .checks import validate_installed
+from .matrix import PROBE_TIMEOUT_S, CapabilityReport, probe_installed
 from .results import ValidationReport
 
 
@@ -43,25 +45,100 @@ def _print_tracebacks(reports: list[ValidationReport]) -> None:
                 traceback.print_exception(result.error, file=sys.stderr)
 
 
+def _print_capabilities(report: CapabilityReport) -> None:
+    plugin = " ".join(filter(None, [report.distribution, report.version]))
+    title = f"{report.name}" + (f" ({plugin})" if plugin else "")
+    if not report.capabilities:
+        echo_line(f"{title}: {report.state}: {report.reason}")
+        return
+    backend = report.distributed_backend or "none"
+    gaps = report.fsdp_gaps or ()
+    fsdp = f"FSDP2 lacks {', '.join(gap.name for gap in gaps)}" if gaps else "FSDP2 can be tried"
+    echo_line(f"{title} on {report.device}, distributed backend {backend}: {fsdp}")
+    width = max(len(capability.name) for capability in report.capabilities)
+    for capability in report.capabilities:
+        answer = "yes" if capability.supported else "no "
+        echo_line(f"  {answer}  {capability.name.ljust(width)}  {capability.reason}")
+    for problem in report.problems:
+        echo_line(f"  PROBLEM  {problem}")
+
+
+def _capabilities(names: tuple[str, ...], as_json: bool, timeout: float) -> bool:
+    """Print the capability matrix; True when no report has a problem."""
+    reports = probe_installed(names or None, timeout=timeout)
+    if as_json:
+        emit_json([report.to_dict() for report in reports])
+    else:
+        for index, report in enumerate(reports):
+            if index:
+                click.echo("")
+            _print_capabilities(report)
+        probed = [r.name for r in reports if r.capabilities]
+        others = [f"{r.name} ({r.state})" for r in reports if not r.capabilities]
+        failed = [r.name for r in reports if r.problems]
+        click.echo("")
+        line = f"{len(probed)} accelerator(s) probed"
+        line += f"; not probed: {', '.join(others)}" if others else ""
+        line += f"; problems: {', '.join(failed)}" if failed else ""
+        echo_line(line)
+    return all(report.passed for report in reports)
+
+
+def _nothing_installed(ctx: click.Context) -> None:
+    click.echo(
+        "error: no accelerator plugin is installed, so there is nothing to validate; "
+        "install one (pip install accelctl-cpu) or name one",
+        err=True,
+    )
+    ctx.exit(1)
+
+
 @click.command("validate")
 @click.argument("names", nargs=-1, metavar="[NAME ...]")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array (one object per plugin).")
+@click.option(
+    "--capabilities",
+    is_flag=True,
+    help="Probe what each available device can do for training (autocast, DDP, FSDP2's needs, "
+    "RNG state, memory figures, torch.compile), each plugin in a fresh process.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help=f"With --capabilities: seconds each probe may take (default {PROBE_TIMEOUT_S:g}).",
+)
 @click.pass_context
-def validate_command(ctx: click.Context, names: tuple[str, ...], as_json: bool) -> None:
+def validate_command(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    as_json: bool,
+    capabilities: bool,
+    timeout: float | None,
+) -> None:
     """Run the conformance checks on the named accelerators (default: every installed one).
 
     One line per check: PASS, FAIL with the reason, or SKIP with why (a check that needs
     hardware that is absent here is skipped). Plugins disabled by ACCELCTL_PLUGINS or
     ACCELCTL_DISABLE are skipped unless named. Exits 0 when no check fails, 1 otherwise.
+
+    With --capabilities, the capability matrix instead: per available accelerator, each
+    capability yes or no with the reason. A missing capability is not a failure: the exit
+    status is 1 only for a broken plugin, a probe that crashed or hung, or a plugin that
+    declares a distributed backend on which DDP fails.
     """
+    if timeout is not None and not capabilities:
+        raise click.UsageError("--timeout goes with --capabilities")
+    if capabilities:
+        if not names and not get_registry().names():
+            _nothing_installed(ctx)
+        if not _capabilities(names, as_json, PROBE_TIMEOUT_S if timeout is None else timeout):
+            ctx.exit(1)
+        return
     reports = validate_installed(names or None)
     if not reports:
-        click.echo(
-            "error: no accelerator plugin is installed, so there is nothing to validate; "
-            "install one (pip install accelctl-cpu) or name one",
-            err=True,
-        )
-        ctx.exit(1)
+        _nothing_installed(ctx)
     if as_json:
         emit_json([report.to_dict() for report in reports])
     else:

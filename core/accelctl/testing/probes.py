@@ -70,12 +70,19 @@ class ImportProbe:
     unreachable: bool = False
 
 
-def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
-    """Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
-    (accelctl's own import excluded) and the heavy modules it pulled in."""
+def fresh_interpreter_environment() -> dict[str, str]:
+    """The environment of a fresh interpreter that sees what this one sees: this process's
+    variables, and its ``sys.path`` as ``PYTHONPATH`` (a registry over chosen folders included)."""
     env = dict(os.environ)
     paths = [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
+    """Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
+    (accelctl's own import excluded) and the heavy modules it pulled in."""
+    env = fresh_interpreter_environment()
     script = _PROBE.format(heavy=HEAVY_MODULES)
     try:
         completed = subprocess.run(
