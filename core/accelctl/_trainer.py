@@ -41,7 +41,7 @@ from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.checkpoint import CheckpointConfig, whole_number
 from ._training.fit import Fit
-from ._training.fsdp import refuse_fsdp_gaps
+from ._training.fsdp import refuse_fsdp_gaps, refuse_fsdp_without_backend
 from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
 from ._training.processes import ProcessEnvironment, choose_device, script_argv
@@ -82,7 +82,8 @@ class Trainer:
         ``"ddp"`` (the same), or ``"fsdp"``: FSDP2's ``fully_shard`` shards parameters, gradients
         and optimizer states over the processes (also one: a group of one process), with
         sharded checkpoints (docs/training.md, "Sharded training (FSDP2)"). A device that lacks
-        what FSDP2 needs is refused here, naming what it lacks.
+        what FSDP2 needs is refused, naming what it lacks: here when several devices are asked
+        for in a process started alone, else when :meth:`fit` has set the device up.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -130,9 +131,14 @@ class Trainer:
         self.accelerator: AcceleratorHandle = selection.accelerator
         #: One device per process on this machine, in local-rank order.
         self.devices: list[torch.device] = selection.devices
-        if self.strategy == "fsdp":  # before the processes are checked: no launch would help
+        if self.strategy == "fsdp":
             backend = self.accelerator.info.distributed_backend
-            refuse_fsdp_gaps(self.accelerator.name, self.devices[0].type, backend)
+            # Alone with several devices, this process is only told to launch (below): probe
+            # now, so that nothing is launched for nothing. Else fit probes its own device.
+            if len(self.devices) > 1 and not self._env.launched:
+                refuse_fsdp_gaps(self.accelerator.name, self.devices[0].type, backend)
+            else:
+                refuse_fsdp_without_backend(self.accelerator.name, backend)
         #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
         #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
         self.device: torch.device = choose_device(

@@ -264,6 +264,14 @@ def test_fsdp_on_a_device_that_lacks_its_needs_is_refused_before_any_launch() ->
     assert "accelctl launch --" not in message
 
 
+def test_fsdp_on_one_device_that_lacks_its_needs_is_refused_once_fit_set_it_up() -> None:
+    accelerator = MetaAccelerator("gloo")
+    trainer = accelctl.Trainer(accelerator=accelerator, devices=1, strategy="fsdp")
+    with pytest.raises(ProcessSetupError, match=r"cannot run on 'metaacc' .*device-streams \("):
+        trainer.fit(Classifier(), loaders()[0])
+    assert accelerator.set_up == ["meta:0"]  # probed on the device it would train on
+
+
 def test_fsdp_needs_a_distributed_backend_even_in_one_process() -> None:
     with pytest.raises(ProcessSetupError, match=r"needs a torch\.distributed backend"):
         accelctl.Trainer(accelerator=MetaAccelerator(), devices=1, strategy="fsdp")

@@ -33,7 +33,7 @@ from .checkpoint import (
 )
 from .data import batch_size, move_to_device, set_epoch, shard_loader
 from .figures import EpochTally, validate
-from .fsdp import in_lockstep, shard_model, sharded_grad_scaler
+from .fsdp import in_lockstep, refuse_fsdp_gaps, shard_model, sharded_grad_scaler
 from .hangs import HangWatch, Progress
 from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
@@ -150,8 +150,10 @@ class Fit:
         (FSDP2 alone: a group of one process)."""
         accelerator = self.trainer.accelerator
         accelerator.setup_device(self.device)
+        backend = accelerator.info.distributed_backend
+        if self.sharded:  # on the device it trains on, before any group: no FSDP stack trace
+            refuse_fsdp_gaps(accelerator.name, self.device.type, backend)
         if self.watch is not None or self.sharded:
-            backend = accelerator.info.distributed_backend
             assert backend is not None  # choose_device and refuse_fsdp_gaps refused None
             self.owns_group = join_process_group(backend, self.env, self.device, self.timeout)
         if self.watch is not None:  # several processes

@@ -2,10 +2,10 @@
 
 FSDP2 (``torch.distributed.fsdp.fully_shard``) is device-generic, but it asks things of a device
 that not every device has (:data:`accelctl.capabilities.FSDP_NEEDS`): those that can be known
-without a process group are checked when the Trainer is made (:func:`refuse_fsdp_gaps`), so a
-device that lacks them is refused, naming what it lacks, before any process starts where the
-Trainer is made alone, else in each process before it joins the group: never a stack trace from
-inside FSDP.
+without a process group are checked (:func:`refuse_fsdp_gaps`) when a Trainer of several devices
+is made in a process started alone (which is only told to launch: nothing is launched for
+nothing), else when ``fit`` has set the device up, before it joins the group. A device that lacks
+them is refused, naming what it lacks: never a stack trace from inside FSDP.
 
 The wrapping (docs/training.md, "Sharded training (FSDP2)"): each unit of
 :func:`sharding_units` gets its own ``fully_shard`` (its parameters gathered for its forward and
@@ -29,11 +29,10 @@ if TYPE_CHECKING:
     from .precision import Precision
 
 
-def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) -> None:
-    """Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs.
+def refuse_fsdp_without_backend(accelerator: str, backend: str | None) -> None:
+    """Refuse FSDP2 on an accelerator without a ``distributed_backend`` (it touches no device).
 
-    :raises ProcessSetupError: naming each missing capability with the device's own words, and
-        what to do instead.
+    :raises ProcessSetupError: saying so, and what to do instead.
     """
     if backend is None:
         raise ProcessSetupError(
@@ -41,6 +40,17 @@ def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) ->
             f"shards over a process group, even of one process), and its distributed_backend "
             f"is None; train with strategy='auto'"
         )
+
+
+def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) -> None:
+    """Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs, probing the
+    current device of ``device_type`` (it starts the device's runtime in this process).
+
+    :raises ProcessSetupError: naming each missing capability with the device's own words, and
+        what to do instead.
+    """
+    refuse_fsdp_without_backend(accelerator, backend)
+    assert backend is not None
     gaps = _fsdp_gaps(device_type, backend)
     if gaps:
         named = [f"{gap.name} ({clean(gap.reason).rstrip('.')})" for gap in gaps]
