@@ -333,7 +333,8 @@ class Fit:
                 f"{type(loss).__name__} (batch {batch_idx})"
             )
         self.optimizer.zero_grad(set_to_none=True)
-        self.progress.mark("backward (the gradients' all-reduce)", step)
+        collective = "reduce-scatter" if self.sharded else "all-reduce"
+        self.progress.mark(f"backward (the gradients' {collective})", step)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             self.scaler.step(self.optimizer)
