@@ -7,6 +7,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections scaling --sizes 0,1000 --repeats 5
     python -m bench --sections faults   # launch's fault reports and checkpoint costs
     python -m bench --sections distributed   # Trainer and Accelerate on 2 openreg processes
+    python -m bench --sections fsdp          # Trainer(strategy="fsdp") on 2 CPU processes
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -23,13 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import dispatch, distributed_overhead, faults, scaling, startup
+from . import dispatch, distributed_overhead, faults, fsdp_overhead, scaling, startup
 from .machine import describe_machine
 from .plot import plot_scaling
 from .report import render
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults", "distributed")
+SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp")
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trainer": lambda: run_trainer(args.repeats, args.quick),
         "faults": lambda: faults.run(args.repeats, args.quick),
         "distributed": lambda: distributed_overhead.run(args.repeats, args.quick),
+        "fsdp": lambda: fsdp_overhead.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

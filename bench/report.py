@@ -148,6 +148,38 @@ def _distributed(section: dict[str, Any]) -> str:
     )
 
 
+def _fsdp(section: dict[str, Any]) -> str:
+    per_step, medians = section["ms_per_step"], section["median_s"]
+    table = _table(
+        ("loop", "s per run", "ms per step", "ratio of medians", "paired", "fastest runs"),
+        [
+            ("by hand: fully_shard, DistributedSampler", medians["hand"], per_step["hand"],
+             "1x", "1x", "1x"),
+            ("accelctl.Trainer(strategy='fsdp') (a sharded checkpoint per epoch)",
+             medians["trainer"], per_step["trainer"], f"{section['ratio_trainer']:g}x",
+             f"{section['ratio_trainer_paired']:g}x", f"{section['ratio_trainer_fastest']:g}x"),
+        ],
+    )  # fmt: skip
+    memory = section["memory_bytes_per_rank"]
+    rows = [
+        (f"rank {rank}", strategy, *(f"{held[kind] / 2**20:.1f}" for kind in _HELD))
+        for rank, per_strategy in enumerate(memory)
+        for strategy, held in per_strategy.items()
+    ]
+    held = _table(("process", "strategy", *(f"{kind} MiB" for kind in _HELD)), rows)
+    return (
+        f"{section['accelerator']} on {', '.join(section['devices'])} over "
+        f"{section['backend']}; {section.get('model', '')}; {section['steps_per_run']} steps per "
+        f"process a run, medians of {section['repeats']} runs in one launch.\n\n{table}\n\n"
+        f"Held after a step ({section.get('memory_model', '')}), FSDP2 / DDP: "
+        f"{section['memory_ratio_fsdp_ddp']:g}x\n\n{held}"
+    )
+
+
+#: The storages a process holds for its model, as ``fsdp_overhead.held_bytes`` counts them.
+_HELD = ("parameters", "gradients", "optimizer", "total")
+
+
 def _faults(section: dict[str, Any]) -> str:
     launches = section["launches_per_case"]
     rows: list[tuple[Any, ...]] = [
@@ -201,6 +233,7 @@ def render(results: dict[str, Any]) -> str:
         ("trainer", "Trainer overhead", _trainer),
         ("faults", "Faults and checkpoints", _faults),
         ("distributed", "Several processes of one accelerator", _distributed),
+        ("fsdp", "Sharded training (FSDP2)", _fsdp),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -40,6 +40,7 @@ from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.checkpoint import CheckpointConfig, whole_number
 from ._training.fit import Fit
+from ._training.fsdp import refuse_fsdp_gaps, refuse_fsdp_without_backend
 from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
 from ._training.processes import (
@@ -49,6 +50,7 @@ from ._training.processes import (
     launch_hint,
 )
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
+from ._training.strategy import parse_strategy
 
 if TYPE_CHECKING:
     from torch import nn
@@ -81,6 +83,12 @@ class Trainer:
     :param requeue_signal: a signal (``"SIGUSR1"``, a number) on which :meth:`fit` stops at a
         checkpoint and requeues its SLURM job, which resumes from there; ``"auto"``: SIGUSR1
         inside a SLURM job that nothing else handles it in; None: never.
+    :param strategy: ``"auto"`` (DDP with several processes, the model as it is with one),
+        ``"ddp"`` (the same), or ``"fsdp"``: FSDP2's ``fully_shard`` shards parameters, gradients
+        and optimizer states over the processes (also one: a group of one process), with
+        sharded checkpoints (docs/training.md, "Sharded training (FSDP2)"). A device that lacks
+        what FSDP2 needs is refused, naming what it lacks: here when several devices are asked
+        for in a process started alone, else when :meth:`fit` has set the device up.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -106,10 +114,13 @@ class Trainer:
         best_metric: str = "val_loss",
         best_mode: str = "min",
         requeue_signal: Any = "auto",
+        strategy: str = "auto",
     ) -> None:
         self.max_epochs = whole_number("max_epochs", max_epochs)
         self.log_every_n_steps = whole_number("log_every_n_steps", log_every_n_steps)
         self.precision = Precision(parse_precision(precision))
+        #: ``"auto"``, ``"ddp"`` or ``"fsdp"``.
+        self.strategy = parse_strategy(strategy)
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
         #: When :meth:`fit` writes checkpoints and which it keeps.
@@ -129,6 +140,14 @@ class Trainer:
         self.accelerator: AcceleratorHandle = selection.accelerator
         #: One device per process on this machine, in local-rank order.
         self.devices: list[torch.device] = selection.devices
+        if self.strategy == "fsdp":
+            backend = self.accelerator.info.distributed_backend
+            # Alone with several devices, this process is only told to launch (below): probe
+            # now, so that nothing is launched for nothing. Else fit probes its own device.
+            if len(self.devices) > 1 and not self._env.launched:
+                refuse_fsdp_gaps(self.accelerator.name, self.devices[0].type, backend)
+            else:
+                refuse_fsdp_without_backend(self.accelerator.name, backend)
         #: This process's device (``devices[LOCAL_RANK]`` under a launcher). Choosing it checks
         #: that the devices fit the processes, so a mismatch known now is refused now, not in fit.
         self.device: torch.device = choose_device(

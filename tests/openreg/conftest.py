@@ -24,12 +24,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sharedrun import shared_run
+
+__all__ = ["shared_run"]  # the openreg tests import it from here
 
 THIRD_PARTY = Path(__file__).parents[1] / "thirdparty"
 #: Where scripts/test finds the wheels (``../shared/backends`` beside the checkout).
@@ -192,26 +195,6 @@ def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
     target = tmp_path_factory.mktemp("openreg-no-backend")
     pip_install_target(wheels[0], target)
     return UserMachine([target])
-
-
-def shared_run(
-    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
-) -> Path:
-    """The folder where ``make(folder)`` ran, once per test session, whichever pytest-xdist
-    worker asks first: a multi-process run that several tests read is made once, and the
-    workers that need it meanwhile wait for it (it uses the machine's cores anyway)."""
-    from filelock import FileLock
-
-    base = tmp_path_factory.getbasetemp()
-    # Under pytest-xdist each worker's folder is a sibling in the session's own folder.
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder, done = shared / name, shared / f"{name}.done"
-    with FileLock(str(shared / f"{name}.lock")):
-        if not done.exists():
-            folder.mkdir(exist_ok=True)
-            make(folder)
-            done.touch()
-    return folder
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

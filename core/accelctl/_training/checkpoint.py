@@ -7,13 +7,19 @@ One ``torch.save`` file of tensors and plain containers, read with ``torch.load(
 the start of ``epoch``, which alone decide its data order: a fit resumed mid-epoch replays them and
 drops the batches already trained), ``metrics``, ``best`` (``[score, file name]``), ``run``,
 ``world_size``.
+
+A sharded checkpoint (``strategy="fsdp"``, format 2) holds no ``model`` and ``optimizer``: every
+process writes its shards of them into the folder the file names (key ``shards``;
+:mod:`.sharded_checkpoint`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +29,7 @@ from .._errors import TrainerError, warn_user
 from .best import BestCheckpoints, best_name
 from .processes import ProcessEnvironment
 from .rng import rng_state, set_epoch_rng_state, set_rng_state
+from .sharded_checkpoint import load_shards, prune, save_shards, saved_shapes, shards_folder
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +40,8 @@ CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 #: Bumped when the layout changes in a way an older reader cannot follow.
 FORMAT = 1
+#: A sharded checkpoint's file: the loop state, and the folder of its model and optimizer shards.
+SHARDED_FORMAT = 2
 #: The variables that count restarts: torchrun's in the processes of a restarted group, SLURM's
 #: in a requeued job (each 0 or unset at the first start).
 RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
@@ -135,16 +144,21 @@ def save_atomic(state: Mapping[str, Any], path: Path) -> None:
     except BaseException as exc:
         temporary.unlink(missing_ok=True)
         if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "writ" in str(exc)):
-            kept = "there is no earlier one"
-            if path.is_file():
-                written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
-                kept = f"the last good one, written {written}, is intact at {path}"
-            raise CheckpointError(
-                f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
-                f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
-                f"raise the limit, then resume with fit(ckpt_path='last')"
-            ) from exc
+            raise unwritable(path, exc) from exc
         raise
+
+
+def unwritable(path: Path, exc: BaseException) -> CheckpointError:
+    """The error for checkpoint ``path`` that could not be written, saying what is kept."""
+    kept = "there is no earlier one"
+    if path.is_file():
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+        kept = f"the last good one, written {written}, is intact at {path}"
+    return CheckpointError(
+        f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
+        f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
+        f"raise the limit, then resume with fit(ckpt_path='last')"
+    )
 
 
 def load(path: Path, device: torch.device) -> dict[str, Any]:
@@ -165,9 +179,10 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
             f"torch.load(weights_only=True), which refuses anything but tensors and plain "
             f"containers; give a file written by accelctl.Trainer"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, SHARDED_FORMAT):
         raise CheckpointError(
-            f"{path} is not an accelctl.Trainer checkpoint of format {FORMAT} (its keys: "
+            f"{path} is not an accelctl.Trainer checkpoint of format {FORMAT} or "
+            f"{SHARDED_FORMAT} (its keys: "
             f"{', '.join(sorted(map(str, state))) if isinstance(state, dict) else type(state)})"
         )
     return state
@@ -255,6 +270,9 @@ class Checkpointer:
     :param env: this process's place in the run (the random states of every rank are saved).
     :param device: this process's device (random states, and where a checkpoint is loaded to).
     :param run: the run's id, written into every checkpoint.
+
+    A model sharded by FSDP2 (``strategy="fsdp"``) has sharded checkpoints: every rank writes its
+    shards (:mod:`.sharded_checkpoint`) and rank 0 the file that names them.
     """
 
     def __init__(
@@ -269,25 +287,32 @@ class Checkpointer:
     ) -> None:
         self.config, self.folder, self.objects = config, folder, objects
         self.rank, self.world_size, self.device, self.run = env.rank, env.world_size, device, run
+        # Sharded by FSDP2? (Not imported: no model of this process is; importing costs time.)
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        self.sharded = fsdp is not None and isinstance(objects.model, fsdp.FSDPModule)
         self.best = BestCheckpoints(config.keep_best, config.best_mode)
 
     def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
         model, optimizer, scaler = self.objects
         state = load(path, self.device)
-        mismatch = _mismatch(state["model"], model.state_dict())
-        if mismatch:
+        if "shards" in state:
+            self._restore_shards(path, path.parent / state["shards"])
+        elif self.sharded:
             raise CheckpointError(
-                f"checkpoint {path} was written for another model: {mismatch}. Resume with the "
-                f"model it was trained with, or start afresh from another root_dir"
+                f"checkpoint {path} holds the whole model in one file (written without "
+                f"strategy='fsdp'); a fit with strategy='fsdp' resumes from sharded checkpoints. "
+                f"Resume it with the strategy it was written with"
             )
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise CheckpointError(
-                f"checkpoint {path} does not fit this model or optimizer: {exc}"
-            ) from None
+        else:
+            self._check_model(path, state["model"])
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as exc:
+                raise CheckpointError(
+                    f"checkpoint {path} does not fit this model or optimizer: {exc}"
+                ) from None
         if scaler is not None and state.get("scaler") is not None:
             scaler.load_state_dict(state["scaler"])
         self.best.kept = [list(item) for item in state.get("best", [])]
@@ -305,6 +330,32 @@ class Checkpointer:
             metrics={str(k): float(v) for k, v in state.get("metrics", {}).items()},
         )
 
+    def _check_model(self, path: Path, saved: Mapping[str, Any]) -> None:
+        """Refuse a checkpoint of another model, naming the tensors that differ."""
+        mismatch = _mismatch(saved, self.objects.model.state_dict())
+        if mismatch:
+            raise CheckpointError(
+                f"checkpoint {path} was written for another model: {mismatch}. Resume with the "
+                f"model it was trained with, or start afresh from another root_dir"
+            )
+
+    def _restore_shards(self, path: Path, shards: Path) -> None:
+        """Load a sharded checkpoint's model and optimizer, resharded to this run's model."""
+        if not (shards / ".metadata").is_file():
+            raise CheckpointError(
+                f"checkpoint {path} is sharded (strategy='fsdp') and its shards are missing: "
+                f"{shards} has no .metadata. A sharded checkpoint is the file and the folder it "
+                f"names; copy or keep them together"
+            )
+        self._check_model(path, saved_shapes(shards))
+        try:
+            load_shards(self.objects.model, self.objects.optimizer, shards)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this model or optimizer: {first}"
+            ) from None
+
     def save(
         self,
         epoch: int,
@@ -318,7 +369,9 @@ class Checkpointer:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
         ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
         into rank 0's file."""
-        mine = (rng_state(self.device), epoch_rng)
+        # Sharded: rank 0 names the new shards' folder, the others learn it with the states.
+        folder_id = uuid.uuid4().hex[:12] if self.sharded and self.rank == 0 else None
+        mine = (rng_state(self.device), epoch_rng, folder_id)
         states: list[Any] = [mine]  # per rank
         if self.world_size > 1:
             import torch.distributed as dist
@@ -327,24 +380,14 @@ class Checkpointer:
             dist.all_gather_object(states, mine)
         # Every rank checks the figure (they agree on the figures), so that all of them stop.
         score = self._score(metrics) if epoch_end and self.config.keep_best else None
+        if self.sharded:
+            self._save_sharded(states, epoch, batches_done, global_step, metrics, score)
+            return
         if self.rank != 0:
             return
-        model, optimizer, scaler = self.objects
-        state = {
-            "format": FORMAT,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scaler": None if scaler is None else scaler.state_dict(),
-            "epoch": epoch,
-            "batches_done": batches_done,
-            "global_step": global_step,
-            "rng": [rng for rng, _ in states],
-            "epoch_rng": [start for _, start in states] if batches_done else None,
-            "metrics": dict(metrics),
-            "best": self.best.kept,
-            "run": self.run,
-            "world_size": self.world_size,
-        }
+        model, optimizer, _ = self.objects
+        state = self._state(states, epoch, batches_done, global_step, metrics)
+        state.update(model=model.state_dict(), optimizer=optimizer.state_dict())
         if score is not None:
             name = best_name(epoch - 1, self.config.best_metric, score)
             kept, dropped = self.best.offer(score, name)
@@ -355,6 +398,67 @@ class Checkpointer:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
+
+    def _save_sharded(
+        self,
+        states: list[Any],
+        epoch: int,
+        batches_done: int,
+        global_step: int,
+        metrics: Mapping[str, float],
+        score: float | None,
+    ) -> None:
+        """Every rank writes its shards into a new folder, then rank 0 the file that names it
+        (atomically), then rank 0 removes the folders no file names any more."""
+        model, optimizer, _ = self.objects
+        folder_id = states[0][2]
+        name, kept = None, False
+        dropped: list[str] = []
+        if score is not None:  # every rank: they agree, and all write a kept one's shards
+            name = best_name(epoch - 1, self.config.best_metric, score)
+            kept, dropped = self.best.offer(score, name)
+        written = [LAST, name] if kept and name is not None else [LAST]
+        for checkpoint in written:
+            try:
+                save_shards(model, optimizer, shards_folder(self.folder, checkpoint) / folder_id)
+            except OSError as exc:  # on every rank: each has every rank's failure
+                raise unwritable(self.folder / checkpoint, exc) from exc
+        if self.rank != 0:
+            return
+        state = self._state(states, epoch, batches_done, global_step, metrics)
+        state.update(format=SHARDED_FORMAT, strategy="fsdp")
+        for checkpoint in reversed(written):  # the best first: last.ckpt is the one to trust
+            shards = shards_folder(self.folder, checkpoint)
+            save_atomic({**state, "shards": f"{shards.name}/{folder_id}"}, self.folder / checkpoint)
+            prune(shards, keep=folder_id)
+        for old in dropped:
+            if old != name:
+                (self.folder / old).unlink(missing_ok=True)
+                prune(shards_folder(self.folder, old), keep=None)
+
+    def _state(
+        self,
+        states: list[Any],
+        epoch: int,
+        batches_done: int,
+        global_step: int,
+        metrics: Mapping[str, float],
+    ) -> dict[str, Any]:
+        """The loop's state every checkpoint holds (rank 0's file), from every rank's states."""
+        scaler = self.objects.scaler
+        return {
+            "format": FORMAT,
+            "scaler": None if scaler is None else scaler.state_dict(),
+            "epoch": epoch,
+            "batches_done": batches_done,
+            "global_step": global_step,
+            "rng": [rng for rng, _, _ in states],
+            "epoch_rng": [start for _, start, _ in states] if batches_done else None,
+            "metrics": dict(metrics),
+            "best": self.best.kept,
+            "run": self.run,
+            "world_size": self.world_size,
+        }
 
     def _score(self, metrics: Mapping[str, float]) -> float:
         """The figure of an epoch's ``metrics`` that ranks its checkpoint."""

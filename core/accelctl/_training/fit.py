@@ -32,6 +32,7 @@ from .checkpoint import (
 )
 from .data import batch_size, move_to_device, set_epoch, shard_loader
 from .figures import EpochTally, validate
+from .fsdp import in_lockstep, refuse_fsdp_gaps, shard_model, sharded_grad_scaler
 from .hangs import HangWatch, Progress
 from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
@@ -56,6 +57,7 @@ class FitOwner(Protocol):
     max_epochs: int
     log_every_n_steps: int
     precision: Precision
+    strategy: str
     root_dir: Path
     enable_progress_bar: bool | None
     checkpointing: CheckpointConfig
@@ -86,7 +88,13 @@ class Fit:
         self.trainer, self.model, self.env, self.requeue = trainer, model, env, requeue
         self.device = trainer.device
         self.autocast = trainer.precision.autocast(self.device)
-        self.scaler = trainer.precision.grad_scaler(self.device)
+        #: FSDP2 shards the model (``strategy="fsdp"``), also in one process (a 1-process group).
+        self.sharded = trainer.strategy == "fsdp"
+        self.scaler = (
+            sharded_grad_scaler(trainer.precision, self.device)
+            if self.sharded
+            else trainer.precision.grad_scaler(self.device)
+        )
         restarts = restart_count()
         self.resume_from = resolve_ckpt_path(ckpt_path, trainer.root_dir / CHECKPOINT_DIR, restarts)
         # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
@@ -137,22 +145,30 @@ class Fit:
     # -- set-up and finish -------------------------------------------------------------------
 
     def _set_up_processes(self) -> None:
-        """Set the device up and, with several processes, join their group and watch for hangs."""
+        """Set the device up and, with several processes, join their group and watch for hangs
+        (FSDP2 alone: a group of one process)."""
         accelerator = self.trainer.accelerator
         accelerator.setup_device(self.device)
-        if self.watch is not None:  # several processes
-            backend = accelerator.info.distributed_backend
-            assert backend is not None  # choose_device refused None
+        backend = accelerator.info.distributed_backend
+        if self.sharded:  # on the device it trains on, before any group: no FSDP stack trace
+            refuse_fsdp_gaps(accelerator.name, self.device.type, backend)
+        if self.watch is not None or self.sharded:
+            assert backend is not None  # choose_device and refuse_fsdp_gaps refused None
             self.owns_group = join_process_group(backend, self.env, self.device, self.timeout)
+        if self.watch is not None:  # several processes
             self.watch.start()
 
     def _set_up_training(
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None
     ) -> None:
-        """The model on the device, its optimizer, the checkpointer, the state of a resume (before
-        DDP wraps the model: every rank loads the same file), and the loaders, sharded."""
+        """The model on the device (sharded by FSDP2 before its optimizer is made), its
+        optimizer, the checkpointer, the state of a resume (before DDP wraps the model: every rank
+        loads the same file), and the loaders, sharded."""
         model, trainer, env = self.model, self.trainer, self.env
-        model.to(self.device)
+        if self.sharded:
+            shard_model(model, self.device, trainer.precision)
+        else:
+            model.to(self.device)
         self.optimizer = optimizer_of(model)
         self.checkpointer = Checkpointer(
             trainer.checkpointing,
@@ -164,9 +180,9 @@ class Fit:
         )
         trainer.global_step = 0
         self.resume = self._restore()
-        # One process: the model's own method. Several: through DDP's forward.
+        # One process, or FSDP2 (its forward method): the model's own. Else through DDP's forward.
         self.training_step = cast(Any, model).training_step
-        if env.distributed:
+        if env.distributed and not self.sharded:
             from torch.nn.parallel import DistributedDataParallel
 
             self.training_step = DistributedDataParallel(TrainingStep(model))
@@ -229,11 +245,12 @@ class Fit:
         if self.val_loader is not None:
             self.progress.mark("validation", trainer.global_step)
             model.eval()
+            batches = self.val_loader
+            if self.sharded and self.env.distributed:  # every forward is a collective
+                batches = in_lockstep(batches, self._validation_forward, self.device)
             with torch.no_grad():
                 figures.update(
-                    validate(
-                        model, self.autocast, self.val_loader, device=self.device, env=self.env
-                    )
+                    validate(model, self.autocast, batches, device=self.device, env=self.env)
                 )
         trainer.metrics = figures
         self.log.write({"kind": "epoch", "epoch": epoch, "step": trainer.global_step, **figures})
@@ -244,6 +261,11 @@ class Fit:
         if trainer.checkpointing.enabled:  # after on_epoch_end: the states the next epoch has
             self.progress.mark("the epoch's checkpoint", trainer.global_step)
             self.checkpointer.save(epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True)
+
+    def _validation_forward(self, batch: Any) -> None:
+        """A validation step whose figures are dropped (:func:`.fsdp.in_lockstep`)."""
+        with self.autocast:
+            cast(Any, self.model).validation_step(move_to_device(batch, self.device), 0)
 
     def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
         """The epoch's numbered batches; for the epoch a checkpoint stopped in, its data order
@@ -309,7 +331,8 @@ class Fit:
                 f"{type(loss).__name__} (batch {batch_idx})"
             )
         self.optimizer.zero_grad(set_to_none=True)
-        self.progress.mark("backward (the gradients' all-reduce)", step)
+        collective = "reduce-scatter" if self.sharded else "all-reduce"
+        self.progress.mark(f"backward (the gradients' {collective})", step)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             self.scaler.step(self.optimizer)

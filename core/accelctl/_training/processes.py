@@ -212,7 +212,8 @@ def join_process_group(
     """Join the default ``torch.distributed`` process group of this run.
 
     Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT`` (under torchrun), else at
-    the address the scheduler's variables gave (:class:`ProcessEnvironment`).
+    the address the scheduler's variables gave (:class:`ProcessEnvironment`). A process started
+    alone (FSDP2 in one process) makes a group of one on an in-memory store: no port is opened.
 
     :param timeout: how long each collective may wait for the other processes.
 
@@ -237,6 +238,10 @@ def join_process_group(
                 f"exists, but the launcher started {env.world_size} processes"
             )
         return False
+    if not env.launched:
+        store = dist.HashStore()  # type: ignore[attr-defined]  # not in torch's stubs
+        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
+        return True
     init_method = "env://"  # torchrun's: MASTER_ADDR / MASTER_PORT (or its agent's store)
     if env.launcher != "torchrun" and env.master_addr is not None:
         host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
