@@ -1,0 +1,314 @@
+"""The bridges' sharded path: Lightning's ``ModelParallelStrategy`` and Accelerate's FSDP2 plugin
+on accelctl accelerators.
+
+In this process: the choices the bridges make when the Trainer or ``Accelerator`` is made (the
+plugin's backend, the refusals). Marked ``slow``: one 2-process run per bridge on the ``cpu``
+plugin (gloo), read by several tests: it trains, both ranks end with the same full weights, equal
+to one process's run on the same data, and the parameters really were sharded.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+lightning = pytest.importorskip("lightning")
+accelerate = pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy  # noqa: E402
+
+import accelctl  # noqa: E402
+from accelctl.integrations import _accelerate_state, _lightning_connector  # noqa: E402
+from accelctl.integrations.accelerate import Accelerator  # noqa: E402
+from accelctl.integrations.lightning import LightningAccelerator  # noqa: E402
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # helper modules, not a package
+sys.path.insert(0, str(HERE.parent))
+import rankresults  # noqa: E402
+from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
+from fsdp_shared import EPOCHS, PER_PROCESS_BATCH, SAMPLES, make_net, reference  # noqa: E402
+from tinymodel import quiet_trainer_options  # noqa: E402
+
+#: A backend torch has registered for CPU devices that is not torch's default for them, so
+#: that a test can see whose choice the strategy's backend is (registered once per process).
+SHARDING_BACKEND = "fsdpbridgeccl"
+
+#: A hang guard only (each process imports torch and Lightning or Accelerate on a loaded
+#: machine); nothing is timed.
+RUN_TIMEOUT_S = 300
+
+
+class CpuAccelerator(accelctl.Accelerator):
+    """Two CPU "devices" whose plugin declares ``backend``."""
+
+    name = "shardcpu"
+    device_type = "cpu"
+
+    def __init__(self, backend: str) -> None:
+        self.distributed_backend = backend
+
+    def detect(self) -> bool:
+        return True
+
+    def auto_device_count(self) -> int:
+        return 2
+
+
+@pytest.fixture(scope="module")
+def registered_backend() -> str:
+    """:data:`SHARDING_BACKEND`, registered with torch.distributed for CPU devices (never
+    started: no test here makes a process group)."""
+    if not hasattr(torch.distributed.Backend, SHARDING_BACKEND.upper()):
+        torch.distributed.Backend.register_backend(
+            SHARDING_BACKEND, lambda *args: None, devices=["cpu"]
+        )
+    return SHARDING_BACKEND
+
+
+def _sharded(make: Any, accelerator: Any, **strategy: Any) -> Any:
+    if make is lightning.Trainer:
+        return make(
+            accelerator=accelerator,
+            devices=2,
+            strategy=ModelParallelStrategy(**strategy),
+            **quiet_trainer_options(),
+        )
+    from lightning.fabric.strategies import ModelParallelStrategy as FabricModelParallel
+
+    return make(
+        accelerator=accelerator,
+        devices=2,
+        strategy=FabricModelParallel(lambda module, mesh: module, **strategy),
+    )
+
+
+# -- Lightning, in this process -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [lightning.Trainer, lightning.Fabric])
+def test_model_parallel_takes_the_plugins_backend(make: Any, registered_backend: str) -> None:
+    # Lightning alone: torch's default for the device type ("gloo" for cpu).
+    made = _sharded(make, LightningAccelerator(CpuAccelerator(registered_backend)))
+    assert made.strategy.process_group_backend == registered_backend
+
+
+def test_a_backend_named_in_the_strategy_is_kept_and_warned(registered_backend: str) -> None:
+    with pytest.warns(UserWarning, match=rf"over '{registered_backend}', but the strategy names"):
+        trainer = _sharded(
+            lightning.Trainer,
+            LightningAccelerator(CpuAccelerator(registered_backend)),
+            process_group_backend="gloo",
+        )
+    assert trainer.strategy.process_group_backend == "gloo"
+
+
+@pytest.mark.parametrize("make", [lightning.Trainer, lightning.Fabric])
+def test_model_parallel_where_fsdp2_cannot_run_is_refused_with_the_capabilities(make: Any) -> None:
+    # A backend torch does not know: its collectives are FSDP2 needs this process can check.
+    with pytest.raises(accelctl.ProcessSetupError) as refused:
+        _sharded(make, LightningAccelerator(CpuAccelerator("nosuchccl")))
+    message = str(refused.value)
+    assert "ModelParallelStrategy(...)) shards the model with torch's FSDP2" in message
+    assert "'shardcpu' cannot run on its 'cpu' devices over 'nosuchccl'" in message
+    for need in ("all-gather-into-tensor", "reduce-scatter-tensor"):
+        assert f"{need} (" in message
+    assert "accelctl validate --capabilities" in message and "strategy='ddp'" in message
+
+
+@pytest.mark.parametrize("make", [lightning.Trainer, lightning.Fabric])
+@pytest.mark.parametrize("strategy", ["fsdp", "instance"])
+def test_fsdp1_is_refused_with_the_sharded_path_that_runs(make: Any, strategy: str) -> None:
+    # Lightning alone: "requires a GPU accelerator ... pass a CUDAAccelerator() instance".
+    from lightning.fabric.strategies import FSDPStrategy as FabricFSDPStrategy
+
+    flag: Any = strategy
+    if strategy == "instance":
+        flag = FSDPStrategy() if make is lightning.Trainer else FabricFSDPStrategy()
+    with pytest.raises(ValueError, match="wraps the model in FSDP1") as refused:
+        make(accelerator=LightningAccelerator("cpu"), devices=2, strategy=flag)
+    message = str(refused.value)
+    assert "accelctl accelerator 'cpu'" in message and "ModelParallelStrategy(" in message
+    assert "fully_shard" in message and "Sharded training" in message
+
+
+def test_lightnings_own_accelerators_keep_lightnings_fsdp_refusal() -> None:
+    with pytest.raises(ValueError, match="requires a GPU accelerator"):
+        lightning.Trainer(accelerator="cpu", devices=2, strategy="fsdp")
+
+
+def test_model_parallel_on_an_unadapted_lightning_is_refused_before_sharding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trainer = _sharded(lightning.Trainer, LightningAccelerator("cpu"))
+    monkeypatch.setattr(_lightning_connector, "_installed", False)  # as on an untested version
+    with pytest.raises(lightning.fabric.utilities.exceptions.MisconfigurationException) as refused:
+        trainer.accelerator.setup(trainer)
+    assert f"adapted for lightning{_lightning_connector.tested_range()} only" in str(refused.value)
+
+
+# -- Accelerate, in this process --------------------------------------------------------------
+
+
+@pytest.fixture
+def two_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """torchrun's variables for rank 0 of 2 (nothing rendezvous: every case here is refused
+    before a process group is made); Accelerate's state reset after."""
+    for key, value in TWO_PROCESSES.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("ACCELCTL_DEVICES", raising=False)
+    yield
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def _fsdp_plugin(version: int) -> Any:
+    return accelerate.FullyShardedDataParallelPlugin(fsdp_version=version)
+
+
+@pytest.mark.usefixtures("two_processes")
+def test_accelerate_fsdp2_where_it_cannot_run_is_refused_with_the_capabilities() -> None:
+    # meta devices: torch has no torch.meta module with FSDP2's streams and events.
+    with pytest.raises(accelctl.ProcessSetupError) as refused:
+        Accelerator(MetaAccelerator(backend="nosuchccl"), fsdp_plugin=_fsdp_plugin(2))
+    message = str(refused.value)
+    assert message.startswith("FullyShardedDataParallelPlugin(fsdp_version=2) shards the model")
+    assert "'metaacc' cannot run on its 'meta' devices over 'nosuchccl'" in message
+    assert "device-streams (" in message and "all-gather-into-tensor (" in message
+    assert "an Accelerator without an fsdp_plugin" in message
+
+
+@pytest.mark.usefixtures("two_processes")
+def test_accelerate_fsdp1_off_cuda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Accelerate alone on the CPU: the plugin is ignored and the model trains in DDP, silently.
+    with pytest.raises(
+        accelctl.ProcessSetupError, match=r"fsdp_version=1\) wraps the model in FSDP1"
+    ):
+        Accelerator("cpu", fsdp_plugin=_fsdp_plugin(1))
+    # accelerate launch --use_fsdp says it with variables, read as Accelerate reads them.
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(accelctl.ProcessSetupError, match="--fsdp_version 2"):
+        Accelerator("cpu")
+
+
+@pytest.mark.usefixtures("two_processes")
+def test_accelerate_fsdp2_on_an_unadapted_accelerate_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_accelerate_state, "_installed", False)  # as on an untested version
+    with pytest.raises(accelctl.ProcessSetupError) as refused:
+        Accelerator("cpu", fsdp_plugin=_fsdp_plugin(2))
+    assert f"adapted for accelerate{_accelerate_state.tested_range()} only" in str(refused.value)
+
+
+# -- 2 CPU processes, one run per bridge --------------------------------------------------------
+
+
+def _environ() -> dict[str, str]:
+    """This environment without a launcher's, a scheduler's or accelctl's choices, and with no
+    scheduler on ``PATH`` (Lightning looks for SLURM's ``srun``)."""
+    dropped = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "FSDP_")
+    launcher = {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped) and k not in launcher}
+    env["PATH"] = str(Path(sys.executable).parent)
+    return env
+
+
+def _run(argv: list[str], cwd: Path) -> None:
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=_environ(), timeout=RUN_TIMEOUT_S, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _command(bridge: str, out: Path) -> list[str]:
+    """Lightning's run is started once (its own launcher starts the second process);
+    Accelerate's under ``accelctl launch``."""
+    python = sys.executable
+    if bridge == "lightning":
+        return [python, str(HERE / "fsdp_lightning_run.py"), str(out), "cpu"]
+    launch = [python, "-m", "accelctl", "launch", "--accelerator", "cpu", "--devices", "2"]
+    return [*launch, str(HERE / "fsdp_accelerate_run.py"), str(out)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bridge", ["lightning", "accelerate"])
+def test_fsdp2_on_two_cpu_processes_trains_sharded_to_one_processs_weights(
+    tmp_path: Path, bridge: str
+) -> None:
+    # One 2-process run per bridge, every assertion on it in this test.
+    _run(_command(bridge, tmp_path / bridge), tmp_path)
+    reports = [rankresults.report(tmp_path, bridge, rank) for rank in (0, 1)]
+    _assert_ran_on_both_cpu_processes_over_gloo(reports)
+    _assert_sharded_on_a_cpu_mesh(reports)
+    _assert_weights_equal_one_processs(
+        reports, [rankresults.weights(tmp_path, bridge, r) for r in (0, 1)]
+    )
+    if bridge == "accelerate":
+        assert all(r["distributed_type"] == "DistributedType.FSDP" for r in reports)
+    else:
+        # A mean logged with sync_dist=True is the mean over both ranks.
+        last = sum(r["losses"][-1] for r in reports) / 2
+        assert all(r["logged_loss"] == pytest.approx(last, rel=1e-6) for r in reports)
+
+
+def _assert_ran_on_both_cpu_processes_over_gloo(reports: list[dict[str, Any]]) -> None:
+    assert [r["rank"] for r in reports] == [0, 1]
+    steps = EPOCHS * SAMPLES // (2 * PER_PROCESS_BATCH)
+    for report in reports:
+        assert report["world_size"] == 2 and report["backend"] == "gloo"
+        assert report["root_device"].startswith("cpu")
+        assert len(report["seen"]) == steps and len(report["losses"]) == steps
+    # Every step, each rank its own samples; every epoch, all samples once.
+    per_epoch = steps // EPOCHS
+    for epoch in range(EPOCHS):
+        taken = [
+            ids for r in reports for ids in r["seen"][epoch * per_epoch : (epoch + 1) * per_epoch]
+        ]
+        assert sorted(i for ids in taken for i in ids) == list(range(SAMPLES))
+    mean = [sum(pair) / 2 for pair in zip(*(r["losses"] for r in reports), strict=True)]
+    assert mean[-1] < mean[0], mean
+
+
+def _assert_sharded_on_a_cpu_mesh(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        assert report["classes"] == ["DTensor"] and report["mesh"] == "cpu"
+    # fully_shard splits each parameter along its first dimension: the first layer's 8 x 4
+    # weight in halves; the last layer's 1 x 8 weight whole on rank 0, nothing on rank 1.
+    numel = reports[0]["numel"]
+    assert [r["local_numel"]["0.weight"] for r in reports] == [numel["0.weight"] // 2] * 2
+    assert [r["local_numel"]["2.weight"] for r in reports] == [numel["2.weight"], 0]
+    for name in numel:
+        assert sum(r["local_numel"][name] for r in reports) == numel[name]
+
+
+def _assert_weights_equal_one_processs(
+    reports: list[dict[str, Any]], ranks: list[dict[str, torch.Tensor]]
+) -> None:
+    rankresults.assert_equal(ranks[0], ranks[1])  # the gathered weights, bit for bit
+    steps = [first + second for first, second in zip(*(r["seen"] for r in reports), strict=True)]
+    expected = reference(steps)
+    initial = {name: p.detach() for name, p in make_net().named_parameters()}
+    assert ranks[0].keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert not torch.equal(tensor, initial[name]), name  # it trained
+        # Not bit for bit: one process takes the mean over a step's 32 samples, two processes
+        # each over 16, then FSDP2 averages the gradients; float32 rounds differently.
+        torch.testing.assert_close(ranks[0][name], tensor, rtol=1e-5, atol=1e-6)
