@@ -89,3 +89,55 @@ def write(out: Path, rank: int, report: dict[str, Any], weights: dict[str, torch
     out.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out / f"rank{rank}.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(report))
+
+
+def check_run(
+    reports: list[dict[str, Any]],
+    weights: list[dict[str, torch.Tensor]],
+    device_type: str,
+    backend: str,
+) -> None:
+    """Assert what every 2-process run must show, from its ranks' reports and weights: each rank
+    on its own ``device_type`` process over ``backend``, its own samples, the loss falling; the
+    parameters sharded on a ``device_type`` mesh; both ranks' gathered weights equal, and equal
+    to :func:`reference` on the samples each step saw."""
+    assert [r["rank"] for r in reports] == [0, 1]
+    steps = EPOCHS * SAMPLES // (2 * PER_PROCESS_BATCH)
+    for report in reports:
+        assert report["world_size"] == 2 and report["backend"] == backend
+        assert report["root_device"].split(":")[0] == device_type
+        assert len(report["seen"]) == steps and len(report["losses"]) == steps
+    # Every step, each rank its own samples; every epoch, all samples once.
+    per_epoch = steps // EPOCHS
+    for epoch in range(EPOCHS):
+        taken = [
+            r["seen"][step]
+            for r in reports
+            for step in range(epoch * per_epoch, (epoch + 1) * per_epoch)
+        ]
+        assert sorted(i for ids in taken for i in ids) == list(range(SAMPLES))
+    mean = [sum(pair) / 2 for pair in zip(*(r["losses"] for r in reports), strict=True)]
+    assert mean[-1] < mean[0], mean
+
+    for report in reports:
+        assert report["classes"] == ["DTensor"] and report["mesh"] == device_type
+    # fully_shard splits each parameter along its first dimension: the first layer's 8 x 4
+    # weight in halves; the last layer's 1 x 8 weight whole on rank 0, nothing on rank 1.
+    numel = reports[0]["numel"]
+    assert [r["local_numel"]["0.weight"] for r in reports] == [numel["0.weight"] // 2] * 2
+    assert [r["local_numel"]["2.weight"] for r in reports] == [numel["2.weight"], 0]
+    for name in numel:
+        assert sum(r["local_numel"][name] for r in reports) == numel[name]
+
+    for name in weights[0]:  # the gathered weights, bit for bit
+        assert torch.equal(weights[0][name], weights[1][name]), name
+    expected = reference(
+        [first + second for first, second in zip(*(r["seen"] for r in reports), strict=True)]
+    )
+    initial = dict(make_net().named_parameters())
+    assert weights[0].keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert not torch.equal(tensor, initial[name].detach()), name  # it trained
+        # Not bit for bit: one process takes the mean over a step's 32 samples, two processes
+        # each over 16, then FSDP2 averages the gradients; float32 rounds differently.
+        torch.testing.assert_close(weights[0][name], tensor, rtol=1e-5, atol=1e-6)
