@@ -24,16 +24,30 @@ and Fabric assumes that moving a model keeps its parameters (all but XLA):
 6. ``Fabric.setup(model, optimizer)`` leaves the optimizer on the CPU tensors where the device's
    tensors replace the ``Parameter`` objects (``_parameters``).
 
+Sharded training: ``ModelParallelStrategy`` (FSDP2, ``fully_shard`` on a device mesh of the root
+device's type) is device-generic but for the choices of 2 and 5 (its backend, its ``reduce`` /
+``all_reduce``), and FSDP2 itself needs things of a device that a vendor's may lack;
+``FSDPStrategy`` (FSDP1) is CUDA-only, builds its mesh on ``"cuda"``, and Lightning's refusal
+names CUDA accelerators only:
+
+7. ``ModelParallelStrategy`` where the device cannot run FSDP2: every rank dies in torch;
+8. ``strategy="fsdp"`` / ``FSDPStrategy``: "requires a GPU accelerator ... pass a
+   ``CUDAAccelerator()``".
+
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
-``distributed_backend``, autocast on its device type; the two DDP methods, so that DDP is
-built on the current stream (as plain PyTorch does) and a mean is a sum divided by the world
-size (what Lightning does for gloo); and Fabric's ``setup`` and ``setup_module``, which move the
-model keeping its parameters. Every other accelerator goes through Lightning's code
-unchanged. The wrapped methods are private, so the adaptation is applied only
-to the Lightning versions it is tested with (:data:`TESTED`); on any other version
+``distributed_backend`` (for DDP and ``ModelParallelStrategy``), autocast on its device type;
+``_init_strategy`` also refuses a ``ModelParallelStrategy`` with the FSDP2 gaps
+``accelctl.capabilities.fsdp_gaps`` finds, and ``_check_strategy_and_fallback`` an FSDP1
+strategy naming the sharded path that runs; DDP's model wrap, so that it is built on the
+current stream (as plain PyTorch does); the DDP and model-parallel reductions, so that a mean is
+a sum divided by the world size (what Lightning does for gloo); and Fabric's ``setup`` and
+``setup_module``, which move the model keeping its parameters. Every other accelerator goes
+through Lightning's code unchanged. The wrapped methods are private, so the adaptation is
+applied only to the Lightning versions it is tested with (:data:`TESTED`); on any other version
 :func:`install` changes nothing and says so, and the bridge's run-time checks
-(``LightningAccelerator.setup_device``) still refuse the wrong device before training.
+(``LightningAccelerator.setup_device``, ``LightningAccelerator.setup``) still refuse the wrong
+device and a ``ModelParallelStrategy`` before training.
 """
 
 from __future__ import annotations

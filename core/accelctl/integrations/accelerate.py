@@ -12,7 +12,10 @@ under a launcher every process trains alone (``DistributedType.NO``), silently. 
 ``Accelerator`` is Accelerate's own, made on the accelctl plugin's choice instead: the plugin's
 device for this process (``devices[LOCAL_RANK]`` under ``accelctl launch``, ``accelerate launch``
 or ``torchrun``), its ``distributed_backend`` and DDP across the processes, autocast on its
-device type. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
+device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
+device mesh of the plugin's device type, where the device can run it
+(``accelctl.capabilities.fsdp_gaps``). A set-up that cannot run is refused here, with
+accelctl's error. The adaptation of
 Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
 ``docs/accelerate.md`` lists what it changes and why.
 """
