@@ -122,6 +122,15 @@ def test_model_parallel_where_fsdp2_cannot_run_is_refused_with_the_capabilities(
     assert "accelctl validate --capabilities" in message and "strategy='ddp'" in message
 
 
+def test_the_fsdp2_check_is_made_once_per_machine_in_local_rank_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fsdp_gaps runs on device 0: another rank would start a runtime on its neighbour's device.
+    monkeypatch.setenv("LOCAL_RANK", "1")  # as in the process Lightning's launcher starts
+    trainer = _sharded(lightning.Trainer, LightningAccelerator(CpuAccelerator("nosuchccl")))
+    assert trainer.strategy.process_group_backend == "nosuchccl"
+
+
 @pytest.mark.parametrize("make", [lightning.Trainer, lightning.Fabric])
 @pytest.mark.parametrize("strategy", ["fsdp", "instance"])
 def test_fsdp1_is_refused_with_the_sharded_path_that_runs(make: Any, strategy: str) -> None:
