@@ -6,9 +6,13 @@ records the device's own words when it fails (the exception's type and message) 
 missing. A "no" is a fact about the device, not an error: :func:`probe_capabilities` never raises
 for one. torch is imported inside the probes only, so importing this module costs nothing.
 
+On torch_openreg 0.0.2 (its reasons: "module 'torch_openreg.openreg' has no attribute 'Stream'
+...", "NotImplementedError: You should register `PrivateUse1HooksInterface` ... and implement
+`resizePrivateUse1Bytes` ..."):
+
 >>> from accelctl.capabilities import fsdp_gaps
->>> [gap.reason for gap in fsdp_gaps("openreg", "occl")]      # torch_openreg 0.0.2
-["module 'torch_openreg.openreg' has no attribute 'Stream' ...", 'NotImplementedError: ...']
+>>> [gap.name for gap in fsdp_gaps("openreg", "occl")]
+['device-streams', 'storage-resize']
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._text import describe_exception
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CAPABILITIES",
@@ -84,12 +91,17 @@ class _Probe:
         self.torch = torch
         self.device_type = device_type
         self.backend = backend
-        self.device = (
-            torch.device(device_type) if device_type == "cpu" else torch.device(device_type, 0)
-        )
         self.module: Any = None if device_type == "cpu" else getattr(torch, device_type, None)
+        self.device = torch.device("cpu") if device_type == "cpu" else self._current_device()
         self._group: Any = None
         self._group_error: str | None = None
+
+    def _current_device(self) -> torch.device:
+        """The device of this type the process is on (``setup_device`` made it current): the
+        device module's ``current_device()``, else index 0."""
+        current = getattr(self.module, "current_device", None)
+        index = current() if callable(current) else 0
+        return self.torch.device(self.device_type, index if isinstance(index, int) else 0)
 
     def group(self) -> Any:
         """The 1-process group on :attr:`backend` (rank 0 of 1, an in-memory store); raises
@@ -130,7 +142,8 @@ class _Probe:
 def _backend_gap(backend: str, device_type: str) -> str | None:
     """Why ``backend`` (``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors in this torch, from its registration alone (no process group); None
-    when it is registered for them."""
+    when it is registered for them and compiled in. (The conformance check ``distributed_backend``
+    asks the same of torch; this one words it as a capability's reason.)"""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -148,6 +161,9 @@ def _backend_gap(backend: str, device_type: str) -> str | None:
     if device_type not in registered[name]:
         supported = ", ".join(registered[name]) or "no device type"
         return f"the backend {name!r} is registered for {supported}, not {device_type!r} tensors"
+    available = getattr(dist, f"is_{name}_available", None)
+    if callable(available) and not available():
+        return f"the backend {name!r} is not compiled into this torch (is_{name}_available())"
     return None
 
 
@@ -196,10 +212,12 @@ def _rng_state(p: _Probe) -> str:
         where = f"torch.{p.device_type}.get_rng_state({index})"
     state = get()
     first = torch.rand(8, device=p.device).cpu()
+    advanced = not torch.equal(get(), state)
     put(state)
     again = torch.rand(8, device=p.device).cpu()
     if not torch.equal(first, again):
-        raise _Missing(f"restoring {where} did not reproduce a torch.rand draw on {p.device}")
+        hint = "" if advanced else " (the draw left that state as it was: it comes from elsewhere)"
+        raise _Missing(f"restoring {where} did not reproduce a torch.rand draw on {p.device}{hint}")
     return f"restoring {where} reproduced a torch.rand draw on {p.device}"
 
 
@@ -385,10 +403,11 @@ def iter_capabilities(device_type: str, backend: str | None) -> Iterator[Capabil
 
 
 def probe_capabilities(device_type: str, backend: str | None) -> tuple[Capability, ...]:
-    """Every row of the matrix (:data:`CAPABILITIES`), probed in THIS process on device 0 of
-    ``device_type`` (``"cpu"``: the CPU). The collective rows run on a 1-process group on
-    ``backend`` (``init_process_group(backend, store=HashStore(), rank=0, world_size=1)``),
-    destroyed after; ``backend=None`` (one process only) makes them a "no" that says so.
+    """Every row of the matrix (:data:`CAPABILITIES`), probed in THIS process on the current
+    device of ``device_type`` (its module's ``current_device()``, else 0; ``"cpu"``: the CPU).
+    The collective rows run on a 1-process group on ``backend`` (``init_process_group(backend,
+    store=HashStore(), rank=0, world_size=1)``), destroyed after; ``backend=None`` (one process
+    only) makes them a "no" that says so.
 
     A probe can load a device runtime and leave state behind (a compiled function, the device's
     random state drawn from), so the kit runs it in a fresh process per plugin.
@@ -401,7 +420,9 @@ def fsdp_gaps(device_type: str, backend: str | None) -> tuple[Capability, ...]:
     ``device_type`` lacks; ``()`` when FSDP2 can be tried. The device module's
     ``Stream``/``Event``/``current_stream`` and storage resize are run on the device; the
     collectives are checked by the backend's registration for the device type only (running
-    them needs a group: :func:`probe_capabilities`). Cheap enough to run once before a launch.
+    them needs a group: :func:`probe_capabilities`). Cheap enough to run once before a launch;
+    it allocates a small tensor on the current device, so it starts the device's runtime in the
+    calling process (not for a parent that forks its workers afterwards).
     """
     probe = _Probe(device_type, backend)
     gaps = [

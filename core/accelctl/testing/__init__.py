@@ -18,6 +18,12 @@ or add the whole suite to a plugin's CI in one class:
 
 or call them from code: ``accelctl.testing.validate("hpu")`` returns a
 :class:`ValidationReport` of :class:`CheckResult` (``check``, ``status``, ``detail``).
+
+The capability matrix (``accelctl validate --capabilities``) says what a device can do for
+training (autocast, DDP, FSDP2's needs, ...): :func:`probe_installed` and
+:func:`probe_accelerator` give :class:`CapabilityReport` rows, each plugin probed in a fresh
+process; the class attribute ``expected_capabilities`` of :class:`AcceleratorConformance` asserts
+the capabilities a vendor claims.
 :data:`CHECKS` lists what is checked; a check that needs hardware that is absent is skipped, so a
 correct plugin passes on a machine without its device.
 
@@ -41,6 +47,7 @@ from ._distributions import installed_plugins, reset_registry, write_distributio
 from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S
 from .checks import CHECK_IDS, CHECKS, Check, validate, validate_installed
 from .conformance import AcceleratorConformance, ConformanceFailure, assert_conforms
+from .matrix import PROBE_TIMEOUT_S, CapabilityReport, probe_accelerator, probe_installed
 from .results import CheckResult, Status, ValidationReport
 
 __all__ = [
@@ -51,8 +58,10 @@ __all__ = [
     "DETECT_CALL_LIMIT_S",
     "DETECT_FIRST_CALL_LIMIT_S",
     "IMPORT_LIMIT_S",
+    "PROBE_TIMEOUT_S",
     "STATS_CALL_LIMIT_S",
     "AcceleratorConformance",
+    "CapabilityReport",
     "Check",
     "CheckResult",
     "ConformanceFailure",
@@ -61,6 +70,8 @@ __all__ = [
     "ValidationReport",
     "assert_conforms",
     "installed_plugins",
+    "probe_accelerator",
+    "probe_installed",
     "reset_registry",
     "validate",
     "validate_installed",

@@ -9,10 +9,13 @@ pytest plugin is needed; pytest is imported only when a test runs.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from accelctl.capabilities import CAPABILITIES
+
 from .checks import CHECKS, Check, validate
+from .matrix import CapabilityReport, probe_accelerator
 from .results import ValidationReport
 
 
@@ -22,6 +25,7 @@ class ConformanceFailure(AssertionError):
 
 
 _REPORTS: weakref.WeakKeyDictionary[type, ValidationReport] = weakref.WeakKeyDictionary()
+_CAPABILITY_REPORTS: weakref.WeakKeyDictionary[type, CapabilityReport] = weakref.WeakKeyDictionary()
 
 
 class AcceleratorConformance:
@@ -33,20 +37,79 @@ class AcceleratorConformance:
     accelerator: ClassVar[object] = None
     #: Measure the plugin's import in a fresh interpreter (the ``import_is_light`` check).
     probe_import: ClassVar[bool] = True
+    #: The capabilities the plugin claims, checked by ``test_capabilities`` against the capability
+    #: matrix (``accelctl validate --capabilities``): a name of
+    #: :data:`accelctl.capabilities.CAPABILITIES` to True (the device has it) or False (it does
+    #: not, yet). Empty: nothing claimed, the test is skipped. Skipped where the device is absent.
+    expected_capabilities: ClassVar[Mapping[str, bool]] = {}
 
     @classmethod
     def conformance_report(cls) -> ValidationReport:
         """The report of this class's accelerator, computed on first use and kept."""
         report = _REPORTS.get(cls)
         if report is None:
-            if cls.accelerator is None:
-                raise TypeError(
-                    f"{cls.__name__} must say what to check: set the class attribute "
-                    'accelerator = "<name>" (installed) or an instance of your plugin class'
-                )
-            report = validate(cls.accelerator, probe_import=cls.probe_import)
+            report = validate(cls._subject(), probe_import=cls.probe_import)
             _REPORTS[cls] = report
         return report
+
+    @classmethod
+    def capability_report(cls) -> CapabilityReport:
+        """The capability matrix's row of this class's accelerator (probed in a fresh process
+        for an installed name), computed on first use and kept."""
+        report = _CAPABILITY_REPORTS.get(cls)
+        if report is None:
+            report = probe_accelerator(cls._subject())
+            _CAPABILITY_REPORTS[cls] = report
+        return report
+
+    @classmethod
+    def _subject(cls) -> object:
+        if cls.accelerator is None:
+            raise TypeError(
+                f"{cls.__name__} must say what to check: set the class attribute "
+                'accelerator = "<name>" (installed) or an instance of your plugin class'
+            )
+        return cls.accelerator
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A class that claims capabilities gets a test for them; one that claims none has just
+        # the checks' tests (no test that could only be skipped).
+        if cls.expected_capabilities and "test_capabilities" not in vars(cls):
+            cls.test_capabilities = _test_capabilities  # type: ignore[attr-defined]
+
+
+def _test_capabilities(self: AcceleratorConformance) -> None:
+    """Conformance: the capabilities expected_capabilities claims are what the device does."""
+    import pytest
+
+    cls = type(self)
+    expected = dict(cls.expected_capabilities)
+    unknown = sorted(set(expected) - set(CAPABILITIES))
+    if unknown:
+        raise ConformanceFailure(
+            f"capabilities: expected_capabilities names {', '.join(map(repr, unknown))}, "
+            f"which the matrix has not; its rows: {', '.join(CAPABILITIES)}"
+        )
+    report = cls.capability_report()
+    if report.state in ("unavailable", "disabled"):
+        pytest.skip(f"capabilities: needs the hardware: {report.state} here: {report.reason}")
+    if report.state != "probed":
+        raise ConformanceFailure(f"capabilities: {report.state}: {report.reason}")
+    wrong = [
+        f"{name}: expected {_yes(want)}, the device says {_yes(found.supported)} ({found.reason})"
+        for name, want in expected.items()
+        if (found := report.capability(name)).supported != want
+    ]
+    if wrong:
+        raise ConformanceFailure(
+            f"capabilities: {len(wrong)} of {len(expected)} expected capabilities differ:\n  "
+            + "\n  ".join(wrong)
+        )
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
 
 
 def _test_for(check: Check) -> Callable[[AcceleratorConformance], None]:

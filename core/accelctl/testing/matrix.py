@@ -133,8 +133,12 @@ def probe_installed(
         for row in rows:  # aliases, where the listing read them
             for alias in row.info.aliases if row.info is not None else ():
                 by_name.setdefault(alias, row)
-        asked = dict.fromkeys(name.strip().lower() for name in names)
-        chosen = [(name, by_name.get(name)) for name in asked]
+        chosen, seen = [], set()
+        for name in dict.fromkeys(name.strip().lower() for name in names):
+            found = by_name.get(name)
+            if found is None or found.name not in seen:  # a name and its alias: probed once
+                chosen.append((name, found))
+                seen.add(name if found is None else found.name)
 
     def report(item: tuple[str, AcceleratorStatus | None]) -> CapabilityReport:
         asked, row = item
@@ -146,6 +150,40 @@ def probe_installed(
     workers = max(1, min(PARALLEL_PROBES, len(chosen)))
     with ThreadPoolExecutor(workers, thread_name_prefix="accelctl-capabilities") as pool:
         return list(pool.map(report, chosen))
+
+
+def probe_accelerator(
+    accelerator: object, *, registry: Registry | None = None, timeout: float = PROBE_TIMEOUT_S
+) -> CapabilityReport:
+    """One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
+    a fresh process, as :func:`probe_installed` does; a plugin object without an entry point (an
+    :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
+    import by name, probed in this process (which must have no process group)."""
+    if isinstance(accelerator, AcceleratorHandle) and accelerator.entry_point is not None:
+        accelerator = accelerator.name
+    if isinstance(accelerator, str):
+        return probe_installed([accelerator], registry=registry, timeout=timeout)[0]
+    if isinstance(accelerator, AcceleratorHandle):
+        handle = accelerator.load()
+    else:
+        from accelctl import _fanout
+        from accelctl._loading import name_of
+
+        handle = AcceleratorHandle(name_of(accelerator))
+        with _fanout.one_at_a_time():
+            handle._load(accelerator)
+    if handle.state != "loaded":
+        error = one_line(handle.error or f"{handle.name!r} is {handle.state}")
+        return CapabilityReport(handle.name, "broken", reason=error, problems=(error,))
+    try:
+        detected = handle.detect()
+        why = None if detected else handle.unavailable_reason() or "not detected"
+    except AccelctlError as exc:
+        error = one_line(exc)
+        return CapabilityReport(handle.name, "broken", reason=error, problems=(error,))
+    if why is not None:
+        return CapabilityReport(handle.name, "unavailable", reason=why)
+    return _report_of(handle, list(probe_here(handle)), None, None, "")
 
 
 def _report_for(row: AcceleratorStatus, named: bool, timeout: float) -> CapabilityReport:

@@ -1,0 +1,90 @@
+"""issue 28: the capability matrix on a real out-of-tree device, torch_openreg 0.0.2 served by the
+generic ``privateuse1`` plugin with its ``occl`` backend. It reports FSDP2's two gaps in the
+device's own words (no ``torch.openreg.Stream``; storage that cannot resize) and the rows openreg
+has. One ``accelctl validate --capabilities openreg --json`` run per session, shared by the
+assertions (``shared_run``: whichever pytest-xdist worker asks first makes it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import UserMachine, shared_run, succeeded
+
+pytestmark = [pytest.mark.openreg, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The matrix's report for openreg (asked for by its alias), made once per session."""
+
+    def probe(out: Path) -> None:
+        command = ("validate", "--capabilities", "openreg", "--json")
+        (out / "report.json").write_text(succeeded(occl_machine.accelctl(*command)).stdout)
+
+    folder = shared_run(tmp_path_factory, "openreg-capabilities", probe)
+    (report,) = json.loads((folder / "report.json").read_text())
+    return dict(report)
+
+
+def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in report["capabilities"]}
+
+
+def test_openreg_is_probed_on_its_first_device_with_occl(openreg: dict[str, Any]) -> None:
+    assert (openreg["name"], openreg["state"]) == ("privateuse1", "probed")
+    assert (openreg["device"], openreg["distributed_backend"]) == ("openreg:0", "occl")
+    # Missing capabilities are facts: the command passes.
+    assert (openreg["passed"], openreg["problems"]) == (True, [])
+
+
+def test_fsdp2s_first_gap_is_the_device_modules_streams(openreg: dict[str, Any]) -> None:
+    streams = rows(openreg)["device-streams"]
+    assert streams["supported"] is False
+    assert streams["reason"].startswith("module 'torch_openreg.openreg' has no attribute 'Stream'")
+
+
+def test_fsdp2s_second_gap_is_storage_resize(openreg: dict[str, Any]) -> None:
+    resize = rows(openreg)["storage-resize"]
+    assert resize["supported"] is False
+    assert resize["reason"].startswith(
+        "NotImplementedError: You should register `PrivateUse1HooksInterface`"
+    )
+    assert "implement `resizePrivateUse1Bytes`" in resize["reason"]
+
+
+def test_fsdp2_lacks_those_two_only(openreg: dict[str, Any]) -> None:
+    assert openreg["fsdp"] is False
+    found = rows(openreg)
+    needs = ("device-streams", "storage-resize", "all-gather-into-tensor", "reduce-scatter-tensor")
+    assert [name for name in needs if not found[name]["supported"]] == [
+        "device-streams",
+        "storage-resize",
+    ]
+
+
+def test_the_rows_openreg_has(openreg: dict[str, Any]) -> None:
+    found = rows(openreg)
+    has = ["bf16-autocast", "fp16-autocast", "memory-stats", "ddp", "all-gather-into-tensor",
+           "reduce-scatter-tensor"]  # fmt: skip
+    assert {name: found[name]["supported"] for name in has} == dict.fromkeys(has, True)
+    assert (
+        found["ddp"]["reason"] == "DistributedDataParallel ran a step on a 1-process 'occl' group"
+    )
+    assert found["bf16-autocast"]["reason"].endswith("ran in torch.bfloat16")
+
+
+def test_the_rows_openreg_lacks_besides_fsdp2s(openreg: dict[str, Any]) -> None:
+    found = rows(openreg)
+    # Its random numbers come from the CPU's generator, not the device's (whose state the
+    # Trainer's checkpoints save beside the CPU's).
+    assert found["rng-state"]["supported"] is False
+    assert found["rng-state"]["reason"].endswith(
+        "(the draw left that state as it was: it comes from elsewhere)"
+    )
+    # No inductor code generator: torch.compile only with backend="eager".
+    assert found["compile"]["supported"] is False
+    assert found["compile"]["reason"].startswith("eager fallback only:")
