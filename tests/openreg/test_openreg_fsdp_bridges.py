@@ -8,7 +8,8 @@ What the device can do decides what is tested, never a version number: one proce
 with those reasons, when the Trainer or ``Accelerator`` is made, before FSDP's own stack trace.
 On a wheel without gaps the refusal tests skip, and one 2-process run per bridge trains to the
 weights of one CPU process (the drivers and checks of ``tests/integrations``); with gaps those
-skip, naming them.
+skip, naming them. And on CPU processes where openreg is loaded (torch's current accelerator),
+Accelerate's FSDP2 run on the ``cpu`` plugin shards on a ``cpu`` mesh.
 """
 
 from __future__ import annotations
@@ -118,17 +119,31 @@ def _runs_fsdp2(attempted: dict[str, Any]) -> None:
         pytest.skip(f"openreg cannot run FSDP2 here ({reasons})")
 
 
-def _run(machine: UserMachine, factory: pytest.TempPathFactory, bridge: str) -> Path:
+def _run(
+    machine: UserMachine, factory: pytest.TempPathFactory, bridge: str, accelerator: str
+) -> Path:
     def run(out: Path) -> None:
         script = str(INTEGRATIONS / f"fsdp_{bridge}_run.py")
         if bridge == "lightning":  # Lightning's own launcher starts the second process
-            argv = [sys.executable, script, str(out), "openreg"]
+            argv = [sys.executable, script, str(out), accelerator]
         else:
-            launch = ["-m", "accelctl", "launch", "--accelerator", "openreg", "--devices", "2"]
+            launch = ["-m", "accelctl", "launch", "--accelerator", accelerator, "--devices", "2"]
             argv = [sys.executable, *launch, script, str(out)]
         succeeded(machine.run(*argv, cwd=out, HF_HOME=str(out / "hf")))
 
-    return shared_run(factory, f"fsdp-bridges-{bridge}", run)
+    return shared_run(factory, f"fsdp-bridges-{bridge}-{accelerator}", run)
+
+
+def test_accelerates_fsdp2_on_the_cpu_plugin_shards_on_a_cpu_mesh_where_openreg_is_loaded(
+    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # With openreg loaded, torch's current accelerator is openreg: Accelerate alone leaves
+    # fully_shard to build its mesh there, and moving the CPU model onto it fails ("variable
+    # and tensor have incompatible tensor type"). The bridge has Accelerate build it on "cpu".
+    out = _run(occl_machine, tmp_path_factory, "accelerate", "cpu")
+    reports = [report(out.parent, out.name, rank) for rank in (0, 1)]
+    ranks = [weights(out.parent, out.name, rank) for rank in (0, 1)]
+    check_run(reports, ranks, device_type="cpu", backend="gloo")
 
 
 @pytest.mark.parametrize("bridge", ["lightning", "accelerate"])
@@ -139,7 +154,7 @@ def test_where_openreg_can_run_fsdp2_each_bridge_trains_sharded_on_it(
     bridge: str,
 ) -> None:
     _runs_fsdp2(attempted)
-    out = _run(occl_machine, tmp_path_factory, bridge)
+    out = _run(occl_machine, tmp_path_factory, bridge, "openreg")
     reports = [report(out.parent, out.name, rank) for rank in (0, 1)]
     ranks = [weights(out.parent, out.name, rank) for rank in (0, 1)]
     check_run(reports, ranks, device_type="openreg", backend="occl")
