@@ -137,24 +137,24 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     from lightning.pytorch.trainer.connectors import accelerator_connector
 
     trainer = _Kinds(
-        SingleDeviceStrategy,
-        DDPStrategy,
-        ParallelStrategy,
-        MixedPrecision,
-        "Trainer",
-        ModelParallelStrategy,
-        FSDPStrategy,
-        tuple(FSDPStrategy.get_registered_strategies()),
+        single=SingleDeviceStrategy,
+        ddp=DDPStrategy,
+        parallel=ParallelStrategy,
+        mixed=MixedPrecision,
+        owner="Trainer",
+        sharded=ModelParallelStrategy,
+        fsdp=FSDPStrategy,
+        fsdp_names=tuple(FSDPStrategy.get_registered_strategies()),
     )
     fabric = _Kinds(
-        FabricSingle,
-        FabricDDP,
-        FabricParallel,
-        FabricMixedPrecision,
-        "Fabric",
-        FabricSharded,
-        FabricFSDP,
-        _FSDP_ALIASES,
+        single=FabricSingle,
+        ddp=FabricDDP,
+        parallel=FabricParallel,
+        mixed=FabricMixedPrecision,
+        owner="Fabric",
+        sharded=FabricSharded,
+        fsdp=FabricFSDP,
+        fsdp_names=tuple(_FSDP_ALIASES),
     )
     _wrap(accelerator_connector._AcceleratorConnector, trainer, "_precision_plugin_flag", is_bridge)
     _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
