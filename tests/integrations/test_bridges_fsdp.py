@@ -3,8 +3,9 @@ on accelctl accelerators.
 
 In this process: the choices the bridges make when the Trainer or ``Accelerator`` is made (the
 plugin's backend, the refusals). Marked ``slow``: one 2-process run per bridge on the ``cpu``
-plugin (gloo), read by several tests: it trains, both ranks end with the same full weights, equal
-to one process's run on the same data, and the parameters really were sharded.
+plugin (gloo), one test each making every assertion on it (``fsdp_shared.check_run``): it
+trains, the parameters really are sharded, and both ranks end with the same gathered weights,
+equal to one process's run on the samples each step saw.
 """
 
 from __future__ import annotations
