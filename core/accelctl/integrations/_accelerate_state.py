@@ -11,6 +11,12 @@ device and the distributed set-up from a fixed list of device kinds (CUDA, XPU, 
 2. ``set_device``: this process's device, ``torch.<kind>.set_device``; for an unknown kind the
    CPU (or whatever ``ACCELERATE_TORCH_DEVICE`` says, the same device in every process).
 
+Accelerate also enables FSDP (``fsdp_plugin``) only for the distributed types of its device list
+(``MULTI_GPU``, ``MULTI_NPU``, ...): with its own CPU set-up (``MULTI_CPU``) the plugin is dropped
+and the model trains in DDP, silently. The bridge therefore makes the state of an FSDP2 run on
+CPU devices through these two methods too (``DistributedType.MULTI_GPU`` on the plugin's
+backend, which Accelerate then turns into ``DistributedType.FSDP``).
+
 While :func:`building` is active (``accelctl.integrations.accelerate.Accelerator`` makes the
 state), the two wrapped methods follow the accelctl plugin instead: its ``distributed_backend``
 and ``DistributedType.MULTI_GPU`` (Accelerate's kind for "DDP over torch.distributed on one

@@ -24,16 +24,30 @@ and Fabric assumes that moving a model keeps its parameters (all but XLA):
 6. ``Fabric.setup(model, optimizer)`` leaves the optimizer on the CPU tensors where the device's
    tensors replace the ``Parameter`` objects (``_parameters``).
 
+Sharded training: ``ModelParallelStrategy`` (FSDP2, ``fully_shard`` on a device mesh of the root
+device's type) is device-generic but for the choices of 2 and 5 (its backend, its ``reduce`` /
+``all_reduce``), and FSDP2 itself needs things of a device that a vendor's may lack;
+``FSDPStrategy`` (FSDP1) is CUDA-only, builds its mesh on ``"cuda"``, and Lightning's refusal
+names CUDA accelerators only:
+
+7. ``ModelParallelStrategy`` where the device cannot run FSDP2: every rank dies in torch;
+8. ``strategy="fsdp"`` / ``FSDPStrategy``: "requires a GPU accelerator ... pass a
+   ``CUDAAccelerator()``".
+
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
-``distributed_backend``, autocast on its device type; the two DDP methods, so that DDP is
-built on the current stream (as plain PyTorch does) and a mean is a sum divided by the world
-size (what Lightning does for gloo); and Fabric's ``setup`` and ``setup_module``, which move the
-model keeping its parameters. Every other accelerator goes through Lightning's code
-unchanged. The wrapped methods are private, so the adaptation is applied only
-to the Lightning versions it is tested with (:data:`TESTED`); on any other version
+``distributed_backend`` (for DDP and ``ModelParallelStrategy``), autocast on its device type;
+``_init_strategy`` also refuses a ``ModelParallelStrategy`` with the FSDP2 gaps
+``accelctl.capabilities.fsdp_gaps`` finds, and ``_check_strategy_and_fallback`` an FSDP1
+strategy naming the sharded path that runs; DDP's model wrap, so that it is built on the
+current stream (as plain PyTorch does); the DDP and model-parallel reductions, so that a mean is
+a sum divided by the world size (what Lightning does for gloo); and Fabric's ``setup`` and
+``setup_module``, which move the model keeping its parameters. Every other accelerator goes
+through Lightning's code unchanged. The wrapped methods are private, so the adaptation is
+applied only to the Lightning versions it is tested with (:data:`TESTED`); on any other version
 :func:`install` changes nothing and says so, and the bridge's run-time checks
-(``LightningAccelerator.setup_device``) still refuse the wrong device before training.
+(``LightningAccelerator.setup_device``, ``LightningAccelerator.setup``) still refuse the wrong
+device and a ``ModelParallelStrategy`` before training.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ from accelctl import PrecisionError, ProcessSetupError
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._parameters import keeping_parameters
+from ._sharding import refuse_fsdp_gaps
 from ._versions import TestedRange
 
 #: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
@@ -107,18 +122,52 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     from lightning.fabric import connector as fabric_connector
     from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
     from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDP
+    from lightning.fabric.strategies.fsdp import _FSDP_ALIASES
+    from lightning.fabric.strategies.fsdp import FSDPStrategy as FabricFSDP
+    from lightning.fabric.strategies.model_parallel import ModelParallelStrategy as FabricSharded
     from lightning.fabric.strategies.parallel import ParallelStrategy as FabricParallel
     from lightning.fabric.strategies.single_device import SingleDeviceStrategy as FabricSingle
     from lightning.pytorch.plugins.precision import MixedPrecision
-    from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy, SingleDeviceStrategy
+    from lightning.pytorch.strategies import (
+        DDPStrategy,
+        FSDPStrategy,
+        ModelParallelStrategy,
+        ParallelStrategy,
+        SingleDeviceStrategy,
+    )
     from lightning.pytorch.trainer.connectors import accelerator_connector
 
-    trainer = _Kinds(SingleDeviceStrategy, DDPStrategy, ParallelStrategy, MixedPrecision, "Trainer")
-    fabric = _Kinds(FabricSingle, FabricDDP, FabricParallel, FabricMixedPrecision, "Fabric")
+    trainer = _Kinds(
+        single=SingleDeviceStrategy,
+        ddp=DDPStrategy,
+        parallel=ParallelStrategy,
+        mixed=MixedPrecision,
+        owner="Trainer",
+        sharded=ModelParallelStrategy,
+        fsdp=FSDPStrategy,
+        fsdp_names=tuple(FSDPStrategy.get_registered_strategies()),
+    )
+    fabric = _Kinds(
+        single=FabricSingle,
+        ddp=FabricDDP,
+        parallel=FabricParallel,
+        mixed=FabricMixedPrecision,
+        owner="Fabric",
+        sharded=FabricSharded,
+        fsdp=FabricFSDP,
+        fsdp_names=tuple(_FSDP_ALIASES),
+    )
     _wrap(accelerator_connector._AcceleratorConnector, trainer, "_precision_plugin_flag", is_bridge)
     _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
-    _wrap_ddp(DDPStrategy, "_setup_model", "reduce", is_bridge)
-    _wrap_ddp(FabricDDP, "setup_module", "all_reduce", is_bridge)
+    _wrap_ddp_setup(DDPStrategy, "_setup_model", is_bridge)
+    _wrap_ddp_setup(FabricDDP, "setup_module", is_bridge)
+    for strategy, reduce in (
+        (DDPStrategy, "reduce"),
+        (FabricDDP, "all_reduce"),
+        (ModelParallelStrategy, "reduce"),
+        (FabricSharded, "all_reduce"),
+    ):
+        _wrap_reduce(strategy, reduce, is_bridge)
     from lightning.fabric import Fabric
 
     for name in ("setup", "setup_module"):
@@ -136,12 +185,19 @@ class _Kinds:
     parallel: Any
     mixed: Any
     owner: str
+    #: ``ModelParallelStrategy``: FSDP2 (``fully_shard``) on a device mesh of the root device's
+    #: type, the sharded path that accelctl's accelerators take.
+    sharded: Any
+    #: ``FSDPStrategy`` (FSDP1), and the strategy names that make one.
+    fsdp: Any
+    fsdp_names: tuple[str, ...]
 
 
 def _wrap(
     connector: type, kinds: _Kinds, precision_flag: str, is_bridge: Callable[[object], bool]
 ) -> None:
     choose = connector._choose_strategy  # type: ignore[attr-defined]
+    check_fallback = connector._check_strategy_and_fallback  # type: ignore[attr-defined]
     init_strategy = connector._init_strategy  # type: ignore[attr-defined]
     init_precision = connector._check_and_init_precision  # type: ignore[attr-defined]
     if getattr(choose, _MARK, False):
@@ -152,6 +208,11 @@ def _wrap(
         if not is_bridge(self.accelerator):
             return choose(self)
         return _auto_strategy(self, kinds, bool(getattr(interactive, "_IS_INTERACTIVE", False)))
+
+    def _check_strategy_and_fallback(self: Any) -> None:
+        if is_bridge(self.accelerator):
+            _refuse_fsdp1(self, kinds)
+        check_fallback(self)
 
     def _init_strategy(self: Any) -> None:
         init_strategy(self)
@@ -170,6 +231,7 @@ def _wrap(
 
     for name, function in (
         ("_choose_strategy", _choose_strategy),
+        ("_check_strategy_and_fallback", _check_strategy_and_fallback),
         ("_init_strategy", _init_strategy),
         ("_check_and_init_precision", _check_and_init_precision),
     ):
@@ -219,20 +281,53 @@ def _check_strategy(connector: Any, kinds: _Kinds) -> None:
             f"devices. Use devices=1, num_nodes=1 and strategy='auto', or an accelerator with a "
             f"distributed backend"
         )
-    if _is(strategy, kinds.ddp):
-        chosen = strategy.process_group_backend
-        if chosen is None:
-            # DDPStrategy keeps the backend it was given here and falls back to torch's
-            # default for the device type only when it is None (DDPStrategy.setup_distributed).
-            strategy._process_group_backend = backend
-        elif chosen != backend:
-            warnings.warn(
-                f"accelctl accelerator {handle.name!r} runs several processes over {backend!r}, "
-                f"but the strategy names {chosen!r}; leave process_group_backend unset to use "
-                f"the plugin's",
-                UserWarning,
-                stacklevel=5,
-            )
+    if not (_is(strategy, kinds.ddp) or _is(strategy, kinds.sharded)):
+        return
+    chosen = strategy.process_group_backend
+    if chosen is None:
+        # DDPStrategy and ModelParallelStrategy keep the backend they were given here and fall
+        # back to torch's default for the device type only when it is None (their
+        # setup_distributed / _setup_distributed).
+        strategy._process_group_backend = chosen = backend
+    elif chosen != backend:
+        warnings.warn(
+            f"accelctl accelerator {handle.name!r} runs several processes over {backend!r}, "
+            f"but the strategy names {chosen!r}; leave process_group_backend unset to use "
+            f"the plugin's",
+            UserWarning,
+            stacklevel=5,
+        )
+    if _is(strategy, kinds.sharded):
+        devices = list(connector._parallel_devices)
+        device_type = devices[0].type if devices else "cpu"
+        refuse_fsdp_gaps(
+            handle,
+            device_type,
+            chosen,
+            f"{kinds.owner}(strategy=ModelParallelStrategy(...))",
+            "strategy='ddp'",
+        )
+
+
+def _refuse_fsdp1(connector: Any, kinds: _Kinds) -> None:
+    """``strategy="fsdp"`` (``FSDPStrategy``, FSDP1) on an accelctl accelerator: Lightning's
+    refusal names CUDA accelerators only; this one names the sharded path that does run."""
+    flag = connector._strategy_flag
+    if not ((isinstance(flag, str) and flag in kinds.fsdp_names) or type(flag) is kinds.fsdp):
+        return
+    given = repr(flag) if isinstance(flag, str) else "FSDPStrategy(...)"
+    name = type(connector.accelerator).name()
+    if kinds.owner == "Trainer":
+        how = "ModelParallelStrategy(data_parallel_size=<processes>, tensor_parallel_size=1) "
+        how += "and torch's fully_shard applied in the LightningModule's configure_model()"
+    else:
+        how = "ModelParallelStrategy(parallelize_fn, data_parallel_size=<processes>, "
+        how += "tensor_parallel_size=1), parallelize_fn applying torch's fully_shard"
+    raise ValueError(
+        f"{kinds.owner}(strategy={given}) wraps the model in FSDP1, which Lightning "
+        f"{lightning_version()} runs on CUDA accelerators only. On accelctl accelerator {name!r} "
+        f"shard with FSDP2 through Lightning's {how} (docs/lightning.md, 'Sharded training')"
+    )
 
 
 def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> Any:
@@ -262,11 +357,10 @@ def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> A
     return kinds.mixed(precision.precision, device=device_type)
 
 
-def _wrap_ddp(strategy: type, setup: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
+def _wrap_ddp_setup(strategy: type, setup: str, is_bridge: Callable[[object], bool]) -> None:
     """DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
-    the current stream, and a ``"mean"`` is reduced as a sum, then divided by the world size."""
+    the current stream."""
     original_setup = getattr(strategy, setup)
-    original_reduce = getattr(strategy, reduce)
     if getattr(original_setup, _MARK, False):
         return
 
@@ -279,6 +373,16 @@ def _wrap_ddp(strategy: type, setup: str, reduce: str, is_bridge: Callable[[obje
 
         device_ids = None if device.type == "cpu" else [device.index]
         return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+
+    _mark(strategy, setup, setup_module)
+
+
+def _wrap_reduce(strategy: type, reduce: str, is_bridge: Callable[[object], bool]) -> None:
+    """A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
+    by the world size (DDP's and ModelParallelStrategy's reductions alike)."""
+    original_reduce = getattr(strategy, reduce)
+    if getattr(original_reduce, _MARK, False):
+        return
 
     def reduce_mean_as_sum(
         self: Any, tensor: Any, group: Any = None, reduce_op: Any = "mean"
@@ -296,13 +400,16 @@ def _wrap_ddp(strategy: type, setup: str, reduce: str, is_bridge: Callable[[obje
         # In place, as Lightning's own sum-then-divide for gloo (an integer stays an integer).
         return total.div_(world) if total.is_floating_point() else total.copy_(total / world)
 
-    for name, function in ((setup, setup_module), (reduce, reduce_mean_as_sum)):
-        setattr(function, _MARK, True)
-        function.__doc__ = (
-            f"accelctl's adaptation of Lightning's {strategy.__name__}.{name} for accelctl "
-            "accelerators (accelctl.integrations._lightning_connector)."
-        )
-        setattr(strategy, name, function)
+    _mark(strategy, reduce, reduce_mean_as_sum)
+
+
+def _mark(strategy: type, name: str, function: Callable[..., Any]) -> None:
+    setattr(function, _MARK, True)
+    function.__doc__ = (
+        f"accelctl's adaptation of Lightning's {strategy.__name__}.{name} for accelctl "
+        "accelerators (accelctl.integrations._lightning_connector)."
+    )
+    setattr(strategy, name, function)
 
 
 def _is_mean(reduce_op: Any) -> bool:

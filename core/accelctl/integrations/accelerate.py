@@ -12,7 +12,10 @@ under a launcher every process trains alone (``DistributedType.NO``), silently. 
 ``Accelerator`` is Accelerate's own, made on the accelctl plugin's choice instead: the plugin's
 device for this process (``devices[LOCAL_RANK]`` under ``accelctl launch``, ``accelerate launch``
 or ``torchrun``), its ``distributed_backend`` and DDP across the processes, autocast on its
-device type. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
+device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
+device mesh of the plugin's device type, where the device can run it
+(``accelctl.capabilities.fsdp_gaps``). A set-up that cannot run is refused here, with
+accelctl's error. The adaptation of
 Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
 ``docs/accelerate.md`` lists what it changes and why.
 """
@@ -37,6 +40,7 @@ from accelctl._selection import known_name  # the name a message uses: "openreg"
 
 from . import _accelerate_state
 from ._parameters import keeping_parameters
+from ._sharding import refuse_fsdp_gaps
 
 __all__ = ["ADAPTED", "Accelerator"]
 
@@ -76,7 +80,8 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         #: The accelctl accelerator this Accelerator runs on.
         self.accelctl_accelerator: accelctl.AcceleratorHandle = handle
         distributed = world_size > 1
-        if device.type == "cpu":
+        sharded = distributed and _prepare_sharding(kwargs, handle, device, world_size)
+        if device.type == "cpu" and not sharded:
             super().__init__(cpu=True, **kwargs)  # Accelerate's own CPU set-up (gloo)
         else:
             pending = _accelerate_state.Pending(handle, device, distributed)
@@ -91,6 +96,53 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         that an optimizer made before ``prepare`` steps the model's (``_parameters``)."""
         with keeping_parameters(self.device):
             return super().prepare_model(model, *args, **kwargs)
+
+
+def _prepare_sharding(
+    kwargs: dict[str, Any], handle: accelctl.AcceleratorHandle, device: torch.device, world: int
+) -> bool:
+    """True when this Accelerator of several processes shards the model with FSDP2 (an
+    ``fsdp_plugin``, or ``accelerate launch --use_fsdp``'s variables); then ``kwargs`` carry
+    what Accelerate needs for it on the plugin's device: the plugin, and a
+    ``ParallelismConfig`` over every process when none is given, so that Accelerate builds the
+    device mesh on the plugin's device type (without one, ``fully_shard`` takes torch's current
+    accelerator, whatever the plugin's device). What cannot run is refused first."""
+    plugin = kwargs.get("fsdp_plugin")
+    if plugin is None and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        plugin = accelerate.FullyShardedDataParallelPlugin()  # Accelerate's reading of them
+    if plugin is None:
+        return False
+    if plugin.fsdp_version != 2:
+        if device.type == "cuda":
+            return False  # Accelerate's own FSDP1 on its own device
+        raise accelctl.ProcessSetupError(
+            f"FullyShardedDataParallelPlugin(fsdp_version={plugin.fsdp_version}) wraps the model "
+            f"in FSDP1, which the accelctl bridge does not adapt for {device.type!r} devices "
+            f"(accelerator {handle.name!r}). Use FullyShardedDataParallelPlugin(fsdp_version=2) "
+            "(accelerate launch: --fsdp_version 2)"
+        )
+    if not _accelerate_state.is_active():
+        raise accelctl.ProcessSetupError(
+            f"FSDP2 on accelctl accelerator {handle.name!r} is adapted for "
+            f"accelerate{_accelerate_state.tested_range()} only, and this is "
+            f"{_accelerate_state.accelerate_version()} (Accelerate enables FSDP for its own list "
+            "of device kinds). Install a tested Accelerate, or leave out the fsdp_plugin (DDP)"
+        )
+    backend = handle.info.distributed_backend
+    for handler in kwargs.get("kwargs_handlers") or ():
+        if isinstance(handler, accelerate.utils.InitProcessGroupKwargs) and handler.backend:
+            backend = handler.backend
+    refuse_fsdp_gaps(
+        handle,
+        device.type,
+        backend,
+        "FullyShardedDataParallelPlugin(fsdp_version=2)",
+        "an Accelerator without an fsdp_plugin",
+    )
+    kwargs["fsdp_plugin"] = plugin
+    if kwargs.get("parallelism_config") is None:
+        kwargs["parallelism_config"] = accelerate.ParallelismConfig(dp_shard_size=world)
+    return True
 
 
 def _placement(

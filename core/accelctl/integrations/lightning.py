@@ -314,7 +314,13 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def setup(self, trainer: pl.Trainer) -> None:
         """Called by the strategy in each process before the model is moved, wrapped and given
         its optimizers. Does what Lightning does by accelerator type for its own CPU
-        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
+        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory.
+
+        On a Lightning version the connector adaptation is not tested with, a
+        ``ModelParallelStrategy`` is refused here, before the model is sharded: its process
+        group backend and the FSDP2 capability check are that adaptation's."""
+        if not _lightning_connector.is_active():
+            _refuse_unadapted_sharding(self.name(), trainer.strategy)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"
         if module is not None and cpu and trainer.world_size > 1:
@@ -348,6 +354,19 @@ class LightningAccelerator(_LightningAcceleratorBase):
             cls,
             description=_lightning_registries.description(handle),
             override=True,
+        )
+
+
+def _refuse_unadapted_sharding(name: str, strategy: object) -> None:
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    if isinstance(strategy, ModelParallelStrategy):
+        raise MisconfigurationException(
+            f"ModelParallelStrategy on accelctl accelerator {name!r} is adapted for "
+            f"lightning{_lightning_connector.tested_range()} only (the plugin's process group "
+            f"backend, and the check that its device can run FSDP2), and this is Lightning "
+            f"{_lightning_connector.lightning_version()}. Install a tested Lightning, or use "
+            "strategy='ddp'"
         )
 
 
