@@ -4,8 +4,8 @@ are not CPUs). Real devices and several processes: tests/openreg/test_openreg_tr
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 import torch
+from besidevenv import TRANSFORMERS, put_on_path, pythonpath, skip_module_unless
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator
 
 import accelctl
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
-)
+skip_module_unless(TRANSFORMERS, "transformers")
 
 # Imported by _imported, when a test here runs, not when pytest collects this file: importing
 # transformers' TrainingArguments costs seconds of CPU, in every pytest-xdist worker otherwise.
@@ -39,6 +38,7 @@ _transformers_state: Any = None
 def _imported() -> None:
     global transformers, AcceleratorState, GradientState, PartialState, Accelerator
     global TrainingArguments, bridge, _transformers_state
+    put_on_path(TRANSFORMERS)  # where the test command installs it (tests/besidevenv.py)
     import accelerate.state
     import transformers as imported
 
@@ -320,6 +320,7 @@ def test_an_untested_transformers_is_left_alone_with_a_warning_and_a_refusal(
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": pythonpath(TRANSFORMERS)},
         timeout=300,  # a hang guard only: one import of torch and transformers (seconds)
     )
     assert done.returncode == 0, done.stderr[-3000:]

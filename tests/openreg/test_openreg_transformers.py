@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from besidevenv import TRANSFORMERS, skip_module_unless
 from rankresults import assert_equal, report, weights
 
 from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
-pytest.importorskip("transformers")
+skip_module_unless(TRANSFORMERS, "transformers")
 
 SCRIPT = Path(__file__).with_name("transformers_run.py")
 
@@ -56,10 +57,13 @@ def _run(
 ) -> Path:
     """``launcher`` with the script, once per session (``shared_run``)."""
 
+    # transformers where the test command installs it, beside the venv (tests/besidevenv.py).
+    with_transformers = UserMachine([*machine.path, TRANSFORMERS])
+
     def run(out: Path) -> None:
         # HF_HOME of its own: no `accelerate config` file or hub cache of the machine's is read.
         command = [*launcher, str(SCRIPT), str(out), mode, accelerator]
-        succeeded(machine.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
+        succeeded(with_transformers.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
 
     return shared_run(factory, name, run)
 

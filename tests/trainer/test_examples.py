@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from besidevenv import CV_EXAMPLE, pythonpath, require
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -25,18 +26,10 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
-#: Where scripts/test installs scikit-learn for this example: beside the venv, not in it (in it,
-#: every process importing Lightning would import scipy too; scripts/test says why).
-CV_EXTRAS = Path(sys.prefix) / "cv-example"
-
-
 @pytest.mark.slow
 def test_cv_example_learns_the_digits_on_the_cpu(tmp_path: Path) -> None:
-    if not (CV_EXTRAS / "sklearn").is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"scikit-learn is not in {CV_EXTRAS}: scripts/test installs it there")
-        pytest.skip(f"scikit-learn is not in {CV_EXTRAS} (bash scripts/test installs it)")
-    path = os.pathsep.join(filter(None, [str(CV_EXTRAS), os.environ.get("PYTHONPATH")]))
+    # Beside the venv, not in it: in it, every process importing Lightning would import scipy.
+    path = pythonpath(require(CV_EXAMPLE, "sklearn"))
     command = [sys.executable, str(EXAMPLES / "cv_example.py"), "--cpu", "--epochs", "3"]
     proc = subprocess.run(
         [*command, "--root-dir", str(tmp_path)],

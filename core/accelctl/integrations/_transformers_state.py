@@ -85,15 +85,16 @@ def install() -> bool:
 
         def _move_model_to_device(self: Any, model: Any, device: Any) -> None:
             if getattr(self.args, "accelctl_accelerator", None) is None:
-                return move(self, model, device)
+                move(self, model, device)
+                return
             with keeping_parameters(device):
-                return move(self, model, device)
+                move(self, model, device)
 
         setattr(_move_model_to_device, _MARK, True)
         _move_model_to_device.__doc__ = (
             "accelctl's adaptation of transformers' Trainer._move_model_to_device for accelctl "
             "accelerators (accelctl.integrations._transformers_state)."
         )
-        Trainer._move_model_to_device = _move_model_to_device  # type: ignore[method-assign]
+        Trainer._move_model_to_device = _move_model_to_device
     _installed = True
     return True

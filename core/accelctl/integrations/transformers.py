@@ -43,7 +43,7 @@ __all__ = ["ADAPTED", "TrainingArguments"]
 
 
 @dataclass
-class TrainingArguments(transformers.TrainingArguments):
+class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  # Any to mypy
     """``transformers.TrainingArguments`` on an accelctl accelerator.
 
     :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"`` (``ACCELCTL_ACCELERATOR``
@@ -83,6 +83,11 @@ class TrainingArguments(transformers.TrainingArguments):
             "on this machine; the first one in a process started alone), a count or indices"
         },
     )
+    if TYPE_CHECKING:  # transformers' fields this class reads and sets (mypy skips transformers)
+        use_cpu: bool = False
+        bf16: bool = False
+        bf16_full_eval: bool = False
+        mixed_precision: str = "no"
 
     def __post_init__(self) -> None:
         place = self._accelctl_placed()
@@ -101,7 +106,7 @@ class TrainingArguments(transformers.TrainingArguments):
             # transformers' own check knows its list of kinds only: ours stands in for it.
             self.bf16 = self.bf16_full_eval = False
         try:
-            super().__post_init__()  # type: ignore[no-untyped-call]  # makes the state
+            super().__post_init__()  # makes the state
         finally:
             if hide:
                 self.bf16, self.bf16_full_eval = bf16

@@ -1,0 +1,63 @@
+"""Packages the test command installs beside the virtual environment, not in it.
+
+A framework that probes for a package at import imports it whenever it is installed: torchmetrics
+(Lightning's) imports transformers' ``AutoModel`` when transformers is there, and scipy when
+scikit-learn is, about a second of CPU each in every process that imports Lightning. So
+``scripts/test`` installs transformers (for its bridge's tests) and scikit-learn (for
+``examples/cv_example.py``) each in a folder of its own beside the venv, and only the tests that
+need one put it on their path: in-process with :func:`put_on_path`, for the processes they start
+with :func:`pythonpath`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+#: transformers, at the versions of pyproject.toml's ``transformers`` extra.
+TRANSFORMERS = Path(sys.prefix) / "transformers"
+#: scikit-learn, for the digits of ``examples/cv_example.py``.
+CV_EXAMPLE = Path(sys.prefix) / "cv-example"
+
+
+def require(folder: Path, module: str) -> Path:
+    """``folder`` if ``module`` is installed there; else skip (fail under CI, where the test
+    command installs it)."""
+    if (folder / module).is_dir():
+        return folder
+    message = f"{module} is not installed in {folder} (bash scripts/test installs it there)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def skip_module_unless(folder: Path, module: str) -> None:
+    """At a test module's top: skip the module unless ``module`` is importable here or
+    installed in ``folder`` (a collection error under CI, where the test command installs it)."""
+    if available(folder, module):
+        return
+    message = f"{module} is not installed in {folder} (bash scripts/test installs it there)"
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(message)
+    pytest.skip(message, allow_module_level=True)
+
+
+def available(folder: Path, module: str) -> bool:
+    """Whether ``module`` is importable here or installed in ``folder``."""
+    return (folder / module).is_dir() or importlib.util.find_spec(module) is not None
+
+
+def put_on_path(folder: Path) -> None:
+    """Make ``folder``'s packages importable in this process (once; first on the path)."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+        importlib.invalidate_caches()
+
+
+def pythonpath(*folders: Path) -> str:
+    """A ``PYTHONPATH`` for a new process: ``folders`` first, then this process's own."""
+    return os.pathsep.join([*map(str, folders), *filter(None, [os.environ.get("PYTHONPATH")])])
