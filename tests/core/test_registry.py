@@ -74,7 +74,8 @@ BROKEN = {
     "typo": ("fakeplugins.misnamed_hook", "unknown hook(s) 'detcet' (did you mean 'detect'?)"),
     "missing": (
         "fakeplugins.unmarked_hook",
-        "missing required hook(s) device_stats; device_stats defined but not marked",
+        "missing required hook(s) get_parallel_devices, device_stats; device_stats defined but "
+        "not marked",
     ),
     "badarg": ("fakeplugins.unknown_argument", "can not be found in the hookspec"),
     "raises": (
