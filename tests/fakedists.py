@@ -117,6 +117,11 @@ class FakeSite:
         forget_fixture_modules()
 
 
+# -- plugin sources, for the test files not moved to tests/fixtures/fakeplugins yet -------------
+# (tests/core/test_selection.py, test_device_bounds.py, test_errors.py, tests/trainer,
+# tests/openreg, plugins/torch-backend/tests). New tests point their distributions at a fake
+# plugin module instead of installing one of these strings.
+
 GOOD_PLUGIN = """
     import accelctl
 
