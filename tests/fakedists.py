@@ -118,9 +118,9 @@ class FakeSite:
 
 
 # -- plugin sources, for the test files not moved to tests/fixtures/fakeplugins yet -------------
-# (tests/core/test_selection.py, test_device_bounds.py, test_errors.py, tests/trainer,
-# tests/openreg, plugins/torch-backend/tests). New tests point their distributions at a fake
-# plugin module instead of installing one of these strings.
+# (tests/core/test_selection.py, test_device_bounds.py, test_errors.py,
+# test_warnings_point_at_the_user.py, tests/trainer, tests/openreg, plugins/torch-backend/tests).
+# New tests point their distributions at a fake plugin module instead of installing these strings.
 
 GOOD_PLUGIN = """
     import accelctl
