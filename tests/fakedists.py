@@ -1,8 +1,16 @@
-"""Real installed distributions for tests: ``*.dist-info`` folders and modules on a path.
+"""Real installed distributions for tests: ``*.dist-info`` folders on a path, whose entry points
+name real modules.
 
 Discovery tests use these instead of mocking ``importlib.metadata``: a folder made here is what
-``pip install`` leaves in site-packages (METADATA, entry_points.txt, the plugin's module), written
-by :func:`accelctl.testing.write_distribution`, the one builder the benchmark uses too.
+``pip install`` leaves in site-packages (METADATA, entry_points.txt), written by
+:func:`accelctl.testing.write_distribution`, the one builder the benchmark uses too. The plugins
+they point at are the modules of ``tests/fixtures/fakeplugins`` (one per behaviour), installed
+beside them as a vendor's package would be::
+
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+
+A module written for one test alone (a syntax error, an import that fails) can still be given as
+source (``modules={name: source}``).
 """
 
 from __future__ import annotations
@@ -15,18 +23,39 @@ from pathlib import Path
 
 from accelctl.testing import write_distribution
 
+#: The folder that holds the fake plugins' package, :mod:`fakeplugins`.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The package of fake plugins: its modules are imported afresh by each test.
+FIXTURE_PACKAGE = "fakeplugins"
+
+# In this process as in the interpreters the tests start (FakeSite.path is their PYTHONPATH).
+if str(FIXTURES) not in sys.path:
+    sys.path.insert(0, str(FIXTURES))
+
+
+def forget_fixture_modules() -> None:
+    """Drop :mod:`fakeplugins` and its modules from ``sys.modules``: the next import runs them
+    afresh, so a test never sees another test's gate or record, and "not imported" means not
+    imported by this test."""
+    for module in [m for m in sys.modules if m.partition(".")[0] == FIXTURE_PACKAGE]:
+        del sys.modules[module]
+
 
 class FakeSite:
-    """A site-packages-like folder on which fake distributions are installed."""
+    """A site-packages-like folder on which fake distributions are installed. A new one starts
+    with the fake plugins unimported (:func:`forget_fixture_modules`)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.modules: list[str] = []
+        forget_fixture_modules()
 
     @property
     def path(self) -> list[str]:
-        return [str(self.root)]
+        """The folders to scan and import from: the site, then the fake plugins' folder (which
+        holds no distribution)."""
+        return [str(self.root), str(FIXTURES)]
 
     def install(
         self,
@@ -36,8 +65,9 @@ class FakeSite:
         version: str = "1.0",
         group: str = "accelctl.accelerators",
     ) -> Path:
-        """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``
-        and ``modules`` (module name -> source, dedented)."""
+        """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``:
+        a module of :mod:`fakeplugins` (``"fakeplugins.good:GoodAccelerator"``), or one of
+        ``modules`` (module name -> source, dedented), written for one test."""
         info = write_distribution(
             self.root, distribution, entry_points, version=version, group=group, modules=modules
         )
@@ -80,10 +110,17 @@ class FakeSite:
         return info
 
     def forget_modules(self) -> None:
-        """Drop the fake modules from ``sys.modules`` so the next test imports them afresh."""
+        """Drop the fake modules, this site's and :mod:`fakeplugins`', from ``sys.modules`` so
+        the next test imports them afresh."""
         for module in self.modules:
             sys.modules.pop(module, None)
+        forget_fixture_modules()
 
+
+# -- plugin sources, for the test files not moved to tests/fixtures/fakeplugins yet -------------
+# (tests/core/test_selection.py, test_device_bounds.py, test_errors.py,
+# test_warnings_point_at_the_user.py, tests/trainer, tests/openreg, plugins/torch-backend/tests).
+# New tests point their distributions at a fake plugin module instead of installing these strings.
 
 GOOD_PLUGIN = """
     import accelctl
@@ -161,27 +198,6 @@ def undetected_plugin(
 ) -> str:
     """Source of a working module plugin whose hardware is absent."""
     return UNDETECTED_PLUGIN.format(name=name, priority=priority, family=family, aliases=aliases)
-
-
-#: A module for the fake site that holds what hooks of :func:`waiting_plugin` wait on.
-GATE_MODULE = """
-    import threading
-
-    #: Set by the test when it ends, so that a hook left waiting past its deadline returns.
-    OPEN = threading.Event()
-"""
-
-
-def waiting_plugin(name: str, hook: str, wait: str = "gate.OPEN.wait()", priority: int = 10) -> str:
-    """Source of :func:`good_plugin` whose ``hook`` first runs ``wait`` (a statement using the
-    module ``gate``, which the fake site must hold: :data:`GATE_MODULE`); by default it waits
-    until the test opens the gate, that is, past any deadline."""
-    source = good_plugin(name, priority)
-    marker = f"    def {hook}("
-    head, found, tail = source.partition(marker)
-    assert found, f"good_plugin has no hook {hook}"
-    signature, newline, body = tail.partition("\n")
-    return "    import gate\n" + head + found + signature + newline + f"        {wait}\n" + body
 
 
 INDEXED_PLUGIN = """

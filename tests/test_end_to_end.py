@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,47 +26,19 @@ dependencies = []
 {name} = "{module}"
 """
 
-# Written from the contract only, as a vendor would: a module with marked hooks.
-WIDGET = """
-import accelctl
-
-@accelctl.hookimpl
-def detect():
-    return True
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 3
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=3, accelerator="widget")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    import torch
-    return [torch.device("cpu", i) for i in devices]
-
-@accelctl.hookimpl
-def device_stats(device):
-    return {"memory_used_bytes": 0}
-
-@accelctl.hookimpl
-def accelerator_info():
-    return {"description": "Widget NPU", "priority": 200, "distributed_backend": "gloo"}
-"""
-
-BROKEN = "import widget_sdk_that_is_not_installed\n"
+#: The vendors' plugin modules, each written from the contract alone.
+VENDORS = Path(__file__).resolve().parent / "fixtures" / "vendors"
 
 #: Real pip installs into a folder of their own: minutes of the suite, none of the quick loop.
 pytestmark = pytest.mark.slow
 
 
-def make_package(root: Path, dist: str, name: str, module: str, source: str) -> Path:
+def make_package(root: Path, dist: str, name: str, module: str) -> Path:
+    """A source package of ``dist`` whose entry point ``name`` is the vendor module ``module``."""
     package = root / dist
     package.mkdir(parents=True)
     (package / "pyproject.toml").write_text(PYPROJECT.format(dist=dist, name=name, module=module))
-    (package / f"{module}.py").write_text(textwrap.dedent(source))
+    shutil.copy(VENDORS / f"{module}.py", package / f"{module}.py")
     return package
 
 
@@ -88,8 +61,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("packages")
     target = tmp_path_factory.mktemp("site")
     packages = [
-        make_package(root, "accelctl-widget", "widget", "accelctl_widget", WIDGET),
-        make_package(root, "accelctl-flaky", "flaky", "accelctl_flaky", BROKEN),
+        make_package(root, "accelctl-widget", "widget", "accelctl_widget"),
+        make_package(root, "accelctl-flaky", "flaky", "accelctl_flaky"),
     ]
     subprocess.run(
         [

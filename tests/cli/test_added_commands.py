@@ -14,24 +14,10 @@ from fakedists import FakeSite
 
 GROUP = "accelctl.commands"
 
-HELLO = """
-    import click
-
-    @click.command()
-    @click.argument("who")
-    @click.option("--shout", is_flag=True, help="In capitals.")
-    def hello(who, shout):
-        \"\"\"Greet WHO (a command that acme-tools adds to accelctl).\"\"\"
-        text = f"hello {who}"
-        click.echo(text.upper() if shout else text)
-"""
-
 
 @pytest.fixture
 def hello(fake_site: FakeSite) -> FakeSite:
-    fake_site.install(
-        "acme-tools", {"hello": "acme_hello:hello"}, {"acme_hello": HELLO}, group=GROUP
-    )
+    fake_site.install("acme-tools", {"hello": "fakeplugins.greeting:hello"}, group=GROUP)
     return fake_site
 
 
@@ -61,11 +47,12 @@ def test_validate_is_the_conformance_kits_command_found_through_the_group(cli: C
     assert "No such command 'valdate'. Did you mean 'validate'?" in near.stderr
 
 
+#: kind -> the entry point of a command that cannot load
 BROKEN = {
-    "raises": ('raise RuntimeError("the licence server is down")', "hello"),
-    "exits": ("import sys; sys.exit(3)", "hello"),
-    "missing-attr": ("x = 1", "nothing_here"),
-    "not-a-command": ("def hello(): pass", "hello"),
+    "raises": "fakeplugins.refuses_import:hello",
+    "exits": "fakeplugins.exits_at_import:hello",
+    "missing-attr": "fakeplugins.greeting:nothing_here",
+    "not-a-command": "fakeplugins.greeting:plain",
 }
 
 
@@ -73,10 +60,7 @@ BROKEN = {
 def test_a_command_that_cannot_load_is_listed_and_its_run_says_why(
     cli: Cli, fake_site: FakeSite, kind: str
 ) -> None:
-    source, attribute = BROKEN[kind]
-    fake_site.install(
-        "acme-broken", {"broken": f"acme_broken:{attribute}"}, {"acme_broken": source}, group=GROUP
-    )
+    fake_site.install("acme-broken", {"broken": BROKEN[kind]}, group=GROUP)
     listing = cli("--help")  # the listing still works, and lists it
     assert listing.exit_code == 0
     assert "broken " in listing.stdout and "list " in listing.stdout
@@ -87,13 +71,13 @@ def test_a_command_that_cannot_load_is_listed_and_its_run_says_why(
         lines = result.stderr.splitlines()
         assert len(lines) == 1, lines
         assert lines[0].startswith(
-            "error: command 'broken' of acme-broken 1.0 (entry point 'acme_broken:"
+            f"error: command 'broken' of acme-broken 1.0 (entry point '{BROKEN[kind]}') "
         )
         assert lines[0].endswith("; reinstall or uninstall acme-broken")
     cause = cli("broken").stderr
     expected = {
-        "raises": "failed to load: RuntimeError: the licence server is down;",
-        "exits": "failed to load: SystemExit: 3;",
+        "raises": "failed to load: ImportError: libhabana.so not found;",
+        "exits": "failed to load: SystemExit: vendor runtime missing;",
         "missing-attr": "failed to load: AttributeError:",
         "not-a-command": "is a function, not a click command;",
     }[kind]
@@ -102,15 +86,10 @@ def test_a_command_that_cannot_load_is_listed_and_its_run_says_why(
 
 
 def test_debug_shows_the_import_failure_traceback(cli: Cli, fake_site: FakeSite) -> None:
-    fake_site.install(
-        "acme-broken",
-        {"broken": "acme_broken:hello"},
-        {"acme_broken": 'raise RuntimeError("the licence server is down")'},
-        group=GROUP,
-    )
+    fake_site.install("acme-broken", {"broken": "fakeplugins.refuses_import:hello"}, group=GROUP)
     result = cli("--debug", "broken")
     assert result.exit_code == 1
-    assert "Traceback" in result.stderr and "acme_broken.py" in result.stderr
+    assert "Traceback" in result.stderr and "refuses_import.py" in result.stderr
 
 
 def test_a_damaged_entry_points_file_breaks_only_its_command(cli: Cli, fake_site: FakeSite) -> None:
@@ -128,31 +107,25 @@ def test_a_damaged_entry_points_file_breaks_only_its_command(cli: Cli, fake_site
 
 
 def test_a_name_two_distributions_claim_runs_neither(cli: Cli, fake_site: FakeSite) -> None:
-    for distribution in ("acme-one", "acme-two"):
-        module = distribution.replace("-", "_")
-        fake_site.install(distribution, {"hello": f"{module}:hello"}, {module: HELLO}, group=GROUP)
+    fake_site.install("acme-one", {"hello": "fakeplugins.greeting:hello"}, group=GROUP)
+    fake_site.install("acme-two", {"hello": "fakeplugins.greeting:plain"}, group=GROUP)
     result = cli("hello", "world")
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
-        "error: command 'hello' of acme-one 1.0 (entry point 'acme_one:hello') and command "
-        "'hello' of acme-two 1.0 (entry point 'acme_two:hello') claim one name; uninstall one "
-        "of them"
+        "error: command 'hello' of acme-one 1.0 (entry point 'fakeplugins.greeting:hello') and "
+        "command 'hello' of acme-two 1.0 (entry point 'fakeplugins.greeting:plain') claim one "
+        "name; uninstall one of them"
     ]
-    assert "acme_one" not in sys.modules and "acme_two" not in sys.modules  # neither imported
+    assert "fakeplugins.greeting" not in sys.modules  # neither imported
 
 
 def test_a_command_named_like_a_built_in_is_refused_with_a_warning(
     cli: Cli, fake_site: FakeSite
 ) -> None:
-    fake_site.install(
-        "acme-shadow",
-        {"list": "acme_shadow:hello"},
-        {"acme_shadow": HELLO.replace("acme-tools", "acme-shadow")},
-        group=GROUP,
-    )
+    fake_site.install("acme-shadow", {"list": "fakeplugins.greeting:hello"}, group=GROUP)
     warning = (
-        "warning: command 'list' of acme-shadow 1.0 (entry point 'acme_shadow:hello') is "
-        "ignored: 'list' is a built-in command of accelctl; rename the entry point"
+        "warning: command 'list' of acme-shadow 1.0 (entry point 'fakeplugins.greeting:hello') "
+        "is ignored: 'list' is a built-in command of accelctl; rename the entry point"
     )
     listing = cli("--help")
     assert listing.exit_code == 0
@@ -160,7 +133,7 @@ def test_a_command_named_like_a_built_in_is_refused_with_a_warning(
     # The built-in runs, and never pays for the scan: no warning, nothing of the package loaded.
     result = cli("list", "--json")
     assert result.exit_code == 0 and result.stderr == ""
-    assert "acme_shadow" not in sys.modules
+    assert "fakeplugins.greeting" not in sys.modules
     unknown = cli("lst")  # an unknown name reads the group: the warning, and the suggestion
     assert unknown.exit_code == 2
     assert warning in unknown.stderr.splitlines()

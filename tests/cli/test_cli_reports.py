@@ -6,11 +6,11 @@ import json
 
 from cliharness import Cli
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 
 def test_resolve_json_error_is_a_json_object_on_stdout(cli: Cli, fake_site: FakeSite) -> None:
-    fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     result = cli("resolve", "--accelerator", "goood", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
@@ -22,7 +22,7 @@ def test_resolve_json_error_is_a_json_object_on_stdout(cli: Cli, fake_site: Fake
 
 
 def test_resolve_json_error_for_a_bad_devices_spec(cli: Cli, fake_site: FakeSite) -> None:
-    fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     result = cli("resolve", "-a", "good", "-d", "7", "--json")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
@@ -36,7 +36,7 @@ def test_resolve_without_json_prints_nothing_on_stdout_on_error(cli: Cli) -> Non
 
 
 def test_validate_reports_a_disabled_plugin_as_disabled(cli: Cli, fake_site: FakeSite) -> None:
-    fake_site.install("acme-good", {"good": "rep_good"}, {"rep_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     env = {"ACCELCTL_PLUGINS": "cpu,good", "ACCELCTL_DISABLE": "cpu"}
     result = cli("validate", env=env)
     assert result.exit_code == 0

@@ -6,25 +6,17 @@ hang guard (a stuck CLI fails the test instead of hanging the run), far above wh
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 from cliharness import Cli
 
-from fakedists import GATE_MODULE, FakeSite, good_plugin, waiting_plugin
+from fakedists import FakeSite
 
 HANG_GUARD_S = 120
-
-#: detect() that never returns, and that started a thread of its own that never ends either
-#: (a non-daemon one, which the interpreter's exit would wait for).
-FOREVER_DETECT = """
-    import threading, time
-    threading.Thread(target=time.sleep, args=(10**6,), daemon=False).start()
-    time.sleep(10**6)
-"""
 
 #: The deadline these tests set. A working plugin in the same run must answer within it even on a
 #: loaded 2-core machine, so it is generous; the hung plugin never answers, so only the tests'
@@ -34,12 +26,10 @@ DEADLINE_S = 3
 
 @pytest.fixture
 def hung_site(fake_site: FakeSite) -> FakeSite:
-    source = good_plugin("hung", priority=500).replace(
-        "def detect():\n        return True",
-        "def detect():" + FOREVER_DETECT.replace("\n    ", "\n        ").rstrip(),
-    )
-    fake_site.install("acme-hung", {"hung": "cli_hung"}, {"cli_hung": source})
-    fake_site.install("acme-good", {"good": "cli_good"}, {"cli_good": good_plugin("good")})
+    """``hung``, whose detect() never returns (and whose thread never ends), would win "auto";
+    ``good`` answers. For the fresh interpreters only."""
+    fake_site.install("acme-hung", {"hung": "fakeplugins.hostile:DetectNeverReturns"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     return fake_site
 
 
@@ -78,12 +68,10 @@ def test_resolve_of_the_hung_plugin_is_a_one_line_error(cli: Cli, hung_site: Fak
 
 @pytest.fixture
 def gate(fake_site: FakeSite) -> Iterator[FakeSite]:
-    (fake_site.root / "gate.py").write_text(GATE_MODULE.replace("\n    ", "\n"))
-    fake_site.modules.append("gate")
+    """The fake site, whose waiting plugins (``fakeplugins.waiting``) go on when the test ends."""
+    module = importlib.import_module("fakeplugins.gate")
     yield fake_site
-    module = sys.modules.get("gate")
-    if module is not None:
-        module.OPEN.set()
+    module.OPEN.set()
 
 
 @pytest.mark.slow
@@ -92,9 +80,7 @@ def test_stats_reports_a_device_that_does_not_answer(
 ) -> None:
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,hung")
-    gate.install(
-        "acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "device_stats")}
-    )
+    gate.install("acme-hung", {"hung": "fakeplugins.waiting:WaitsInDeviceStats"})
     result = cli("stats", "--json")
     assert result.exit_code == 1
     readings = {entry["accelerator"]: entry for entry in json.loads(result.stdout)}
@@ -107,7 +93,7 @@ def test_validate_fails_a_detect_that_does_not_answer(
     cli: Cli, gate: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
-    gate.install("acme-hung", {"hung": "cli_hung"}, {"cli_hung": waiting_plugin("hung", "detect")})
+    gate.install("acme-hung", {"hung": "fakeplugins.waiting:WaitsInDetect"})
     result = cli("validate", "hung", "--json")
     assert result.exit_code == 1
     [report] = json.loads(result.stdout)

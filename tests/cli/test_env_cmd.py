@@ -13,7 +13,7 @@ from cliharness import Cli
 
 import accelctl.testing
 
-from fakedists import FakeSite, indexed_plugin
+from fakedists import FakeSite
 
 
 def test_json_report(cli: Cli, monkeypatch: pytest.MonkeyPatch):
@@ -41,7 +41,7 @@ def test_json_report(cli: Cli, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_human_block(cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite):
-    fake_site.install("acme-broken", {"broken": "env_broken"}, {"env_broken": "import nope_y"})
+    fake_site.install("acme-broken", {"broken": "fakeplugins.lacks_runtime"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,mps,broken")
     result = cli("env")
     assert result.exit_code == 0
@@ -53,7 +53,7 @@ def test_human_block(cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeS
         for line in lines
     )
     broken = next(line for line in lines if line.strip().startswith("broken"))
-    assert "acme-broken 1.0: broken: " in broken and "nope_y" in broken
+    assert "acme-broken 1.0: broken: " in broken and "vendor_runtime_that_is_missing" in broken
     assert "variables:" in lines and "  ACCELCTL_PLUGINS=cpu,mps,broken" in lines
 
 
@@ -114,19 +114,10 @@ def test_no_variables_and_no_facts(cli: Cli, monkeypatch: pytest.MonkeyPatch, tm
     assert "drivers:" not in result.stdout
 
 
-FACTS_PLUGIN = """
-    @accelctl.hookimpl
-    def environment_info():
-        return {"acme_driver": "3.1", "cards": 2, "busy": 0.5, "ecc": True, "firmware": None}
-"""
-
-
 def test_a_plugins_facts_are_shown_under_its_row(
     cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite
 ):
-    fake_site.install(
-        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=FACTS_PLUGIN)}
-    )
+    fake_site.install("acme-chip", {"acme": "fakeplugins.facts:Facts"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "acme")
     report = json.loads(cli("env", "--json").stdout)
     [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
@@ -152,31 +143,22 @@ def test_a_plugins_facts_are_shown_under_its_row(
 
 
 @pytest.mark.parametrize(
-    ("body", "expected"),
+    ("plugin", "expected"),
     [
-        ("raise RuntimeError('driver query failed')", "raised RuntimeError: driver query failed"),
-        ("return ['550.54']", "returned ['550.54'] (list); expected a flat dict"),
-        ("return {'driver': object}", "expected str, int, float, bool or None values"),
-        ("return {'': 1}", "expected non-empty str keys"),
-        ("return {'nested': {'a': 1}}", "'nested': {'a': 1} (dict)"),
-        ("import sys; sys.exit(3)", "raised SystemExit"),
+        ("FactsRaise", "raised RuntimeError: driver query failed"),
+        ("FactsAreAList", "returned ['550.54'] (list); expected a flat dict"),
+        ("FactIsAnObject", "expected str, int, float, bool or None values"),
+        ("FactWithoutAName", "expected non-empty str keys"),
+        ("FactIsNested", "'nested': {'a': 1} (dict)"),
+        ("FactsExit", "raised SystemExit"),
     ],
     ids=["raises", "list", "object", "empty-key", "nested", "sys-exit"],
 )
 def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
-    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, body: str, expected: str
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, plugin: str, expected: str
 ):
-    extra = f"""
-        @accelctl.hookimpl
-        def environment_info():
-            {body}
-    """
-    fake_site.install(
-        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=extra)}
-    )
-    fake_site.install(
-        "good-chip", {"good": "env_good"}, {"env_good": indexed_plugin("good", extra=FACTS_PLUGIN)}
-    )
+    fake_site.install("acme-chip", {"acme": f"fakeplugins.facts:{plugin}"})
+    fake_site.install("good-chip", {"good": "fakeplugins.facts:Facts"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "acme,good,cpu")
     result = cli("env", "--json")
     assert result.exit_code == 0, result.output
@@ -196,20 +178,11 @@ def test_a_broken_environment_info_is_that_rows_error_and_env_exits_0(
 
 
 def test_broken_and_disabled_plugins_are_not_asked(
-    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite, tmp_path: Path
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeSite
 ):
-    called = tmp_path / "called"
-    extra = f"""
-        @accelctl.hookimpl
-        def environment_info():
-            open({str(called)!r}, "a").write("x")
-            return {{}}
-    """
-    fake_site.install(
-        "acme-chip", {"acme": "env_acme"}, {"env_acme": indexed_plugin("acme", extra=extra)}
-    )
+    fake_site.install("acme-chip", {"acme": "fakeplugins.facts:Facts"})
     monkeypatch.setenv("ACCELCTL_DISABLE", "acme")
     report = json.loads(cli("env", "--json").stdout)
     [row] = [row for row in report["accelerators"] if row["name"] == "acme"]
     assert (row["state"], row["environment"], row["environment_error"]) == ("disabled", {}, None)
-    assert not called.exists()
+    assert "fakeplugins.facts" not in sys.modules  # not imported, so not asked

@@ -11,7 +11,7 @@ import json
 import pytest
 from cliharness import Cli
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 #: A hang guard: the command ends in about a second, or never (the defect).
 HANG_GUARD_S = 120
@@ -38,13 +38,9 @@ def test_a_named_lookup_survives_an_unrelated_malformed_distribution(
 def test_a_plugin_that_starts_a_non_daemon_thread_at_import_does_not_hold_list_up(
     cli: Cli, fake_site: FakeSite
 ) -> None:
-    source = good_plugin("threaded").replace(
-        "import accelctl",
-        "import accelctl, threading, time\n"
-        "    threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()",
-        1,
+    fake_site.install(
+        "acme-threaded", {"threaded": "fakeplugins.spawns_thread:ThreadingAccelerator"}
     )
-    fake_site.install("acme-threaded", {"threaded": "fz_threaded"}, {"fz_threaded": source})
     # The hang guard fails the test if the command never ends.
     done = cli.process("list", "--json", path=fake_site.path, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
@@ -66,9 +62,8 @@ def test_a_second_distribution_claiming_cpu_is_never_answered_with_pip_install_a
 def test_a_plugin_calling_os_exit_in_detect_is_its_row_not_the_end_of_list(
     cli: Cli, fake_site: FakeSite
 ) -> None:
-    source = good_plugin("quitter").replace("return True", "import os\n        os._exit(7)", 1)
-    fake_site.install("acme-quitter", {"quitter": "fz_quitter"}, {"fz_quitter": source})
-    fake_site.install("acme-good", {"good": "fz_good"}, {"fz_good": good_plugin("good")})
+    fake_site.install("acme-quitter", {"quitter": "fakeplugins.hostile:DetectCallsOsExit"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     done = cli.process("list", "--json", path=fake_site.path)
     assert done.returncode == 0, (done.returncode, done.stderr)
     rows = {row["name"]: row for row in json.loads(done.stdout)}

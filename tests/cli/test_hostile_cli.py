@@ -7,7 +7,7 @@ import pytest
 from click.testing import Result
 from cliharness import Cli, strict_json
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 
 def _no_traceback(result: Result) -> None:
@@ -28,9 +28,8 @@ def malformed_site(fake_site: FakeSite) -> FakeSite:
         "acme-latin",
         {
             "METADATA": b"Metadata-Version: 2.1\nName: acme-latin\nVersion: 1.0\nSummary: \xff\n",
-            "entry_points.txt": "[accelctl.accelerators]\nlatin = hostile_cli_latin\n",
+            "entry_points.txt": "[accelctl.accelerators]\nlatin = fakeplugins.marked\n",
         },
-        {"hostile_cli_latin": good_plugin("latin")},
     )
     return fake_site
 
@@ -64,18 +63,11 @@ def test_resolve_survives_malformed_distributions(cli: Cli, malformed_site: Fake
 
 # -- 2. what plugins print stays off stdout ---------------------------------------------------
 
-CHATTY = (
-    good_plugin("chatty")
-    .replace("import accelctl", "import accelctl\n    print('hello from import')", 1)
-    .replace("return True", "print('hello from detect')\n        return True", 1)
-)
-
 
 @pytest.fixture
 def chatty_site(fake_site: FakeSite) -> FakeSite:
-    fake_site.install(
-        "acme-chatty", {"chatty": "hostile_cli_chatty"}, {"hostile_cli_chatty": CHATTY}
-    )
+    """``chatty`` prints when imported and when asked."""
+    fake_site.install("acme-chatty", {"chatty": "fakeplugins.chatty:ChattyAccelerator"})
     return fake_site
 
 
@@ -100,16 +92,7 @@ def test_json_stays_valid_when_a_plugin_prints(
 
 
 def test_what_a_plugins_own_thread_prints_stays_off_stdout(cli: Cli, fake_site: FakeSite):
-    source = good_plugin("threaded").replace(
-        "return True",
-        "import threading\n"
-        "        thread = threading.Thread(target=print, args=('hello from a thread',))\n"
-        "        thread.start()\n"
-        "        thread.join()\n"
-        "        return True",
-        1,
-    )
-    fake_site.install("acme-t", {"threaded": "hostile_cli_t"}, {"hostile_cli_t": source})
+    fake_site.install("acme-t", {"threaded": "fakeplugins.hostile:DetectPrintsFromAThread"})
     result = cli("list", "--json", env={"ACCELCTL_PLUGINS": "threaded"})
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in strict_json(result.stdout)}
@@ -128,37 +111,32 @@ def test_validate_json_stays_valid_when_a_plugin_prints(cli: Cli, chatty_site: F
 
 
 @pytest.mark.parametrize(
-    ("source", "expected"),
+    ("entry_point", "expected"),
     [
         (
-            "class Vanish(BaseException):\n    pass\nraise Vanish('at import')",
-            "importing 'hostile_cli_odd' failed: Vanish: at import",
+            "fakeplugins.vanishes",
+            "importing 'fakeplugins.vanishes' failed: Vanish: gone at import",
         ),
         (
-            good_plugin("odd").replace("return True", "raise GeneratorExit", 1),
-            "hook detect() raised GeneratorExit",
+            "fakeplugins.hostile:DetectRaisesGeneratorExit",
+            "hook detect() raised GeneratorExit: closing",
         ),
         (
-            good_plugin("odd").replace("return True", "raise KeyboardInterrupt", 1),
-            "hook detect() raised KeyboardInterrupt (raised by the plugin's own code, not by "
-            "Ctrl-C)",
+            "fakeplugins.hostile:DetectRaisesKeyboardInterrupt",
+            "hook detect() raised KeyboardInterrupt: not the user (raised by the plugin's own "
+            "code, not by Ctrl-C)",
         ),
         (
-            good_plugin("odd").replace(
-                "return True",
-                "class Mute(Exception):\n            def __str__(self): raise RuntimeError\n"
-                "        raise Mute()",
-                1,
-            ),
+            "fakeplugins.hostile:DetectRaisesUnprintable",
             "hook detect() raised Mute: <str() failed: RuntimeError>",
         ),
     ],
     ids=["base-exception-at-import", "generator-exit", "keyboard-interrupt", "str-raises"],
 )
 def test_base_exceptions_are_named_never_a_traceback(
-    cli: Cli, fake_site: FakeSite, source: str, expected: str
+    cli: Cli, fake_site: FakeSite, entry_point: str, expected: str
 ):
-    fake_site.install("acme-odd", {"odd": "hostile_cli_odd"}, {"hostile_cli_odd": source})
+    fake_site.install("acme-odd", {"odd": entry_point})
     listed = cli("list", "--json")
     assert listed.exit_code == 0, listed.output
     rows = {row["name"]: row for row in strict_json(listed.stdout)}
@@ -175,15 +153,7 @@ def test_base_exceptions_are_named_never_a_traceback(
 
 
 def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(cli: Cli, fake_site: FakeSite):
-    source = good_plugin("slow").replace(
-        "return True",
-        "import os, signal, time\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "        time.sleep(120)  # the signal interrupts the command at once\n"
-        "        return True",
-        1,
-    )
-    fake_site.install("acme-slow", {"slow": "hostile_cli_slow"}, {"hostile_cli_slow": source})
+    fake_site.install("acme-slow", {"slow": "fakeplugins.hostile:DetectSendsCtrlC"})
     # The hook deadline must not decide this test on a loaded machine: far above the sleep.
     result = cli("resolve", "--accelerator", "slow", env={"ACCELCTL_HOOK_TIMEOUT": "600"})
     assert result.exit_code == 1 and "Aborted!" in result.output
@@ -194,13 +164,7 @@ def test_a_real_ctrl_c_during_a_hook_still_aborts_the_command(cli: Cli, fake_sit
 
 
 def test_stats_json_writes_null_for_nan_and_infinity(cli: Cli, fake_site: FakeSite):
-    source = good_plugin("odd").replace(
-        '{"memory_used_bytes": 1}',
-        '{"memory_used_bytes": float("nan"), "power_watts": float("inf"), '
-        '"memory_total_bytes": float("-inf"), "odd.fine": 0.5}',
-        1,
-    )
-    fake_site.install("acme-odd", {"odd": "hostile_cli_odd"}, {"hostile_cli_odd": source})
+    fake_site.install("acme-odd", {"odd": "fakeplugins.hostile:NonFiniteStats"})
     result = cli("stats", "odd", "--json")
     assert result.exit_code == 0, result.output
     readings = strict_json(result.stdout)
@@ -220,12 +184,8 @@ ESCAPE = "\x1b]0;pwned\x07"
 
 
 def test_escape_sequences_and_huge_errors_never_reach_the_terminal(cli: Cli, fake_site: FakeSite):
-    described = good_plugin("pwn").replace("test accelerator", "\\x1b]0;pwned\\x07 accelerator", 1)
-    fake_site.install("acme-pwn", {"pwn": "hostile_cli_pwn"}, {"hostile_cli_pwn": described})
-    loud = good_plugin("loud").replace(
-        "return True", "raise RuntimeError('\\x1b[2J' + 'x' * 2_000_000)", 1
-    )
-    fake_site.install("acme-loud", {"loud": "hostile_cli_loud"}, {"hostile_cli_loud": loud})
+    fake_site.install("acme-pwn", {"pwn": "fakeplugins.hostile:EscapedDescription"})
+    fake_site.install("acme-loud", {"loud": "fakeplugins.hostile:DetectRaisesHugeEscapedError"})
     table = cli("list")
     assert table.exit_code == 0
     assert "\x1b" not in table.output and "\x07" not in table.output
@@ -237,7 +197,8 @@ def test_escape_sequences_and_huge_errors_never_reach_the_terminal(cli: Cli, fak
     assert len(listed.stdout) < 50_000
     result = cli("resolve", "--accelerator", "loud")
     assert result.exit_code == 1 and len(result.stderr) < 5000
-    assert "\x1b" not in result.stderr and "RuntimeError: \\x1b[2Jxxx" in result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "RuntimeError: \\x1b]0;pwned\\x07xxx" in result.stderr
 
 
 def test_a_huge_accelctl_accelerator_gives_a_bounded_escaped_error(cli: Cli):
@@ -263,10 +224,7 @@ def test_no_pip_hint_for_what_cannot_be_a_package(cli: Cli, name: str):
 def test_a_plugin_setting_accelctl_devices_at_import_is_named_and_ignored(
     cli: Cli, fake_site: FakeSite
 ):
-    evil = good_plugin("aaa", priority=-1).replace(
-        "import accelctl", "import accelctl, os\n    os.environ['ACCELCTL_DEVICES'] = '3'", 1
-    )
-    fake_site.install("acme-aaa", {"aaa": "hostile_cli_aaa"}, {"hostile_cli_aaa": evil})
+    fake_site.install("acme-aaa", {"aaa": "fakeplugins.steers_devices:SteeringAccelerator"})
     auto = cli("resolve", "--json")  # imports every plugin, aaa first
     assert auto.exit_code == 0, auto.output
     assert strict_json(auto.stdout)["devices"] == ["cpu"]

@@ -8,7 +8,7 @@ import sys
 import pytest
 from cliharness import Cli
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
+from fakedists import FakeSite
 
 LIST_FIELDS = {
     "name",
@@ -27,9 +27,10 @@ LIST_FIELDS = {
 
 @pytest.fixture
 def site(fake_site: FakeSite) -> FakeSite:
-    fake_site.install("acme-good", {"good": "cli_good"}, {"cli_good": good_plugin("good", 5)})
-    fake_site.install("acme-npu", {"npu": "cli_npu"}, {"cli_npu": undetected_plugin("npu")})
-    fake_site.install("acme-broken", {"broken": "cli_broken"}, {"cli_broken": "import not_there"})
+    """``good`` (priority 10), ``npu`` (its hardware absent), ``broken`` (fails to import)."""
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    fake_site.install("acme-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("acme-broken", {"broken": "fakeplugins.lacks_runtime"})
     return fake_site
 
 
@@ -45,7 +46,7 @@ def test_list_json_rows(cli: Cli, site: FakeSite) -> None:
     assert rows["npu"]["reason"] == "no npu hardware here" and rows["npu"]["error"] is None
     broken = rows["broken"]
     assert broken["available"] is None and broken["device_count"] is None
-    assert "ModuleNotFoundError: No module named 'not_there'" in broken["error"]
+    assert "No module named 'vendor_runtime_that_is_missing'" in broken["error"]
 
 
 def test_list_disabled_rows_name_the_variable(cli: Cli, site: FakeSite) -> None:
@@ -54,7 +55,8 @@ def test_list_disabled_rows_name_the_variable(cli: Cli, site: FakeSite) -> None:
     assert rows["broken"]["available"] is None and rows["broken"]["error"] is None
     assert rows["broken"]["reason"] == "disabled by ACCELCTL_DISABLE"
     assert rows["npu"]["reason"] == "disabled by ACCELCTL_DISABLE"
-    assert "cli_broken" not in sys.modules and "cli_npu" not in sys.modules
+    assert "fakeplugins.lacks_runtime" not in sys.modules
+    assert "fakeplugins.undetected" not in sys.modules
 
 
 def test_list_no_detect_runs_no_plugin_code(cli: Cli, site: FakeSite) -> None:
@@ -62,7 +64,7 @@ def test_list_no_detect_runs_no_plugin_code(cli: Cli, site: FakeSite) -> None:
     assert result.exit_code == 0
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["good"]["available"] is None and rows["good"]["version"] == "1.0"
-    assert not {"cli_good", "cli_npu", "cli_broken"} & set(sys.modules)
+    assert not [module for module in sys.modules if module.startswith("fakeplugins")]
 
 
 def test_list_table_for_people(cli: Cli, site: FakeSite) -> None:
@@ -92,7 +94,7 @@ def test_resolve_json(cli: Cli, site: FakeSite) -> None:
 
 def test_resolve_auto_and_env(cli: Cli, site: FakeSite) -> None:
     data = json.loads(cli("resolve", "--json").stdout)
-    assert data["accelerator"] == "good"  # priority 5 beats cpu's 0
+    assert data["accelerator"] == "good"  # priority 10 beats cpu's 0
     data = json.loads(cli("resolve", "--json", env={"ACCELCTL_ACCELERATOR": "cpu"}).stdout)
     assert data["accelerator"] == "cpu" and data["devices"] == ["cpu"]
 
@@ -115,7 +117,7 @@ def test_resolve_human(cli: Cli, site: FakeSite) -> None:
         ),
         (
             ["-a", "broken"],
-            "error: accelerator 'broken' (acme-broken 1.0): importing 'cli_broken' failed",
+            "error: accelerator 'broken' (acme-broken 1.0): importing 'fakeplugins.lacks_runtime'",
         ),
         (["-a", "cpu", "-d", "0,1"], "error: cpu: devices='0,1' lists device indices"),
         (["-a", "good", "-d", "abc"], "error: good: devices='abc' is not \"auto\", a number"),

@@ -13,44 +13,12 @@ from accelctl.cli import stats_cmd
 
 from fakedists import FakeSite
 
-GPU_PLUGIN = """
-import accelctl
-
-@accelctl.hookimpl
-def detect():
-    return True
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 2
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=2, accelerator="fakegpu")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    import torch
-    return [torch.device("meta", i) for i in devices]
-
-@accelctl.hookimpl
-def device_stats(device):
-    if accelctl.split_device(device) == ("meta", 1):  # a str from `accelctl stats`
-        raise RuntimeError("sensor offline")
-    return {"memory_used_bytes": 1 << 30, "memory_total_bytes": 2 << 30,
-            "memory_allocated_bytes": 512 << 20, "utilization_percent": 50.0,
-            "temperature_celsius": 61.0, "power_watts": 99.5, "fakegpu.fan_rpm": 1200}
-
-@accelctl.hookimpl
-def accelerator_info():
-    return {"family": "gpu", "priority": 100, "device_type": "meta"}
-"""
-
 
 @pytest.fixture
 def gpu_site(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> FakeSite:
-    fake_site.install("acme-fakegpu", {"fakegpu": "stats_fakegpu"}, {"stats_fakegpu": GPU_PLUGIN})
-    fake_site.install("acme-broken", {"broken": "stats_broken"}, {"stats_broken": "import nope_x"})
+    """``fakegpu`` (two devices, device 1's sensor offline) and ``broken`` (fails to import)."""
+    fake_site.install("acme-fakegpu", {"fakegpu": "fakeplugins.figures:SensorGpu"})
+    fake_site.install("acme-broken", {"broken": "fakeplugins.lacks_runtime"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,fakegpu,broken")
     return fake_site
 
@@ -91,7 +59,7 @@ def test_a_failing_device_and_a_broken_plugin_are_reported_and_exit_1(cli: Cli, 
     assert failed["stats"] == {} and "sensor offline" in failed["error"]
     # Issue 26: the broken plugin is its row (as `stats broken` is its error), not a warning.
     broken = entries[("broken", "?")]
-    assert broken["stats"] == {} and "nope_x" in broken["error"]
+    assert broken["stats"] == {} and "vendor_runtime_that_is_missing" in broken["error"]
     assert "warning" not in result.stderr
 
 
@@ -166,54 +134,22 @@ def test_watch_needs_a_positive_number(cli: Cli, value: str):
     assert "--watch" in result.stderr
 
 
-COUNTING_PLUGIN = """
-import accelctl
-
-@accelctl.hookimpl
-def detect():
-    return True
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 3
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return {parsed}
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    raise AssertionError("accelctl stats must not need torch.device objects")
-
-@accelctl.hookimpl
-def device_stats(device):
-    assert isinstance(device, str)
-    return {{"memory_used_bytes": 1}}
-
-@accelctl.hookimpl
-def accelerator_info():
-    return {info}
-"""
-
-
 @pytest.mark.parametrize(
-    ("parsed", "info", "devices"),
+    ("plugin", "devices"),
     [
-        ("[0, 2]", "{}", ["procs:0", "procs:2"]),  # indices: "<name>:<i>"
-        ("3", "{}", ["procs"]),  # a process count: the one device they share
-        ("[1]", '{"device_type": "openreg"}', ["openreg:1"]),  # torch's type, not the name
+        ("TwoIndices", ["procs:0", "procs:2"]),  # indices: "<name>:<i>"
+        ("ProcessCount", ["procs"]),  # a process count: the one device they share
+        ("OpenregIndex", ["openreg:1"]),  # torch's type, not the name
     ],
 )
 def test_devices_are_strings_built_from_parse_devices(
     cli: Cli,
     fake_site: FakeSite,
     monkeypatch: pytest.MonkeyPatch,
-    parsed: str,
-    info: str,
+    plugin: str,
     devices: list[str],
 ) -> None:
-    source = COUNTING_PLUGIN.format(parsed=parsed, info=info)
-    fake_site.install("acme-procs", {"procs": "stats_procs"}, {"stats_procs": source})
+    fake_site.install("acme-procs", {"procs": f"fakeplugins.figures:{plugin}"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "procs")
     result = cli("stats", "--json")
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ import accelctl
 from accelctl import _stats
 from accelctl.cli import stats_cmd
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
+from fakedists import FakeSite
 
 #: Hang guard of the subprocess test: far above what it takes.
 HANG_GUARD_S = 120
@@ -142,54 +142,23 @@ def test_the_first_readings_own_cost_is_inside_the_wait_but_never_below_the_gap(
     assert shown - found == pytest.approx(max(_stats.FIRST_READING_WAIT_S, cost + gap))
 
 
-#: A plugin found after half a second of the test's clock (its first detect() takes that long),
-#: whose device_stats() keeps when each reading was taken.
-SLOW_TO_FIND = (
-    good_plugin("late")
-    .replace(
-        "def detect():\n        return True",
-        "def detect():\n        from accelctl.cli import stats_cmd\n"
-        "        if not TAKEN and not FOUND:\n"
-        "            stats_cmd.time.advance(0.5)\n"
-        "            FOUND.append(stats_cmd.time.monotonic())\n"
-        "        return True",
-    )
-    .replace(
-        'def device_stats(device):\n        return {"memory_used_bytes": 1}',
-        "def device_stats(device):\n        from accelctl.cli import stats_cmd\n"
-        "        TAKEN.append(stats_cmd.time.monotonic())\n"
-        '        return {"memory_used_bytes": 1}',
-    )
-    .replace("import accelctl\n", "import accelctl\n\n    FOUND = []\n    TAKEN = []\n", 1)
-)
-assert "advance" in SLOW_TO_FIND and "TAKEN.append" in SLOW_TO_FIND
-
-
 @pytest.mark.parametrize("named", [False, True], ids=["every", "named"])
 def test_the_wait_runs_from_when_the_probe_found_the_accelerator(
     cli: Cli, fake_site: FakeSite, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, named: bool
 ) -> None:
     import importlib
 
-    fake_site.install("acme-late", {"late": "stats_late"}, {"stats_late": SLOW_TO_FIND})
+    # Found after half a second of the test's clock; keeps when it read.
+    fake_site.install("acme-late", {"late": "fakeplugins.clocked:SlowToFind"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "late")
     result = cli("stats", *(["late"] if named else []), "--json")
     assert result.exit_code == 0, result.output
     assert [reading["device"] for reading in json.loads(result.stdout)] == ["late:0", "late:1"]
-    plugin = importlib.import_module("stats_late")
+    plugin = importlib.import_module("fakeplugins.clocked")
     [found] = plugin.FOUND
     assert found == 0.5  # the probe's own time is not part of the wait
     first, _, shown, _ = plugin.TAKEN  # two devices, read twice
     assert first == found and shown == found + _stats.FIRST_READING_WAIT_S
-
-
-#: A plugin whose probe takes half a second of the test's clock (its hardware is absent).
-SLOW_PROBE = undetected_plugin("slow").replace(
-    "def detect():\n        return False",
-    "def detect():\n        from accelctl.cli import stats_cmd\n"
-    "        stats_cmd.time.advance(0.5)\n        return False",
-)
-assert "advance" in SLOW_PROBE
 
 
 def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
@@ -204,7 +173,8 @@ def test_the_wait_after_the_first_reading_overlaps_the_other_probes(
     # comes more than the wait after the one thrown away.
     from accelctl import _fanout
 
-    fake_site.install("acme-slow", {"slow": "stats_slow"}, {"stats_slow": SLOW_PROBE})
+    # Its probe takes half a second of the test's clock (its hardware is absent).
+    fake_site.install("acme-slow", {"slow": "fakeplugins.clocked:SlowProbe"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,slow")
     monkeypatch.setattr(_fanout, "MAX_WORKERS", 1)  # one thread: cpu, then slow
     result = cli("stats", "--json")
@@ -277,10 +247,7 @@ def test_watch_into_a_closed_pipe_ends_quietly() -> None:
 def test_read_stats_is_the_library_reading_the_command_prints(
     fake_site: FakeSite, step_psutil: StepPsutil, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = good_plugin("brk").replace(
-        "def detect():", "def detect():\n        raise OSError('gone')"
-    )
-    fake_site.install("acme-brk", {"brk": "lib_brk"}, {"lib_brk": broken})
+    fake_site.install("acme-brk", {"brk": "fakeplugins.hostile:DetectFailsWithOSError"})
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu,brk")
     # A broken plugin is a reading with its error (issue 26: as when it is named), not a warning.
     reading, broken = accelctl.read_stats()

@@ -11,31 +11,7 @@ from cliharness import Cli
 
 from accelctl.testing import CHECK_IDS
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
-
-RAISING = """
-import accelctl
-
-@accelctl.hookimpl
-def detect():
-    raise RuntimeError("firmware handshake failed")
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 0
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=0, accelerator="raiser")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    return []
-
-@accelctl.hookimpl
-def device_stats(device):
-    return {}
-"""
+from fakedists import FakeSite
 
 
 def as_json(result: Result) -> list[dict[str, Any]]:
@@ -46,10 +22,12 @@ def as_json(result: Result) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def site(fake_site: FakeSite) -> FakeSite:
-    fake_site.install("acme-good", {"good": "val_good"}, {"val_good": good_plugin("good")})
-    fake_site.install("acme-npu", {"npu": "val_npu"}, {"val_npu": undetected_plugin("npu")})
-    fake_site.install("acme-broken", {"broken": "val_broken"}, {"val_broken": "import not_there"})
-    fake_site.install("acme-raiser", {"raiser": "val_raiser"}, {"val_raiser": RAISING})
+    """``good``, ``npu`` (its hardware absent), ``broken`` (fails to import), ``raiser`` (its
+    detect() raises)."""
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    fake_site.install("acme-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("acme-broken", {"broken": "fakeplugins.lacks_runtime"})
+    fake_site.install("acme-raiser", {"raiser": "fakeplugins.hostile:DetectRaises"})
     return fake_site
 
 
@@ -80,7 +58,10 @@ def test_broken_import_exits_1_with_the_cause_and_no_traceback(cli: Cli, site: F
     assert result.stdout.startswith("broken (acme-broken 1.0): FAILED (1 failed, 16 skipped)\n")
     line = next(li for li in result.stdout.splitlines() if li.strip().startswith("FAIL"))
     assert "loads" in line
-    assert "importing 'val_broken' failed: ModuleNotFoundError: No module named 'not_there'" in line
+    assert (
+        "importing 'fakeplugins.lacks_runtime' failed: ModuleNotFoundError: No module named "
+        "'vendor_runtime_that_is_missing'"
+    ) in line
     assert "SKIP  16 checks, import_is_light to distributed_backend: the plugin did not load" in (
         result.stdout
     )
@@ -93,16 +74,14 @@ def test_raising_hook_fails_its_check_with_the_reason(cli: Cli, site: FakeSite) 
     [report] = as_json(result)
     assert report["passed"] is False
     failed = {c["check"]: c["detail"] for c in report["checks"] if c["status"] == "fail"}
-    assert failed == {
-        "detect_returns_bool": "hook detect() raised RuntimeError: firmware handshake failed"
-    }
+    assert failed == {"detect_returns_bool": "hook detect() raised RuntimeError: driver exploded"}
 
 
 def test_debug_prints_the_plugins_traceback(cli: Cli, site: FakeSite) -> None:
     result = cli("--debug", "validate", "raiser")
     assert result.exit_code == 1
     assert "--- raiser: detect_returns_bool ---" in result.stderr
-    assert 'raise RuntimeError("firmware handshake failed")' in result.stderr
+    assert 'raise RuntimeError("driver exploded")' in result.stderr
 
 
 def test_default_validates_every_enabled_plugin_and_skips_disabled_ones(

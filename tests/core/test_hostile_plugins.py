@@ -1,5 +1,7 @@
 """Plugins and packages that try to break accelctl (issue 14), each installed as a real dist-info
-folder: malformed metadata, BaseExceptions, hostile text, plugins that steer the selection."""
+folder: malformed metadata, BaseExceptions, hostile text, plugins that steer the selection. The
+plugins are modules of tests/fixtures/fakeplugins (``hostile`` and those named after what their
+import does)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import accelctl
 from accelctl import PluginHookError, PluginLoadError, PluginWarning
 from accelctl.testing import Registry
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 
 def _rows(site: FakeSite, detect: bool = True) -> dict[str, accelctl.AcceleratorStatus]:
@@ -27,7 +29,7 @@ def _rows(site: FakeSite, detect: bool = True) -> dict[str, accelctl.Accelerator
 
 def test_malformed_entry_points_of_an_unrelated_distribution_are_skipped(fake_site: FakeSite):
     fake_site.install_raw("unrelated", {"entry_points.txt": "[console_scripts]\nno-equals-sign\n"})
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     for detect in (True, False):
         with pytest.warns(PluginWarning) as record:
             rows = _rows(fake_site, detect)
@@ -44,11 +46,9 @@ def test_malformed_entry_points_of_an_unrelated_distribution_are_skipped(fake_si
 
 
 def test_malformed_entry_points_declaring_our_group_are_a_broken_row(fake_site: FakeSite):
-    text = "[accelctl.accelerators]\nfoo = hostile_foo\noops\n"
-    fake_site.install_raw(
-        "acme-foo", {"entry_points.txt": text}, {"hostile_foo": good_plugin("foo")}
-    )
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    text = "[accelctl.accelerators]\nfoo = fakeplugins.marked\noops\n"
+    fake_site.install_raw("acme-foo", {"entry_points.txt": text})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     for detect in (True, False):
         rows = _rows(fake_site, detect)
         assert rows["foo"].state == "broken" and rows["good"].state != "broken"
@@ -58,7 +58,7 @@ def test_malformed_entry_points_declaring_our_group_are_a_broken_row(fake_site: 
         assert "pip install --force-reinstall acme_foo" in error
     with pytest.raises(PluginLoadError, match="cannot read the entry points of distribution"):
         Registry(path=fake_site.path).get("foo")
-    assert "hostile_foo" not in sys.modules
+    assert "fakeplugins.marked" not in sys.modules
 
 
 def test_a_broken_section_without_a_readable_line_is_named_after_its_distribution(
@@ -75,11 +75,10 @@ def test_metadata_that_is_not_utf8_is_a_broken_row(fake_site: FakeSite):
         "acme-latin",
         {
             "METADATA": metadata,
-            "entry_points.txt": "[accelctl.accelerators]\nlatin = hostile_latin\n",
+            "entry_points.txt": "[accelctl.accelerators]\nlatin = fakeplugins.marked\n",
         },
-        {"hostile_latin": good_plugin("latin")},
     )
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     for detect in (False, True):
         rows = _rows(fake_site, detect)
         latin = rows["latin"]
@@ -87,7 +86,7 @@ def test_metadata_that_is_not_utf8_is_a_broken_row(fake_site: FakeSite):
         assert "acme_latin-1.0.dist-info/METADATA" in (latin.error or "")
         assert "UnicodeDecodeError" in (latin.error or "")
     assert rows["good"].state == "available"
-    assert "hostile_latin" not in sys.modules
+    assert "fakeplugins.marked" not in sys.modules
 
 
 def test_entry_points_that_are_not_utf8_are_a_broken_row(fake_site: FakeSite):
@@ -102,40 +101,26 @@ def test_entry_points_that_are_not_utf8_are_a_broken_row(fake_site: FakeSite):
 
 # -- 3. BaseException from plugins -------------------------------------------------------------
 
-BASE_EXCEPTION_AT_IMPORT = """
-    class Vanish(BaseException):
-        pass
-    raise Vanish("gone at import")
-"""
-
 
 @pytest.mark.parametrize(
-    ("replacement", "expected"),
+    ("plugin", "expected"),
     [
+        ("DetectRaisesBaseException", "hook detect() raised Vanish: gone"),
+        ("DetectRaisesGeneratorExit", "hook detect() raised GeneratorExit: closing"),
         (
-            "class Vanish(BaseException): pass\n        raise Vanish('gone')",
-            "hook detect() raised Vanish: gone",
-        ),
-        ("raise GeneratorExit('closing')", "hook detect() raised GeneratorExit: closing"),
-        (
-            "raise KeyboardInterrupt('not the user')",
+            "DetectRaisesKeyboardInterrupt",
             "hook detect() raised KeyboardInterrupt: not the user (raised by the plugin's own "
             "code, not by Ctrl-C)",
         ),
-        (
-            "class Mute(Exception):\n            def __str__(self): raise RuntimeError('no')\n"
-            "        raise Mute()",
-            "hook detect() raised Mute: <str() failed: RuntimeError>",
-        ),
+        ("DetectRaisesUnprintable", "hook detect() raised Mute: <str() failed: RuntimeError>"),
     ],
     ids=["base-exception", "generator-exit", "keyboard-interrupt", "str-raises"],
 )
 def test_anything_detect_raises_is_the_plugins_failure(
-    fake_site: FakeSite, replacement: str, expected: str
+    fake_site: FakeSite, plugin: str, expected: str
 ):
-    source = good_plugin("odd").replace("return True", replacement, 1)
-    fake_site.install("acme-odd", {"odd": "hostile_odd"}, {"hostile_odd": source})
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    fake_site.install("acme-odd", {"odd": f"fakeplugins.hostile:{plugin}"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     rows = _rows(fake_site)  # asked in worker threads, where no Ctrl-C can arrive
     assert rows["odd"].state == "broken"
     assert rows["odd"].error == f"accelerator 'odd' (acme-odd 1.0): {expected}"
@@ -152,10 +137,10 @@ def test_anything_detect_raises_is_the_plugins_failure(
 
 
 def test_a_base_exception_at_import_is_the_plugins_failure(fake_site: FakeSite):
-    fake_site.install("acme-odd", {"odd": "hostile_odd"}, {"hostile_odd": BASE_EXCEPTION_AT_IMPORT})
+    fake_site.install("acme-odd", {"odd": "fakeplugins.vanishes"})
     with pytest.raises(PluginLoadError) as caught:
         Registry(path=fake_site.path).get("odd")
-    assert "importing 'hostile_odd' failed: Vanish: gone at import" in str(caught.value)
+    assert "importing 'fakeplugins.vanishes' failed: Vanish: gone at import" in str(caught.value)
     assert type(caught.value.__cause__).__name__ == "Vanish"
 
 
@@ -188,15 +173,7 @@ def test_a_property_that_raises_while_pluggy_registers_is_broken(fake_site: Fake
 
 
 def test_a_real_ctrl_c_during_plugin_code_still_stops(fake_site: FakeSite):
-    source = good_plugin("slow").replace(
-        "return True",
-        "import os, signal, time\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "        time.sleep(30)  # interrupted by the signal at once\n"
-        "        return True",
-        1,
-    )
-    fake_site.install("acme-slow", {"slow": "hostile_slow"}, {"hostile_slow": source})
+    fake_site.install("acme-slow", {"slow": "fakeplugins.hostile:DetectSendsCtrlC"})
     handle = Registry(path=fake_site.path).get("slow")
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with pytest.raises(KeyboardInterrupt):
@@ -205,12 +182,9 @@ def test_a_real_ctrl_c_during_plugin_code_still_stops(fake_site: FakeSite):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-INTERRUPTING = good_plugin("odd").replace("return True", "raise KeyboardInterrupt", 1)
-
-
 def test_a_keyboard_interrupt_in_another_thread_is_the_plugins(fake_site: FakeSite):
     # Python delivers signals to the main thread only: elsewhere it can only be the plugin's.
-    fake_site.install("acme-odd", {"odd": "hostile_kbd"}, {"hostile_kbd": INTERRUPTING})
+    fake_site.install("acme-odd", {"odd": "fakeplugins.hostile:DetectRaisesKeyboardInterrupt"})
     handle = Registry(path=fake_site.path).get("odd")
     caught: list[BaseException] = []
 
@@ -224,11 +198,13 @@ def test_a_keyboard_interrupt_in_another_thread_is_the_plugins(fake_site: FakeSi
     thread.start()
     thread.join()
     assert isinstance(caught[0], PluginHookError)
-    assert "KeyboardInterrupt (raised by the plugin's own code, not by Ctrl-C)" in str(caught[0])
+    assert "KeyboardInterrupt: not the user (raised by the plugin's own code, not by Ctrl-C)" in (
+        str(caught[0])
+    )
 
 
 def test_with_a_handler_of_the_programs_own_a_keyboard_interrupt_passes(fake_site: FakeSite):
-    fake_site.install("acme-odd", {"odd": "hostile_kbd"}, {"hostile_kbd": INTERRUPTING})
+    fake_site.install("acme-odd", {"odd": "fakeplugins.hostile:DetectRaisesKeyboardInterrupt"})
     handle = Registry(path=fake_site.path).get("odd")
 
     def handler(signum: int, frame: object) -> None:
@@ -247,10 +223,7 @@ def test_with_a_handler_of_the_programs_own_a_keyboard_interrupt_passes(fake_sit
 
 
 def test_a_huge_error_with_escape_sequences_is_bounded_and_escaped(fake_site: FakeSite):
-    source = good_plugin("loud").replace(
-        "return True", "raise RuntimeError('\\x1b]0;pwned\\x07' + 'x' * 2_000_000)", 1
-    )
-    fake_site.install("acme-loud", {"loud": "hostile_loud"}, {"hostile_loud": source})
+    fake_site.install("acme-loud", {"loud": "fakeplugins.hostile:DetectRaisesHugeEscapedError"})
     error = _rows(fake_site)["loud"].error or ""
     assert len(error) < 5000 and "\x1b" not in error and "\x07" not in error
     assert "RuntimeError: \\x1b]0;pwned\\x07xxx" in error
@@ -262,13 +235,7 @@ def test_a_huge_error_with_escape_sequences_is_bounded_and_escaped(fake_site: Fa
 
 
 def test_a_hostile_repr_in_a_returned_value_is_reported(fake_site: FakeSite):
-    source = good_plugin("odd").replace(
-        "return True",
-        "class Odd:\n            def __repr__(self): raise SystemExit('no repr')\n"
-        "        return Odd()",
-        1,
-    )
-    fake_site.install("acme-odd", {"odd": "hostile_odd"}, {"hostile_odd": source})
+    fake_site.install("acme-odd", {"odd": "fakeplugins.hostile:DetectReturnsUnprintable"})
     error = _rows(fake_site)["odd"].error or ""
     assert "hook detect() returned <Odd object, repr() failed" in error
 
@@ -295,11 +262,8 @@ def test_a_long_user_name_is_bounded_and_the_pip_hint_only_for_package_names(
 def test_a_plugin_that_sets_accelctl_devices_at_import_does_not_steer_resolve(
     fake_site: FakeSite,
 ):
-    evil = good_plugin("aaa", priority=1).replace(
-        "import accelctl", "import accelctl, os\n    os.environ['ACCELCTL_DEVICES'] = '1'", 1
-    )
-    fake_site.install("acme-aaa", {"aaa": "hostile_aaa"}, {"hostile_aaa": evil})
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    fake_site.install("acme-aaa", {"aaa": "fakeplugins.steers_devices:SteeringAccelerator"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     with pytest.warns(PluginWarning) as record:
         selection = accelctl.resolve(registry=Registry(path=fake_site.path))
     assert selection.accelerator.name == "good" and len(selection.devices) == 2
@@ -311,23 +275,15 @@ def test_a_plugin_that_sets_accelctl_devices_at_import_does_not_steer_resolve(
 
 def test_resolve_reads_its_settings_before_any_plugin_code(fake_site: FakeSite, monkeypatch):
     # detect() is plugin code too: what it sets during this call cannot change this call.
-    evil = good_plugin("good").replace(
-        "return True",
-        "import os\n        os.environ['ACCELCTL_DEVICES'] = '1'\n        return True",
-        1,
-    )
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": evil})
+    fake_site.install("acme-good", {"good": "fakeplugins.hostile:DetectSetsDevices"})
     monkeypatch.setenv("ACCELCTL_DEVICES", "auto")
     selection = accelctl.resolve("good", registry=Registry(path=fake_site.path))
     assert len(selection.devices) == 2
 
 
 def test_a_plugin_that_clears_sys_path_is_named_and_the_others_still_load(fake_site: FakeSite):
-    evil = good_plugin("aaa").replace(
-        "import accelctl", "import accelctl, sys\n    sys.path.clear()", 1
-    )
-    fake_site.install("acme-aaa", {"aaa": "hostile_aaa"}, {"hostile_aaa": evil})
-    fake_site.install("acme-good", {"good": "hostile_good"}, {"hostile_good": good_plugin("good")})
+    fake_site.install("acme-aaa", {"aaa": "fakeplugins.clears_sys_path:PathClearingAccelerator"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     path = list(sys.path)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -343,10 +299,7 @@ def test_a_plugin_that_clears_sys_path_is_named_and_the_others_still_load(fake_s
 
 
 def test_a_plugin_that_adds_to_sys_path_is_named_and_the_entry_kept(fake_site: FakeSite):
-    evil = good_plugin("aaa").replace(
-        "import accelctl", "import accelctl, sys\n    sys.path.append('/opt/vendor/lib')", 1
-    )
-    fake_site.install("acme-aaa", {"aaa": "hostile_aaa"}, {"hostile_aaa": evil})
+    fake_site.install("acme-aaa", {"aaa": "fakeplugins.extends_sys_path:PathExtendingAccelerator"})
     try:
         with pytest.warns(PluginWarning, match=r"added 1 entry to sys.path \('/opt/vendor/lib'\)"):
             Registry(path=fake_site.path).get("aaa")

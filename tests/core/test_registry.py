@@ -16,51 +16,7 @@ from accelctl import (
 )
 from accelctl.testing import Registry
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
-
-CLASS_PLUGIN = """
-    import accelctl
-
-    class ClassyAccelerator(accelctl.Accelerator):
-        description = "class based"
-        priority = 50
-        distributed_backend = "gloo"
-        aliases = ("classy-alias",)
-        device_type = "cpu"
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 3
-
-    instance = ClassyAccelerator()
-"""
-
-MARKED_CLASS_PLUGIN = """
-    import accelctl
-
-    class Marked:
-        @accelctl.hookimpl
-        def detect(self):
-            return False
-
-        @accelctl.hookimpl
-        def auto_device_count(self):
-            return 0
-
-        @accelctl.hookimpl
-        def parse_devices(self, devices):
-            return accelctl.parse_indexed_devices(devices, visible=0, accelerator="marked")
-
-        @accelctl.hookimpl
-        def get_parallel_devices(self, devices):
-            return []
-
-        @accelctl.hookimpl
-        def device_stats(self, device):
-            return {}
-"""
+from fakedists import FakeSite
 
 
 def registry(site: FakeSite) -> Registry:
@@ -72,14 +28,12 @@ def rows_by_name(reg: Registry) -> dict[str, accelctl.AcceleratorStatus]:
 
 
 def test_good_module_plugin_loads_with_metadata(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "acme-good", {"good": "acme_good"}, {"acme_good": good_plugin("good", 7)}, "2.3"
-    )
+    fake_site.install("acme-good", {"good": "fakeplugins.marked"}, version="2.3")
     handle = registry(fake_site).get("good")
     assert (handle.name, handle.distribution, handle.version) == ("good", "acme-good", "2.3")
-    assert handle.entry_point == "acme_good"
+    assert handle.entry_point == "fakeplugins.marked"
     assert handle.detect() is True and handle.auto_device_count() == 2
-    assert handle.info.priority == 7 and handle.info.description == "good test accelerator"
+    assert handle.info.priority == 10 and handle.info.description == "good test accelerator"
     assert handle.parse_devices("auto") == [0, 1]
     assert handle.device_stats("cpu") == {"memory_used_bytes": 1}
 
@@ -87,12 +41,9 @@ def test_good_module_plugin_loads_with_metadata(fake_site: FakeSite) -> None:
 def test_class_and_instance_entry_points(fake_site: FakeSite) -> None:
     fake_site.install(
         "classy",
-        {"classy": "acme_classy:ClassyAccelerator", "inst": "acme_classy:instance"},
-        {"acme_classy": CLASS_PLUGIN},
+        {"classy": "fakeplugins.classy:ClassyAccelerator", "inst": "fakeplugins.classy:instance"},
     )
-    fake_site.install(
-        "marked", {"marked": "acme_marked:Marked"}, {"acme_marked": MARKED_CLASS_PLUGIN}
-    )
+    fake_site.install("marked", {"marked": "fakeplugins.classy:Marked"})
     reg = registry(fake_site)
     classy = reg.get("classy")
     assert classy.auto_device_count() == 3
@@ -101,69 +52,54 @@ def test_class_and_instance_entry_points(fake_site: FakeSite) -> None:
         "cpu:1",
     ]
     assert classy.info.priority == 50 and classy.info.aliases == ("classy-alias",)
-    assert reg.get("inst").plugin is sys.modules["acme_classy"].instance
+    assert reg.get("inst").plugin is sys.modules["fakeplugins.classy"].instance
     marked = reg.get("marked")
     assert marked.detect() is False
     assert marked.unavailable_reason() is None  # optional hook absent: no reason, no error
 
 
 def test_lookup_is_case_insensitive_and_accepts_aliases(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "classy", {"classy": "acme_classy:ClassyAccelerator"}, {"acme_classy": CLASS_PLUGIN}
-    )
+    fake_site.install("classy", {"classy": "fakeplugins.classy:ClassyAccelerator"})
     reg = registry(fake_site)
     assert reg.get(" CLASSY ").name == "classy"
     assert reg.get("Classy-Alias").name == "classy"
 
 
+#: kind -> (the broken plugin's entry point, what its row's error says)
 BROKEN = {
     "import": (
-        "raise ImportError('libhabana.so not found')",
-        "importing 'broken_import' failed: ImportError: libhabana.so not found",
+        "fakeplugins.refuses_import",
+        "importing 'fakeplugins.refuses_import' failed: ImportError: libhabana.so not found",
     ),
-    "typo": (
-        good_plugin("typo").replace("def detect", "def detcet"),
-        "unknown hook(s) 'detcet' (did you mean 'detect'?)",
-    ),
+    "typo": ("fakeplugins.misnamed_hook", "unknown hook(s) 'detcet' (did you mean 'detect'?)"),
     "missing": (
-        good_plugin("missing").replace(
-            "@accelctl.hookimpl\n    def device_stats", "def device_stats"
-        ),
-        "missing required hook(s) device_stats; device_stats defined but not marked",
+        "fakeplugins.unmarked_hook",
+        "missing required hook(s) get_parallel_devices, device_stats; device_stats defined but "
+        "not marked",
     ),
-    "badarg": (
-        good_plugin("badarg").replace("def auto_device_count()", "def auto_device_count(colour)"),
-        "can not be found in the hookspec",
-    ),
+    "badarg": ("fakeplugins.unknown_argument", "can not be found in the hookspec"),
     "raises": (
-        good_plugin("raises").replace("return True", "raise RuntimeError('driver exploded')", 1),
+        "fakeplugins.hostile:DetectRaises",
         "hook detect() raised RuntimeError: driver exploded",
     ),
     "wrongtype": (
-        good_plugin("wrongtype").replace("return 2\n", "return '2'\n", 1),
+        "fakeplugins.hostile:CountIsText",
         "hook auto_device_count() returned '2' (str); expected a non-negative int",
     ),
     "exits": (
-        "import sys\nsys.exit('vendor runtime missing')",
-        "importing 'broken_exits' failed: SystemExit: vendor runtime missing",
+        "fakeplugins.exits_at_import",
+        "importing 'fakeplugins.exits_at_import' failed: SystemExit: vendor runtime missing",
     ),
-    "detectexits": (
-        good_plugin("detectexits").replace("return True", "raise SystemExit(3)", 1),
-        "hook detect() raised SystemExit: 3",
-    ),
-    "badinfo": (
-        good_plugin("badinfo").replace('"priority": 10', '"priority": "high"'),
-        "hook accelerator_info() returned",
-    ),
+    "detectexits": ("fakeplugins.hostile:DetectExits", "hook detect() raised SystemExit: 3"),
+    "badinfo": ("fakeplugins.hostile:PriorityIsText", "hook accelerator_info() returned"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
 def test_broken_plugin_is_a_row_and_never_takes_others_down(fake_site: FakeSite, kind: str) -> None:
-    source, expected = BROKEN[kind]
-    module = f"broken_{kind}"
-    fake_site.install(f"broken-{kind}", {kind: module}, {module: source})
-    fake_site.install("acme-good", {"good": "acme_good"}, {"acme_good": good_plugin("good")})
+    entry_point, expected = BROKEN[kind]
+    fake_site.install(f"broken-{kind}", {kind: entry_point})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     reg = registry(fake_site)
     rows = rows_by_name(reg)
     assert rows["good"].available is True and rows["good"].error is None
@@ -182,10 +118,7 @@ def test_broken_plugin_is_a_row_and_never_takes_others_down(fake_site: FakeSite,
 
 
 def test_hook_errors_name_the_hook(fake_site: FakeSite) -> None:
-    source = good_plugin("hooky").replace(
-        'return {"memory_used_bytes": 1}', "return {'nested': {'a': 1}}"
-    )
-    fake_site.install("hooky", {"hooky": "hooky_mod"}, {"hooky_mod": source})
+    fake_site.install("hooky", {"hooky": "fakeplugins.hostile:NestedStats"})
     handle = registry(fake_site).get("hooky")
     with pytest.raises(PluginHookError) as info:
         handle.device_stats("cpu")
@@ -209,8 +142,8 @@ def test_class_that_cannot_be_instantiated(fake_site: FakeSite) -> None:
 
 
 def test_conflict_names_both_distributions(fake_site: FakeSite) -> None:
-    fake_site.install("vendor-a", {"npu": "npu_a"}, {"npu_a": good_plugin("npu")})
-    fake_site.install("vendor-b", {"npu": "npu_b"}, {"npu_b": good_plugin("npu")})
+    fake_site.install("vendor-a", {"npu": "fakeplugins.good:GoodAccelerator"})
+    fake_site.install("vendor-b", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     reg = registry(fake_site)
     with pytest.raises(PluginConflictError) as info:
         reg.get("npu")
@@ -219,16 +152,13 @@ def test_conflict_names_both_distributions(fake_site: FakeSite) -> None:
     rows = [row for row in reg.listing() if row.name == "npu"]
     assert [row.distribution for row in rows] == ["vendor-a", "vendor-b"]
     assert all("vendor-a and vendor-b" in (row.error or "") for row in rows)
-    assert "npu_a" not in sys.modules and "npu_b" not in sys.modules  # no silent winner imported
+    assert "fakeplugins.good" not in sys.modules  # no silent winner imported
+    assert "fakeplugins.undetected" not in sys.modules
 
 
 def test_alias_conflict_is_an_error(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "one", {"one": "one_mod"}, {"one_mod": good_plugin("one", aliases=("shared",))}
-    )
-    fake_site.install(
-        "two", {"two": "two_mod"}, {"two_mod": good_plugin("two", aliases=("shared",))}
-    )
+    fake_site.install("one", {"one": "fakeplugins.good:SharedAlias"})
+    fake_site.install("two", {"two": "fakeplugins.good:SharedAlias"})
     with pytest.raises(PluginConflictError, match=r"alias 'shared' is claimed by one .* and two"):
         registry(fake_site).get("shared")
 
@@ -238,33 +168,31 @@ def test_alias_conflict_is_an_error(fake_site: FakeSite) -> None:
     [("gpu", "is reserved"), ("Big-NPU", "is not a valid accelerator name")],
 )
 def test_invalid_entry_point_names(fake_site: FakeSite, name: str, problem: str) -> None:
-    fake_site.install("oddly-named", {name: "odd_mod"}, {"odd_mod": good_plugin("odd")})
+    fake_site.install("oddly-named", {name: "fakeplugins.good:GoodAccelerator"})
     rows = registry(fake_site).listing()
     (row,) = rows
     assert row.state == "broken" and problem in (row.error or "")
-    assert "odd_mod" not in sys.modules
+    assert "fakeplugins.good" not in sys.modules
 
 
 def test_named_lookup_imports_that_plugin_alone(fake_site: FakeSite) -> None:
-    for name in ("alpha", "beta", "gamma"):
-        fake_site.install(
-            f"acme-{name}", {name: f"lazy_{name}"}, {f"lazy_{name}": good_plugin(name)}
-        )
+    fake_site.install("acme-alpha", {"alpha": "fakeplugins.good:GoodAccelerator"})
+    fake_site.install("acme-beta", {"beta": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("acme-gamma", {"gamma": "fakeplugins.marked"})
     reg = registry(fake_site)
     reg.get("beta")
-    assert "lazy_beta" in sys.modules
-    assert "lazy_alpha" not in sys.modules and "lazy_gamma" not in sys.modules
+    assert "fakeplugins.undetected" in sys.modules
+    assert "fakeplugins.good" not in sys.modules and "fakeplugins.marked" not in sys.modules
 
 
 def test_records_without_detect_run_no_plugin_code(fake_site: FakeSite) -> None:
-    fake_site.install("boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemExit('imported!')"})
-    fake_site.install(
-        "acme-good", {"good": "nodetect_good"}, {"nodetect_good": good_plugin("good")}
-    )
+    fake_site.install("boom", {"boom": "fakeplugins.exits_at_import"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     rows = {row.name: row for row in registry(fake_site).listing(detect=False)}
     assert rows["boom"].state == "not-run" and rows["boom"].available is None
     assert rows["good"].distribution == "acme-good" and rows["good"].version == "1.0"
-    assert "boom_mod" not in sys.modules and "nodetect_good" not in sys.modules
+    assert "fakeplugins.exits_at_import" not in sys.modules
+    assert "fakeplugins.good" not in sys.modules
 
 
 @pytest.mark.parametrize(
@@ -278,19 +206,19 @@ def test_records_without_detect_run_no_plugin_code(fake_site: FakeSite) -> None:
 def test_blocked_plugins_are_never_imported(
     fake_site: FakeSite, environ: dict[str, str], reason: str
 ) -> None:
-    fake_site.install("boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemExit('imported!')"})
-    fake_site.install("acme-good", {"good": "blocked_good"}, {"blocked_good": good_plugin("good")})
+    fake_site.install("boom", {"boom": "fakeplugins.exits_at_import"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     reg = Registry(path=fake_site.path, environ=environ)
     rows = {row.name: row for row in reg.listing()}
     assert rows["boom"].state == "disabled" and rows["boom"].available is None
     assert rows["boom"].reason == reason and rows["boom"].error is None
-    assert "boom_mod" not in sys.modules
+    assert "fakeplugins.exits_at_import" not in sys.modules
     with pytest.raises(AcceleratorUnavailableError, match=reason):
         reg.get("boom")
 
 
 def test_unknown_name_suggests_and_teaches(fake_site: FakeSite) -> None:
-    fake_site.install("acme-good", {"goodness": "unk_good"}, {"unk_good": good_plugin("goodness")})
+    fake_site.install("acme-good", {"goodness": "fakeplugins.good:GoodAccelerator"})
     reg = registry(fake_site)
     with pytest.raises(UnknownAcceleratorError) as info:
         reg.get("godness")
@@ -319,13 +247,13 @@ def test_selectors_are_not_accelerators(fake_site: FakeSite, word: str) -> None:
 def test_entry_points_are_read_once(fake_site: FakeSite) -> None:
     reg = registry(fake_site)
     assert reg.names() == []
-    fake_site.install("late", {"late": "late_mod"}, {"late_mod": good_plugin("late")})
+    fake_site.install("late", {"late": "fakeplugins.good:GoodAccelerator"})
     assert reg.names() == []  # the scan is cached for the registry's life
     assert registry(fake_site).names() == ["late"]
 
 
 def test_unavailable_row_has_reason_not_error(fake_site: FakeSite) -> None:
-    fake_site.install("acme-npu", {"npu": "npu_absent"}, {"npu_absent": undetected_plugin("npu")})
+    fake_site.install("acme-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     (row,) = registry(fake_site).listing()
     assert (row.available, row.device_count, row.state) == (False, 0, "unavailable")
     assert row.reason == "no npu hardware here" and row.error is None
@@ -335,13 +263,13 @@ def test_unavailable_row_has_reason_not_error(fake_site: FakeSite) -> None:
 def test_same_distribution_twice_on_path_counts_once(fake_site: FakeSite, tmp_path) -> None:
     shadow = FakeSite(tmp_path / "shadow")
     shadow.install("acme-good", {"good": "shadow_good"}, {})
-    fake_site.install("acme-good", {"good": "first_good"}, {"first_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     reg = Registry(path=fake_site.path + shadow.path, environ={})
-    assert [h.entry_point for h in reg.claimants("good")] == ["first_good"]
+    assert [h.entry_point for h in reg.claimants("good")] == ["fakeplugins.good:GoodAccelerator"]
 
 
 def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite) -> None:
-    info = fake_site.install("acme-meta", {"meta": "meta_mod"}, {"meta_mod": good_plugin("meta")})
+    info = fake_site.install("acme-meta", {"meta": "fakeplugins.good:GoodAccelerator"})
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: acme-meta\nVersion: 4.5.6\n\n"
         "Name: not-a-header\nVersion: 0.0.0 (the long description)\n"
@@ -351,18 +279,14 @@ def test_distribution_name_and_version_from_metadata_headers(fake_site: FakeSite
 
 
 def test_lowercase_metadata_headers_fall_back_to_the_full_parser(fake_site: FakeSite) -> None:
-    info = fake_site.install(
-        "acme-lower", {"lower": "lower_mod"}, {"lower_mod": good_plugin("lower")}
-    )
+    info = fake_site.install("acme-lower", {"lower": "fakeplugins.good:GoodAccelerator"})
     (info / "METADATA").write_text("metadata-version: 2.1\nname: acme-lower\nversion: 2.0\n")
     (entry,) = registry(fake_site).claimants("lower")
     assert (entry.distribution, entry.version) == ("acme-lower", "2.0")
 
 
 def test_unknown_name_never_suggests_installing_what_is_installed(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "accelctl-cuda", {"cuda": "unk_cuda"}, {"unk_cuda": undetected_plugin("cuda")}
-    )
+    fake_site.install("accelctl-cuda", {"cuda": "fakeplugins.undetected:UndetectedAccelerator"})
     reg = registry(fake_site)
     with pytest.raises(UnknownAcceleratorError) as info:
         reg.get("cdua")
@@ -377,15 +301,19 @@ def test_a_plugin_installed_in_a_zip_on_the_path_is_found(
 ) -> None:
     # importlib.metadata reads a zip on sys.path (a zipapp, an egg) through zipfile.Path; the
     # scan's fast reading of folders must leave those to it, not break on them.
-    import textwrap
     import zipfile
+
+    from fakedists import FIXTURES
 
     archive = tmp_path / "plugins.zip"
     with zipfile.ZipFile(archive, "w") as zipped:
         info = "acme_zip-1.0.dist-info"
         zipped.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: acme-zip\nVersion: 1.0\n")
-        zipped.writestr(f"{info}/entry_points.txt", "[accelctl.accelerators]\nzipped = fo_zipped\n")
-        zipped.writestr("fo_zipped.py", textwrap.dedent(undetected_plugin("zipped")))
+        zipped.writestr(
+            f"{info}/entry_points.txt",
+            "[accelctl.accelerators]\nzipped = fo_zipped:UndetectedAccelerator\n",
+        )
+        zipped.write(FIXTURES / "fakeplugins" / "undetected.py", "fo_zipped.py")
     monkeypatch.syspath_prepend(str(archive))
     [row] = Registry(path=[str(archive)]).listing()
     assert (row.name, row.distribution, row.version) == ("zipped", "acme-zip", "1.0")
@@ -458,31 +386,12 @@ def test_a_typo_of_a_selector_is_suggested_not_a_plugin_to_install(fake_site: Fa
     assert "pip install" not in str(caught.value)
 
 
-BROKEN_INFO = """
-    import accelctl
-
-    class QuietAccelerator(accelctl.Accelerator):
-        name = device_type = "quiet"
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 1
-
-        def accelerator_info(self):
-            raise RuntimeError("driver query failed")
-"""
-
-
 def test_an_unknown_name_says_which_plugin_could_not_say_its_aliases(
     fake_site: FakeSite,
 ) -> None:
     # The name may be that plugin's alias (a backend's own name, as openreg is privateuse1's):
     # "no accelerator named" alone would send the user to install what they have.
-    fake_site.install(
-        "acme-quiet", {"quiet": "acme_quiet:QuietAccelerator"}, {"acme_quiet": BROKEN_INFO}
-    )
+    fake_site.install("acme-quiet", {"quiet": "fakeplugins.hostile:InfoRaises"})
     with pytest.raises(UnknownAcceleratorError) as caught:
         registry(fake_site).get("whisper")
     message = str(caught.value)

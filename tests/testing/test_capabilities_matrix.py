@@ -9,7 +9,6 @@ run each shared by their assertions.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ import accelctl.testing
 from accelctl.capabilities import CAPABILITIES, Capability
 from accelctl.testing import CapabilityReport, matrix
 
-from fakedists import FakeSite, indexed_plugin, undetected_plugin
+from fakedists import FakeSite
 
 ALL_YES = [{"name": name, "supported": True, "reason": "ran"} for name in CAPABILITIES]
 HEADER = {"device": "cpu", "distributed_backend": "gloo"}
@@ -121,9 +120,7 @@ def test_timeout_without_capabilities_is_a_usage_error(cli: Cli) -> None:
 def test_plugins_that_are_not_available_are_listed_not_probed(
     cli: Cli, fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_site.install(
-        "acme-ghost", {"ghost": "ghost_mod"}, {"ghost_mod": undetected_plugin("ghost")}
-    )
+    fake_site.install("acme-ghost", {"ghost": "fakeplugins.undetected:UndetectedAccelerator"})
     monkeypatch.setattr(matrix, "_probe_in_child", _no_child)
     result = cli("validate", "--capabilities", "ghost", "--json")
     assert result.exit_code == 0, result.output
@@ -146,8 +143,7 @@ def test_plugins_that_are_not_available_are_listed_not_probed(
 def test_a_plugin_asked_for_by_name_and_alias_is_reported_once(
     cli: Cli, fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = undetected_plugin("ghost", aliases=("spook",))
-    fake_site.install("acme-ghost", {"ghost": "ghost_mod"}, {"ghost_mod": source})
+    fake_site.install("acme-ghost", {"ghost": "fakeplugins.undetected:SpookAlias"})
     monkeypatch.setattr(matrix, "_probe_in_child", _no_child)
     reports = cli.json("validate", "--capabilities", "spook", "GHOST")
     assert [(r["name"], r["state"]) for r in reports] == [("ghost", "unavailable")]
@@ -156,9 +152,7 @@ def test_a_plugin_asked_for_by_name_and_alias_is_reported_once(
 def test_a_name_nothing_has_and_a_disabled_plugin_named_are_problems(
     cli: Cli, fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_site.install(
-        "acme-ghost", {"ghost": "ghost_mod"}, {"ghost_mod": undetected_plugin("ghost")}
-    )
+    fake_site.install("acme-ghost", {"ghost": "fakeplugins.undetected:UndetectedAccelerator"})
     monkeypatch.setattr(matrix, "_probe_in_child", _no_child)
     result = cli("validate", "--capabilities", "ghots", "ghost", env={"ACCELCTL_DISABLE": "ghost"})
     assert result.exit_code == 1
@@ -322,26 +316,11 @@ def test_the_cpu_plugin_probed_in_a_process_of_its_own(cli: Cli) -> None:
 #: Hostile plugins for the probe processes: on the CPU, each breaks the first probe it meets
 #: (bf16-autocast asks torch.amp.is_autocast_available) from its setup_device hook, after
 #: writing to stdout both ways (the rows must still arrive intact).
-HOSTILE = """
-    @accelctl.hookimpl
-    def setup_device(device):
-        import os, sys, time, torch
-        print("noise from the plugin")
-        os.write(1, b"noise from native code\\n")
-        torch.amp.is_autocast_available = lambda device_type: {action}
-"""
-
-
 @pytest.mark.slow
 def test_a_probe_that_crashes_or_hangs_is_a_row_saying_so(fake_site: FakeSite) -> None:
-    for name, action in [("crashy", "os.abort()"), ("hangy", "time.sleep(3600)")]:
-        source = indexed_plugin(
-            name,
-            visible=1,
-            info={"distributed_backend": "gloo"},
-            extra=textwrap.dedent(HOSTILE).format(action=action),
-        )
-        fake_site.install(f"acme-{name}", {name: f"{name}_mod"}, {f"{name}_mod": source})
+    # Each writes noise on stdout, then crashes or hangs the probe (fakeplugins.probe_breakers).
+    fake_site.install("acme-crashy", {"crashy": "fakeplugins.probe_breakers:CrashesWhenProbed"})
+    fake_site.install("acme-hangy", {"hangy": "fakeplugins.probe_breakers:HangsWhenProbed"})
     # The hang guard of each probe; the start (importing torch) has its own, START_TIMEOUT_S.
     crashy, hangy = accelctl.testing.probe_installed(["crashy", "hangy"], timeout=3)
     assert crashy.state == hangy.state == "probe-failed"

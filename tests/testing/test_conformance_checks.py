@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,36 +16,7 @@ import accelctl.testing
 from accelctl.testing import CHECK_IDS, ValidationReport, validate, validate_installed
 from accelctl.testing import _plugin_checks as plugin_checks
 
-from fakedists import FakeSite, good_plugin, indexed_plugin, undetected_plugin
-
-HEADER = "import accelctl\n"
-REQUIRED = """
-@accelctl.hookimpl
-def detect():
-    return False
-
-@accelctl.hookimpl
-def auto_device_count():
-    return 0
-
-@accelctl.hookimpl
-def parse_devices(devices):
-    return accelctl.parse_indexed_devices(devices, visible=0, accelerator="x")
-
-@accelctl.hookimpl
-def get_parallel_devices(devices):
-    return []
-
-@accelctl.hookimpl
-def device_stats(device):
-    return {}
-"""
-
-
-def plugin(*overrides: str, keep: str = REQUIRED) -> str:
-    """Module source: the required hooks (undetected), with hooks redefined by ``overrides``
-    (a later definition of a function replaces the earlier one, so the last one registers)."""
-    return HEADER + keep + "\n".join(textwrap.dedent(o) for o in overrides)
+from fakedists import FakeSite
 
 
 def run(site: FakeSite, name: str, **options: object) -> ValidationReport:
@@ -64,7 +36,7 @@ def failed(report: ValidationReport) -> dict[str, str]:
 
 
 def test_a_working_plugin_passes_every_check(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-good", {"good": "good_mod"}, {"good_mod": good_plugin("good")})
+    fake_site.install("accelctl-good", {"good": "fakeplugins.good:GoodAccelerator"})
     report = run(fake_site, "good", probe_import=True)
     assert report.passed, failed(report)
     assert [r.check for r in report.checks] == list(CHECK_IDS)
@@ -72,12 +44,12 @@ def test_a_working_plugin_passes_every_check(fake_site: FakeSite) -> None:
     # Detected, so the reason hook is not for here; environment_info is not implemented.
     assert skipped == {"unavailable_reason", "environment_info"}
     assert report.result("devices_auto").detail == "'auto' -> [0, 1] -> [cpu, cpu]"
-    assert report.result("import_is_light").detail.startswith("'good_mod' imports in")
+    assert report.result("import_is_light").detail.startswith("'fakeplugins.good' imports in")
     assert (report.distribution, report.version) == ("accelctl-good", "1.0")
 
 
 def test_absent_hardware_passes_with_device_checks_skipped(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     report = run(fake_site, "npu")
     assert report.passed, failed(report)
     for check in ("devices_auto", "devices_minus_one", "devices_one", "device_stats"):
@@ -89,8 +61,7 @@ def test_absent_hardware_passes_with_device_checks_skipped(fake_site: FakeSite) 
 
 
 def test_alias_is_validated_under_its_canonical_name(fake_site: FakeSite) -> None:
-    source = undetected_plugin("xpu", aliases=("arc",))
-    fake_site.install("accelctl-xpu", {"xpu": "xpu_mod"}, {"xpu_mod": source})
+    fake_site.install("accelctl-xpu", {"xpu": "fakeplugins.undetected:ArcAlias"})
     report = run(fake_site, "ARC")
     assert report.name == "xpu" and report.passed
 
@@ -99,8 +70,7 @@ def test_alias_is_validated_under_its_canonical_name(fake_site: FakeSite) -> Non
 
 
 def test_import_error_fails_loads_with_its_cause(fake_site: FakeSite) -> None:
-    source = "import accelctl\nimport vendor_runtime_that_is_missing\n"
-    fake_site.install("accelctl-bad", {"bad": "bad_mod"}, {"bad_mod": source})
+    fake_site.install("accelctl-bad", {"bad": "fakeplugins.lacks_runtime"})
     report = run(fake_site, "bad")
     assert not report.passed
     detail = report.result("loads").detail
@@ -112,39 +82,17 @@ def test_import_error_fails_loads_with_its_cause(fake_site: FakeSite) -> None:
 
 
 def test_raising_hook_fails_with_the_exception(fake_site: FakeSite) -> None:
-    source = plugin(
-        """
-        @accelctl.hookimpl
-        def detect():
-            raise RuntimeError("driver handshake failed")
-        """
-    )
-    fake_site.install("accelctl-raise", {"raiser": "raise_mod"}, {"raise_mod": source})
+    fake_site.install("accelctl-raise", {"raiser": "fakeplugins.hostile:DetectRaises"})
     report = run(fake_site, "raiser")
     assert failed(report) == {
-        "detect_returns_bool": "hook detect() raised RuntimeError: driver handshake failed"
+        "detect_returns_bool": "hook detect() raised RuntimeError: driver exploded"
     }
     assert isinstance(report.result("detect_returns_bool").error.__cause__, RuntimeError)  # type: ignore[union-attr]
     assert report.result("devices_auto").detail == "needs the hardware: detect() failed"
 
 
 def test_wrong_return_types_each_fail_their_check(fake_site: FakeSite) -> None:
-    source = plugin(
-        """
-        @accelctl.hookimpl
-        def auto_device_count():
-            return -1
-
-        @accelctl.hookimpl
-        def unavailable_reason():
-            return 42
-
-        @accelctl.hookimpl
-        def accelerator_info():
-            return {"priority": "high"}
-        """
-    )
-    fake_site.install("accelctl-types", {"types": "types_mod"}, {"types_mod": source})
+    fake_site.install("accelctl-types", {"types": "fakeplugins.conformance:WrongTypes"})
     problems = failed(run(fake_site, "types"))
     assert set(problems) == {"auto_device_count", "unavailable_reason", "accelerator_info"}
     assert "returned -1 (int); expected a non-negative int" in problems["auto_device_count"]
@@ -153,38 +101,35 @@ def test_wrong_return_types_each_fail_their_check(fake_site: FakeSite) -> None:
 
 
 def test_environment_info_is_checked_where_implemented(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-plain", {"plain": "plain_mod"}, {"plain_mod": plugin("")})
+    fake_site.install("accelctl-plain", {"plain": "fakeplugins.undetected:UndetectedAccelerator"})
     plain = run(fake_site, "plain").result("environment_info")
     assert (plain.status, plain.detail) == (
         "skip",
         "not implemented (optional): `accelctl env` shows the row alone",
     )
-    good = plugin(
-        "@accelctl.hookimpl\ndef environment_info():\n    return {'acme_driver': '3.1', 'n': 2}\n"
-    )
-    fake_site.install("accelctl-facts", {"facts": "facts_mod"}, {"facts_mod": good})
+    fake_site.install("accelctl-facts", {"facts": "fakeplugins.facts:Facts"})
     passed = run(fake_site, "facts").result("environment_info")
-    assert (passed.status, passed.detail) == ("pass", "2 facts: acme_driver, n")
-    bad = plugin("@accelctl.hookimpl\ndef environment_info():\n    return {'gpus': [0, 1]}\n")
-    fake_site.install("accelctl-nested", {"nested": "nested_mod"}, {"nested_mod": bad})
+    assert (passed.status, passed.detail) == (
+        "pass",
+        "5 facts: acme_driver, cards, busy, ecc, firmware",
+    )
+    fake_site.install("accelctl-nested", {"nested": "fakeplugins.facts:FactIsNested"})
     problems = failed(run(fake_site, "nested"))
     assert set(problems) == {"environment_info"}
     assert (
-        "returned {'gpus': [0, 1]} (dict); expected str, int, float, bool or None values"
+        "returned {'nested': {'a': 1}} (dict); expected str, int, float, bool or None values"
         in problems["environment_info"]
     )
 
 
 def test_detect_returning_a_non_bool_fails(fake_site: FakeSite) -> None:
-    source = plugin("@accelctl.hookimpl\ndef detect():\n    return 'yes'\n")
-    fake_site.install("accelctl-yes", {"yes": "yes_mod"}, {"yes_mod": source})
+    fake_site.install("accelctl-yes", {"yes": "fakeplugins.conformance:DetectSaysYes"})
     problems = failed(run(fake_site, "yes"))
     assert problems["detect_returns_bool"] == "hook detect() returned 'yes' (str); expected a bool"
 
 
 def test_unknown_hook_fails_hooks_match_specs_with_a_suggestion(fake_site: FakeSite) -> None:
-    source = plugin("@accelctl.hookimpl\ndef device_count():\n    return 0\n")
-    fake_site.install("accelctl-unk", {"unk": "unk_mod"}, {"unk_mod": source})
+    fake_site.install("accelctl-unk", {"unk": "fakeplugins.extra_hook"})
     report = run(fake_site, "unk")
     detail = report.result("hooks_match_specs").detail
     assert detail.startswith("unknown hook(s) 'device_count' (did you mean ")
@@ -194,18 +139,13 @@ def test_unknown_hook_fails_hooks_match_specs_with_a_suggestion(fake_site: FakeS
 
 
 def test_pluggy_validation_error_names_the_argument(fake_site: FakeSite) -> None:
-    source = plugin("@accelctl.hookimpl\ndef detect(verbose):\n    return False\n")
-    fake_site.install("accelctl-args", {"args": "args_mod"}, {"args_mod": source})
+    fake_site.install("accelctl-args", {"args": "fakeplugins.unknown_argument"})
     detail = run(fake_site, "args").result("hooks_match_specs").detail
-    assert "detect" in detail and "verbose" in detail
+    assert "auto_device_count" in detail and "colour" in detail
 
 
 def test_missing_required_hook_names_it_and_spots_a_missing_marker(fake_site: FakeSite) -> None:
-    keep = REQUIRED.replace("@accelctl.hookimpl\ndef device_stats", "def device_stats")
-    keep = keep.replace(
-        "@accelctl.hookimpl\ndef get_parallel_devices(devices):\n    return []\n", ""
-    )
-    fake_site.install("accelctl-miss", {"miss": "miss_mod"}, {"miss_mod": plugin(keep=keep)})
+    fake_site.install("accelctl-miss", {"miss": "fakeplugins.unmarked_hook"})
     detail = run(fake_site, "miss").result("required_hooks").detail
     assert detail == (
         "missing required hook(s) get_parallel_devices, device_stats; device_stats defined but "
@@ -214,8 +154,8 @@ def test_missing_required_hook_names_it_and_spots_a_missing_marker(fake_site: Fa
 
 
 def test_name_conflict_fails_naming_both_distributions(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-npu-a", {"npu": "npu_a"}, {"npu_a": undetected_plugin("npu")})
-    fake_site.install("accelctl-npu-b", {"npu": "npu_b"}, {"npu_b": undetected_plugin("npu")})
+    fake_site.install("accelctl-npu-a", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("accelctl-npu-b", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     report = run(fake_site, "npu")
     detail = report.result("loads").detail
     assert "accelctl-npu-a and accelctl-npu-b" in detail
@@ -223,30 +163,20 @@ def test_name_conflict_fails_naming_both_distributions(fake_site: FakeSite) -> N
 
 
 def test_reserved_entry_point_name_fails_loads(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-gpu", {"gpu": "gpu_mod"}, {"gpu_mod": undetected_plugin("gpu")})
+    fake_site.install("accelctl-gpu", {"gpu": "fakeplugins.undetected:UndetectedAccelerator"})
     detail = run(fake_site, "gpu").result("loads").detail
     assert "entry point name 'gpu' is reserved" in detail
 
 
 def test_unknown_name_fails_loads_with_the_installed_names(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     detail = run(fake_site, "nup").result("loads").detail
     assert "no accelerator named 'nup' is installed (installed: npu)" in detail
     assert "Did you mean 'npu'?" in detail
 
 
 def test_bad_specs_raising_value_error_instead_of_device_spec_error(fake_site: FakeSite) -> None:
-    source = plugin(
-        """
-        @accelctl.hookimpl
-        def parse_devices(devices):
-            count = int(devices)
-            if count < 1:
-                raise ValueError("need at least one device")
-            return count
-        """
-    )
-    fake_site.install("accelctl-int", {"intp": "int_mod"}, {"int_mod": source})
+    fake_site.install("accelctl-int", {"intp": "fakeplugins.conformance:IntParser"})
     detail = run(fake_site, "intp").result("bad_device_specs").detail
     assert "devices=0: hook parse_devices() raised ValueError: need at least one device" in detail
     assert "devices=1.5 was accepted as 1" in detail
@@ -256,70 +186,47 @@ def test_bad_specs_raising_value_error_instead_of_device_spec_error(fake_site: F
 
 
 def test_device_spec_error_must_repeat_the_spec(fake_site: FakeSite) -> None:
-    source = plugin(
-        """
-        @accelctl.hookimpl
-        def parse_devices(devices):
-            raise accelctl.DeviceSpecError("bad spec", accelerator="quiet", spec=devices)
-        """
-    )
-    fake_site.install("accelctl-quiet", {"quiet": "quiet_mod"}, {"quiet_mod": source})
+    fake_site.install("accelctl-quiet", {"quiet": "fakeplugins.conformance:SpecNotRepeated"})
     detail = run(fake_site, "quiet").result("bad_device_specs").detail
     assert "devices='abc': the DeviceSpecError does not repeat the spec" in detail
 
 
 def test_count_must_agree_with_detect(fake_site: FakeSite) -> None:
-    source = plugin("@accelctl.hookimpl\ndef auto_device_count():\n    return 4\n")
-    fake_site.install("accelctl-cnt", {"cnt": "cnt_mod"}, {"cnt_mod": source})
+    fake_site.install("accelctl-cnt", {"cnt": "fakeplugins.conformance:CountsWhileUndetected"})
     detail = run(fake_site, "cnt").result("auto_device_count").detail
-    assert detail == "returned 4 while detect() is False; return 0 when not detected"
+    assert detail == "returned 3 while detect() is False; return 0 when not detected"
 
 
 def test_round_trip_with_the_wrong_number_of_devices_fails(fake_site: FakeSite) -> None:
-    source = good_plugin("dup").replace(
-        'return [torch.device("cpu") for _ in devices]', 'return [torch.device("cpu")]'
-    )
-    fake_site.install("accelctl-dup", {"dup": "dup_mod"}, {"dup_mod": source})
+    fake_site.install("accelctl-dup", {"dup": "fakeplugins.conformance:OneDeviceForAll"})
     problems = failed(run(fake_site, "dup"))
     assert set(problems) == {"devices_auto", "devices_minus_one"}
     assert problems["devices_auto"] == "'auto' -> [0, 1] -> [cpu]: 1 devices for 2 processes"
 
 
 def test_device_indices_must_follow_the_parsed_indices(fake_site: FakeSite) -> None:
-    source = good_plugin("rev").replace(
-        'return [torch.device("cpu") for _ in devices]',
-        'return [torch.device("cuda", i) for i in reversed(devices)]',
-    )
-    fake_site.install("accelctl-rev", {"rev": "rev_mod"}, {"rev_mod": source})
+    fake_site.install("accelctl-rev", {"rev": "fakeplugins.conformance:ReversedCudaDevices"})
     detail = failed(run(fake_site, "rev"))["devices_auto"]
     assert detail.endswith("device indices do not follow the parsed indices in order")
 
 
 def test_stats_outside_the_vocabulary_fail(fake_site: FakeSite) -> None:
-    source = good_plugin("voc").replace(
-        'return {"memory_used_bytes": 1}', 'return {"mem": 1, "voc.queue_depth": 3}'
-    )
-    fake_site.install("accelctl-voc", {"voc": "voc_mod"}, {"voc_mod": source})
+    fake_site.install("accelctl-voc", {"voc": "fakeplugins.conformance:OffVocabularyStats"})
     detail = failed(run(fake_site, "voc"))["device_stats"]
     assert detail.startswith("key(s) 'mem' are neither common keys")
     assert "nor prefixed with 'voc.'" in detail
 
 
 def test_nested_stats_fail(fake_site: FakeSite) -> None:
-    source = good_plugin("nest").replace(
-        'return {"memory_used_bytes": 1}', 'return {"memory": {"used": 1}}'
-    )
-    fake_site.install("accelctl-nest", {"nest": "nest_mod"}, {"nest_mod": source})
+    fake_site.install("accelctl-nest", {"nest": "fakeplugins.hostile:NestedStats"})
     detail = failed(run(fake_site, "nest"))["device_stats"]
-    assert "expected int or float figures, found 'memory'" in detail
+    assert "expected int or float figures, found 'nested'" in detail
 
 
 def test_info_with_unknown_family_and_clashing_aliases(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
-    other = undetected_plugin("tpu", aliases=("cloudtpu",))
-    fake_site.install("accelctl-tpu", {"tpu": "tpu_mod"}, {"tpu_mod": other})
-    source = undetected_plugin("ipu", family="accelerator", aliases=("npu", "cloudtpu", "auto"))
-    fake_site.install("accelctl-ipu", {"ipu": "ipu_mod"}, {"ipu_mod": source})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("accelctl-tpu", {"tpu": "fakeplugins.undetected:CloudAlias"})
+    fake_site.install("accelctl-ipu", {"ipu": "fakeplugins.undetected:GreedyAliases"})
     detail = failed(run(fake_site, "ipu"))["accelerator_info"]
     assert "family 'accelerator' is unknown (known: gpu, or None)" in detail
     assert "'npu' is the name of the installed accelerator 'npu'" in detail
@@ -329,11 +236,7 @@ def test_info_with_unknown_family_and_clashing_aliases(fake_site: FakeSite) -> N
 
 def test_slow_detect_fails(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plugin_checks, "DETECT_CALL_LIMIT_S", 0.02)
-    source = plugin(
-        "@accelctl.hookimpl\ndef detect():\n    import time\n    time.sleep(0.05)\n"
-        "    return False\n"
-    )
-    fake_site.install("accelctl-slow", {"slow": "slow_mod"}, {"slow_mod": source})
+    fake_site.install("accelctl-slow", {"slow": "fakeplugins.conformance:SlowDetect"})
     detail = failed(run(fake_site, "slow"))["detect_is_fast"]
     assert "over the limit of 0.02 s for later calls" in detail
 
@@ -347,11 +250,7 @@ def test_detect_that_initialises_cuda_fails(
     state = {"initialised": False}
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialised"])
     monkeypatch.setattr(torch.cuda, "init", lambda: state.update(initialised=True))
-    source = plugin(
-        "@accelctl.hookimpl\ndef detect():\n    import torch\n    torch.cuda.init()\n"
-        "    return False\n"
-    )
-    fake_site.install("accelctl-ctx", {"ctx": "ctx_mod"}, {"ctx_mod": source})
+    fake_site.install("accelctl-ctx", {"ctx": "fakeplugins.conformance:DetectInitialisesCuda"})
     detail = failed(run(fake_site, "ctx"))["detect_leaves_cuda_uninitialised"]
     assert detail.startswith("detect() initialised CUDA")
     # CUDA already initialised before detect(): the check cannot tell, so it skips.
@@ -359,8 +258,20 @@ def test_detect_that_initialises_cuda_fails(
     assert result.status == "skip" and "before detect() ran" in result.detail
 
 
-def _with_backend(backend: str | None) -> str:
-    return indexed_plugin("dist", info={"distributed_backend": backend})
+@pytest.fixture
+def declare_backend(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str | None], None]:
+    """``declare_backend(backend)`` installs ``dist``, which declares ``backend``."""
+
+    def install(backend: str | None) -> None:
+        if backend is None:
+            monkeypatch.delenv("FAKEPLUGINS_BACKEND", raising=False)
+        else:
+            monkeypatch.setenv("FAKEPLUGINS_BACKEND", backend)
+        fake_site.install("accelctl-dist", {"dist": "fakeplugins.conformance:DeclaredBackend"})
+
+    return install
 
 
 @pytest.mark.parametrize(
@@ -372,9 +283,9 @@ def _with_backend(backend: str | None) -> str:
     ],
 )
 def test_a_declared_backend_that_cannot_carry_the_devices_fails(
-    fake_site: FakeSite, backend: str, problem: str
+    fake_site: FakeSite, declare_backend: Callable[[str | None], None], backend: str, problem: str
 ) -> None:
-    fake_site.install("accelctl-dist", {"dist": "dist_mod"}, {"dist_mod": _with_backend(backend)})
+    declare_backend(backend)
     detail = failed(run(fake_site, "dist"))["distributed_backend"]
     assert detail.startswith(f"distributed_backend={backend!r} {problem}")
     assert "accelctl launch --devices 2` would fail in every rank" in detail
@@ -382,39 +293,17 @@ def test_a_declared_backend_that_cannot_carry_the_devices_fails(
 
 @pytest.mark.parametrize("backend", ["gloo", "cpu:gloo,cuda:nccl", None])
 def test_a_backend_registered_for_the_devices_or_none_passes(
-    fake_site: FakeSite, backend: str | None
+    fake_site: FakeSite, declare_backend: Callable[[str | None], None], backend: str | None
 ) -> None:
-    fake_site.install("accelctl-dist", {"dist": "dist_mod"}, {"dist_mod": _with_backend(backend)})
+    declare_backend(backend)
     result = run(fake_site, "dist").result("distributed_backend")
     assert result.status == "pass", result
 
 
 def test_the_backend_check_skips_without_the_hardware(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     result = run(fake_site, "npu").result("distributed_backend")
     assert result.status == "skip" and "not detected here" in result.detail
-
-
-# A vendor runtime that torch autoloads (a torch.backends entry point), slow to import.
-SLOW_RUNTIME = """
-import time
-LOADED = []
-
-def _autoload():
-    time.sleep(0.4)
-    LOADED.append(True)
-"""
-
-DETECTS_THE_RUNTIME = indexed_plugin(
-    "vendor",
-    extra="""
-    @accelctl.hookimpl
-    def detect():
-        import sys
-        runtime = sys.modules.get("slow_runtime")  # loaded by torch's autoload, not imported here
-        return bool(runtime and runtime.LOADED)
-    """,
-)
 
 
 @pytest.mark.slow
@@ -425,14 +314,9 @@ def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
     importing torch (with its backends) before the clock starts. A fresh process, since torch
     must not be imported yet; TORCH_DEVICE_BACKEND_AUTOLOAD is on there, as on a user's machine."""
     fake_site.install(
-        "slow-runtime",
-        {"slow": "slow_runtime:_autoload"},
-        {"slow_runtime": SLOW_RUNTIME},
-        group="torch.backends",
+        "slow-runtime", {"slow": "fakeplugins.slow_runtime:_autoload"}, group="torch.backends"
     )
-    fake_site.install(
-        "accelctl-vendor", {"vendor": "vendor_mod"}, {"vendor_mod": DETECTS_THE_RUNTIME}
-    )
+    fake_site.install("accelctl-vendor", {"vendor": "fakeplugins.conformance:DetectsTheRuntime"})
     code = textwrap.dedent(
         f"""
         import json, accelctl
@@ -443,7 +327,8 @@ def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
         print(json.dumps(report.result("detect_is_fast").to_dict()))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(fake_site.root), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    pythonpath = os.pathsep.join(fake_site.path)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
     # A hang guard only, generous for a loaded 2-core machine: importing torch takes seconds.
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
@@ -465,12 +350,11 @@ def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
 
 @pytest.mark.slow
 def test_module_level_torch_import_fails_import_is_light(fake_site: FakeSite) -> None:
-    source = "import torch\n" + plugin()
-    fake_site.install("accelctl-heavy", {"heavy": "heavy_mod"}, {"heavy_mod": source})
+    fake_site.install("accelctl-heavy", {"heavy": "fakeplugins.heavy:HeavyAccelerator"})
     report = run(fake_site, "heavy", probe_import=True)
     assert failed(report) == {
-        "import_is_light": "importing 'heavy_mod' imports torch: `accelctl list` would pay for "
-        "it; import it inside the hooks that need it"
+        "import_is_light": "importing 'fakeplugins.heavy' imports torch: `accelctl list` would "
+        "pay for it; import it inside the hooks that need it"
     }
 
 
@@ -522,14 +406,14 @@ def test_an_abstract_class_fails_loads_naming_the_missing_hook() -> None:
 def test_disabled_plugins_are_skipped_by_default_but_fail_when_named(
     fake_site: FakeSite,
 ) -> None:
-    fake_site.install("accelctl-npu", {"npu": "npu_mod"}, {"npu_mod": undetected_plugin("npu")})
-    fake_site.install("accelctl-boom", {"boom": "boom_mod"}, {"boom_mod": "raise SystemError\n"})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
+    fake_site.install("accelctl-boom", {"boom": "fakeplugins.exits_at_import"})
     registry = accelctl.testing.Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "boom"})
     reports = validate_installed(registry=registry, probe_import=False)
     assert [(r.name, r.passed) for r in reports] == [("boom", True), ("npu", True)]
     assert {r.status for r in reports[0].checks} == {"skip"}
     assert reports[0].result("loads").detail == "disabled by ACCELCTL_DISABLE; not imported"
-    assert "boom_mod" not in sys.modules
+    assert "fakeplugins.exits_at_import" not in sys.modules
     named = validate_installed(["boom"], registry=registry, probe_import=False)[0]
     assert named.result("loads").detail.startswith("'boom' is disabled by ACCELCTL_DISABLE")
 
@@ -538,8 +422,7 @@ def test_disabled_plugins_are_skipped_by_default_but_fail_when_named(
 
 
 def test_pytest_face_turns_results_into_outcomes(fake_site: FakeSite) -> None:
-    source = plugin("@accelctl.hookimpl\ndef detect():\n    raise OSError('no /dev/accel0')\n")
-    fake_site.install("accelctl-face", {"face": "face_mod"}, {"face_mod": source})
+    fake_site.install("accelctl-face", {"face": "fakeplugins.hostile:DetectFailsWithOSError"})
 
     class TestFace(accelctl.testing.AcceleratorConformance):
         accelerator = "face"
@@ -547,7 +430,7 @@ def test_pytest_face_turns_results_into_outcomes(fake_site: FakeSite) -> None:
 
     case = TestFace()
     case.test_loads()  # type: ignore[attr-defined]
-    with pytest.raises(accelctl.testing.ConformanceFailure, match="no /dev/accel0") as info:
+    with pytest.raises(accelctl.testing.ConformanceFailure, match="driver gone") as info:
         case.test_detect_returns_bool()  # type: ignore[attr-defined]
     assert isinstance(info.value.__cause__, accelctl.PluginHookError)
     with pytest.raises(pytest.skip.Exception, match="devices_auto: needs the hardware"):
@@ -567,15 +450,14 @@ def test_pytest_face_needs_an_accelerator() -> None:
 
 @pytest.mark.slow
 def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path) -> None:
-    source = plugin("@accelctl.hookimpl\ndef auto_device_count():\n    return 3\n")
-    fake_site.install("accelctl-ci", {"ci": "ci_mod"}, {"ci_mod": source})
+    fake_site.install("accelctl-ci", {"ci": "fakeplugins.conformance:CountsWhileUndetected"})
     test_file = tmp_path / "test_vendor_ci.py"
     test_file.write_text(
         "import accelctl.testing\n\n"
         "class TestCI(accelctl.testing.AcceleratorConformance):\n"
         "    accelerator = 'ci'\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake_site.root), *sys.path]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*fake_site.path, *sys.path]))
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", str(test_file)],
         capture_output=True,
@@ -586,6 +468,6 @@ def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path)
     )
     out = completed.stdout
     assert completed.returncode == 1, out
-    assert "1 failed, 8 passed, 8 skipped" in out
+    assert "1 failed, 10 passed, 6 skipped" in out  # one test per check, 17 in all
     assert "FAILED test_vendor_ci.py::TestCI::test_auto_device_count" in out
     assert "returned 3 while detect() is False" in out
