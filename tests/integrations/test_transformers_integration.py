@@ -351,3 +351,21 @@ def test_without_transformers_the_import_error_says_what_to_install(
     name, message = done.stdout.strip().split(" | ")
     assert name.split(".")[0] == missing
     assert "pip install 'accelctl[transformers]'" in message and says in message
+
+
+class _KnownAsItsDevice(MetaAccelerator):
+    """A plugin that answers to its device type, as the generic privateuse1 plugin answers to
+    ``openreg``: messages name it so."""
+
+    name = "privatemeta"
+    aliases = ("meta",)
+
+
+def test_a_refusal_names_the_accelerator_as_the_user_knows_it(tmp_path: Path) -> None:
+    with pytest.raises(accelctl.ProcessSetupError) as refused:
+        arguments(tmp_path, accelerator=_KnownAsItsDevice(), use_cpu=True)
+    message = str(refused.value)
+    assert (
+        "use_cpu=True asks for the CPU, but accelctl accelerator 'meta' runs on meta:0" in message
+    )
+    assert "privatemeta" not in message

@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accelctl._selection import known_name
+
 from ._versions import TestedRange
 
 if TYPE_CHECKING:
@@ -150,7 +152,7 @@ def install() -> bool:
         if named and named != str(pending.device):
             warnings.warn(
                 f"ACCELERATE_TORCH_DEVICE={named} is ignored: accelctl accelerator "
-                f"{pending.handle.name!r} runs this process on {pending.device}",
+                f"{known_name(pending.handle)!r} runs this process on {pending.device}",
                 UserWarning,
                 stacklevel=2,
             )

@@ -112,7 +112,7 @@ def _rebuild(
     if not handle.detect():
         reason = handle.unavailable_reason() or "its detect() is False"
         raise AcceleratorUnavailableError(
-            f"accelctl accelerator {handle.name!r} is not available in this spawned process "
+            f"accelctl accelerator {known_name(handle)!r} is not available in this spawned process "
             f"({reason}), so the Trainer sent to it cannot be rebuilt here",
             name=handle.name,
             reason=reason,
@@ -166,7 +166,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
             return super().__new__(cls.bind(name_or_handle))
         if name_or_handle is not None and _to_handle(name_or_handle) is not cls._handle:
             raise TypeError(
-                f"{cls.__qualname__} is bound to accelerator {cls._handle.name!r}; "
+                f"{cls.__qualname__} is bound to accelerator {known_name(cls._handle)!r}; "
                 f"use LightningAccelerator({name_or_handle!r}) for another one"
             )
         return super().__new__(cls)
@@ -320,7 +320,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         ``ModelParallelStrategy`` is refused here, before the model is sharded: its process
         group backend and the FSDP2 capability check are that adaptation's."""
         if not _lightning_connector.is_active():
-            _refuse_unadapted_sharding(self.name(), trainer.strategy)
+            _refuse_unadapted_sharding(known_name(self.accelctl_handle()), trainer.strategy)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"
         if module is not None and cpu and trainer.world_size > 1:

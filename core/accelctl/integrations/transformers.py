@@ -32,6 +32,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     raise framework_missing("transformers", "transformers", exc) from exc
 
 import accelctl
+from accelctl._selection import known_name
 
 from . import _accelerate_state, _transformers_state
 from .accelerate import _placement
@@ -95,8 +96,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         on_cpu = device.type == "cpu"
         if not on_cpu and self.use_cpu:
             raise accelctl.ProcessSetupError(
-                f"use_cpu=True asks for the CPU, but accelctl accelerator {handle.name!r} runs "
-                f"on {device}: use accelerator='cpu' for the CPU (use_cpu is accelctl's choice)"
+                f"use_cpu=True asks for the CPU, but accelctl accelerator "
+                f"{known_name(handle)!r} runs on {device}: use accelerator='cpu' for the CPU "
+                "(use_cpu is accelctl's choice)"
             )
         self.use_cpu = on_cpu  # Accelerate's own CPU set-up for an accelerator of CPUs
         bf16 = self.bf16, self.bf16_full_eval
@@ -159,7 +161,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         if self.deepspeed:
             raise accelctl.ProcessSetupError(
                 f"DeepSpeed makes its own device and launch choices: it is not available "
-                f"through accelctl accelerator {handle.name!r}. Leave deepspeed unset"
+                f"through accelctl accelerator {known_name(handle)!r}. Leave deepspeed unset"
             )
         # A matching state is always used (below): transformers' switch for that goes.
         config = self.accelerator_config
@@ -227,7 +229,7 @@ class _Place:
                 f"{_transformers_state.transformers_version()}; install a tested transformers"
             )
         raise accelctl.ProcessSetupError(
-            f"accelctl accelerator {self.handle.name!r} runs process {self.rank} of "
+            f"accelctl accelerator {known_name(self.handle)!r} runs process {self.rank} of "
             f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
         )
 
@@ -245,8 +247,8 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
     if not torch.amp.is_autocast_available(device.type):
         raise accelctl.ProcessSetupError(
             f"bf16=True autocasts on the device type, but torch has no autocast for "
-            f"{device.type!r} (accelctl accelerator {handle.name!r}): leave bf16 off, or cast "
-            "the model yourself"
+            f"{device.type!r} (accelctl accelerator {known_name(handle)!r}): leave bf16 off, or "
+            "cast the model yourself"
         )
 
 
