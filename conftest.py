@@ -4,6 +4,7 @@ a clean accelctl environment per test, and fake installed plugins (tests/fakedis
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,14 @@ HOOK_TIMEOUT_S = "120"
 
 
 ROOT = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal gives it, in this process and the processes the tests start: a
+    shell's background job (``bash scripts/test &``) starts with SIGINT ignored, which Python then
+    keeps, and the tests of Ctrl-C would see a program that cannot be interrupted."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
