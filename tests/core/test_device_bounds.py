@@ -18,7 +18,7 @@ from accelctl._errors import PluginHookError
 from accelctl._registry import Registry
 from accelctl._returns import RETURN_CHECKS
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 HUGE = [
     10**10,
@@ -91,7 +91,7 @@ def test_a_plugin_returning_a_huge_count_is_the_plugins_error() -> None:
 
 
 def test_devices_from_the_environment_name_the_variable(fake_site: FakeSite) -> None:
-    fake_site.install("acme-good", {"good": "bounds_good"}, {"bounds_good": good_plugin("good")})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     registry = Registry(path=fake_site.path)
     with pytest.raises(DeviceSpecError) as caught:
         resolve("good", "auto", registry=registry, environ={"ACCELCTL_DEVICES": "7"})

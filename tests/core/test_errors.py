@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import accelctl
 from accelctl.testing import validate
 
-from fakedists import FakeSite, indexed_plugin
+from fakedists import FakeSite
 
 #: Every exception class the public API exports (the lazy ones included).
 PUBLIC_ERRORS = sorted(
@@ -42,52 +40,28 @@ def test_structured_parts_are_optional_attributes() -> None:
     assert accelctl.LaunchFailedError("rank 1 died").exit_code == 1
 
 
-# A vendor's own parser, written from the hook's documentation: raise DeviceSpecError("...").
-VENDOR_PARSER = indexed_plugin(
-    "vend",
-    info={"distributed_backend": "gloo"},
-    extra="""
-    @accelctl.hookimpl
-    def parse_devices(devices):
-        if isinstance(devices, bool):  # True == 1 in Python: refuse it first
-            pass
-        elif devices in ("auto", -1):
-            return [0, 1]
-        elif devices in (1, 2):
-            return list(range(devices))
-        raise accelctl.DeviceSpecError(
-            f"vend: devices={devices!r} is not 'auto', -1, 1 or 2; 2 vend devices are visible"
-        )
-    """,
-)
-
-
 @pytest.fixture
-def vendor_site(tmp_path: Path) -> FakeSite:
-    site = FakeSite(tmp_path / "site")
-    site.install("accelctl-vend", {"vend": "vend_plugin"}, {"vend_plugin": VENDOR_PARSER})
-    return site
+def vendor_site(fake_site: FakeSite) -> FakeSite:
+    """A vendor whose own parser raises DeviceSpecError from a message alone."""
+    fake_site.install("accelctl-vend", {"vend": "fakeplugins.own_parser:OwnParserAccelerator"})
+    return fake_site
 
 
 def test_a_vendors_message_only_spec_error_reaches_the_user_with_its_parts_filled(
-    vendor_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+    vendor_site: FakeSite,
 ) -> None:
-    monkeypatch.syspath_prepend(str(vendor_site.root))
     registry = accelctl.testing.Registry(path=vendor_site.path)
     with pytest.raises(accelctl.DeviceSpecError) as info:
         accelctl.resolve("vend", devices=5, registry=registry)
     assert str(info.value).startswith("vend: devices=5 is not 'auto'")
     assert (info.value.accelerator, info.value.spec) == ("vend", 5)
     assert not isinstance(info.value, accelctl.PluginHookError)  # not blamed on the plugin
-    vendor_site.forget_modules()
 
 
 def test_validate_passes_a_vendor_that_raises_spec_errors_from_a_message(
-    vendor_site: FakeSite, monkeypatch: pytest.MonkeyPatch
+    vendor_site: FakeSite,
 ) -> None:
-    monkeypatch.syspath_prepend(str(vendor_site.root))
     registry = accelctl.testing.Registry(path=vendor_site.path)
     report = validate("vend", registry=registry, probe_import=False)
     assert report.result("bad_device_specs").status == "pass", report.result("bad_device_specs")
     assert report.passed, report.failures
-    vendor_site.forget_modules()

@@ -21,25 +21,15 @@ from accelctl import (
 )
 from accelctl.testing import Registry
 
-from fakedists import FakeSite, good_plugin, indexed_plugin, undetected_plugin
+from fakedists import FakeSite
 
 
 @pytest.fixture
 def site(fake_site: FakeSite) -> FakeSite:
     """cpu-like floor (priority 0), an available "fast" (priority 150), an absent gpu (100)."""
-    fake_site.install(
-        "floor", {"floor": "sel_floor"}, {"sel_floor": good_plugin("floor", priority=0)}
-    )
-    fake_site.install(
-        "fast",
-        {"fast": "sel_fast"},
-        {"sel_fast": good_plugin("fast", priority=150, aliases=("zoom",))},
-    )
-    fake_site.install(
-        "absent-gpu",
-        {"absentgpu": "sel_absent"},
-        {"sel_absent": undetected_plugin("absentgpu", family="gpu", priority=100)},
-    )
+    fake_site.install("floor", {"floor": "fakeplugins.good:Floor"})
+    fake_site.install("fast", {"fast": "fakeplugins.good:Fast"})
+    fake_site.install("absent-gpu", {"absentgpu": "fakeplugins.undetected:UndetectedAccelerator"})
     return fake_site
 
 
@@ -81,14 +71,12 @@ def test_gpu_chooses_family_and_explains_when_none_available(site: FakeSite) -> 
     message = str(info.value)
     assert "absentgpu: no absentgpu hardware here" in message
     assert 'Use accelerator="cpu"' in message
-    site.install(
-        "good-gpu", {"goodgpu": "sel_goodgpu"}, {"sel_goodgpu": good_plugin("goodgpu", 100, "gpu")}
-    )
+    site.install("good-gpu", {"goodgpu": "fakeplugins.good:GoodGpu"})
     assert resolve("GPU", registry=reg(site), environ={}).accelerator.name == "goodgpu"
 
 
 def test_gpu_with_no_gpu_plugin_installed(fake_site: FakeSite) -> None:
-    fake_site.install("floor", {"floor": "sel_floor2"}, {"sel_floor2": good_plugin("floor", 0)})
+    fake_site.install("floor", {"floor": "fakeplugins.good:Floor"})
     with pytest.raises(AcceleratorUnavailableError, match="pip install accelctl-cuda"):
         resolve("gpu", registry=reg(fake_site), environ={})
 
@@ -113,16 +101,13 @@ def test_bad_devices_spec_reaches_the_caller(site: FakeSite) -> None:
 
 
 def test_conflict_surfaces_from_resolve(site: FakeSite) -> None:
-    site.install("other-fast", {"fast": "sel_fast_b"}, {"sel_fast_b": good_plugin("fast")})
+    site.install("other-fast", {"fast": "fakeplugins.good:GoodAccelerator"})
     with pytest.raises(PluginLoadError, match=r"fast and other-fast|other-fast and fast"):
         resolve("fast", registry=reg(site), environ={})
 
 
 def test_auto_skips_broken_plugins_with_a_warning(site: FakeSite) -> None:
-    broken = good_plugin("shiny", priority=999).replace(
-        "return True", "raise OSError('no driver')", 1
-    )
-    site.install("shiny", {"shiny": "sel_shiny"}, {"sel_shiny": broken})
+    site.install("shiny", {"shiny": "fakeplugins.hostile:FirstDetectFailsWithOSError"})
     site.install(
         "noimport", {"noimport": "sel_noimport"}, {"sel_noimport": "import does_not_exist"}
     )
@@ -131,14 +116,12 @@ def test_auto_skips_broken_plugins_with_a_warning(site: FakeSite) -> None:
         selection = resolve("auto", registry=reg(site), environ={})
     assert selection.accelerator.name == "fast"
     messages = [str(w.message) for w in caught if issubclass(w.category, PluginWarning)]
-    assert any("'shiny'" in m and "OSError: no driver" in m for m in messages), messages
+    assert any("'shiny'" in m and "OSError: driver gone" in m for m in messages), messages
     assert any("'noimport'" in m and "ModuleNotFoundError" in m for m in messages), messages
 
 
 def test_auto_with_nothing_available(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "absent", {"absent": "sel_absent2"}, {"sel_absent2": undetected_plugin("absent")}
-    )
+    fake_site.install("absent", {"absent": "fakeplugins.undetected:UndetectedAccelerator"})
     with pytest.raises(
         AcceleratorUnavailableError, match=r"absent \(no absent hardware here\).*accelctl-cpu"
     ):
@@ -187,10 +170,7 @@ def test_default_registry_sees_the_installed_cpu_plugin() -> None:
 
 
 def test_gpu_skips_a_broken_info_loudly_and_names_it(site: FakeSite) -> None:
-    broken = good_plugin("weird", priority=500, family="gpu").replace(
-        '"distributed_backend": "gloo"', '"distributed_backend": 7'
-    )
-    site.install("weird", {"weird": "sel_weird"}, {"sel_weird": broken})
+    site.install("weird", {"weird": "fakeplugins.hostile:BackendIsNumber"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(AcceleratorUnavailableError) as info:
@@ -227,9 +207,7 @@ def test_auto_with_every_plugin_disabled_names_the_variables(site: FakeSite) -> 
 
 def _solo_registry(fake_site: Any) -> accelctl.Registry:
     fake_site.install(
-        "accelctl-solo",
-        {"solo": "solo_plugin"},
-        {"solo_plugin": indexed_plugin("solo", info={"priority": 300})},  # no distributed backend
+        "accelctl-solo", {"solo": "fakeplugins.single_process:SingleProcessAccelerator"}
     )
     return accelctl.testing.Registry(path=fake_site.path)
 
@@ -264,9 +242,7 @@ def test_accelctl_devices_is_taken_as_given_on_a_single_process_accelerator(
 
 
 def test_auto_devices_with_a_distributed_backend_is_every_visible_device(fake_site: Any) -> None:
-    from fakedists import good_plugin
-
-    fake_site.install("accelctl-duo", {"duo": "duo_plugin"}, {"duo_plugin": good_plugin("duo")})
+    fake_site.install("accelctl-duo", {"duo": "fakeplugins.good:GoodAccelerator"})
     registry = accelctl.testing.Registry(path=fake_site.path)
     assert len(accelctl.resolve("duo", "auto", registry=registry, environ={}).devices) == 2
 

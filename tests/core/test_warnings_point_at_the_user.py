@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from textwrap import dedent
 from typing import Any
 
 import pytest
 
 import accelctl
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 
 @pytest.fixture
@@ -46,8 +45,7 @@ def test_skipping_a_broken_plugin_under_auto_names_the_callers_line(
 def test_a_plugin_that_changes_a_variable_on_import_is_named_at_the_callers_line(
     fake_site: FakeSite,
 ) -> None:
-    source = "import os\nos.environ['ACCELCTL_DEVICES'] = '7'\n" + dedent(good_plugin("meddler"))
-    fake_site.install("acme-meddler", {"meddler": "warned_meddler"}, {"warned_meddler": source})
+    fake_site.install("acme-meddler", {"meddler": "fakeplugins.steers_devices:SteeringAccelerator"})
     [warning] = _warned(lambda: accelctl.get_accelerator("meddler"))
     assert "ACCELCTL_DEVICES" in str(warning.message)
     assert warning.filename == __file__

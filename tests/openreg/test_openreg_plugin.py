@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import UserMachine, pip_install_target
-from fakedists import indexed_plugin
+from .conftest import UserMachine
+from fakedists import FakeSite
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -118,35 +118,16 @@ def test_two_devices_are_refused_when_the_trainer_is_made(
     assert "distributed_backend is None" in result["refused"]
 
 
-# The same device under a plugin that claims a backend torch does not have for it.
-GLOO_FOR_OPENREG = indexed_plugin(
-    "opengloo",
-    device_type="openreg",
-    info={"distributed_backend": "gloo"},
-    extra="""
-    @accelctl.hookimpl
-    def detect():
-        import torch_openreg  # noqa: F401  registers the openreg device type
-        return True
-    """,
-)
-
-
 def test_validate_fails_a_declared_backend_that_cannot_carry_openreg_tensors(
     tmp_path: Path, openreg_plugin_target: Path
 ) -> None:
-    """Item 6: gloo refuses openreg tensors, so `launch --devices 2` would fail in every rank."""
-    package = tmp_path / "accelctl-opengloo"
-    package.mkdir()
-    (package / "opengloo.py").write_text(GLOO_FOR_OPENREG)
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "accelctl-opengloo"\nversion = "0.1"\n'
-        '[project.entry-points."accelctl.accelerators"]\nopengloo = "opengloo"\n'
+    """Item 6: gloo refuses openreg tensors, so `launch --devices 2` would fail in every rank.
+    The same device under a plugin that claims a backend torch does not have for it."""
+    site = FakeSite(tmp_path / "site")
+    site.install("accelctl-opengloo", {"opengloo": "fakeplugins.openreg_gloo:GlooForOpenreg"})
+    done = UserMachine([Path(folder) for folder in site.path]).accelctl(
+        "validate", "opengloo", "--json"
     )
-    target = tmp_path / "site"
-    pip_install_target(package, target)
-    done = UserMachine([target]).accelctl("validate", "opengloo", "--json")
     assert done.returncode == 1, done.stdout
     (report,) = json.loads(done.stdout)
     result = {check["check"]: check for check in report["checks"]}["distributed_backend"]

@@ -289,11 +289,7 @@ def test_a_launcher_with_other_process_count_than_devices_is_refused(
 def test_the_launchers_variables_choose_accelerator_and_devices(
     fake_site: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fakedists import good_plugin
-
-    fake_site.install(
-        "accelctl-twin", {"twin": "twin_plugin"}, {"twin_plugin": good_plugin("twin")}
-    )
+    fake_site.install("accelctl-twin", {"twin": "fakeplugins.good:GoodAccelerator"})
     monkeypatch.setenv("ACCELCTL_ACCELERATOR", "twin")
     monkeypatch.setenv("ACCELCTL_DEVICES", "1,")
     trainer = accelctl.Trainer()

@@ -266,9 +266,8 @@ def test_device_stats_reads_the_allocator_only_once_the_backend_is_in_use() -> N
 
 def test_a_dedicated_plugin_wins_by_name_and_under_auto(fake_site: FakeSite) -> None:
     # Priority 10, below this plugin's 50: the dedicated plugin still wins.
-    source = good_plugin_named("openreg", priority=10)
-    fake_site.install("accelctl-openreg", {"openreg": "openreg_plugin"}, {"openreg_plugin": source})
-    environ = with_backend([str(fake_site.root)], ACCELCTL_PLUGINS="cpu,privateuse1,openreg")
+    fake_site.install("accelctl-openreg", {"openreg": "fakeplugins.good:GoodAccelerator"})
+    environ = with_backend(fake_site.path, ACCELCTL_PLUGINS="cpu,privateuse1,openreg")
     listed, by_name, by_auto, validated = accelctl_each(
         ("list", "--json"),
         ("resolve", "--accelerator", "openreg", "--json"),
@@ -285,12 +284,6 @@ def test_a_dedicated_plugin_wins_by_name_and_under_auto(fake_site: FakeSite) -> 
     for result in (by_name, by_auto):
         assert json.loads(result.stdout)["accelerator"] == "openreg", result.stderr
     assert validated.returncode == 0, validated.stdout
-
-
-def good_plugin_named(name: str, priority: int) -> str:
-    from fakedists import good_plugin
-
-    return good_plugin(name, priority=priority)
 
 
 def test_autoload_off_but_the_backend_imported_by_hand_is_found() -> None:

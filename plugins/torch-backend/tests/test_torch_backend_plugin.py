@@ -22,7 +22,7 @@ import accelctl_torch_backend
 from accelctl_torch_backend import packages
 from accelctl_torch_backend.probe import probe
 
-from fakedists import FakeSite, good_plugin
+from fakedists import FakeSite
 
 #: A fresh interpreter imports accelctl in a second or two; the limit only guards against a hang.
 HANG_GUARD_S = 120
@@ -60,7 +60,7 @@ def probe_in_fresh_interpreter(path: list[str], environ: dict[str, str]) -> dict
 
 
 def test_no_backend_package_says_no_without_importing_torch(fake_site: FakeSite) -> None:
-    fake_site.install("accelctl-good", {"good": "good_mod"}, {"good_mod": good_plugin("good")})
+    fake_site.install("accelctl-good", {"good": "fakeplugins.good:GoodAccelerator"})
     found = probe_in_fresh_interpreter(fake_site.path, {})
     assert found == {
         "available": False,
