@@ -41,39 +41,6 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))  # tinymodel.py is a helper module, not a package
 from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader  # noqa: E402
 
-TEST_NPU = '''
-    import accelctl
-
-    CALLS = []
-
-
-    class TestNPU(accelctl.Accelerator):
-        """A class-based plugin whose devices are CPUs; it records the hooks Lightning calls."""
-
-        name = "testnpu"
-        device_type = "cpu"
-        description = "class-based test accelerator"
-        priority = 5
-        distributed_backend = "gloo"
-
-        def detect(self):
-            CALLS.append(("detect",))
-            return True
-
-        def auto_device_count(self):
-            return 2
-
-        def setup_device(self, device):
-            CALLS.append(("setup_device", str(device)))
-
-        def teardown(self):
-            CALLS.append(("teardown",))
-
-        def device_stats(self, device):
-            CALLS.append(("device_stats", str(device)))
-            return {"memory_used_bytes": 123}
-'''
-
 
 class MetaAccelerator(accelctl.Accelerator):
     """Devices of another type than the CPU, as a real NPU or HPU would have (never run)."""
@@ -101,12 +68,10 @@ def _restore_lightning_registries() -> Iterator[None]:
 @pytest.fixture
 def testnpu(fake_site: Any) -> Any:
     """The class-based test plugin ``testnpu``, installed as a distribution; its module."""
-    fake_site.install(
-        "accelctl-testnpu", {"testnpu": "accelctl_testnpu:TestNPU"}, {"accelctl_testnpu": TEST_NPU}
-    )
-    import accelctl_testnpu
+    fake_site.install("accelctl-testnpu", {"testnpu": "fakeplugins.testnpu:TestNPU"})
+    import fakeplugins.testnpu
 
-    return accelctl_testnpu
+    return fakeplugins.testnpu
 
 
 def _fit(accelerator: Any, epochs: int = 3, **options: Any) -> tuple[Any, TinyRegression]:
@@ -691,10 +656,7 @@ def test_register_all_does_not_import_disabled_plugins(testnpu: Any, fake_site: 
 def test_hpu_by_name_trains(fake_site: Any) -> None:
     # Lightning refuses the name "hpu" in its automatic strategy choice, for its own removed HPU
     # accelerator; accelctl's "hpu" takes the plugin's device instead.
-    source = TEST_NPU.replace('name = "testnpu"', 'name = "hpu"')
-    fake_site.install(
-        "accelctl-fakehpu", {"hpu": "accelctl_fakehpu:TestNPU"}, {"accelctl_fakehpu": source}
-    )
+    fake_site.install("accelctl-fakehpu", {"hpu": "fakeplugins.testnpu:TestNPU"})
     registry = _only(fake_site)
     assert register_all(registry=registry).registered == ["hpu"]
     trainer, model = _fit("hpu", epochs=1, devices=1)
