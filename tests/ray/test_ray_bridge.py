@@ -18,7 +18,14 @@ from importgraph import CORE, imports_in, modules
 
 import accelctl
 from accelctl.integrations import _ray_placement
-from accelctl.integrations._ray_placement import WorkerRanks, current, on_device, place
+from accelctl.integrations._ray_placement import (
+    WorkerRanks,
+    check_resources,
+    current,
+    on_device,
+    place,
+)
+from accelctl.integrations._ray_resources import ray_resources  # ray.py's, which needs no Ray
 
 from fakedists import FakeSite, good_plugin, undetected_plugin
 
@@ -50,14 +57,10 @@ def ranks(local_rank: int = 0, local_world_size: int = 2, world_size: int = 2) -
 
 
 def test_a_node_advertises_its_devices_as_a_resource_named_after_their_torch_type() -> None:
-    from accelctl.integrations.ray import ray_resources
-
     assert ray_resources(MetaAccelerator("gloo")) == {"meta": 2.0}
 
 
 def test_the_cpu_counts_processes_and_advertises_nothing() -> None:
-    from accelctl.integrations.ray import ray_resources
-
     assert ray_resources("cpu") == {}
 
 
@@ -132,12 +135,25 @@ def test_the_plugins_setup_device_runs_at_placing_and_in_the_training_thread(
 ) -> None:
     accelerator = MetaAccelerator("gloo")
     placed = place(accelerator, ranks(local_rank=1), restarts=2)
-    assert placed.device == torch.device("meta", 1)
+    assert (placed.device, placed.resource) == (torch.device("meta", 1), "meta")
     assert accelerator.set_up == ["meta:1"]
     assert "ACCELCTL_ACCELERATOR" not in os.environ  # an instance is passed to a Trainer itself
     assert os.environ["TORCHELASTIC_RESTART_COUNT"] == "2"  # fit resumes from last.ckpt
     with on_device():
         assert accelerator.set_up == ["meta:1", "meta:1"]
+
+
+def test_a_run_whose_workers_do_not_each_ask_for_one_device_is_refused(worker: None) -> None:
+    assert place("cpu", ranks(), 0).resource is None  # Ray's CPU resource schedules its workers
+    check_resources({"CPU": 1, "meta": 1}, {"meta"})
+    check_resources({"CPU": 1}, set())
+    for asked, shown in (({"CPU": 1}, "0"), ({"CPU": 1, "meta": 0.5}, "0.5")):
+        with pytest.raises(accelctl.ProcessSetupError) as raised:
+            check_resources(asked, {"meta"})
+        message = str(raised.value)
+        assert f"the run asks for {shown} of it per worker" in message
+        assert "advertise as the Ray resource 'meta' (accelctl ray-resources)" in message
+        assert "resources_per_worker={..., 'meta': 1}" in message
 
 
 def test_more_workers_on_a_node_than_devices_are_refused(worker: None) -> None:
@@ -195,6 +211,7 @@ def test_torch_config_is_rays_with_the_plugin_in_place_of_rays_backend_choice() 
     assert config.train_func_context is on_device
     assert config.to_dict()["accelerator"] == "npu"
     assert TESTED.covers(ray.__version__)  # the installed Ray is the extra's
+    assert accelctl.integrations.ray.ray_resources is ray_resources
 
 
 def test_torch_config_refuses_rays_backend_argument() -> None:

@@ -41,6 +41,9 @@ class Placement:
     device: torch.device
     #: The accelerator's ``torch.distributed`` backend (None: one process only).
     backend: str | None
+    #: The Ray resource that counts its devices on a node (None: the accelerator counts
+    #: processes, as the CPU does).
+    resource: str | None
 
 
 _current: Placement | None = None
@@ -102,8 +105,30 @@ def place(accelerator: Any, ranks: WorkerRanks, restarts: int) -> Placement:
         os.environ[_settings.ACCELERATOR] = handle.name
     os.environ[_settings.DEVICES] = str(ranks.local_world_size)
     os.environ[RESTART_COUNT] = str(restarts)
-    _current = Placement(handle, device, backend)
+    resource = resource_name(handle) if isinstance(selection.parsed, list) else None
+    _current = Placement(handle, device, backend, resource)
     return _current
+
+
+def check_resources(resources_per_worker: dict[str, float], resources: set[str]) -> None:
+    """Refuse a run whose workers do not each ask for one unit of the resource that counts the
+    devices they take: Ray would put more workers on a node than it has devices, or leave
+    devices idle.
+
+    :param resources_per_worker: the run's ``ScalingConfig(resources_per_worker=...)``.
+    :param resources: what the workers' placements say counts their devices.
+    :raises accelctl.ProcessSetupError: naming the resource and the line to write.
+    """
+    for name in sorted(resources):
+        asked = resources_per_worker.get(name, 0)
+        if asked != 1:
+            raise accelctl.ProcessSetupError(
+                f"each Ray Train worker takes one device, which the nodes advertise as the Ray "
+                f"resource {name!r} (accelctl ray-resources), but the run asks for {asked:g} of "
+                f"it per worker (ScalingConfig(resources_per_worker={resources_per_worker!r})): "
+                f"ask for one, resources_per_worker={{..., {name!r}: 1}}, so that Ray puts at "
+                f"most as many workers on a node as it has devices"
+            )
 
 
 def current() -> Placement:

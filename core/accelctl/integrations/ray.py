@@ -118,8 +118,11 @@ class TorchConfig(ray.train.torch.TorchConfig):
 
 
 class _AccelctlBackend(_TorchBackend):
-    """Ray's torch backend, after each worker has taken its device from the plugin. One object
-    serves a run (Ray Train's controller keeps it): it counts the worker group's starts."""
+    """Ray's torch backend, after each worker has taken its device from the plugin.
+
+    Ray makes one object of a backend class per process (``Backend`` is a singleton), and Ray
+    Train runs each run's controller, which calls it, in a process of its own: the object counts
+    the starts of this run's worker group, the first and every restart after a failure."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,13 +132,15 @@ class _AccelctlBackend(_TorchBackend):
         assert isinstance(backend_config, TorchConfig)  # backend_cls is TorchConfig's alone
         restarts, self._starts = self._starts, self._starts + 1
         placed = worker_group.execute(_place_worker, backend_config.accelerator, restarts)
-        backends = {backend for backend in placed}
+        backends = {backend for backend, _ in placed}
         if len(backends) > 1:
             raise accelctl.ProcessSetupError(
                 f"the workers' nodes disagree on the distributed backend of "
                 f"{backend_config.accelerator!r} ({', '.join(sorted(map(str, backends)))}): "
                 f"install the same plugin version on every node"
             )
+        resources = {resource for _, resource in placed if resource is not None}
+        _ray_placement.check_resources(worker_group.get_resources_per_worker(), resources)
         own = ray.train.torch.TorchConfig(
             backend=backends.pop() or "gloo",  # None: one worker, checked where it was placed
             init_method=backend_config.init_method,
@@ -146,8 +151,9 @@ class _AccelctlBackend(_TorchBackend):
         worker_group.execute(_point_accelerate_at_the_device)
 
 
-def _place_worker(accelerator: Any, restarts: int) -> str | None:
-    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`)."""
+def _place_worker(accelerator: Any, restarts: int) -> tuple[str | None, str | None]:
+    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`); its
+    backend and the resource that counts its devices, for the checks across the workers."""
     context = ray.train.get_context()
     ranks = _ray_placement.WorkerRanks(
         world_rank=context.get_world_rank(),
@@ -156,7 +162,8 @@ def _place_worker(accelerator: Any, restarts: int) -> str | None:
         world_size=context.get_world_size(),
         node=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
     )
-    return _ray_placement.place(accelerator, ranks, restarts).backend
+    placement = _ray_placement.place(accelerator, ranks, restarts)
+    return placement.backend, placement.resource
 
 
 def _point_accelerate_at_the_device() -> None:
