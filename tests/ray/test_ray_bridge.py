@@ -27,7 +27,7 @@ from accelctl.integrations._ray_placement import (
 )
 from accelctl.integrations._ray_resources import ray_resources  # ray.py's, which needs no Ray
 
-from fakedists import FakeSite, good_plugin, undetected_plugin
+from fakedists import FakeSite
 
 #: A hang guard for one fresh interpreter (it stops at the missing framework, before torch).
 HANG_GUARD_S = 300
@@ -36,7 +36,7 @@ HANG_GUARD_S = 300
 @pytest.fixture
 def npu(fake_site: FakeSite) -> FakeSite:
     """An installed plugin ``npu`` with two devices and the backend gloo."""
-    fake_site.install("accelctl-npu", {"npu": "fake_npu"}, {"fake_npu": good_plugin("npu")})
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.good:GoodAccelerator"})
     return fake_site
 
 
@@ -181,8 +181,7 @@ def test_a_node_without_the_plugin_refuses_its_worker(worker: None) -> None:
 def test_a_node_where_the_plugin_is_unavailable_refuses_its_worker(
     worker: None, fake_site: FakeSite
 ) -> None:
-    module = {"fake_xla": undetected_plugin("xla", family=None)}
-    fake_site.install("accelctl-xla", {"xla": "fake_xla"}, module)
+    fake_site.install("accelctl-xla", {"xla": "fakeplugins.undetected:UndetectedAccelerator"})
     with pytest.raises(accelctl.AcceleratorUnavailableError, match=r"^Ray Train worker 0 "):
         place("xla", ranks(), 0)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
+from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._ray_resources import resource_name
 
@@ -93,9 +94,10 @@ def place(accelerator: Any, ranks: WorkerRanks, restarts: int) -> Placement:
     backend = handle.info.distributed_backend
     if backend is None and ranks.world_size > 1:
         raise accelctl.ProcessSetupError(
-            f"{where}: accelerator {handle.name!r} runs in a single process only (its "
-            f"distributed_backend is None), but Ray Train started {ranks.world_size} workers; "
-            f"use ScalingConfig(num_workers=1), or an accelerator with a distributed backend"
+            f"{where}: accelerator {known_name(handle, accelerator)!r} runs in a single process "
+            f"only (its distributed_backend is None), but Ray Train started {ranks.world_size} "
+            f"workers; use ScalingConfig(num_workers=1), or an accelerator with a distributed "
+            f"backend"
         )
     device = selection.devices[ranks.local_rank]
     handle.setup_device(device)

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 import accelctl
+from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 
 def resource_name(handle: accelctl.AcceleratorHandle) -> str:
@@ -67,7 +68,7 @@ def ray_resources_command(accelerator: str) -> None:
     handle, resources = _advertised(accelerator)
     if not resources:
         click.echo(
-            f"accelctl ray-resources: {handle.name} runs "
+            f"accelctl ray-resources: {known_name(handle, accelerator)} runs "
             f"processes, not devices: Ray's own CPU resource schedules its workers "
             f"(ray start --num-cpus N), so there is nothing to advertise",
             err=True,
