@@ -72,11 +72,15 @@ def test_the_conformance_kit_and_the_bridges_are_packages_of_the_core() -> None:
     assert accelctl.testing.ValidationReport is accelctl.testing.results.ValidationReport
     assert (CORE / "integrations" / "lightning.py").is_file()
     assert (CORE / "integrations" / "accelerate.py").is_file()
-    # `accelctl validate` is the kit's command, added through the CLI's entry-point group.
-    assert "validate" not in COMMANDS
+    # `accelctl validate` is the kit's command, `accelctl ray-resources` the Ray bridge's, added
+    # through the CLI's entry-point group.
+    assert "validate" not in COMMANDS and "ray-resources" not in COMMANDS
     project = tomllib.loads((CORE.parents[1] / "pyproject.toml").read_text())["project"]
     added = project["entry-points"]["accelctl.commands"]
-    assert added == {"validate": "accelctl.testing.command:validate_command"}
+    assert added == {
+        "validate": "accelctl.testing.command:validate_command",
+        "ray-resources": "accelctl.integrations._ray_resources:ray_resources_command",
+    }
 
 
 def test_what_trains_and_reports_needs_no_conformance_kit() -> None:

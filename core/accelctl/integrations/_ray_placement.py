@@ -1,0 +1,160 @@
+"""Inside a Ray Train worker: which device of its node it takes, and the hand-over to accelctl.
+
+Ray Train starts the workers and tells each its ranks (``ray.train.get_context()``); it knows
+nothing of an accelctl plugin's devices, and sets no visibility variable for a custom resource.
+So every worker of a run on a node sees all of the node's devices, and takes the one of its local
+rank, as under ``accelctl launch``: the first ``local_world_size`` devices, one each. What it
+took is kept for this process (:func:`current`), for the training function's context, for
+:func:`accelctl.integrations.ray.get_device`, and, through the variables ``accelctl launch``
+hands its children, for an :class:`accelctl.Trainer` made inside the training function.
+
+No Ray here: the backend passes the ranks in (the module stays testable in-process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import accelctl
+from accelctl import _settings  # the same distribution: released with the core
+from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
+
+from ._ray_resources import resource_name
+
+if TYPE_CHECKING:
+    import torch
+
+#: torchrun's count of the group's restarts, which makes ``Trainer.fit`` resume from
+#: ``last.ckpt`` by itself (docs/training.md, "Restarts"); here Ray Train's restarts of the
+#: worker group after a failure.
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this worker runs: the accelerator's handle, its device, the group's backend."""
+
+    accelerator: accelctl.AcceleratorHandle
+    device: torch.device
+    #: The accelerator's ``torch.distributed`` backend (None: one process only).
+    backend: str | None
+    #: The Ray resource that counts its devices on a node (None: the accelerator counts
+    #: processes, as the CPU does).
+    resource: str | None
+
+
+_current: Placement | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRanks:
+    """This worker among the workers of one Ray Train run (``ray.train.get_context()``)."""
+
+    world_rank: int
+    local_rank: int
+    local_world_size: int
+    world_size: int
+    #: The node's address, for messages.
+    node: str
+
+
+def place(accelerator: Any, ranks: WorkerRanks, restarts: int) -> Placement:
+    """Take this worker's device and hand the choice to accelctl; the worker group's start calls
+    it in every worker before the process group is made.
+
+    :param accelerator: what :func:`accelctl.resolve` takes.
+    :param restarts: how many times Ray Train has started this run's worker group again.
+    :raises accelctl.AccelctlError: accelctl's own error when the node cannot give this worker a
+        device (the plugin is missing or unavailable here, more workers of the run on this node
+        than it has devices, several workers on an accelerator without a distributed backend),
+        its message saying which worker and node.
+    """
+    global _current
+    where = (
+        f"Ray Train worker {ranks.world_rank} (node {ranks.node}, local rank {ranks.local_rank})"
+    )
+    try:
+        # One device per worker of this run on this node, the first ones: devices[local_rank].
+        selection = accelctl.resolve(accelerator, ranks.local_world_size)
+    except accelctl.DeviceSpecError as exc:
+        handle = accelctl.resolve(accelerator, 1).accelerator
+        raise accelctl.ProcessSetupError(
+            f"{where}: Ray Train placed {ranks.local_world_size} workers of this run on this "
+            f"node, one device each, but {exc}. Advertise each node's devices (ray start "
+            f'--resources "$(accelctl ray-resources)") and ask for one per worker: '
+            f"ScalingConfig(resources_per_worker={{{resource_name(handle)!r}: 1}})"
+        ) from exc
+    except accelctl.AccelctlError as exc:
+        raise type(exc)(f"{where}: {exc}") from exc
+    handle = selection.accelerator
+    backend = handle.info.distributed_backend
+    if backend is None and ranks.world_size > 1:
+        raise accelctl.ProcessSetupError(
+            f"{where}: accelerator {known_name(handle, accelerator)!r} runs in a single process "
+            f"only (its distributed_backend is None), but Ray Train started {ranks.world_size} "
+            f"workers; use ScalingConfig(num_workers=1), or an accelerator with a distributed "
+            f"backend"
+        )
+    device = selection.devices[ranks.local_rank]
+    handle.setup_device(device)
+    # What `accelctl launch` hands its children: a Trainer() inside the training function runs
+    # on this choice (Ray itself sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_*).
+    if handle.entry_point is not None:  # an instance without one is passed to the Trainer
+        os.environ[_settings.ACCELERATOR] = handle.name
+    os.environ[_settings.DEVICES] = str(ranks.local_world_size)
+    os.environ[RESTART_COUNT] = str(restarts)
+    resource = resource_name(handle) if isinstance(selection.parsed, list) else None
+    _current = Placement(handle, device, backend, resource)
+    return _current
+
+
+def check_resources(resources_per_worker: dict[str, float], resources: set[str]) -> None:
+    """Refuse a run whose workers do not each ask for one unit of the resource that counts the
+    devices they take: Ray would put more workers on a node than it has devices, or leave
+    devices idle.
+
+    :param resources_per_worker: the run's ``ScalingConfig(resources_per_worker=...)``.
+    :param resources: what the workers' placements say counts their devices.
+    :raises accelctl.ProcessSetupError: naming the resource and the line to write.
+    """
+    for name in sorted(resources):
+        asked = resources_per_worker.get(name, 0)
+        if asked != 1:
+            raise accelctl.ProcessSetupError(
+                f"each Ray Train worker takes one device, which the nodes advertise as the Ray "
+                f"resource {name!r} (accelctl ray-resources), but the run asks for {asked:g} of "
+                f"it per worker (ScalingConfig(resources_per_worker={resources_per_worker!r})): "
+                f"ask for one, resources_per_worker={{..., {name!r}: 1}}, so that Ray puts at "
+                f"most as many workers on a node as it has devices"
+            )
+
+
+def current() -> Placement:
+    """This worker's placement.
+
+    :raises accelctl.ProcessSetupError: outside a worker of a Ray ``TorchTrainer`` whose
+        ``torch_config`` is :class:`accelctl.integrations.ray.TorchConfig`.
+    """
+    if _current is None:
+        raise accelctl.ProcessSetupError(
+            "this process is not a Ray Train worker placed by accelctl: call it inside the "
+            "training function of a ray.train.torch.TorchTrainer made with "
+            "torch_config=accelctl.integrations.ray.TorchConfig(<accelerator>)"
+        )
+    return _current
+
+
+@contextlib.contextmanager
+def on_device() -> Iterator[None]:
+    """Around the training function, in its own thread (a current device is per thread): the
+    plugin's ``setup_device`` for this worker's device, and its ``teardown`` afterwards."""
+    placement = current()
+    placement.accelerator.setup_device(placement.device)
+    try:
+        yield
+    finally:
+        placement.accelerator.teardown()

@@ -1,0 +1,230 @@
+"""Ray Train's ``TorchTrainer`` on any accelctl accelerator, with no change to Ray.
+
+::
+
+    # on each node: advertise its devices to Ray
+    #   ray start --address HEAD:6379 --resources "$(accelctl ray-resources)"
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from accelctl.integrations.ray import TorchConfig
+
+    trainer = TorchTrainer(
+        train_fn,
+        torch_config=TorchConfig("npu"),
+        scaling_config=ScalingConfig(num_workers=8, resources_per_worker={"npu": 1}),
+    )
+
+Ray Train picks a worker's device from the accelerators Ray knows (GPU, HPU, NPU, TPU) and falls
+back to the CPU; it sets no visibility variable for a custom resource, and passes a backend name
+straight to ``init_process_group``. :class:`TorchConfig` (a ``ray.train.torch.TorchConfig``) puts
+the plugin's choice in its place: each worker takes the device of its local rank from the plugin
+(its ``setup_device`` hook), the group joins the plugin's ``distributed_backend``, and a worker
+the node cannot serve is refused with accelctl's error before the group is made. Inside the
+training function, ``accelctl.Trainer()`` runs on that device (it sees Ray's worker as a launched
+rank and takes the group Ray made), and a hand-written loop uses :func:`get_device`,
+:func:`prepare_model` and :func:`prepare_data_loader` where it would use Ray's. After a failure
+that Ray restarts the workers for (``FailureConfig(max_failures=N)``), ``Trainer.fit`` resumes from
+its ``last.ckpt`` by itself, as after torchrun's restarts. ``docs/ray.md`` has the whole story.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    import ray
+    import ray.train
+    import ray.train.torch
+    from ray.train.torch.config import _TorchBackend
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Ray
+    raise ModuleNotFoundError(
+        f"accelctl.integrations.ray needs Ray Train ({exc.name} is missing): "
+        "pip install 'accelctl[ray]'",
+        name=exc.name,
+    ) from exc
+
+import torch
+
+import accelctl
+from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
+
+from . import _ray_placement
+from ._ray_resources import ray_resources
+from ._versions import TestedRange
+
+__all__ = ["TESTED", "TorchConfig", "get_device", "prepare_data_loader", "prepare_model",
+           "ray_resources"]  # fmt: skip
+
+#: The Ray versions this bridge is tested with (the extra ``accelctl[ray]``'s pin): it extends
+#: Ray Train's private torch backend, whose steps may change between minors.
+TESTED = TestedRange((2, 60), (2, 61))
+
+if not TESTED.covers(ray.__version__):
+    warnings.warn(
+        f"accelctl.integrations.ray is tested with Ray {TESTED.text()}, not {ray.__version__}: "
+        f"pip install 'accelctl[ray]' installs a tested version",
+        stacklevel=2,
+    )
+
+
+class TorchConfig(ray.train.torch.TorchConfig):
+    """``ray.train.torch.TorchConfig`` whose workers run on an accelctl accelerator.
+
+    :param accelerator: what :func:`accelctl.resolve` takes, resolved in each worker on its own
+        node: ``"auto"`` (``ACCELCTL_ACCELERATOR`` when set on the node, else the available
+        accelerator of highest priority), ``"gpu"``, a name or alias (``"npu"``, ``"openreg"``),
+        or an :class:`accelctl.Accelerator` instance.
+    :param init_method: Ray's: ``"env"`` or ``"tcp"``.
+    :param timeout_s: Ray's: seconds a collective of the group may wait.
+
+    Each worker takes ``devices[local_rank]`` of its node (the first devices, one per worker of
+    the run there), the group's backend is the plugin's ``distributed_backend``; Ray's own
+    ``backend`` argument is therefore not taken.
+
+    :raises TypeError: for ``backend=``.
+    """
+
+    def __init__(
+        self,
+        accelerator: Any = "auto",
+        *,
+        init_method: str = "env",
+        timeout_s: int = 1800,
+        **kwargs: Any,
+    ) -> None:
+        if "backend" in kwargs:
+            raise TypeError(
+                "TorchConfig(backend=...) is the plugin's choice here (its distributed_backend, "
+                "read on each worker's node); name the accelerator instead: TorchConfig('npu')"
+            )
+        super().__init__(backend=None, init_method=init_method, timeout_s=timeout_s, **kwargs)
+        #: The accelerator asked for, resolved in each worker.
+        self.accelerator = accelerator
+
+    @property
+    def backend_cls(self) -> type[_TorchBackend]:
+        return _AccelctlBackend
+
+    @property
+    def train_func_context(self) -> Any:
+        return _ray_placement.on_device
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "accelerator": str(self.accelerator)}
+
+
+class _AccelctlBackend(_TorchBackend):
+    """Ray's torch backend, after each worker has taken its device from the plugin.
+
+    Ray makes one object of a backend class per process (``Backend`` is a singleton), and Ray
+    Train runs each run's controller, which calls it, in a process of its own: the object counts
+    the starts of this run's worker group, the first and every restart after a failure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._starts = 0
+
+    def on_start(self, worker_group: Any, backend_config: ray.train.BackendConfig) -> None:
+        assert isinstance(backend_config, TorchConfig)  # backend_cls is TorchConfig's alone
+        restarts, self._starts = self._starts, self._starts + 1
+        placed = worker_group.execute(_place_worker, backend_config.accelerator, restarts)
+        backends = {backend for backend, _ in placed}
+        if len(backends) > 1:
+            raise accelctl.ProcessSetupError(
+                f"the workers' nodes disagree on the distributed backend of "
+                f"{backend_config.accelerator!r} ({', '.join(sorted(map(str, backends)))}): "
+                f"install the same plugin version on every node"
+            )
+        resources = {resource for _, resource in placed if resource is not None}
+        _ray_placement.check_resources(worker_group.get_resources_per_worker(), resources)
+        own = ray.train.torch.TorchConfig(
+            backend=backends.pop() or "gloo",  # None: one worker, checked where it was placed
+            init_method=backend_config.init_method,
+            timeout_s=backend_config.timeout_s,
+        )
+        super().on_start(worker_group, own)
+        # Ray points Accelerate at its own device choice (the CPU for a chip it does not know).
+        worker_group.execute(_point_accelerate_at_the_device)
+
+
+def _place_worker(accelerator: Any, restarts: int) -> tuple[str | None, str | None]:
+    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`); its
+    backend and the resource that counts its devices, for the checks across the workers."""
+    context = ray.train.get_context()
+    ranks = _ray_placement.WorkerRanks(
+        world_rank=context.get_world_rank(),
+        local_rank=context.get_local_rank(),
+        local_world_size=context.get_local_world_size(),
+        world_size=context.get_world_size(),
+        node=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+    )
+    placement = _ray_placement.place(accelerator, ranks, restarts)
+    return placement.backend, placement.resource
+
+
+def _point_accelerate_at_the_device() -> None:
+    os.environ["ACCELERATE_TORCH_DEVICE"] = str(_ray_placement.current().device)
+
+
+def get_device() -> torch.device:
+    """This worker's device, as the plugin gave it (``ray.train.torch.get_device`` answers the
+    CPU for a chip Ray does not know).
+
+    :raises accelctl.ProcessSetupError: outside a worker started with :class:`TorchConfig`.
+    """
+    return _ray_placement.current().device
+
+
+def prepare_model(
+    model: torch.nn.Module,
+    parallel_strategy: str | None = "ddp",
+    parallel_strategy_kwargs: dict[str, Any] | None = None,
+) -> torch.nn.Module:
+    """``ray.train.torch.prepare_model`` on this worker's device: the model moved there and,
+    with several workers, wrapped in ``DistributedDataParallel`` over the group Ray made with
+    the plugin's backend."""
+    prepared: torch.nn.Module = ray.train.torch.prepare_model(
+        model,
+        move_to_device=get_device(),
+        parallel_strategy=parallel_strategy,
+        parallel_strategy_kwargs=parallel_strategy_kwargs,
+    )
+    return prepared
+
+
+def prepare_data_loader(
+    data_loader: torch.utils.data.DataLoader[Any],
+    add_dist_sampler: bool = True,
+    move_to_device: bool = True,
+) -> Any:
+    """``ray.train.torch.prepare_data_loader`` on this worker's device: with several workers,
+    each reads its share of the data (a ``DistributedSampler``, as Ray adds it), and with
+    ``move_to_device`` every batch arrives on the device (Ray's own loader can move batches only
+    to the devices Ray knows). Call ``loader.sampler.set_epoch(epoch)`` each epoch, as with
+    Ray's."""
+    loader = ray.train.torch.prepare_data_loader(
+        data_loader, add_dist_sampler=add_dist_sampler, move_to_device=False
+    )
+    return _OnDevice(loader, get_device()) if move_to_device else loader
+
+
+class _OnDevice:
+    """A data loader whose batches arrive on ``device``; every other attribute is the loader's
+    (``sampler``, ``dataset``, ``batch_size``)."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader[Any], device: torch.device) -> None:
+        self._loader, self._device = loader, device
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self._loader:
+            yield move_to_device(batch, self._device)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)

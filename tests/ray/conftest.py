@@ -1,0 +1,78 @@
+"""The Ray bridge's tests. The in-process ones need no cluster; the ``ray``-marked ones read what
+one driver (``ray_run.py``) left after its runs on a real local Ray cluster (``raycluster.py``),
+started, used and stopped once per test session by whichever pytest-xdist worker asks first.
+
+The cluster: a head whose workers cannot use the ``privateuse1`` plugin (``ACCELCTL_DISABLE``,
+as on a node where it is not installed), and a second node with torch_openreg 0.0.2's two devices,
+advertised with what ``accelctl ray-resources`` prints there. Both run with torch's backend
+autoload on, as on a user's machine (this test process keeps it off: the root ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from openreg.conftest import UserMachine, _require_wheel, shared_run
+
+from .raycluster import ray_cluster
+
+DRIVER = Path(__file__).with_name("ray_run.py")
+#: A hang guard only: the driver's three runs start a dozen processes that each import torch and
+#: Ray (minutes on a loaded 2-core machine); nothing here is timed.
+DRIVER_TIMEOUT_S = 1800
+
+#: The nodes' environment beyond the tests' own: Ray prestarts no idle workers (each would
+#: import Ray on this 2-core machine for nothing), out-of-tree torch backends load, and Ray
+#: finds the shell it starts its workers with (the tests' PATH is the interpreter's folder).
+NODE_VARIABLES = {
+    "RAY_prestart_worker_first_driver": "0",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+    "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+}
+
+
+def run_on_a_cluster(out: Path) -> None:
+    """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
+    (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
+    not raised, so that the other workers do not start the cluster again."""
+    machine = UserMachine([])
+    node_env = machine.environ(**NODE_VARIABLES)
+    advertised = machine.run(
+        sys.executable, "-m", "accelctl", "ray-resources", "--accelerator", "openreg",
+        **NODE_VARIABLES,
+    )  # fmt: skip
+    record = {"ray_resources": advertised.stdout, "ray_resources_stderr": advertised.stderr}
+    try:
+        resources = json.loads(advertised.stdout)
+        head_env = machine.environ(ACCELCTL_DISABLE="privateuse1", **NODE_VARIABLES)
+        with ray_cluster(head_env, node_env, resources, logs=out) as cluster:
+            done = subprocess.run(
+                [sys.executable, str(DRIVER), str(out), cluster.address],
+                capture_output=True,
+                text=True,
+                env=machine.environ(),
+                timeout=DRIVER_TIMEOUT_S,
+            )
+        record.update(returncode=done.returncode, stderr=done.stderr[-6000:])
+    except Exception as exc:
+        record.update(returncode=None, stderr=f"{type(exc).__name__}: {exc}")
+    (out / "cluster.json").write_text(json.dumps(record))
+
+
+@pytest.fixture(scope="module")
+def ray_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the driver's runs (``openreg``, ``cpu``, ``misconfigured``)."""
+    _require_wheel()
+    out = shared_run(tmp_path_factory, "ray-runs", run_on_a_cluster)
+    record = json.loads((out / "cluster.json").read_text())
+    logs = "".join(
+        f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"
+        for log in sorted(out.glob("*.log"))
+    )
+    assert record["returncode"] == 0, f"{record['stderr']}{logs}"
+    return out

@@ -1,0 +1,247 @@
+"""The Ray bridge in this process, without a cluster: the resources a node advertises (the helper
+and ``accelctl ray-resources``), what a worker takes and hands to accelctl, the refusals, the
+``TorchConfig``. Ray's worker context is not needed: the placement takes the ranks as given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+from cliharness import Cli
+from fakeaccelerators import MetaAccelerator
+from importgraph import CORE, imports_in, modules
+
+import accelctl
+from accelctl.integrations import _ray_placement
+from accelctl.integrations._ray_placement import (
+    WorkerRanks,
+    check_resources,
+    current,
+    on_device,
+    place,
+)
+from accelctl.integrations._ray_resources import ray_resources  # ray.py's, which needs no Ray
+
+from fakedists import FakeSite
+
+#: A hang guard for one fresh interpreter (it stops at the missing framework, before torch).
+HANG_GUARD_S = 300
+
+
+@pytest.fixture
+def npu(fake_site: FakeSite) -> FakeSite:
+    """An installed plugin ``npu`` with two devices and the backend gloo."""
+    fake_site.install("accelctl-npu", {"npu": "fakeplugins.good:GoodAccelerator"})
+    return fake_site
+
+
+@pytest.fixture
+def worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A process about to be placed: what placing sets is put back afterwards."""
+    for name in ("ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_ray_placement, "_current", None)
+    yield
+
+
+def ranks(local_rank: int = 0, local_world_size: int = 2, world_size: int = 2) -> WorkerRanks:
+    return WorkerRanks(local_rank, local_rank, local_world_size, world_size, node="10.0.0.7")
+
+
+# -- what a node advertises ------------------------------------------------------------------
+
+
+def test_a_node_advertises_its_devices_as_a_resource_named_after_their_torch_type() -> None:
+    assert ray_resources(MetaAccelerator("gloo")) == {"meta": 2.0}
+
+
+def test_the_cpu_counts_processes_and_advertises_nothing() -> None:
+    assert ray_resources("cpu") == {}
+
+
+def test_accelctl_ray_resources_prints_the_json_for_ray_start(cli: Cli, npu: FakeSite) -> None:
+    named = cli("ray-resources", "--accelerator", "npu")
+    assert (named.exit_code, json.loads(named.stdout), named.stderr) == (0, {"npu": 2}, "")
+    # "auto" is what accelctl chooses here: ACCELCTL_ACCELERATOR first.
+    auto = cli("ray-resources", env={"ACCELCTL_ACCELERATOR": "npu"})
+    assert json.loads(auto.stdout) == {"npu": 2}
+    cpu = cli("ray-resources", "-a", "cpu")
+    assert (cpu.exit_code, cpu.stdout) == (0, "{}\n")
+    assert "Ray's own CPU resource" in cpu.stderr
+    unknown = cli("ray-resources", "-a", "nope")
+    assert unknown.exit_code == 1 and unknown.stdout == ""
+    assert "no accelerator named 'nope' is installed" in unknown.stderr
+
+
+def test_the_command_needs_neither_ray_nor_torch_to_load() -> None:
+    # The CLI reaches it through the entry-point group on any node, before `ray start`.
+    module = "accelctl.integrations._ray_resources"
+    source = modules()[module].read_text()
+    imported = imports_in(source, module, False, set(modules()))
+    assert not [name for name in imported if name.split(".")[0] in ("ray", "torch")]
+
+
+def test_the_bridge_without_ray_names_the_extra_that_installs_it() -> None:
+    code = """
+import json, sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+try:
+    import accelctl.integrations.ray
+except ModuleNotFoundError as exc:
+    print(json.dumps({"name": exc.name, "message": str(exc)}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "name": "ray",
+        "message": "accelctl.integrations.ray needs Ray Train (ray is missing): "
+        "pip install 'accelctl[ray]'",
+    }
+
+
+# -- what a worker takes ---------------------------------------------------------------------
+
+
+def test_each_worker_takes_the_device_of_its_local_rank_and_hands_it_to_accelctl(
+    worker: None, npu: FakeSite
+) -> None:
+    placed = place("npu", ranks(local_rank=1), restarts=0)
+    assert placed.accelerator.name == "npu" and placed.backend == "gloo"
+    assert placed.device == torch.device("cpu")  # the fake plugin's devices
+    assert current() is placed
+    # What `accelctl launch` hands its children, so that a Trainer() there runs on it.
+    assert (os.environ["ACCELCTL_ACCELERATOR"], os.environ["ACCELCTL_DEVICES"]) == ("npu", "2")
+    assert os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+    selection = accelctl.resolve()
+    assert (selection.accelerator.name, selection.parsed) == ("npu", [0, 1])
+
+
+def test_the_plugins_setup_device_runs_at_placing_and_in_the_training_thread(
+    worker: None,
+) -> None:
+    accelerator = MetaAccelerator("gloo")
+    placed = place(accelerator, ranks(local_rank=1), restarts=2)
+    assert (placed.device, placed.resource) == (torch.device("meta", 1), "meta")
+    assert accelerator.set_up == ["meta:1"]
+    assert "ACCELCTL_ACCELERATOR" not in os.environ  # an instance is passed to a Trainer itself
+    assert os.environ["TORCHELASTIC_RESTART_COUNT"] == "2"  # fit resumes from last.ckpt
+    with on_device():
+        assert accelerator.set_up == ["meta:1", "meta:1"]
+
+
+def test_a_run_whose_workers_do_not_each_ask_for_one_device_is_refused(worker: None) -> None:
+    assert place("cpu", ranks(), 0).resource is None  # Ray's CPU resource schedules its workers
+    check_resources({"CPU": 1, "meta": 1}, {"meta"})
+    check_resources({"CPU": 1}, set())
+    for asked, shown in (({"CPU": 1}, "0"), ({"CPU": 1, "meta": 0.5}, "0.5")):
+        with pytest.raises(accelctl.ProcessSetupError) as raised:
+            check_resources(asked, {"meta"})
+        message = str(raised.value)
+        assert f"the run asks for {shown} of it per worker" in message
+        assert "advertise as the Ray resource 'meta' (accelctl ray-resources)" in message
+        assert "resources_per_worker={..., 'meta': 1}" in message
+
+
+def test_more_workers_on_a_node_than_devices_are_refused(worker: None) -> None:
+    with pytest.raises(accelctl.ProcessSetupError) as raised:
+        place(MetaAccelerator("gloo"), ranks(local_rank=2, local_world_size=3, world_size=3), 0)
+    message = str(raised.value)
+    assert message.startswith("Ray Train worker 2 (node 10.0.0.7, local rank 2): ")
+    assert "placed 3 workers of this run on this node, one device each" in message
+    assert "metaacc" in message and "2" in message  # accelctl's DeviceSpecError: what is visible
+    assert 'ray start --resources "$(accelctl ray-resources)"' in message
+    assert "ScalingConfig(resources_per_worker={'meta': 1})" in message
+    assert isinstance(raised.value.__cause__, accelctl.DeviceSpecError)
+
+
+def test_a_node_without_the_plugin_refuses_its_worker(worker: None) -> None:
+    with pytest.raises(accelctl.UnknownAcceleratorError) as raised:
+        place("npu", ranks(), 0)
+    message = str(raised.value)
+    assert message.startswith("Ray Train worker 0 (node 10.0.0.7, local rank 0): ")
+    assert "no accelerator named 'npu' is installed (installed: cpu" in message
+    with pytest.raises(accelctl.ProcessSetupError, match="not a Ray Train worker placed"):
+        current()
+
+
+def test_a_node_where_the_plugin_is_unavailable_refuses_its_worker(
+    worker: None, fake_site: FakeSite
+) -> None:
+    fake_site.install("accelctl-xla", {"xla": "fakeplugins.undetected:UndetectedAccelerator"})
+    with pytest.raises(accelctl.AcceleratorUnavailableError, match=r"^Ray Train worker 0 "):
+        place("xla", ranks(), 0)
+
+
+def test_several_workers_on_an_accelerator_without_a_backend_are_refused(worker: None) -> None:
+    with pytest.raises(accelctl.ProcessSetupError) as raised:
+        place(MetaAccelerator(None), ranks(local_world_size=1, world_size=2), 0)
+    assert "runs in a single process only" in str(raised.value)
+    assert "Ray Train started 2 workers" in str(raised.value)
+    assert "ScalingConfig(num_workers=1)" in str(raised.value)
+
+
+# -- TorchConfig and the helpers ---------------------------------------------------------------
+
+
+def test_torch_config_is_rays_with_the_plugin_in_place_of_rays_backend_choice() -> None:
+    import ray.train.torch
+    from ray.train.torch.config import _TorchBackend
+
+    from accelctl.integrations.ray import TESTED, TorchConfig
+
+    config = TorchConfig("npu", timeout_s=60)
+    assert isinstance(config, ray.train.torch.TorchConfig)
+    assert (config.accelerator, config.backend, config.timeout_s) == ("npu", None, 60)
+    assert issubclass(config.backend_cls, _TorchBackend)
+    assert config.train_func_context is on_device
+    assert config.to_dict()["accelerator"] == "npu"
+    assert TESTED.covers(ray.__version__)  # the installed Ray is the extra's
+    assert accelctl.integrations.ray.ray_resources is ray_resources
+
+
+def test_torch_config_refuses_rays_backend_argument() -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    with pytest.raises(TypeError, match=r"the plugin.s choice here \(its distributed_backend"):
+        TorchConfig("npu", backend="nccl")
+
+
+def test_the_helpers_outside_a_placed_worker_say_where_they_belong(worker: None) -> None:
+    from accelctl.integrations.ray import get_device, prepare_model
+
+    with pytest.raises(accelctl.ProcessSetupError, match=r"torch_config=accelctl\.integrations"):
+        get_device()
+    with pytest.raises(accelctl.ProcessSetupError):
+        prepare_model(torch.nn.Linear(1, 1))
+
+
+def test_the_data_loader_wrapper_moves_every_batch_to_the_device() -> None:
+    from accelctl.integrations.ray import _OnDevice
+
+    loader = torch.utils.data.DataLoader(list(range(6)), batch_size=4)
+    wrapped = _OnDevice(loader, torch.device("meta"))
+    batches = list(wrapped)
+    assert [batch.device.type for batch in batches] == ["meta", "meta"]
+    assert len(wrapped) == 2 and wrapped.batch_size == 4 and wrapped.dataset is loader.dataset
+
+
+def test_docs_name_every_public_name() -> None:
+    import accelctl.integrations.ray as bridge
+
+    docs = (CORE.parents[1] / "docs" / "ray.md").read_text()
+    for name in bridge.__all__:
+        assert f"`{name}" in docs, name
