@@ -3,7 +3,11 @@
 - :mod:`accelctl.integrations.lightning`: Lightning's ``Trainer`` and ``Fabric`` on any accelctl
   accelerator (extra ``accelctl[lightning]``, which installs Lightning);
 - :mod:`accelctl.integrations.accelerate`: HF Accelerate's ``Accelerator`` on any accelctl
-  accelerator (extra ``accelctl[accelerate]``, which installs Accelerate).
+  accelerator (extra ``accelctl[accelerate]``, which installs Accelerate);
+- :mod:`accelctl.integrations.transformers`: transformers' own ``Trainer`` on any accelctl
+  accelerator, through its ``TrainingArguments`` (extra ``accelctl[transformers]``);
+- :mod:`accelctl.integrations.ray`: Ray Train's ``TorchTrainer`` on any accelctl accelerator,
+  through its ``TorchConfig`` (extra ``accelctl[ray]``).
 
 Each module imports its framework on import; nothing in the core imports them (a test walks the
 core's imports: tests/core/test_dependencies.py). They adapt the frameworks' internals for the
