@@ -10,6 +10,7 @@ autoload on, as on a user's machine (this test process keeps it off: the root ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from besidevenv import RAY, wait_for_install
 from openreg.conftest import UserMachine, _require_wheel, shared_run
 
 from .raycluster import ray_cluster
@@ -36,11 +38,31 @@ NODE_VARIABLES = {
 }
 
 
-def run_on_a_cluster(out: Path) -> None:
+def ray_folder() -> Path | None:
+    """Where Ray Train is: ``None`` when this interpreter imports it itself (a venv with
+    ``accelctl[ray]``), else the folder ``scripts/test`` installs it into beside the venv, once
+    that install has ended (skip, or fail under CI, where it failed or never ran)."""
+    if not RAY.exists() and importlib.util.find_spec("ray") is not None:
+        return None
+    return wait_for_install(RAY, "ray")
+
+
+@pytest.fixture
+def ray_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray importable in this process for the test, and only for it: its folder's other
+    packages (tensorboardX, pandas, ...) would change what Lightning does in the worker's later
+    tests."""
+    folder = ray_folder()
+    if folder is not None:
+        monkeypatch.syspath_prepend(str(folder))
+
+
+def run_on_a_cluster(out: Path, ray: Path | None) -> None:
     """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
     (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
-    not raised, so that the other workers do not start the cluster again."""
-    machine = UserMachine([])
+    not raised, so that the other workers do not start the cluster again. ``ray``: Ray's folder,
+    on the path of the nodes (their workers inherit it) and of the driver."""
+    machine = UserMachine([ray] if ray else [])
     node_env = machine.environ(**NODE_VARIABLES)
     advertised = machine.run(
         sys.executable, "-m", "accelctl", "ray-resources", "--accelerator", "openreg",
@@ -68,7 +90,8 @@ def run_on_a_cluster(out: Path) -> None:
 def ray_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the driver's runs (``openreg``, ``cpu``, ``misconfigured``)."""
     _require_wheel()
-    out = shared_run(tmp_path_factory, "ray-runs", run_on_a_cluster)
+    ray = ray_folder()
+    out = shared_run(tmp_path_factory, "ray-runs", lambda out: run_on_a_cluster(out, ray))
     record = json.loads((out / "cluster.json").read_text())
     logs = "".join(
         f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"
