@@ -28,6 +28,16 @@ DRIVER = Path(__file__).with_name("ray_run.py")
 #: Ray (minutes on a loaded 2-core machine); nothing here is timed.
 DRIVER_TIMEOUT_S = 1800
 
+#: Two of Ray Train V2's own features that a run on loopback has no use for and that cost this
+#: 2-core machine CPU in every run (the CPU the cluster used, measured: docs/ray.md, "Tests"):
+#: the preemption watcher, an actor per run that polls Ray for nodes being drained (a cloud's
+#: reclaimed instances), and the metrics callbacks, which export figures no one reads here. The
+#: bridge uses neither. Set for the driver (where Ray Train chooses its callbacks) and the nodes.
+RAY_TRAIN_SETTINGS = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+}
+
 #: The nodes' environment beyond the tests' own: Ray prestarts no idle workers (each would
 #: import Ray on this 2-core machine for nothing), out-of-tree torch backends load, and Ray
 #: finds the shell it starts its workers with (the tests' PATH is the interpreter's folder).
@@ -35,6 +45,7 @@ NODE_VARIABLES = {
     "RAY_prestart_worker_first_driver": "0",
     "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
     "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+    **RAY_TRAIN_SETTINGS,
 }
 
 
@@ -77,7 +88,7 @@ def run_on_a_cluster(out: Path, ray: Path | None) -> None:
                 [sys.executable, str(DRIVER), str(out), cluster.address],
                 capture_output=True,
                 text=True,
-                env=machine.environ(),
+                env=machine.environ(**RAY_TRAIN_SETTINGS),
                 timeout=DRIVER_TIMEOUT_S,
             )
         record.update(returncode=done.returncode, stderr=done.stderr[-6000:])
