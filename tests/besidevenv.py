@@ -70,10 +70,15 @@ def wait_for_install(folder: Path, module: str) -> Path:
                 f"installing {module} into {folder} failed: its log is {folder}/.accelctl-failed"
             )
         if not _installing(partial):
+            if partial.exists():
+                _missing(
+                    f"installing {module} into {folder} was interrupted "
+                    "(bash scripts/test installs it again)"
+                )
             _missing(f"{module} is not installed in {folder} (bash scripts/test installs it there)")
         if time.monotonic() > deadline:
             _missing(f"installing {module} into {partial} has not ended in {INSTALL_TIMEOUT_S} s")
-        time.sleep(1)
+        time.sleep(0.5)
     return folder
 
 
