@@ -10,11 +10,12 @@ autoload on, as on a user's machine (this test process keeps it off: the root ``
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
+import sysconfig
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,8 @@ def ray_folder() -> Path | None:
     """Where Ray Train is: ``None`` when this interpreter imports it itself (a venv with
     ``accelctl[ray]``), else the folder ``scripts/test`` installs it into beside the venv, once
     that install has ended (skip, or fail under CI, where it failed or never ran)."""
-    if not RAY.exists() and importlib.util.find_spec("ray") is not None:
+    # (The venv's own packages only: "ray" on the tests' path is this folder, tests/ray.)
+    if not RAY.exists() and PathFinder.find_spec("ray", [sysconfig.get_path("purelib")]):
         return None
     return wait_for_install(RAY, "ray")
 
