@@ -14,9 +14,12 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 import pytest
+from besidevenv import RAY, wait_for_install
 from openreg.conftest import UserMachine, _require_wheel, shared_run
 
 from .raycluster import ray_cluster
@@ -26,6 +29,16 @@ DRIVER = Path(__file__).with_name("ray_run.py")
 #: Ray (minutes on a loaded 2-core machine); nothing here is timed.
 DRIVER_TIMEOUT_S = 1800
 
+#: Two of Ray Train V2's own features that a run on loopback has no use for and that cost this
+#: 2-core machine CPU in every run (the CPU the cluster used, measured: docs/ray.md, "Tests"):
+#: the preemption watcher, an actor per run that polls Ray for nodes being drained (a cloud's
+#: reclaimed instances), and the metrics callbacks, which export figures no one reads here. The
+#: bridge uses neither. Set for the driver (where Ray Train chooses its callbacks) and the nodes.
+RAY_TRAIN_SETTINGS = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+}
+
 #: The nodes' environment beyond the tests' own: Ray prestarts no idle workers (each would
 #: import Ray on this 2-core machine for nothing), out-of-tree torch backends load, and Ray
 #: finds the shell it starts its workers with (the tests' PATH is the interpreter's folder).
@@ -33,14 +46,36 @@ NODE_VARIABLES = {
     "RAY_prestart_worker_first_driver": "0",
     "TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
     "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+    **RAY_TRAIN_SETTINGS,
 }
 
 
-def run_on_a_cluster(out: Path) -> None:
+def ray_folder() -> Path | None:
+    """Where Ray Train is: ``None`` when this interpreter imports it itself (a venv with
+    ``accelctl[ray]``), else the folder ``scripts/test`` installs it into beside the venv, once
+    that install has ended (skip, or fail under CI, where it failed or never ran)."""
+    # (The venv's own packages only: "ray" on the tests' path is this folder, tests/ray.)
+    if not RAY.exists() and PathFinder.find_spec("ray", [sysconfig.get_path("purelib")]):
+        return None
+    return wait_for_install(RAY, "ray")
+
+
+@pytest.fixture
+def ray_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray importable in this process for the test, and only for it: its folder's other
+    packages (tensorboardX, pandas, ...) would change what Lightning does in the worker's later
+    tests."""
+    folder = ray_folder()
+    if folder is not None:
+        monkeypatch.syspath_prepend(str(folder))
+
+
+def run_on_a_cluster(out: Path, ray: Path | None) -> None:
     """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
     (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
-    not raised, so that the other workers do not start the cluster again."""
-    machine = UserMachine([])
+    not raised, so that the other workers do not start the cluster again. ``ray``: Ray's folder,
+    on the path of the nodes (their workers inherit it) and of the driver."""
+    machine = UserMachine([ray] if ray else [])
     node_env = machine.environ(**NODE_VARIABLES)
     advertised = machine.run(
         sys.executable, "-m", "accelctl", "ray-resources", "--accelerator", "openreg",
@@ -55,7 +90,7 @@ def run_on_a_cluster(out: Path) -> None:
                 [sys.executable, str(DRIVER), str(out), cluster.address],
                 capture_output=True,
                 text=True,
-                env=machine.environ(),
+                env=machine.environ(**RAY_TRAIN_SETTINGS),
                 timeout=DRIVER_TIMEOUT_S,
             )
         record.update(returncode=done.returncode, stderr=done.stderr[-6000:])
@@ -68,7 +103,8 @@ def run_on_a_cluster(out: Path) -> None:
 def ray_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the driver's runs (``openreg``, ``cpu``, ``misconfigured``)."""
     _require_wheel()
-    out = shared_run(tmp_path_factory, "ray-runs", run_on_a_cluster)
+    ray = ray_folder()
+    out = shared_run(tmp_path_factory, "ray-runs", lambda out: run_on_a_cluster(out, ray))
     record = json.loads((out / "cluster.json").read_text())
     logs = "".join(
         f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"

@@ -48,7 +48,8 @@ class RayCluster:
 
     def start_node(self, name: str, env: Mapping[str, str], *options: str) -> None:
         """``ray start OPTIONS --block`` as node ``name``; returns once it runs."""
-        argv = [str(Path(sys.executable).with_name("ray")), "start", "--block",
+        # Ray's own command, wherever its package is (its script would be in its folder's bin).
+        argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
                 "--node-ip-address=127.0.0.1", "--disable-usage-stats",
                 "--object-store-memory=100000000", *options]  # fmt: skip
         argv += [f"{option}={free_port()}" for option in _PORT_OPTIONS]

@@ -71,7 +71,7 @@ if not TESTED.covers(ray.__version__):
     )
 
 
-class TorchConfig(ray.train.torch.TorchConfig):
+class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to mypy
     """``ray.train.torch.TorchConfig`` whose workers run on an accelctl accelerator.
 
     :param accelerator: what :func:`accelctl.resolve` takes, resolved in each worker on its own
@@ -117,7 +117,7 @@ class TorchConfig(ray.train.torch.TorchConfig):
         return {**super().to_dict(), "accelerator": str(self.accelerator)}
 
 
-class _AccelctlBackend(_TorchBackend):
+class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
     """Ray's torch backend, after each worker has taken its device from the plugin.
 
     Ray makes one object of a backend class per process (``Backend`` is a singleton), and Ray
@@ -160,7 +160,7 @@ def _place_worker(accelerator: Any, restarts: int) -> tuple[str | None, str | No
         local_rank=context.get_local_rank(),
         local_world_size=context.get_local_world_size(),
         world_size=context.get_world_size(),
-        node=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        node=ray.util.get_node_ip_address(),
     )
     placement = _ray_placement.place(accelerator, ranks, restarts)
     return placement.backend, placement.resource
