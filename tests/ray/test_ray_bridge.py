@@ -109,7 +109,8 @@ except ModuleNotFoundError as exc:
     assert json.loads(done.stdout) == {
         "name": "ray",
         "message": "accelctl.integrations.ray needs Ray Train (ray is missing): "
-        "pip install 'accelctl[ray]'",
+        "pip install 'accelctl[ray]' (in a clone of accelctl, from its folder: "
+        "pip install -e '.[ray]')",
     }
 
 

@@ -41,11 +41,9 @@ try:
     import ray.train.torch
     from ray.train.torch.config import _TorchBackend
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Ray
-    raise ModuleNotFoundError(
-        f"accelctl.integrations.ray needs Ray Train ({exc.name} is missing): "
-        "pip install 'accelctl[ray]'",
-        name=exc.name,
-    ) from exc
+    from ._missing import framework_missing
+
+    raise framework_missing("ray", "Ray Train", exc) from exc
 
 import torch
 
