@@ -69,9 +69,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` first, each group in its collection order: pytest-xdist deals
-    the collection out to its workers in turn, so they all start on the long multi-process tests
-    while the many short ones fill the gaps, instead of one long test running alone at the end."""
+    """The tests marked ``slow`` first, each group in its collection order: the long
+    multi-process tests start early, and the many short ones fill the gaps at the end (scripts/test
+    runs pytest-xdist with work stealing, so an idle worker takes from a busy one's queue)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
