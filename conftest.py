@@ -99,7 +99,10 @@ def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> 
     sees the in-repo plugins only: each test sees the plugins it sets up, whatever else is
     installed."""
     for var in _ACCELCTL_VARS + _CLUSTER_VARS:
-        monkeypatch.delenv(var, raising=False)
+        # setenv first: monkeypatch.delenv of an unset variable records nothing, and what the
+        # code under test then sets in os.environ would reach the worker's next tests.
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     for var in [name for name in os.environ if name.startswith(_CLUSTER_PREFIXES)]:
         monkeypatch.delenv(var)
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", HOOK_TIMEOUT_S)

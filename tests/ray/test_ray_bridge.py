@@ -42,9 +42,18 @@ def npu(fake_site: FakeSite) -> FakeSite:
 
 @pytest.fixture
 def worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A process about to be placed: what placing sets is put back afterwards."""
-    for name in ("ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES", "TORCHELASTIC_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
+    """A process about to be placed: what placing sets is put back afterwards.
+
+    (``monkeypatch.delenv`` of a variable that is not set records nothing, so what placing then
+    sets in ``os.environ`` would outlive the test: ``ACCELCTL_ACCELERATOR=npu`` made the next
+    test of the same worker look for an accelerator ``npu``.)"""
+    names = (
+        "ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES", "TORCHELASTIC_RESTART_COUNT",
+        "ACCELERATE_TORCH_DEVICE",
+    )  # fmt: skip
+    for name in names:
+        monkeypatch.setenv(name, "")  # recorded, so that the teardown restores or removes it
+        monkeypatch.delenv(name)
     monkeypatch.setattr(_ray_placement, "_current", None)
     yield
 
