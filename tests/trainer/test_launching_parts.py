@@ -86,3 +86,39 @@ def test_torchrun_argv_names_the_rendezvous_when_one_is_given() -> None:
     assert port_only[-6:] == [
         "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "1234",
     ]  # fmt: skip
+
+
+FAILING_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+seen = os.environ["TORCHELASTIC_ERROR_FILE"]
+Path(sys.argv[1]).write_text(json.dumps({"seen": seen, "exists": Path(sys.argv[2]).exists()}))
+raise ValueError("the script failed")
+"""
+
+
+def test_a_failing_child_publishes_its_error_record_whole(tmp_path: Path) -> None:
+    # torch's record() writes its file on close: a rank stopped between open and close left the
+    # launcher's file empty (JSONDecodeError in the launcher). It writes elsewhere, and the
+    # launcher's file appears only whole.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script, seen, error_file = tmp_path / "fail.py", tmp_path / "seen.json", tmp_path / "e.json"
+    script.write_text(FAILING_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "accelctl.launcher", str(script), str(seen), str(error_file)],
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)},
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard: one import of torch
+    )
+    assert done.returncode == 1, done.stderr
+    during = json.loads(seen.read_text())
+    assert during["seen"] != str(error_file) and during["seen"].endswith(".partial")
+    assert during["exists"] is False  # nothing at the launcher's path while the script ran
+    record = json.loads(error_file.read_text())
+    assert "ValueError: the script failed" in json.dumps(record)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .._supervision import die_with_launcher
+from .failures import ERROR_FILE_VARIABLE
 
 
 def run_script(argv: Sequence[str]) -> None:
@@ -27,11 +28,29 @@ def run_script(argv: Sequence[str]) -> None:
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    error_file = os.environ.get(ERROR_FILE_VARIABLE)
+    if error_file:
+        # torch's record() opens the file, then writes it on close: a rank stopped by torchrun
+        # in between (the group torn down after another rank failed) left it empty, and the
+        # launcher's own reading of it failed with JSONDecodeError. It writes a file of its own,
+        # which replaces the one the launcher reads only once whole.
+        os.environ[ERROR_FILE_VARIABLE] = f"{error_file}.{os.getpid()}.partial"
     try:
         record(runpy.run_path)(script, run_name="__main__")
     except SystemExit as exc:
         end_without_teardown(exc.code)
+    except BaseException:
+        if error_file:
+            _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
+        raise
     end_without_teardown(0)
+
+
+def _publish(written: str, error_file: str) -> None:
+    """Put the error record torch wrote at ``written`` in ``error_file``, whole, at once."""
+    os.environ[ERROR_FILE_VARIABLE] = error_file
+    with contextlib.suppress(FileNotFoundError):  # record() writes none for some exits
+        os.replace(written, error_file)
 
 
 def end_without_teardown(code: object) -> NoReturn:
