@@ -70,8 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests marked ``slow`` first, each group in its collection order: the long
-    multi-process tests start early, and the many short ones fill the gaps at the end (scripts/test
-    runs pytest-xdist with work stealing, so an idle worker takes from a busy one's queue)."""
+    multi-process tests start early, and the many short ones fill the gaps at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
