@@ -69,9 +69,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked ``slow`` first, each group in its collection order: the long
-    multi-process tests start early, and the many short ones fill the gaps at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The longest work first, so that the many short tests fill the gaps at the end: the tests
+    on a real cluster (marked ``ray`` or ``slurm``: minutes of one worker's time, most of it
+    waiting), then the other ``slow`` tests, then the rest, each class in collection order.
+    scripts/test hands whole modules to the workers (``--dist loadscope``) in this order."""
+
+    def weight(item: pytest.Item) -> tuple[bool, bool]:
+        on_a_cluster = any(item.get_closest_marker(name) for name in ("ray", "slurm"))
+        return not on_a_cluster, item.get_closest_marker("slow") is None
+
+    items.sort(key=weight)
 
 
 def _project_distributions() -> list[str]:
