@@ -82,6 +82,7 @@ def test_auto_probes_its_candidates_concurrently(
 def test_plugins_that_do_not_answer_are_their_rows_and_the_others_are_unaffected(
     fake_site: FakeSite, gate: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    earlier = set(threading.enumerate())  # an earlier test's threads are not this one's
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
     fake_site.install("acme-hungdete", {"hungdete": "fakeplugins.waiting:WaitsInDetect"})
     fake_site.install("acme-hungacce", {"hungacce": "fakeplugins.waiting:WaitsInAcceleratorInfo"})
@@ -111,7 +112,7 @@ def test_plugins_that_do_not_answer_are_their_rows_and_the_others_are_unaffected
     assert threading.active_count() == before
     # Once it answers, it is asked again like any other: late once is not broken forever.
     gate.OPEN.set()
-    for thread in threading.enumerate():
+    for thread in set(threading.enumerate()) - earlier:
         if thread.name == "accelctl-plugin":
             thread.join(BARRIER_GUARD_S)
     recovered = {row.name: row for row in registry.listing()}
