@@ -185,33 +185,13 @@ def test_every_file_the_package_names_exists(generate: Generate) -> None:
     assert "src/accelctl_my_chip/__init__.py" in named
 
 
-STATS_PLUGIN = """
-import accelctl
-from accelctl_stats_chip import StatsChipAccelerator
-
-class ReadyAccelerator(StatsChipAccelerator):
-    # The generated class as its author finishes it: one device, figures to read.
-    def detect(self):
-        return True
-
-    def auto_device_count(self):
-        return 1
-
-    def device_stats(self, device):
-        if accelctl.split_device(device) != ("stats_chip", 0):
-            raise ValueError(f"not a stats_chip device: {device!r}")
-        return {"memory_used_bytes": 1 << 30, "memory_total_bytes": 4 << 30}
-"""
-
-
 def test_stats_shows_the_generated_plugins_figures(
     cli: Cli, fake_site: FakeSite, generate: Generate
 ) -> None:
     generate("stats-chip")
+    # The generated class as its author finishes it (fakeplugins.finished_chip).
     fake_site.install(
-        "accelctl-stats-chip",
-        {"stats-chip": "stats_chip_ready:ReadyAccelerator"},
-        {"stats_chip_ready": STATS_PLUGIN},
+        "accelctl-stats-chip", {"stats-chip": "fakeplugins.finished_chip:ReadyAccelerator"}
     )
     result = cli("stats", "stats-chip", "--json")
     assert result.exit_code == 0, result.output

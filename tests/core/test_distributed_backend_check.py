@@ -4,13 +4,18 @@
 plugin and the backend (issue 26): the check ``accelctl validate`` makes, from one core function,
 asked once per process.
 
-The plugins are third-party fakes installed on a fake site, with CPU devices; whatever would
-start a process (torchrun's runner, ``subprocess.Popen``, torch's elastic launch,
-``init_process_group``) is replaced by a recorder, so the tests observe that none was reached.
+A vendor's own backend passes where its plugin has registered it by the end of ``detect()``, and
+is refused where only ``setup_device`` registers it (too late: docs/writing-a-plugin.md).
+
+The plugins are third-party fakes installed on a fake site (``fakeplugins.backends``), with CPU
+devices; whatever would start a process (torchrun's runner, ``subprocess.Popen``, torch's
+elastic launch, ``init_process_group``) is replaced by a recorder, so the tests observe that none
+was reached.
 """
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,24 +30,18 @@ import accelctl
 from accelctl import _distributed_backend
 from accelctl.cli.main import cli
 
-PLUGIN = """
-    import accelctl
-
-    class BadBackendAccelerator(accelctl.Accelerator):
-        device_type = "cpu"
-        distributed_backend = {backend!r}
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 2
-"""
-
 #: The plugin's name -> its declared backend, and what the refusal says about it.
 BACKENDS = {
     "zcclacc": ("zccl", "is not a torch.distributed backend this torch knows"),
     "ncclacc": ("nccl", "does not support 'cpu' tensors"),
+    "lateacc": ("lateccl", "is not a torch.distributed backend this torch knows"),
+}
+#: The plugin's name -> its class in tests/fixtures/fakeplugins/backends.py.
+CLASSES = {
+    "zcclacc": "UnknownBackend",
+    "ncclacc": "NcclOnCpu",
+    "lateacc": "RegistersInSetupDevice",
+    "earlyacc": "RegistersInDetect",
 }
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip
@@ -50,14 +49,19 @@ TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZ
 
 @pytest.fixture
 def started(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Both plugins installed; every way a process could start (or a group be joined) is
+    """The plugins installed; every way a process could start (or a group be joined) is
     recorded instead. Returns the record."""
-    for name, (backend, _) in BACKENDS.items():
-        fake_site.install(
-            f"accelctl-{name}",
-            {name: f"{name}_plugin:BadBackendAccelerator"},
-            {f"{name}_plugin": PLUGIN.format(backend=backend)},
-        )
+    for name, cls in CLASSES.items():
+        fake_site.install(f"accelctl-{name}", {name: f"fakeplugins.backends:{cls}"})
+    # The vendor backends the plugins register, forgotten by torch after the test.
+    backend = torch.distributed.Backend
+    tables = ("backend_list", "backend_capability", "backend_type_map", "_plugins",
+              "default_device_backend_map")  # fmt: skip
+    for table in tables:
+        monkeypatch.setattr(backend, table, copy.copy(getattr(backend, table)))
+    for name in ("EARLYCCL", "LATECCL"):
+        monkeypatch.setattr(backend, name, None, raising=False)
+        monkeypatch.delattr(backend, name)
     record: list[str] = []
 
     def recorder(what: str) -> Any:
@@ -149,3 +153,27 @@ def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
     accelctl.Trainer(accelerator="cpu")  # gloo on the CPU: usable
     accelctl.Trainer(accelerator="cpu")
     assert asked == [("zccl", "cpu"), ("gloo", "cpu")]
+
+
+def test_a_backend_registered_in_detect_passes_and_the_launch_starts(
+    started: list[str], tmp_path: Path
+) -> None:
+    # As a vendor's extension registers its backend when detect() imports it.
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    result = CliRunner().invoke(
+        cli, ["launch", "--accelerator", "earlyacc", "--devices", "2", str(script)]
+    )
+    assert "declares distributed_backend" not in result.output
+    assert started == ["torchrun"]
+
+
+def test_a_backend_registered_in_detect_passes_where_the_trainer_is_made(
+    started: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under a launcher, the Trainer that refuses an unknown backend when it is made (above).
+    for key, value in TWO_RANKS.items():
+        monkeypatch.setenv(key, value)
+    trainer = accelctl.Trainer(accelerator="earlyacc")
+    assert (trainer.accelerator.name, str(trainer.device)) == ("earlyacc", "cpu:0")
+    assert started == []

@@ -25,21 +25,6 @@ from accelctl.integrations.lightning import LightningAccelerator, register_all  
 sys.path.insert(0, str(Path(__file__).parent))  # tinymodel.py is a helper module
 from tinymodel import quiet_trainer_options  # noqa: E402
 
-PLUGIN = """
-    import accelctl
-
-    class SlotAccelerator(accelctl.Accelerator):
-        device_type = "cpu"
-        aliases = {aliases!r}
-        distributed_backend = "gloo"
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 2
-"""
-
 
 @pytest.fixture(autouse=True)
 def _restore_lightning_registries() -> Iterator[None]:
@@ -51,19 +36,16 @@ def _restore_lightning_registries() -> Iterator[None]:
         registry.update(content)
 
 
-def _registry(fake_site: Any, **aliases: tuple[str, ...]) -> accelctl.testing.Registry:
-    """Plugins ``name -> aliases`` on the fake site, and a registry that sees them alone."""
-    for name, names in aliases.items():
-        fake_site.install(
-            f"accelctl-{name}",
-            {name: f"{name}_plugin:SlotAccelerator"},
-            {f"{name}_plugin": PLUGIN.format(aliases=names)},
-        )
+def _registry(fake_site: Any, **classes: str) -> accelctl.testing.Registry:
+    """Plugins ``name -> class of fakeplugins.slots`` (CPU devices, the class's aliases) on the
+    fake site, and a registry that sees them alone."""
+    for name, cls in classes.items():
+        fake_site.install(f"accelctl-{name}", {name: f"fakeplugins.slots:{cls}"})
     return accelctl.testing.Registry(path=fake_site.path)
 
 
 def test_an_alias_is_registered_and_lightning_trains_by_it(fake_site: Any) -> None:
-    result = register_all(registry=_registry(fake_site, slot=("twinalias",)))
+    result = register_all(registry=_registry(fake_site, slot="AliasTwinalias"))
     assert (result.registered, result.aliases) == (["slot"], {"twinalias": "slot"})
     for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY):
         assert registry["twinalias"]["accelerator"] is registry["slot"]["accelerator"]
@@ -74,7 +56,7 @@ def test_an_alias_is_registered_and_lightning_trains_by_it(fake_site: Any) -> No
 
 
 def test_an_alias_lightning_has_is_left_alone_unless_override(fake_site: Any) -> None:
-    registry = _registry(fake_site, slot=("cuda",))
+    registry = _registry(fake_site, slot="AliasCuda")
     result = register_all(registry=registry)
     assert (result.registered, result.aliases) == (["slot"], {})
     assert "Lightning already has 'cuda'" in result.skipped["cuda"]
@@ -83,6 +65,6 @@ def test_an_alias_lightning_has_is_left_alone_unless_override(fake_site: Any) ->
 
 
 def test_another_plugins_canonical_name_wins_over_an_alias(fake_site: Any) -> None:
-    result = register_all(registry=_registry(fake_site, slot=("other",), other=()))
+    result = register_all(registry=_registry(fake_site, slot="AliasOther", other="CpuSlot"))
     assert (sorted(result.registered), result.aliases) == (["other", "slot"], {})
     assert TRAINER_REGISTRY["other"]["accelerator"].accelctl_handle().name == "other"

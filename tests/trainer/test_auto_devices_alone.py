@@ -3,8 +3,9 @@ devices installed (issue 26): the Trainer runs on the first, and says once how t
 an explicit ``devices=2`` alone stays an error. Messages name the accelerator as the user knows
 it (an out-of-tree backend's own name, not the plugin's ``privateuse1``).
 
-The plugin here is such a backend's shape: canonical name ``slot``, its devices' type (and the
-alias it answers to) ``twin``; its devices are CPU devices, so nothing needs hardware.
+The plugin here (``fakeplugins.slots``) is such a backend's shape: canonical name ``slot``, its
+devices' type (and the alias it answers to) ``twin``; its devices are CPU devices, so nothing
+needs hardware.
 """
 
 from __future__ import annotations
@@ -19,33 +20,12 @@ import torch
 import accelctl
 from accelctl._training import processes
 
-TWIN_PLUGIN = """
-    import torch
-    import accelctl
-
-    class SlotAccelerator(accelctl.Accelerator):
-        device_type = "twin"
-        aliases = ("twin",)
-        priority = 60  # above the CPU: "auto" takes it
-        distributed_backend = "gloo"
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 2
-
-        def get_parallel_devices(self, devices):
-            return [torch.device("cpu") for _ in devices]
-"""
-
 LAUNCH_LINE = "accelctl launch --accelerator twin --devices 2 train.py --epochs 3"
 
 
 @pytest.fixture
 def two_devices(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_site.install("accelctl-slot", {"slot": "slot_plugin:SlotAccelerator"},
-                      {"slot_plugin": TWIN_PLUGIN})  # fmt: skip
+    fake_site.install("accelctl-slot", {"slot": "fakeplugins.slots:SlotAccelerator"})
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3"])
     monkeypatch.setattr(processes, "_told_alone", set())  # "once per process": this test's
 
