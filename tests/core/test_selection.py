@@ -251,9 +251,7 @@ def test_auto_devices_with_a_distributed_backend_is_every_visible_device(fake_si
 
 
 def test_a_cached_load_error_is_never_edited_by_a_caller(fake_site: FakeSite) -> None:
-    fake_site.install(
-        "accelctl-brk", {"brk": "brk_plugin"}, {"brk_plugin": "import nothing_here\n"}
-    )
+    fake_site.install("accelctl-brk", {"brk": "fakeplugins.refuses_import"})
     registry = Registry(path=fake_site.path)
     environ = {"ACCELCTL_ACCELERATOR": "brk"}
     seen = []
@@ -271,30 +269,15 @@ def test_a_cached_load_error_is_never_edited_by_a_caller(fake_site: FakeSite) ->
     assert isinstance(plain.value.__cause__, PluginLoadError)
 
 
-GAUDI = """
-    import accelctl
-
-    class GaudiAccelerator(accelctl.Accelerator):
-        distributed_backend = "gloo"
-
-        def detect(self):
-            return True
-
-        def auto_device_count(self):
-            return 2
-
-    class DeclaredGaudiAccelerator(GaudiAccelerator):
-        device_type = "cpu"
-"""
-
-
 def test_a_class_plugin_is_named_by_its_entry_point_in_its_default_hooks(
     fake_site: FakeSite,
 ) -> None:
     fake_site.install(
         "accelctl-gaudi",
-        {"hpu2": "gaudi_plugin:DeclaredGaudiAccelerator", "hpu3": "gaudi_plugin:GaudiAccelerator"},
-        {"gaudi_plugin": GAUDI},
+        {
+            "hpu2": "fakeplugins.classy:DeclaredGaudiAccelerator",
+            "hpu3": "fakeplugins.classy:GaudiAccelerator",
+        },
     )
     registry = Registry(path=fake_site.path)
     with pytest.raises(DeviceSpecError) as info:

@@ -450,28 +450,6 @@ def test_accelerators_pickle_for_spawned_processes(testnpu: Any) -> None:
     assert copy.accelctl_handle().entry_point is None
 
 
-LAZY_NPU = """
-import torch
-import accelctl
-
-
-class LazyNPU(accelctl.Accelerator):
-    \"\"\"Registers its torch.device type only when detect() imports the "runtime", as the
-    author guide allows (here: PrivateUse1 renamed, in this process only).\"\"\"
-
-    name = "lazynpu"
-    device_type = "lazynpu"
-    distributed_backend = "gloo"
-
-    def detect(self):
-        if torch._C._get_privateuse1_backend_name() != "lazynpu":
-            torch.utils.rename_privateuse1_backend("lazynpu")
-        return True
-
-    def auto_device_count(self):
-        return 2
-"""
-
 SPAWN_PAYLOAD = """
 import pickle, sys
 import lightning
@@ -500,9 +478,7 @@ def test_ddp_spawn_workers_unpickle_a_lazily_registered_device_type(
 ) -> None:
     # Item 8: a spawned worker is a fresh process where the plugin has not run yet; the
     # accelerator, unpickled first, lets the plugin register its device type there.
-    fake_site.install(
-        "accelctl-lazynpu", {"lazynpu": "accelctl_lazynpu:LazyNPU"}, {"accelctl_lazynpu": LAZY_NPU}
-    )
+    fake_site.install("accelctl-lazynpu", {"lazynpu": "fakeplugins.lazy_device_type:LazyNPU"})
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake_site.root), *sys.path])}
     payload = tmp_path / "payload.pickle"
     for code in (SPAWN_PAYLOAD, WORKER):
@@ -617,40 +593,28 @@ def test_register_all_is_repeatable_and_override_replaces_lightnings_own(testnpu
 
 
 def test_a_broken_plugin_does_not_break_register_all(testnpu: Any, fake_site: Any) -> None:
-    fake_site.install(
-        "accelctl-exploding",
-        {"exploding": "accelctl_exploding"},
-        {"accelctl_exploding": "raise ImportError('vendor runtime missing')\n"},
-    )
-    fake_site.install(
-        "accelctl-hookless",
-        {"hookless": "accelctl_hookless"},
-        {"accelctl_hookless": "import accelctl\n"},
-    )
+    fake_site.install("accelctl-exploding", {"exploding": "fakeplugins.refuses_import"})
+    fake_site.install("accelctl-hookless", {"hookless": "fakeplugins.hookless"})
     with pytest.warns(accelctl.PluginWarning) as caught:
         result = register_all(registry=_only(fake_site))
 
     assert result.registered == ["testnpu"] and result.skipped == {}
     assert set(result.broken) == {"exploding", "hookless"}
-    assert "vendor runtime missing" in result.broken["exploding"]
+    assert "libhabana.so not found" in result.broken["exploding"]
     assert "required hook" in result.broken["hookless"]
     messages = " ".join(str(w.message) for w in caught)
-    assert "vendor runtime missing" in messages and "hookless" in messages
+    assert "libhabana.so not found" in messages and "hookless" in messages
     assert "exploding" not in TRAINER_REGISTRY and "hookless" not in TRAINER_REGISTRY
     assert "testnpu" in TRAINER_REGISTRY
 
 
 def test_register_all_does_not_import_disabled_plugins(testnpu: Any, fake_site: Any) -> None:
-    fake_site.install(
-        "accelctl-exploding",
-        {"exploding": "accelctl_exploding"},
-        {"accelctl_exploding": "raise ImportError('must not be imported')\n"},
-    )
+    fake_site.install("accelctl-exploding", {"exploding": "fakeplugins.refuses_import"})
     result = register_all(registry=_only(fake_site, ACCELCTL_DISABLE="exploding"))
     assert result.registered == ["testnpu"]
     assert result.broken == {}
     assert "ACCELCTL_DISABLE" in result.skipped["exploding"]
-    assert "accelctl_exploding" not in sys.modules
+    assert "fakeplugins.refuses_import" not in sys.modules
 
 
 def test_hpu_by_name_trains(fake_site: Any) -> None:

@@ -206,24 +206,9 @@ def test_a_missing_script_is_a_usage_error(tmp_path: Path) -> None:
 def test_several_devices_of_a_single_process_accelerator_are_refused(
     fake_site: Any, tmp_path: Path
 ) -> None:
+    # Two indexed CPU devices and no distributed backend, like MPS.
     fake_site.install(
-        "accelctl-solo",
-        {"solo": "solo_plugin:SoloAccelerator"},
-        {
-            "solo_plugin": """
-                import accelctl
-
-                class SoloAccelerator(accelctl.Accelerator):
-                    device_type = "cpu"
-                    distributed_backend = None  # like MPS
-
-                    def detect(self):
-                        return True
-
-                    def auto_device_count(self):
-                        return 2
-            """
-        },
+        "accelctl-solo", {"solo": "fakeplugins.single_process:SingleProcessAccelerator"}
     )
     script = tmp_path / "s.py"
     script.write_text("raise SystemExit('must not run')")
