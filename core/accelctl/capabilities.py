@@ -142,29 +142,16 @@ class _Probe:
 def _backend_gap(backend: str, device_type: str) -> str | None:
     """Why ``backend`` (``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors in this torch, from its registration alone (no process group); None
-    when it is registered for them and compiled in. (The conformance check ``distributed_backend``
-    asks the same of torch; this one words it as a capability's reason.)"""
-    import torch.distributed as dist
+    when it is registered for them and compiled in. The check ``accelctl launch``, the Trainer
+    and ``validate`` make (``_distributed_backend``), worded as a capability's reason."""
+    from ._distributed_backend import backend_problem
 
-    if not dist.is_available():
-        return "this torch build has no torch.distributed"
-    name = backend.lower()
-    if ":" in name:  # "cpu:gloo,cuda:nccl": the entry for this device type
-        pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
-        if device_type not in pairs:
-            return f"the backend {backend!r} names none for device type {device_type!r}"
-        name = pairs[device_type]
-    registered: dict[str, list[str]] = dist.Backend.backend_capability
-    if name not in registered:
-        known = ", ".join(sorted(registered)) or "none"
-        return f"{name!r} is not a torch.distributed backend this torch knows (registered: {known})"
-    if device_type not in registered[name]:
-        supported = ", ".join(registered[name]) or "no device type"
-        return f"the backend {name!r} is registered for {supported}, not {device_type!r} tensors"
-    available = getattr(dist, f"is_{name}_available", None)
-    if callable(available) and not available():
-        return f"the backend {name!r} is not compiled into this torch (is_{name}_available())"
-    return None
+    problem = backend_problem(backend, device_type)
+    if problem is None:
+        return None
+    if problem.startswith("skip: "):  # this torch cannot tell: for a capability, a gap
+        return problem.removeprefix("skip: ")
+    return f"the backend {backend!r} {problem}"
 
 
 # -- the probes: each returns what it saw when the device has the capability, and raises when not

@@ -206,9 +206,9 @@ def test_collectives_without_a_backend_are_a_no_that_says_so(row: str) -> None:
 @pytest.mark.parametrize(
     ("backend", "why"),
     [
-        ("nosuch", "'nosuch' is not a torch.distributed backend this torch knows (registered: "),
-        ("nccl", "the backend 'nccl' is registered for cuda, not 'cpu' tensors"),
-        ("cuda:nccl", "the backend 'cuda:nccl' names none for device type 'cpu'"),
+        ("nosuch", "the backend 'nosuch' is not a torch.distributed backend this torch knows ("),
+        ("nccl", "the backend 'nccl' does not support 'cpu' tensors (it is registered for cuda)"),
+        ("cuda:nccl", "the backend 'cuda:nccl' names no backend for device type 'cpu'"),
     ],
 )
 def test_a_backend_not_registered_for_the_device_makes_no_group(backend: str, why: str) -> None:
