@@ -101,10 +101,17 @@ def load(out: Path, rank: int) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_train_to_identical_parameters(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def test_two_gloo_ranks_train_to_identical_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, temporary = tmp_path / "out", tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
     proc = run_launch(tmp_path, "--cpu", "--devices", "2", "{script}", str(out))
     assert proc.returncode == 0, proc.stderr
+    # Nothing of the launch's own is left in the temporary folder (torchrun alone leaves a
+    # torchelastic_* folder there at each run); torch's compile cache may stay, as it does.
+    assert [p.name for p in temporary.iterdir() if not p.name.startswith("torchinductor_")] == []
 
     ranks = [load(out, 0), load(out, 1)]
     assert [r["global_rank"] for r in ranks] == [0, 1]

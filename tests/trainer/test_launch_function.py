@@ -19,12 +19,15 @@ from launch_functions import where_am_i
 
 
 def launch_in_fresh_interpreter(case: str, root: Path) -> dict[str, Any]:
-    """Run a fork-based launch from a fresh interpreter (see launch_functions.py for why)."""
+    """Run a fork-based launch from a fresh interpreter (see launch_functions.py for why), with
+    ``root/tmp`` as its temporary folder."""
     script = Path(__file__).parent / "launch_functions.py"
+    (root / "tmp").mkdir()
     done = subprocess.run(
         [sys.executable, str(script), case, str(root)],
         capture_output=True,
         text=True,
+        env={**os.environ, "TMPDIR": str(root / "tmp")},
         timeout=240,
     )
     assert done.returncode == 0, done.stderr
@@ -40,6 +43,9 @@ def test_a_function_runs_once_per_device_and_returns_in_rank_order(tmp_path: Pat
     assert all(r["accelerator"] == "cpu" and r["devices"] == "2" for r in results)
     assert report["parent_pid"] not in {r["pid"] for r in results}
     assert report["devices_left_in_parent"] is None  # the parent's environment is restored
+    # Nothing of the launch is left in the temporary folder (torch's compile cache may stay).
+    left = [p.name for p in (tmp_path / "tmp").iterdir()]
+    assert [name for name in left if not name.startswith("torchinductor_")] == []
 
     metrics = report["metrics"]
     assert metrics[0] == metrics[1]  # reduced across ranks

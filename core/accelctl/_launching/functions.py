@@ -4,6 +4,7 @@ API (``elastic_launch`` / ``LaunchConfig``), for notebooks."""
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +67,7 @@ def launch(
             "accelctl.launch before any CUDA work, or use start_method='spawn' with a function "
             "importable from a module"
         )
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -76,7 +78,11 @@ def launch(
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
     # A forked child cannot use the OpenMP threads of its parent (GNU OpenMP hangs): one thread.
     threads = 1 if method == "fork" else 0
-    with patched_environ(env), quiet_torch_logs(True):
+    with (
+        patched_environ(env),
+        quiet_torch_logs(True),
+        tempfile.TemporaryDirectory(prefix="accelctl-launch-") as logs,
+    ):
         config = LaunchConfig(
             min_nodes=1,
             max_nodes=1,
@@ -87,6 +93,8 @@ def launch(
             max_restarts=0,
             monitor_interval=0.1,
             start_method=method,
+            # The ranks' error records, removed once read (torch's default folder stays).
+            logs_specs=DefaultLogsSpecs(log_dir=logs),
         )
         try:
             results = elastic_launch(config, run_in_child)(threads, function, *args)

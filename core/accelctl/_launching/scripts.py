@@ -84,21 +84,26 @@ def launch_script(
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if not os.environ.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
-    try:
-        # torchrun's children inherit this process's environment.
-        with patched_environ(env), quiet_torch_logs(quiet), forwarding_user_signals():
-            run(parse_args(argv))
-    except ChildFailedError as exc:
-        failure = RankFailure.from_child_failed(exc, nproc * nodes.nnodes)
-        restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""
-        raise LaunchFailedError(
-            failure.describe() + "; the other processes were stopped" + restarts,
-            failure=failure,
-        ) from None
-    except SignalException as exc:  # torchrun passed the signal on to its workers and waited
-        raise LaunchInterruptedError(int(exc.sigval)) from None
-    except KeyboardInterrupt:  # before torchrun's handlers were installed (rendezvous)
-        raise LaunchInterruptedError(signal.SIGINT) from None
+    with tempfile.TemporaryDirectory(prefix="accelctl-launch-") as logs:
+        if not os.environ.get("PET_LOG_DIR"):  # a log folder the user set is theirs to keep
+            # torchrun's folder of the ranks' error records, removed once they are read: left
+            # to torchrun, a torchelastic_* folder stays in the temporary folder at each launch.
+            argv[:0] = ["--log-dir", logs]
+        try:
+            # torchrun's children inherit this process's environment.
+            with patched_environ(env), quiet_torch_logs(quiet), forwarding_user_signals():
+                run(parse_args(argv))
+        except ChildFailedError as exc:
+            failure = RankFailure.from_child_failed(exc, nproc * nodes.nnodes)
+            restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""
+            raise LaunchFailedError(
+                failure.describe() + "; the other processes were stopped" + restarts,
+                failure=failure,
+            ) from None
+        except SignalException as exc:  # torchrun passed the signal on to its workers, waited
+            raise LaunchInterruptedError(int(exc.sigval)) from None
+        except KeyboardInterrupt:  # before torchrun's handlers were installed (rendezvous)
+            raise LaunchInterruptedError(signal.SIGINT) from None
     return selection
 
 
