@@ -197,6 +197,15 @@ def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
     return UserMachine([target])
 
 
+def temporary_folder(out: Path) -> str:
+    """A ``TMPDIR`` for a run's processes, in the run's folder: what third-party launchers leave
+    in the temporary folder (torchrun's ``torchelastic_*`` folder, which it never removes) stays
+    with the test's files, not in the machine's ``/tmp``."""
+    folder = out / "tmp"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
 def succeeded(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     """``done``, asserted to have exited 0 (its error output in the assertion otherwise)."""
     assert done.returncode == 0, done.stderr[-4000:]

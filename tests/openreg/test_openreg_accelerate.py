@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rankresults import assert_equal, report, weights
 
-from .conftest import UserMachine, shared_run, succeeded
+from .conftest import UserMachine, shared_run, succeeded, temporary_folder
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -32,7 +32,8 @@ def _run(
     def run(out: Path) -> None:
         # HF_HOME of its own: no `accelerate config` file of the machine's is read.
         command = [*argv[:-1], str(SCRIPT), str(out), *argv[-1].split()]
-        succeeded(machine.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
+        environ = {"HF_HOME": str(out / "hf"), "TMPDIR": temporary_folder(out), **extra}
+        succeeded(machine.run(*command, cwd=out, **environ))
 
     return shared_run(factory, name, run)
 

@@ -23,7 +23,7 @@ import torch
 from besidevenv import TRANSFORMERS, skip_module_unless
 from rankresults import assert_equal, report, weights
 
-from .conftest import UserMachine, shared_run, succeeded
+from .conftest import UserMachine, shared_run, succeeded, temporary_folder
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -63,7 +63,8 @@ def _run(
     def run(out: Path) -> None:
         # HF_HOME of its own: no `accelerate config` file or hub cache of the machine's is read.
         command = [*launcher, str(SCRIPT), str(out), mode, accelerator]
-        succeeded(with_transformers.run(*command, cwd=out, HF_HOME=str(out / "hf"), **extra))
+        environ = {"HF_HOME": str(out / "hf"), "TMPDIR": temporary_folder(out), **extra}
+        succeeded(with_transformers.run(*command, cwd=out, **environ))
 
     return shared_run(factory, name, run)
 
