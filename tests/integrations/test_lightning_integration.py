@@ -609,12 +609,15 @@ def test_a_broken_plugin_does_not_break_register_all(testnpu: Any, fake_site: An
 
 
 def test_register_all_does_not_import_disabled_plugins(testnpu: Any, fake_site: Any) -> None:
+    # One whose import would fail (it would be broken), one whose import would be seen.
     fake_site.install("accelctl-exploding", {"exploding": "fakeplugins.refuses_import"})
-    result = register_all(registry=_only(fake_site, ACCELCTL_DISABLE="exploding"))
+    fake_site.install("accelctl-quiet", {"quiet": "fakeplugins.undetected:UndetectedAccelerator"})
+    result = register_all(registry=_only(fake_site, ACCELCTL_DISABLE="exploding,quiet"))
     assert result.registered == ["testnpu"]
     assert result.broken == {}
     assert "ACCELCTL_DISABLE" in result.skipped["exploding"]
-    assert "fakeplugins.refuses_import" not in sys.modules
+    assert "ACCELCTL_DISABLE" in result.skipped["quiet"]
+    assert "fakeplugins.undetected" not in sys.modules
 
 
 def test_hpu_by_name_trains(fake_site: Any) -> None:

@@ -143,7 +143,12 @@ def test_two_gloo_ranks_train_to_identical_parameters(
 
 
 @pytest.mark.slow
-def test_a_failing_rank_stops_the_launch_and_is_named(tmp_path: Path) -> None:
+def test_a_failing_rank_stops_the_launch_and_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
     proc = run_launch(tmp_path, "--cpu", "--devices", "2", "{script}", str(tmp_path), "1")
     assert proc.returncode == 1
     report = proc.stderr.strip().splitlines()[-1]
@@ -153,6 +158,8 @@ def test_a_failing_rank_stops_the_launch_and_is_named(tmp_path: Path) -> None:
     )
     assert "Traceback" in proc.stderr  # the child's own traceback, above the report
     assert "Root Cause" not in proc.stderr  # and not torchrun's page-long report
+    # The ranks' error records were read (above), then removed with their folder.
+    assert [p.name for p in temporary.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 @pytest.mark.slow
@@ -225,3 +232,27 @@ def test_several_devices_of_a_single_process_accelerator_are_refused(
     assert result.exit_code == 1
     assert "'solo' runs in a single process only" in result.output
     assert "--devices 1" in result.output
+
+
+def test_torchruns_log_folder_is_removed_unless_torchruns_own_variables_are_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.distributed.run as torchrun
+
+    seen: list[tuple[str | None, bool]] = []
+
+    def run(args: Any) -> None:  # torchrun's runner, recorded: no process starts
+        seen.append((args.log_dir, bool(args.log_dir) and os.path.isdir(args.log_dir)))
+
+    monkeypatch.setattr(torchrun, "run", run)
+    script = tmp_path / "s.py"
+    script.write_text("")
+    launch = ["launch", "--cpu", "--devices", "2", str(script)]
+    assert CliRunner().invoke(cli, launch).exit_code == 0
+    [(ours, existed)] = seen
+    assert ours is not None and existed and not os.path.exists(ours)  # made, then removed
+    # Where torchrun's own variables are set, the log folder is theirs (and the ranks' output
+    # there, under PET_REDIRECTS or PET_TEE): accelctl passes none.
+    monkeypatch.setenv("PET_LOG_DIR", str(tmp_path / "mine"))
+    assert CliRunner().invoke(cli, launch).exit_code == 0
+    assert seen[1] == (str(tmp_path / "mine"), False)

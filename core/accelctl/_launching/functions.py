@@ -81,7 +81,7 @@ def launch(
     with (
         patched_environ(env),
         quiet_torch_logs(True),
-        tempfile.TemporaryDirectory(prefix="accelctl-launch-") as logs,
+        tempfile.TemporaryDirectory(prefix="accelctl-launch-", ignore_cleanup_errors=True) as logs,
     ):
         config = LaunchConfig(
             min_nodes=1,

@@ -84,10 +84,12 @@ def launch_script(
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     if not os.environ.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
-    with tempfile.TemporaryDirectory(prefix="accelctl-launch-") as logs:
-        if not os.environ.get("PET_LOG_DIR"):  # a log folder the user set is theirs to keep
+    with tempfile.TemporaryDirectory(prefix="accelctl-launch-", ignore_cleanup_errors=True) as logs:
+        if not any(name.startswith("PET_") for name in os.environ):
             # torchrun's folder of the ranks' error records, removed once they are read: left
             # to torchrun, a torchelastic_* folder stays in the temporary folder at each launch.
+            # Where torchrun's own PET_* variables are set, its configuration is the user's, and
+            # its log folder too (PET_LOG_DIR, or the ranks' output under PET_REDIRECTS/PET_TEE).
             argv[:0] = ["--log-dir", logs]
         try:
             # torchrun's children inherit this process's environment.
