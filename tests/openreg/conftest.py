@@ -21,6 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -43,6 +44,12 @@ SUITE_VERSION, NO_BACKEND_VERSION = "0.0.2", "0.0.1"
 #: A hang guard only: each process imports torch and the backend (seconds on a loaded 2-core
 #: machine); nothing here is timed.
 PROCESS_TIMEOUT_S = 300
+#: How torch_openreg 0.0.2 ends a process, now and then, after its work is done: its emulated
+#: streams run on C++ threads that can still be joinable when the interpreter's static objects
+#: are destroyed, and the C++ runtime aborts (SIGABRT) with this last line. Seen once in the whole
+#: suite's runs (a one-process Lightning fit on openreg:1, its result already printed); the
+#: backend's, not accelctl's: accelctl has no C++ and starts no such thread.
+OPENREG_EXIT_ABORT = "terminate called without an active exception"
 
 
 def _missing(message: str) -> None:
@@ -121,7 +128,11 @@ class UserMachine:
             env=self.environ(**extra),
             timeout=PROCESS_TIMEOUT_S,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
+        # Only that abort, only as the process's very last words, after the result.
+        aborted_at_exit = done.returncode == -signal.SIGABRT and done.stderr.rstrip().endswith(
+            OPENREG_EXIT_ABORT
+        )
+        assert done.returncode == 0 or aborted_at_exit, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
 
