@@ -78,6 +78,13 @@ class Nodes:
     note: str | None = None
 
 
+def torchrun_variables(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """torchrun's own ``PET_*`` variables set in ``environ``, sorted: where any is, torchrun's
+    configuration is the user's (its rendezvous, unless an option names the machines, and its
+    log folder)."""
+    return sorted(name for name in environ if name.startswith("PET_"))
+
+
 def plan_nodes(
     nnodes: int | None = None,
     node_rank: int | None = None,
@@ -92,7 +99,7 @@ def plan_nodes(
         several tasks per node (each would launch its own).
     """
     given = (nnodes, node_rank, master_addr, master_port) != (None,) * 4
-    torchrun_env = sorted(name for name in environ if name.startswith("PET_"))
+    torchrun_env = torchrun_variables(environ)
     if torchrun_env and not given:
         note = f"the rendezvous is torchrun's own, from {', '.join(torchrun_env)}"
         return Nodes(from_torchrun_env=True, note=note)

@@ -20,7 +20,7 @@ from .._supervision import (
 )
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
-from .options import Nodes, check_processes, plan_nodes
+from .options import Nodes, check_processes, plan_nodes, torchrun_variables
 from .torch_logs import quiet_torch_logs
 
 #: What every child runs: ``python -m accelctl.launcher SCRIPT ARGS`` (see :mod:`.child`).
@@ -85,7 +85,7 @@ def launch_script(
     if not os.environ.get("OMP_NUM_THREADS"):
         env["OMP_NUM_THREADS"] = str(cores_per_process(nproc))
     with tempfile.TemporaryDirectory(prefix="accelctl-launch-", ignore_cleanup_errors=True) as logs:
-        if not any(name.startswith("PET_") for name in os.environ):
+        if not torchrun_variables():
             # torchrun's folder of the ranks' error records, removed once they are read: left
             # to torchrun, a torchelastic_* folder stays in the temporary folder at each launch.
             # Where torchrun's own PET_* variables are set, its configuration is the user's, and
