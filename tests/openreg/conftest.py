@@ -36,8 +36,12 @@ from sharedrun import shared_run
 __all__ = ["shared_run"]  # the openreg tests import it from here
 
 THIRD_PARTY = Path(__file__).parents[1] / "thirdparty"
-#: Where scripts/test finds the wheels (``../shared/backends`` beside the checkout).
-BACKENDS = Path(__file__).parents[2].parent / "shared" / "backends"
+#: Where scripts/test found the wheels (``ACCELCTL_TEST_BACKENDS``; else ``../shared/backends``
+#: beside the checkout).
+BACKENDS = Path(
+    os.environ.get("ACCELCTL_TEST_BACKENDS")
+    or Path(__file__).parents[2].parent / "shared" / "backends"
+)
 #: The wheel the suite installs, and the one without a collective backend.
 SUITE_VERSION, NO_BACKEND_VERSION = "0.0.2", "0.0.1"
 
