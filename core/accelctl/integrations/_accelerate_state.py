@@ -23,9 +23,10 @@ and ``DistributedType.MULTI_GPU`` (Accelerate's kind for "DDP over torch.distrib
 accelerator device per process", whose code paths use ``state.device`` rather than
 ``torch.cuda``) under a launcher, and the plugin's device for this process, made current by the
 plugin's ``setup_device`` hook. At any other time they are Accelerate's own. The methods are
-private, so the adaptation applies only to the Accelerate versions it is tested with
-(:data:`TESTED`); on any other version nothing is wrapped, importing the bridge warns, and the
-bridge refuses a state that does not match the plugin when the ``Accelerator`` is made.
+private: :data:`ADAPTATION` checks, once, that both are there with the parameters the wrappers
+pass (``accelctl.integrations._versions``). Where one changed, nothing is wrapped, importing the
+bridge warns naming it, and the bridge refuses a state that does not match the plugin when the
+``Accelerator`` is made, naming it again.
 """
 
 from __future__ import annotations
@@ -39,17 +40,28 @@ from typing import TYPE_CHECKING, Any
 
 from accelctl._selection import known_name
 
-from ._versions import TestedRange
+from ._versions import ACCELERATE, Adaptation, Internal
 
 if TYPE_CHECKING:
     import torch
 
     import accelctl
 
-#: Accelerate versions the adaptation is tested with: ``lower <= version < upper``.
-TESTED = TestedRange((1, 15), (1, 16))
+#: The two methods wrapped, with the parameters the wrappers pass on, and the releases tested.
+ADAPTATION = Adaptation(
+    "accelerate",
+    ACCELERATE,
+    (
+        Internal(
+            "accelerate.state:PartialState",
+            "_prepare_backend",
+            ("self", "cpu", "sagemaker_dp", "backend"),
+        ),
+        Internal("accelerate.state:PartialState", "set_device", ("self",)),
+    ),
+)
 
-#: Device types whose random state Accelerate 1.15's ``save_state`` saves itself
+#: Device types whose random state Accelerate's ``save_state`` saves itself
 #: (``accelerate/checkpointing.py``); the bridge saves the others' (``DeviceRandomState``).
 RANDOM_STATE_SAVED = frozenset(
     {"cpu", "cuda", "xpu", "mlu", "sdaa", "musa", "hpu", "neuron", "xla"}
@@ -83,12 +95,6 @@ def accelerate_version() -> str:
     return str(accelerate.__version__)
 
 
-#: True when a version string is in :data:`TESTED` (pre-releases of a tested minor included).
-is_tested = TESTED.covers
-#: :data:`TESTED` for messages: ``">=1.15,<1.16"``.
-tested_range = TESTED.text
-
-
 def is_active() -> bool:
     """True when the adaptation is installed in this process."""
     return bool(_installed)
@@ -107,21 +113,13 @@ def building(pending: Pending) -> Iterator[None]:
 
 def install() -> bool:
     """Wrap ``PartialState._prepare_backend`` and ``set_device``. Idempotent. Returns whether the
-    adaptation is active; on an untested Accelerate it is not, and a ``UserWarning`` says so."""
+    adaptation is active: not where one of the two changed (:data:`ADAPTATION` warns, naming
+    it); a release outside the tested window that has both is adapted, with a warning."""
     global _installed
     if _installed is not None:
         return _installed
-    version = accelerate_version()
-    if not is_tested(version):
+    if not ADAPTATION.check(accelerate_version(), stacklevel=4):
         _installed = False
-        warnings.warn(
-            f"accelctl.integrations.accelerate is tested with accelerate{tested_range()}, not "
-            f"{version}: Accelerate's own device choice applies, and an Accelerator on an "
-            "accelctl plugin whose device Accelerate does not know is refused when it is made. "
-            "Install a tested Accelerate",
-            UserWarning,
-            stacklevel=3,
-        )
         return False
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType

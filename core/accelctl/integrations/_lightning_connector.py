@@ -43,11 +43,12 @@ strategy naming the sharded path that runs; DDP's model wrap, so that it is buil
 current stream (as plain PyTorch does); the DDP and model-parallel reductions, so that a mean is
 a sum divided by the world size (what Lightning does for gloo); and Fabric's ``setup`` and
 ``setup_module``, which move the model keeping its parameters. Every other accelerator goes
-through Lightning's code unchanged. The wrapped methods are private, so the adaptation is
-applied only to the Lightning versions it is tested with (:data:`TESTED`); on any other version
-:func:`install` changes nothing and says so, and the bridge's run-time checks
-(``LightningAccelerator.setup_device``, ``LightningAccelerator.setup``) still refuse the wrong
-device and a ``ModelParallelStrategy`` before training.
+through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION` checks,
+once, that each is there with the parameters the wrapper passes on
+(``accelctl.integrations._versions``). Where one changed, :func:`install` changes nothing and
+warns naming it, and the bridge's run-time checks (``LightningAccelerator.setup_device``,
+``LightningAccelerator.setup``) still refuse the wrong device and a ``ModelParallelStrategy``
+before training, naming it again.
 """
 
 from __future__ import annotations
@@ -65,16 +66,47 @@ from accelctl._selection import known_name  # the name a message uses: "openreg"
 
 from ._parameters import keeping_parameters
 from ._sharding import refuse_fsdp_gaps
-from ._versions import TestedRange
+from ._versions import LIGHTNING, Adaptation, Internal
 
-#: Lightning versions the adaptation is tested with: ``lower <= version < upper``.
-TESTED = TestedRange((2, 6), (2, 7))
+_TRAINER_CONNECTOR = (
+    "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
+)
+_FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
+_CONNECTOR_METHODS = (
+    "_choose_strategy",
+    "_check_strategy_and_fallback",
+    "_init_strategy",
+    "_check_and_init_precision",
+)
+_REDUCE = ("self", "tensor", "group", "reduce_op")
+
+#: Every method :func:`install` wraps, with the parameters its wrapper passes on, the one private
+#: name it imports, and the releases tested.
+ADAPTATION = Adaptation(
+    "lightning",
+    LIGHTNING,
+    (
+        *(Internal(_TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
+        *(Internal(_FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
+        Internal("lightning.pytorch.strategies:DDPStrategy", "_setup_model", ("self", "model")),
+        Internal("lightning.fabric.strategies:DDPStrategy", "setup_module", ("self", "module")),
+        Internal("lightning.pytorch.strategies:DDPStrategy", "reduce", _REDUCE),
+        Internal("lightning.fabric.strategies:DDPStrategy", "all_reduce", _REDUCE),
+        Internal("lightning.pytorch.strategies:ModelParallelStrategy", "reduce", _REDUCE),
+        Internal("lightning.fabric.strategies:ModelParallelStrategy", "all_reduce", _REDUCE),
+        Internal("lightning.fabric:Fabric", "setup", ("self",)),
+        Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
+        Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),
+    ),
+)
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
 
 #: The warning of a GradScaler made for "cuda" on a machine without CUDA (torch's wording).
 _CUDA_SCALER_WARNING = r".*GradScaler is enabled, but CUDA is not available"
+#: What torch says of the deprecated torch.cuda.amp.GradScaler that Lightning 2.3 makes.
+_CUDA_AMP_SCALER_WARNING = r".*torch\.cuda\.amp\.GradScaler\(args\.\.\.\)` is deprecated"
 
 #: Attribute set on each wrapped method, so that installing twice wraps once.
 _MARK = "__accelctl_adapted__"
@@ -87,12 +119,6 @@ def lightning_version() -> str:
     return str(lightning.__version__)
 
 
-#: True when a version string is in :data:`TESTED` (pre-releases of a tested minor included).
-is_tested = TESTED.covers
-#: :data:`TESTED` for messages: ``">=2.6,<2.7"``.
-tested_range = TESTED.text
-
-
 def is_active() -> bool:
     """True when the adaptation is installed in this process."""
     return bool(_installed)
@@ -100,24 +126,16 @@ def is_active() -> bool:
 
 def install(is_bridge: Callable[[object], bool]) -> bool:
     """Wrap the Trainer's and Fabric's connector methods for accelerators where ``is_bridge``
-    holds. Idempotent. Returns whether the adaptation is active; on an untested Lightning
-    version it is not, and a ``UserWarning`` says what that leaves to Lightning."""
+    holds. Idempotent. Returns whether the adaptation is active: not where a wrapped method
+    changed (:data:`ADAPTATION` warns, naming it: Lightning's own choices then apply, and
+    ``strategy="auto"`` places one device on ``"cpu"``, which the bridge refuses for other
+    devices); a release outside the tested window whose methods are all there is adapted, with
+    a warning."""
     global _installed
     if _installed is not None:
         return _installed
-    version = lightning_version()
-    if not is_tested(version):
+    if not ADAPTATION.check(lightning_version(), stacklevel=4):
         _installed = False
-        warnings.warn(
-            f"accelctl.integrations.lightning is tested with lightning{tested_range()}, not "
-            f"{version}: Lightning's own choices apply to accelctl accelerators (strategy='auto' "
-            "places one device on 'cpu', DDP uses torch's default backend for the device type, "
-            "precision='*-mixed' autocasts on 'cuda'). Name them yourself: "
-            "strategy=SingleDeviceStrategy(device=...), DDPStrategy(process_group_backend=...), "
-            "plugins=[MixedPrecision(..., device=...)]; or install a tested Lightning",
-            UserWarning,
-            stacklevel=3,
-        )
         return False
     from lightning.fabric import connector as fabric_connector
     from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
@@ -224,8 +242,10 @@ def _wrap(
             return init_precision(self)
         with warnings.catch_warnings():
             # For "16-mixed" Lightning makes a GradScaler for "cuda", which warns that CUDA is
-            # missing; that plugin is replaced below by one for the plugin's device type.
+            # missing (and, on 2.3, that its class is deprecated); that plugin is replaced below
+            # by one for the plugin's device type.
             warnings.filterwarnings("ignore", _CUDA_SCALER_WARNING, UserWarning)
+            warnings.filterwarnings("ignore", _CUDA_AMP_SCALER_WARNING, FutureWarning)
             precision = init_precision(self)
         return _precision(self.accelerator, precision, getattr(self, precision_flag), kinds)
 
@@ -354,7 +374,10 @@ def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> A
             f"accelerator {name!r}, and torch has no autocast for {device_type!r} devices. Use "
             "precision='32-true', or 'bf16-true' / '16-true' (no autocast)"
         )
-    return kinds.mixed(precision.precision, device=device_type)
+    # The scaler for the plugin's device type, named (Lightning 2.4 and later make the same
+    # one; 2.3 makes a CUDA scaler whatever the device).
+    scaler = torch.amp.GradScaler(device_type) if precision.precision == "16-mixed" else None
+    return kinds.mixed(precision.precision, device=device_type, scaler=scaler)
 
 
 def _wrap_ddp_setup(strategy: type, setup: str, is_bridge: Callable[[object], bool]) -> None:

@@ -20,32 +20,37 @@ transformers chooses the device in private code, from a fixed list of device kin
    transformers' own.
 
 The first two act only on the bridge's ``TrainingArguments``; the third only on a ``Trainer``
-made with them. They apply to the transformers versions tested (:data:`TESTED`); on any other
-version nothing is adapted, importing the bridge warns, and ``TrainingArguments`` whose state
-transformers made elsewhere than the plugin says are refused when they are made.
+made with them. :data:`ADAPTATION` checks, once, that the internals are there with the
+parameters the bridge passes (``accelctl.integrations._versions``). Where one changed, nothing
+is adapted, importing the bridge warns naming it, and ``TrainingArguments`` whose state
+transformers made elsewhere than the plugin says are refused when they are made, naming it again.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from ._parameters import keeping_parameters
-from ._versions import TestedRange
+from ._versions import TRANSFORMERS, Adaptation, Internal
 
-#: transformers versions the adaptation is tested with: ``lower <= version < upper``.
-TESTED = TestedRange((5, 24), (5, 25))
+#: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
+#: to, and ``__post_init__``, which its subclass extends) and wraps (``_move_model_to_device``),
+#: with the parameters it passes, and the releases tested.
+ADAPTATION = Adaptation(
+    "transformers",
+    TRANSFORMERS,
+    (
+        Internal("transformers:TrainingArguments", "_setup_devices", ("self",)),
+        Internal("transformers:TrainingArguments", "__post_init__", ("self",)),
+        Internal("transformers:Trainer", "_move_model_to_device", ("self", "model", "device")),
+    ),
+)
 
 #: Attribute set on the wrapped method, so that installing twice wraps once.
 _MARK = "__accelctl_adapted__"
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
-
-#: True when a version string is in :data:`TESTED` (pre-releases of a tested minor included).
-is_tested = TESTED.covers
-#: :data:`TESTED` for messages: ``">=5.24,<5.25"``.
-tested_range = TESTED.text
 
 
 def transformers_version() -> str:
@@ -62,21 +67,13 @@ def is_active() -> bool:
 
 def install() -> bool:
     """Wrap ``Trainer._move_model_to_device``. Idempotent. Returns whether the adaptation is
-    active; on an untested transformers it is not, and a ``UserWarning`` says so."""
+    active: not where an internal changed (:data:`ADAPTATION` warns, naming it); a release
+    outside the tested window whose internals are all there is adapted, with a warning."""
     global _installed
     if _installed is not None:
         return _installed
-    version = transformers_version()
-    if not is_tested(version):
+    if not ADAPTATION.check(transformers_version(), stacklevel=4):
         _installed = False
-        warnings.warn(
-            f"accelctl.integrations.transformers is tested with transformers{tested_range()}, "
-            f"not {version}: transformers' own device choice applies, and TrainingArguments on "
-            "an accelctl plugin whose device transformers does not know are refused when they "
-            "are made. Install a tested transformers",
-            UserWarning,
-            stacklevel=3,
-        )
         return False
     from transformers import Trainer
 

@@ -42,7 +42,7 @@ from . import _accelerate_state
 from ._parameters import keeping_parameters
 from ._sharding import refuse_fsdp_gaps
 
-__all__ = ["ADAPTED", "Accelerator"]
+__all__ = ["ADAPTATION", "ADAPTED", "Accelerator"]
 
 #: torchrun's variables that mark a process it started (all three set).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -123,10 +123,9 @@ def _prepare_sharding(
         )
     if not _accelerate_state.is_active():
         raise accelctl.ProcessSetupError(
-            f"FSDP2 on accelctl accelerator {handle.name!r} is adapted for "
-            f"accelerate{_accelerate_state.tested_range()} only, and this is "
-            f"{_accelerate_state.accelerate_version()} (Accelerate enables FSDP for its own list "
-            "of device kinds). Install a tested Accelerate, or leave out the fsdp_plugin (DDP)"
+            f"FSDP2 on accelctl accelerator {handle.name!r} needs the bridge's adaptation of "
+            f"Accelerate's state (Accelerate enables FSDP for its own list of device kinds), "
+            f"and {_accelerate_state.ADAPTATION.refusal}; or leave out the fsdp_plugin (DDP)"
         )
     backend = handle.info.distributed_backend
     for handler in kwargs.get("kwargs_handlers") or ():
@@ -224,11 +223,7 @@ def _check_state(
         "Accelerator first"
     )
     if not _accelerate_state.is_active():
-        why = (
-            f"accelctl adapts Accelerate's device choice for "
-            f"accelerate{_accelerate_state.tested_range()} only, and this is "
-            f"{_accelerate_state.accelerate_version()}; install a tested Accelerate"
-        )
+        why = str(_accelerate_state.ADAPTATION.refusal)
     raise accelctl.ProcessSetupError(
         f"accelctl accelerator {handle.name!r} runs process {rank} of {world} on {device}, but "
         f"Accelerate's state is process {state.process_index} of {state.num_processes} on "
@@ -237,4 +232,6 @@ def _check_state(
 
 
 #: Whether Accelerate's state follows the plugins' choices here (see the module's docstring).
+#: What the bridge adapts, the releases it is tested with, and why not adapted where not.
+ADAPTATION = _accelerate_state.ADAPTATION
 ADAPTED: bool = _accelerate_state.install()

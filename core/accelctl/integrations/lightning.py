@@ -300,8 +300,8 @@ class LightningAccelerator(_LightningAcceleratorBase):
             if not _lightning_connector.is_active():
                 why = (
                     f" (Lightning {_lightning_connector.lightning_version()} places one device of "
-                    f"an accelerator it does not know on 'cpu'; accelctl adapts that choice for "
-                    f"lightning{_lightning_connector.tested_range()} only)"
+                    f"an accelerator it does not know on 'cpu', and "
+                    f"{_lightning_connector.ADAPTATION.refusal})"
                 )
             raise MisconfigurationException(
                 f"accelctl accelerator {self.name()!r} was asked to set up device "
@@ -362,10 +362,9 @@ def _refuse_unadapted_sharding(name: str, strategy: object) -> None:
 
     if isinstance(strategy, ModelParallelStrategy):
         raise MisconfigurationException(
-            f"ModelParallelStrategy on accelctl accelerator {name!r} is adapted for "
-            f"lightning{_lightning_connector.tested_range()} only (the plugin's process group "
-            f"backend, and the check that its device can run FSDP2), and this is Lightning "
-            f"{_lightning_connector.lightning_version()}. Install a tested Lightning, or use "
+            f"ModelParallelStrategy on accelctl accelerator {name!r} needs the bridge's "
+            f"adaptation of Lightning (the plugin's process group backend, and the check that "
+            f"its device can run FSDP2), and {_lightning_connector.ADAPTATION.refusal}; or use "
             "strategy='ddp'"
         )
 
@@ -411,4 +410,6 @@ def _is_bridge_accelerator(accelerator: object) -> bool:
 
 
 #: Whether Lightning's connectors follow the plugins' choices here (see the module docstring).
+#: What the bridge adapts, the releases it is tested with, and why not adapted where not.
+ADAPTATION = _lightning_connector.ADAPTATION
 ADAPTED: bool = _lightning_connector.install(_is_bridge_accelerator)

@@ -31,7 +31,6 @@ its ``last.ckpt`` by itself, as after torchrun's restarts. ``docs/ray.md`` has t
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,7 +38,6 @@ try:
     import ray
     import ray.train
     import ray.train.torch
-    from ray.train.torch.config import _TorchBackend
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Ray
     from ._missing import framework_missing
 
@@ -52,21 +50,29 @@ from accelctl._training.data import move_to_device  # the Trainer's: the same di
 
 from . import _ray_placement
 from ._ray_resources import ray_resources
-from ._versions import TestedRange
+from ._versions import RAY, Adaptation, Internal
 
-__all__ = ["TESTED", "TorchConfig", "get_device", "prepare_data_loader", "prepare_model",
+__all__ = ["ADAPTATION", "TorchConfig", "get_device", "prepare_data_loader", "prepare_model",
            "ray_resources"]  # fmt: skip
 
-#: The Ray versions this bridge is tested with (the extra ``accelctl[ray]``'s pin): it extends
-#: Ray Train's private torch backend, whose steps may change between minors.
-TESTED = TestedRange((2, 60), (2, 61))
+#: What the bridge extends: Ray Train's private torch backend (its ``on_start``, called with
+#: the parameters below) and the two properties of ``TorchConfig`` that name it and the training
+#: function's context; and the releases tested.
+ADAPTATION = Adaptation(
+    "ray",
+    RAY,
+    (
+        Internal("ray.train.torch.config:_TorchBackend", "on_start",
+                 ("self", "worker_group", "backend_config")),
+        Internal("ray.train.torch:TorchConfig", "backend_cls"),
+        Internal("ray.train.torch:TorchConfig", "train_func_context"),
+    ),
+)  # fmt: skip
 
-if not TESTED.covers(ray.__version__):
-    warnings.warn(
-        f"accelctl.integrations.ray is tested with Ray {TESTED.text()}, not {ray.__version__}: "
-        f"pip install 'accelctl[ray]' installs a tested version",
-        stacklevel=2,
-    )
+if ADAPTATION.check(ray.__version__, stacklevel=2):
+    from ray.train.torch.config import _TorchBackend
+else:  # TorchConfig refuses to be made, naming what changed
+    _TorchBackend = object
 
 
 class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to mypy
@@ -84,6 +90,8 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
     ``backend`` argument is therefore not taken.
 
     :raises TypeError: for ``backend=``.
+    :raises accelctl.ProcessSetupError: where Ray Train's internals that the bridge extends
+        changed (:data:`ADAPTATION` names which).
     """
 
     def __init__(
@@ -94,6 +102,8 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         timeout_s: int = 1800,
         **kwargs: Any,
     ) -> None:
+        if ADAPTATION.refusal:
+            raise accelctl.ProcessSetupError(ADAPTATION.refusal)
         if "backend" in kwargs:
             raise TypeError(
                 "TorchConfig(backend=...) is the plugin's choice here (its distributed_backend, "

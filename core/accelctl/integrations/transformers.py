@@ -40,7 +40,7 @@ from .accelerate import _placement
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ADAPTED", "TrainingArguments"]
+__all__ = ["ADAPTATION", "ADAPTED", "TrainingArguments"]
 
 
 @dataclass
@@ -223,11 +223,7 @@ class _Place:
                 "the earlier object on the same accelerator"
             )
         else:
-            why = (
-                f"accelctl adapts transformers' device choice for "
-                f"transformers{_transformers_state.tested_range()} only, and this is "
-                f"{_transformers_state.transformers_version()}; install a tested transformers"
-            )
+            why = str(_transformers_state.ADAPTATION.refusal)
         raise accelctl.ProcessSetupError(
             f"accelctl accelerator {known_name(self.handle)!r} runs process {self.rank} of "
             f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
@@ -253,4 +249,6 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
 
 
 #: Whether transformers' device choice follows the plugins' here (see the module's docstring).
+#: What the bridge adapts, the releases it is tested with, and why not adapted where not.
+ADAPTATION = _transformers_state.ADAPTATION
 ADAPTED: bool = _transformers_state.install()
