@@ -28,6 +28,9 @@ from cliharness import Cli
 
 from fakedists import FakeSite
 
+#: The machines of the openreg tests, shared by every test session's (tests/openregmachine.py).
+pytest_plugins = ["openregmachine"]
+
 _ACCELCTL_VARS = (
     "ACCELCTL_ACCELERATOR",
     "ACCELCTL_PLUGINS",

@@ -65,8 +65,7 @@ def test_the_extras_carry_third_party_dependencies_only() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    assert extras["lightning"] == ["lightning>=2.6"]
-    assert extras["accelerate"] == ["accelerate>=1.15,<1.16"]  # the minor the bridge is tested on
+    # (Each bridge's window: tests/integrations/test_versions.py.)
     assert extras["testing"] == ["pytest>=8"]  # the kit's pytest class; the checks need none
     for extra, requirements in extras.items():
         assert not [r for r in requirements if r.startswith("accelctl")], extra

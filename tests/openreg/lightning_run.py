@@ -100,7 +100,7 @@ def fit(fit: str, accelerator, last: bool = True, **options) -> None:
         logger=False,
         **options,
     )
-    lightning.seed_everything(0, verbose=False)  # the same shuffled order in every run
+    lightning.seed_everything(0)  # the same shuffled order in every run (no verbose= in 2.3)
     trainer.fit(Net(), data())
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .conftest import UserMachine, shared_run, succeeded
+from openregmachine import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openregmachine import UserMachine, shared_run, succeeded
 from rankresults import assert_equal, report, weights
-
-from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from openregmachine import UserMachine
 
-from .conftest import UserMachine
 from fakedists import FakeSite
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]

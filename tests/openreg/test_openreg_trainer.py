@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from openregmachine import UserMachine, shared_run, succeeded
 from rankresults import assert_equal, report, weights
-
-from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 

@@ -14,13 +14,10 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
-from importlib.machinery import PathFinder
 from pathlib import Path
 
 import pytest
-from besidevenv import RAY, wait_for_install
-from openreg.conftest import UserMachine, _require_wheel, shared_run
+from openregmachine import UserMachine, _require_wheel, shared_run
 
 from .raycluster import ray_cluster
 
@@ -50,32 +47,11 @@ NODE_VARIABLES = {
 }
 
 
-def ray_folder() -> Path | None:
-    """Where Ray Train is: ``None`` when this interpreter imports it itself (a venv with
-    ``accelctl[ray]``), else the folder ``scripts/test`` installs it into beside the venv, once
-    that install has ended (skip, or fail under CI, where it failed or never ran)."""
-    # (The venv's own packages only: "ray" on the tests' path is this folder, tests/ray.)
-    if not RAY.exists() and PathFinder.find_spec("ray", [sysconfig.get_path("purelib")]):
-        return None
-    return wait_for_install(RAY, "ray")
-
-
-@pytest.fixture
-def ray_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ray importable in this process for the test, and only for it: its folder's other
-    packages (tensorboardX, pandas, ...) would change what Lightning does in the worker's later
-    tests."""
-    folder = ray_folder()
-    if folder is not None:
-        monkeypatch.syspath_prepend(str(folder))
-
-
-def run_on_a_cluster(out: Path, ray: Path | None) -> None:
+def run_on_a_cluster(out: Path) -> None:
     """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
     (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
-    not raised, so that the other workers do not start the cluster again. ``ray``: Ray's folder,
-    on the path of the nodes (their workers inherit it) and of the driver."""
-    machine = UserMachine([ray] if ray else [])
+    not raised, so that the other workers do not start the cluster again."""
+    machine = UserMachine([])
     node_env = machine.environ(**NODE_VARIABLES)
     advertised = machine.run(
         sys.executable, "-m", "accelctl", "ray-resources", "--accelerator", "openreg",
@@ -103,8 +79,7 @@ def run_on_a_cluster(out: Path, ray: Path | None) -> None:
 def ray_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the driver's runs (``openreg``, ``cpu``, ``misconfigured``)."""
     _require_wheel()
-    ray = ray_folder()
-    out = shared_run(tmp_path_factory, "ray-runs", lambda out: run_on_a_cluster(out, ray))
+    out = shared_run(tmp_path_factory, "ray-runs", run_on_a_cluster)
     record = json.loads((out / "cluster.json").read_text())
     logs = "".join(
         f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"

@@ -207,12 +207,11 @@ def test_several_workers_on_an_accelerator_without_a_backend_are_refused(worker:
 # -- TorchConfig and the helpers ---------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("ray_on_path")
 def test_torch_config_is_rays_with_the_plugin_in_place_of_rays_backend_choice() -> None:
     import ray.train.torch
     from ray.train.torch.config import _TorchBackend
 
-    from accelctl.integrations.ray import TESTED, TorchConfig
+    from accelctl.integrations.ray import ADAPTATION, TorchConfig
 
     config = TorchConfig("npu", timeout_s=60)
     assert isinstance(config, ray.train.torch.TorchConfig)
@@ -220,11 +219,10 @@ def test_torch_config_is_rays_with_the_plugin_in_place_of_rays_backend_choice() 
     assert issubclass(config.backend_cls, _TorchBackend)
     assert config.train_func_context is on_device
     assert config.to_dict()["accelerator"] == "npu"
-    assert TESTED.covers(ray.__version__)  # the installed Ray is the extra's
+    assert ADAPTATION.refusal == ""  # Ray's internals that the bridge extends are there
     assert accelctl.integrations.ray.ray_resources is ray_resources
 
 
-@pytest.mark.usefixtures("ray_on_path")
 def test_torch_config_refuses_rays_backend_argument() -> None:
     from accelctl.integrations.ray import TorchConfig
 
@@ -232,7 +230,6 @@ def test_torch_config_refuses_rays_backend_argument() -> None:
         TorchConfig("npu", backend="nccl")
 
 
-@pytest.mark.usefixtures("ray_on_path")
 def test_the_helpers_outside_a_placed_worker_say_where_they_belong(worker: None) -> None:
     from accelctl.integrations.ray import get_device, prepare_model
 
@@ -242,7 +239,6 @@ def test_the_helpers_outside_a_placed_worker_say_where_they_belong(worker: None)
         prepare_model(torch.nn.Linear(1, 1))
 
 
-@pytest.mark.usefixtures("ray_on_path")
 def test_the_data_loader_wrapper_moves_every_batch_to_the_device() -> None:
     from accelctl.integrations.ray import _OnDevice
 
@@ -253,7 +249,6 @@ def test_the_data_loader_wrapper_moves_every_batch_to_the_device() -> None:
     assert len(wrapped) == 2 and wrapped.batch_size == 4 and wrapped.dataset is loader.dataset
 
 
-@pytest.mark.usefixtures("ray_on_path")
 def test_docs_name_every_public_name() -> None:
     import accelctl.integrations.ray as bridge
 

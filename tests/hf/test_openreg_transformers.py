@@ -20,16 +20,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from besidevenv import TRANSFORMERS, skip_module_unless
+from openregmachine import UserMachine, shared_run, succeeded, temporary_folder
 from rankresults import assert_equal, report, weights
-
-from .conftest import UserMachine, shared_run, succeeded, temporary_folder
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
-skip_module_unless(TRANSFORMERS, "transformers")
 
-SCRIPT = Path(__file__).with_name("transformers_run.py")
+SCRIPT = Path(__file__).parents[1] / "openreg" / "transformers_run.py"
 
 #: Accelerate's multi-CPU processes fail in wait_for_everyone where an out-of-tree backend is
 #: torch's current accelerator (docs/accelerate.md): the cpu runs leave openreg unloaded.
@@ -57,14 +54,11 @@ def _run(
 ) -> Path:
     """``launcher`` with the script, once per session (``shared_run``)."""
 
-    # transformers where the test command installs it, beside the venv (tests/besidevenv.py).
-    with_transformers = UserMachine([*machine.path, TRANSFORMERS])
-
     def run(out: Path) -> None:
         # HF_HOME of its own: no `accelerate config` file or hub cache of the machine's is read.
         command = [*launcher, str(SCRIPT), str(out), mode, accelerator]
         environ = {"HF_HOME": str(out / "hf"), "TMPDIR": temporary_folder(out), **extra}
-        succeeded(with_transformers.run(*command, cwd=out, **environ))
+        succeeded(machine.run(*command, cwd=out, **environ))
 
     return shared_run(factory, name, run)
 

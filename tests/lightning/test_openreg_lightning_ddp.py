@@ -16,15 +16,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from openregmachine import UserMachine, shared_run, succeeded
 from rankresults import assert_equal, report, weights
-
-from .conftest import UserMachine, shared_run, succeeded
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
 pytest.importorskip("lightning")
 
-SCRIPT = Path(__file__).with_name("lightning_run.py")
+SCRIPT = Path(__file__).parents[1] / "openreg" / "lightning_run.py"
 
 
 def _run(machine: UserMachine, factory: pytest.TempPathFactory, mode: str) -> Path:

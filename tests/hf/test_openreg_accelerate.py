@@ -13,15 +13,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from openregmachine import (
+    REFUSED,
+    UserMachine,
+    assert_single_process_refusal,
+    shared_run,
+    succeeded,
+    temporary_folder,
+)
 from rankresults import assert_equal, report, weights
-
-from .conftest import UserMachine, shared_run, succeeded, temporary_folder
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
 pytest.importorskip("accelerate")
 
-SCRIPT = Path(__file__).with_name("accelerate_run.py")
+SCRIPT = Path(__file__).parents[1] / "openreg" / "accelerate_run.py"
 
 
 def _run(
@@ -141,3 +147,18 @@ def test_the_cpu_plugin_equals_accelerates_own_multi_cpu_run(cpus: Path) -> None
         assert own["distributed_type"] == "DistributedType.MULTI_CPU" and own["trained"]
         assert plugin["seen_epoch0"] == own["seen_epoch0"]
         assert_equal(weights(cpus, "plugin", rank), weights(cpus, "own", rank))
+
+
+def test_two_processes_without_a_backend_are_refused_when_the_accelerator_is_made(
+    no_backend_machine: UserMachine,
+) -> None:
+    # torch_openreg 0.0.1: torch maps no backend to openreg, so privateuse1 has none.
+    message = no_backend_machine.python(
+        REFUSED
+        + """
+    from accelctl.integrations.accelerate import Accelerator
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    print(json.dumps(refused(lambda: Accelerator("openreg"))))
+    """
+    )
+    assert_single_process_refusal(message)

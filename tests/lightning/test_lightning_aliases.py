@@ -22,7 +22,7 @@ from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGIST
 import accelctl  # noqa: E402
 from accelctl.integrations.lightning import LightningAccelerator, register_all  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))  # tinymodel.py is a helper module
+sys.path.insert(0, str(Path(__file__).parents[1] / "integrations"))  # tinymodel.py: a helper module
 from tinymodel import quiet_trainer_options  # noqa: E402
 
 
@@ -68,3 +68,15 @@ def test_another_plugins_canonical_name_wins_over_an_alias(fake_site: Any) -> No
     result = register_all(registry=_registry(fake_site, slot="AliasOther", other="CpuSlot"))
     assert (sorted(result.registered), result.aliases) == (["other", "slot"], {})
     assert TRAINER_REGISTRY["other"]["accelerator"].accelctl_handle().name == "other"
+
+
+def test_register_all_skips_a_disabled_plugin_without_importing_it(fake_site: Any) -> None:
+    import warnings
+
+    fake_site.install("acme-policed", {"policed": "fakeplugins.exits_at_import"})
+    reg = accelctl.testing.Registry(path=fake_site.path, environ={"ACCELCTL_DISABLE": "policed"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # skipped as disabled, not warned about as broken
+        result = register_all(registry=reg)
+    assert result.skipped == {"policed": "disabled by ACCELCTL_DISABLE"} and result.broken == {}
+    assert "fakeplugins.exits_at_import" not in sys.modules

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from .conftest import UserMachine
+from openregmachine import REFUSED, UserMachine, assert_single_process_refusal
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 
@@ -183,3 +182,20 @@ def test_a_spawned_process_rebuilds_the_accelerator_before_openreg_devices(
         TORCH_DEVICE_BACKEND_AUTOLOAD="0",
     )
     assert result == {"known_before": False, "name": "openreg", "devices": ["openreg:1"]}
+
+
+def test_two_devices_without_a_backend_are_refused_when_the_trainer_is_made(
+    no_backend_machine: UserMachine,
+) -> None:
+    # torch_openreg 0.0.1: torch maps no backend to openreg, so privateuse1 has none.
+    message = no_backend_machine.python(
+        REFUSED
+        + """
+    import lightning
+    from accelctl.integrations.lightning import LightningAccelerator
+    print(json.dumps(refused(
+        lambda: lightning.Trainer(accelerator=LightningAccelerator("openreg"), devices=2)
+    )))
+    """
+    )
+    assert_single_process_refusal(message)

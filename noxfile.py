@@ -1,0 +1,178 @@
+"""The test sessions: one environment per framework a bridge adapts, each bridge on the oldest
+and the newest release of its window (``accelctl/integrations/_versions.py``).
+
+    nox                         every session (what ``bash scripts/test`` and CI run)
+    nox -l                      the sessions, with what each installs
+    nox -s lightning-newest     one session; ``-t lightning`` both of Lightning's
+    nox -s core -- -k stats     arguments after ``--`` go to pytest
+
+Why nox: its sessions are Python, so the windows' ends come from the same ``pyproject.toml``
+extras users install, sessions are made in a loop, and its uv backend builds each environment
+from uv's cache in seconds (tox would need a plugin for uv, and an ini or toml table per
+framework and end). Every session installs the pinned CPU build of torch first (from the folder
+of wheels pip is told about, ``PIP_FIND_LINKS``, where there is one), then the core, every
+in-repo plugin, the HPU example, PyTorch's ``torch_openreg`` test backend and the ``test``
+dependency group; then its framework:
+
+- ``*-oldest``: the oldest minor of the window, as the extra's lower bound names it;
+- ``*-newest``: the extra itself, unpinned, as ``pip install 'accelctl[lightning]'`` gives a
+  user today; ``test_framework_window.py`` of its tests fails there the day a release
+  outside the window ships.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.5.1"
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+EXTRAS: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
+PYTHON = "3.11"  # the torch_openreg wheels are built for CPython 3.11 and torch 2.13.0 only
+TORCH = "torch==2.13.0"
+#: The torch_openreg the tests marked ``openreg`` run on (its collective backend ``occl``); the
+#: tests of a device without one install 0.0.1 themselves (tests/openregmachine.py).
+OPENREG = "0.0.2"
+#: 4 workers on 2 cores: most tests wait on the processes they start. Each worker takes a whole
+#: module (or test class) at a time (``--dist loadscope``), in the order of the root conftest.py:
+#: the cluster tests, then the slow ones, then the rest (``--no-loadscope-reorder``).
+PYTEST = ("-n", os.environ.get("ACCELCTL_TEST_WORKERS", "4"), "--dist", "loadscope",
+          "--no-loadscope-reorder", "--durations=15")  # fmt: skip
+UNDER_CI = os.environ.get("CI") == "true"
+
+
+def find_backends() -> Path:
+    """The folder of PyTorch's torch_openreg wheels: ``$ACCELCTL_TEST_BACKENDS`` where set, else
+    ``../shared/backends`` beside this checkout, else beside the checkout this one was cloned
+    from (``git clone . /tmp/x``, as CI may clone)."""
+    if os.environ.get("ACCELCTL_TEST_BACKENDS"):
+        return Path(os.environ["ACCELCTL_TEST_BACKENDS"])
+    beside = ROOT.parent / "shared" / "backends"
+    if not beside.is_dir():
+        origin = subprocess.run(
+            ["git", "config", "--get", "remote.origin.url"],
+            capture_output=True, text=True, cwd=ROOT, check=False,
+        ).stdout.strip()  # fmt: skip
+        if origin and (Path(origin).parent / "shared" / "backends").is_dir():
+            return (Path(origin).parent / "shared" / "backends").resolve()
+    return beside
+
+
+BACKENDS = find_backends()
+
+
+def _find_links() -> dict[str, str]:
+    """uv reads no pip configuration: the folder of wheels pip is told about (where the CPU
+    build of torch lies on the project's machines) is passed on to uv too."""
+    folder = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS")
+    return {"UV_FIND_LINKS": folder} if folder else {}
+
+
+def _lowest(requirement: str) -> str:
+    """``"lightning>=2.3"`` -> ``"lightning==2.3.*"``: the oldest minor of the window."""
+    match = re.fullmatch(r"([A-Za-z0-9_.\-\[\]]+)>=(\d+\.\d+)", requirement)
+    if match is None:
+        raise ValueError(f"{requirement!r}: an extra names its window as 'name>=X.Y'")
+    return f"{match.group(1)}=={match.group(2)}.*"
+
+
+def install(session: nox.Session, *extras: str, pins: tuple[str, ...] = ()) -> None:
+    """torch first (so no range pulls another build), then the project with ``extras`` (or,
+    with ``pins``, the oldest releases of their window), its plugins and the test group."""
+    session.install(TORCH, env=_find_links())
+    projects = [str(p.parent) for p in sorted(ROOT.glob("plugins/*/pyproject.toml"))]
+    projects += [str(p.parent) for p in sorted(ROOT.glob("examples/accelctl-*/pyproject.toml"))]
+    editables = [arg for project in projects for arg in ("-e", project)]
+    core = f".[{','.join(extras)}]" if extras else "."
+    group = nox.project.dependency_groups(PYPROJECT, "test")
+    session.install("-e", core, *editables, *group, *pins, env=_find_links())
+    wheels = sorted(BACKENDS.glob(f"torch_openreg-{OPENREG}-*.whl"))
+    if not wheels:
+        message = f"no torch_openreg-{OPENREG} wheel in {BACKENDS} (ACCELCTL_TEST_BACKENDS)"
+        if UNDER_CI:
+            session.error(message)
+        session.warn(f"{message}: the openreg tests will skip")
+        return
+    session.install("--no-deps", "--reinstall", str(wheels[0]))
+
+
+def pytest(session: nox.Session, *paths: str) -> None:
+    session.run(
+        "python", "-m", "pytest", *PYTEST, *(session.posargs or paths),
+        env={"ACCELCTL_TEST_BACKENDS": str(BACKENDS)},
+    )  # fmt: skip
+
+
+@nox.session(python=PYTHON)
+def core(session: nox.Session) -> None:
+    """The core, the in-repo plugins, the conformance kit, the Trainer and launcher, the CLI,
+    the openreg backend and the bench; scikit-learn for examples/cv_example.py."""
+    install(session, pins=("scikit-learn",))
+    pytest(session)  # pyproject's testpaths, less the frameworks' folders (norecursedirs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict (the bridges typed against the newest Lightning and Accelerate)."""
+    session.install(TORCH, env=_find_links())
+    group = nox.project.dependency_groups(PYPROJECT, "lint")
+    session.install("-e", ".[lightning,accelerate,testing]", *group, env=_find_links())
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+#: Each framework session: the extras it installs, the tests it runs.
+FRAMEWORKS = {
+    "lightning": (("lightning",), "tests/lightning"),
+    "hf": (("accelerate", "transformers"), "tests/hf"),
+    "ray": (("ray",), "tests/ray"),
+}
+#: What an oldest minor needs beside it: Lightning 2.3 imports pkg_resources, which setuptools
+#: 81 removed (2.4 no longer does).
+OLDEST_NEEDS = {"lightning": ("setuptools<81",)}
+
+
+def _framework_session(name: str, end: str) -> None:
+    extras, tests = FRAMEWORKS[name]
+    requirements = sorted({r for extra in extras for r in EXTRAS[extra]})
+    if end == "oldest":
+        pins = tuple(_lowest(r) for r in requirements) + OLDEST_NEEDS.get(name, ())
+        described = ", ".join(pins)
+    else:
+        described = ", ".join(requirements) + " (the newest releases)"
+
+    def run(session: nox.Session) -> None:
+        if end == "oldest":
+            install(session, pins=pins)
+        else:
+            install(session, *extras)
+        pytest(session, tests)
+
+    run.__doc__ = f"{tests} on {described}."
+    nox.session(name=f"{name}-{end}", python=PYTHON, tags=[name])(run)
+
+
+for _name in FRAMEWORKS:
+    for _end in ("oldest", "newest"):
+        _framework_session(_name, _end)
+
+
+@nox.session(python=PYTHON)
+def slurm(session: nox.Session) -> None:
+    """tests/slurm on a two-node SLURM cluster the tests start (scripts/setup-machine installs
+    Debian's slurm-wlm first, as root)."""
+    if os.geteuid() == 0:
+        session.run("bash", "scripts/setup-machine", external=True)
+    elif UNDER_CI:
+        session.error("not root, so no SLURM here: sudo bash scripts/setup-machine")
+    install(session)
+    pytest(session, "tests/slurm")

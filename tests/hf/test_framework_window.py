@@ -1,0 +1,14 @@
+"""The installed Accelerate and transformers are in their bridges' windows and adapted
+(tests/frameworkwindow.py)."""
+
+import pytest
+from frameworkwindow import assert_adapted_in_window
+
+from accelctl.integrations._versions import ACCELERATE, TRANSFORMERS
+
+
+@pytest.mark.parametrize(
+    ("window", "bridge"), [(ACCELERATE, "accelerate"), (TRANSFORMERS, "transformers")]
+)
+def test_the_installed_framework_is_in_its_bridges_window(window: object, bridge: str) -> None:
+    assert_adapted_in_window(window, bridge)  # type: ignore[arg-type]

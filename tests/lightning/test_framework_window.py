@@ -1,0 +1,9 @@
+"""The installed Lightning is in the bridge's window and adapted (tests/frameworkwindow.py)."""
+
+from frameworkwindow import assert_adapted_in_window
+
+from accelctl.integrations._versions import LIGHTNING
+
+
+def test_the_installed_lightning_is_in_the_bridges_window() -> None:
+    assert_adapted_in_window(LIGHTNING, "lightning")
