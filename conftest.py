@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest work first, so that the many short tests fill the gaps at the end: the tests
     on a real cluster (marked ``ray`` or ``slurm``: minutes of one worker's time, most of it
     waiting), then the other ``slow`` tests, then the rest, each class in collection order.
-    scripts/test hands whole modules to the workers (``--dist loadscope``) in this order."""
+    noxfile.py hands whole modules to the workers (``--dist loadscope``) in this order."""
 
     def weight(item: pytest.Item) -> tuple[bool, bool]:
         on_a_cluster = any(item.get_closest_marker(name) for name in ("ray", "slurm"))

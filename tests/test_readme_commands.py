@@ -1,12 +1,12 @@
 """The README's install line works as written from a fresh clone (issue 26), checked offline and
 in this process: every ``-e PATH`` is a project of this checkout, every extra it or the docs name
 (``accelctl[lightning]``) exists, the line's requirements are satisfied by what this environment
-has (which ``scripts/test`` installed from the same projects), and they bring numpy, without
-which every command that imports torch prints ``Failed to initialize NumPy`` (torch's CPU wheel
-does not depend on it).
+has (which each test session installs from the same projects, noxfile.py), and they bring numpy,
+without which every command that imports torch prints ``Failed to initialize NumPy`` (torch's CPU
+wheel does not depend on it).
 
 What cannot be checked offline, that an index serves these versions, is left to CI's fresh
-clone; the Accelerate block of the README is run by tests/integrations.
+clone; the Accelerate block of the README is run by tests/hf.
 """
 
 from __future__ import annotations

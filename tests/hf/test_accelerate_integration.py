@@ -229,7 +229,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_the_readme_block_runs_as_it_stands(capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
-    marker = "<!-- tests/integrations/test_accelerate_integration.py runs the next block -->"
+    marker = "<!-- tests/hf/test_accelerate_integration.py runs the next block -->"
     block = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(block, str(README), "exec"), {})
     assert capsys.readouterr().out.strip() == "cpu DistributedType.NO"

@@ -282,6 +282,9 @@ class Meta(accelctl.Accelerator):
 
 
 cpu = bridge.TrainingArguments("out", accelerator="cpu", report_to=[])  # transformers' own: cpu
+cpu_device = str(cpu.device)
+from accelerate.state import AcceleratorState  # the state is the process's: made anew below
+AcceleratorState._reset_state(reset_partial_state=True)
 try:
     meta = str(bridge.TrainingArguments("out", accelerator=Meta(), report_to=[]).device)
 except accelctl.ProcessSetupError as error:
@@ -289,7 +292,7 @@ except accelctl.ProcessSetupError as error:
 print(json.dumps({{
     "adapted": bridge.ADAPTED,
     "wrapped": hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__"),
-    "cpu": str(cpu.device),
+    "cpu": cpu_device,
     "meta": meta,
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
 }}))

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from accelerate import FullyShardedDataParallelPlugin
 from fsdp_shared import EPOCHS, LEARNING_RATE, full_weights, loader, make_net, sharding, write
-from tinymodel import exit_without_teardown
+from scriptend import exit_without_teardown
 
 from accelctl.integrations.accelerate import Accelerator
 

@@ -13,7 +13,8 @@ import lightning
 import torch
 from fsdp_shared import EPOCHS, LEARNING_RATE, full_weights, loader, make_net, sharding, write
 from lightning.pytorch.strategies import ModelParallelStrategy
-from tinymodel import exit_without_teardown, quiet_trainer_options
+from scriptend import exit_without_teardown
+from tinymodel import quiet_trainer_options
 from torch.distributed.fsdp import fully_shard
 
 from accelctl.integrations.lightning import LightningAccelerator

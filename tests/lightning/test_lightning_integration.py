@@ -651,7 +651,8 @@ DDP_SCRIPT = '''
 
     sys.path.insert(0, {tests!r})
     import lightning
-    from tinymodel import TinyRegression, exit_without_teardown, quiet_trainer_options, tiny_loader
+    from scriptend import exit_without_teardown
+    from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader
 
     from accelctl.integrations.lightning import LightningAccelerator
 

@@ -45,7 +45,7 @@ def missing() -> str | None:
     if absent:
         return (
             f"SLURM is not installed here ({', '.join(absent)} missing): "
-            "sudo bash scripts/setup-machine installs it (scripts/test runs it as root)"
+            "sudo bash scripts/setup-machine installs it (the slurm test session runs it as root)"
         )
     if os.geteuid() != 0:
         return "slurmd runs as root; these tests are not root"
@@ -55,7 +55,7 @@ def missing() -> str | None:
         except OSError:
             return (
                 f"the node name {node} does not resolve: sudo bash scripts/setup-machine adds "
-                "it to /etc/hosts (scripts/test runs it as root)"
+                "it to /etc/hosts (the slurm test session runs it as root)"
             )
     return None
 

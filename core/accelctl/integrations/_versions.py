@@ -55,7 +55,7 @@ class Window:
 
 
 #: Each bridge's window. The extras of pyproject.toml name the same oldest minors
-#: (tests/integrations/test_bridges_extras.py keeps them equal).
+#: (tests/integrations/test_versions.py keeps them equal).
 LIGHTNING = Window("lightning", (2, 3), (2, 6))
 ACCELERATE = Window("accelerate", (1, 13), (1, 16))
 TRANSFORMERS = Window("transformers", (5, 21), (5, 25))
