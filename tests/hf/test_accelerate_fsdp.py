@@ -9,8 +9,6 @@ step saw.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +25,7 @@ HERE = Path(__file__).parents[1] / "integrations"  # the helper modules and run 
 sys.path.insert(0, str(HERE))  # helper modules, not a package
 import rankresults  # noqa: E402
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
-from fsdp_shared import check_run  # noqa: E402
-
-#: A hang guard only (each process imports torch and Accelerate on a loaded machine); nothing is
-#: timed.
-RUN_TIMEOUT_S = 300
+from fsdp_shared import check_run, run_clean  # noqa: E402
 
 # -- in this process --------------------------------------------------------------
 
@@ -97,35 +91,13 @@ def test_accelerate_fsdp2_on_an_unadapted_accelerate_is_refused(
 # -- 2 CPU processes
 
 
-def _environ() -> dict[str, str]:
-    """This environment without a launcher's, a scheduler's or accelctl's choices, and with no
-    scheduler on ``PATH`` (Lightning looks for SLURM's ``srun``)."""
-    dropped = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "FSDP_")
-    launcher = {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped) and k not in launcher}
-    env["PATH"] = str(Path(sys.executable).parent)
-    return env
-
-
-def _run(argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=_environ(), timeout=RUN_TIMEOUT_S, cwd=cwd
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-
-
 @pytest.mark.slow
 def test_fsdp2_on_two_cpu_processes_trains_sharded_to_one_processs_weights(tmp_path: Path) -> None:
     # One 2-process run under accelctl launch, every assertion on it in this test.
     launch = [sys.executable, "-m", "accelctl", "launch", "--accelerator", "cpu", "--devices", "2"]
-    _run([*launch, str(HERE / "fsdp_accelerate_run.py"), str(tmp_path / "accelerate")], tmp_path)
+    run_clean(
+        [*launch, str(HERE / "fsdp_accelerate_run.py"), str(tmp_path / "accelerate")], tmp_path
+    )
     reports = [rankresults.report(tmp_path, "accelerate", rank) for rank in (0, 1)]
     weights = [rankresults.weights(tmp_path, "accelerate", rank) for rank in (0, 1)]
     check_run(reports, weights, device_type="cpu", backend="gloo")

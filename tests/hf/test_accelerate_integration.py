@@ -4,14 +4,12 @@ real NPU's are not CPUs). Real devices and several processes: tests/openreg/."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from anotherrelease import META_ACCELERATOR, run_scenario
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -140,7 +138,8 @@ def test_moving_a_model_keeps_its_parameters_for_an_optimizer_made_before() -> N
 
 #: Import the bridge after ``{change}`` (a release newer than the window, or one whose internal
 #: changed), then make an Accelerator on the CPU plugin and one on a ``meta`` device.
-ANOTHER_ACCELERATE = """
+ANOTHER_ACCELERATE = (
+    """
 import json, warnings
 import accelerate
 from accelerate.state import AcceleratorState, PartialState
@@ -148,19 +147,9 @@ from accelerate.state import AcceleratorState, PartialState
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import accelerate as bridge
-import accelctl
-
-
-class Meta(accelctl.Accelerator):
-    name = "metaacc"
-    device_type = "meta"
-
-    def detect(self):
-        return True
-
-    def auto_device_count(self):
-        return 1
-
+"""
+    + META_ACCELERATOR
+    + """
 
 cpu = bridge.Accelerator("cpu")  # Accelerate's own choice is the plugin's: accepted
 cpu_device = str(cpu.device)
@@ -177,18 +166,11 @@ print(json.dumps({{
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
 }}))
 """
+)
 
 
 def _another_accelerate(change: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", ANOTHER_ACCELERATE.format(change=change)],
-        capture_output=True,
-        text=True,
-        timeout=180,  # a hang guard: one import of torch and Accelerate
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_scenario(ANOTHER_ACCELERATE.format(change=change))
 
 
 @pytest.mark.slow

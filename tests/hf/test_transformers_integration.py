@@ -4,7 +4,6 @@ are not CPUs). Real devices and several processes: tests/openreg/test_openreg_tr
 
 from __future__ import annotations
 
-import json
 import pickle
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from anotherrelease import META_ACCELERATOR, run_scenario
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator
 
 import accelctl
@@ -260,26 +260,17 @@ def test_the_command_line_parser_takes_the_new_fields(tmp_path: Path) -> None:
 
 #: Import the bridge after ``{change}`` (a release newer than the window, or one whose internal
 #: changed), then make arguments on the CPU plugin and on a ``meta`` device.
-ANOTHER_TRANSFORMERS = """
+ANOTHER_TRANSFORMERS = (
+    """
 import json, warnings
 import transformers
 {change}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import transformers as bridge
-import accelctl
-
-
-class Meta(accelctl.Accelerator):
-    name = "metaacc"
-    device_type = "meta"
-
-    def detect(self):
-        return True
-
-    def auto_device_count(self):
-        return 1
-
+"""
+    + META_ACCELERATOR
+    + """
 
 cpu = bridge.TrainingArguments("out", accelerator="cpu", report_to=[])  # transformers' own: cpu
 cpu_device = str(cpu.device)
@@ -297,19 +288,11 @@ print(json.dumps({{
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
 }}))
 """
+)
 
 
 def _another_transformers(change: str, cwd: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", ANOTHER_TRANSFORMERS.format(change=change)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,  # a hang guard only: one import of torch and transformers (seconds)
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_scenario(ANOTHER_TRANSFORMERS.format(change=change), cwd)
 
 
 @pytest.mark.slow

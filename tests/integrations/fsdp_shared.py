@@ -141,3 +141,33 @@ def check_run(
         # Not bit for bit: one process takes the mean over a step's 32 samples, two processes
         # each over 16, then FSDP2 averages the gradients; float32 rounds differently.
         torch.testing.assert_close(weights[0][name], tensor, rtol=1e-5, atol=1e-6)
+
+
+#: A hang guard only (each process imports torch and Lightning or Accelerate on a loaded
+#: machine); nothing is timed.
+RUN_TIMEOUT_S = 300
+
+
+def run_clean(argv: list[str], cwd: Path) -> None:
+    """Run ``argv`` (a bridge's 2-process run) without this environment's launcher, scheduler,
+    Accelerate or accelctl choices, and with no scheduler on ``PATH`` (Lightning looks for
+    SLURM's ``srun``); assert it succeeded."""
+    import os
+    import subprocess
+    import sys
+
+    dropped = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "FSDP_")
+    launcher = {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped) and k not in launcher}
+    env["PATH"] = str(Path(sys.executable).parent)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr[-4000:]

@@ -10,8 +10,6 @@ samples each step saw.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,16 +26,12 @@ from accelctl.integrations.lightning import LightningAccelerator
 HERE = Path(__file__).parents[1] / "integrations"  # the helper modules and run scripts
 sys.path.insert(0, str(HERE))  # helper modules, not a package
 import rankresults  # noqa: E402
-from fsdp_shared import check_run  # noqa: E402
+from fsdp_shared import check_run, run_clean  # noqa: E402
 from tinymodel import quiet_trainer_options  # noqa: E402
 
 #: A backend torch has registered for CPU devices that is not torch's default for them, so
 #: that a test can see whose choice the strategy's backend is (registered once per process).
 SHARDING_BACKEND = "fsdpbridgeccl"
-
-#: A hang guard only (each process imports torch and Lightning or Accelerate on a loaded
-#: machine); nothing is timed.
-RUN_TIMEOUT_S = 300
 
 
 class CpuAccelerator(accelctl.Accelerator):
@@ -166,36 +160,12 @@ def test_model_parallel_on_an_unadapted_lightning_is_refused_before_sharding(
 # -- 2 CPU processes
 
 
-def _environ() -> dict[str, str]:
-    """This environment without a launcher's, a scheduler's or accelctl's choices, and with no
-    scheduler on ``PATH`` (Lightning looks for SLURM's ``srun``)."""
-    dropped = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "FSDP_")
-    launcher = {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped) and k not in launcher}
-    env["PATH"] = str(Path(sys.executable).parent)
-    return env
-
-
-def _run(argv: list[str], cwd: Path) -> None:
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=_environ(), timeout=RUN_TIMEOUT_S, cwd=cwd
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-
-
 @pytest.mark.slow
 def test_fsdp2_on_two_cpu_processes_trains_sharded_to_one_processs_weights(tmp_path: Path) -> None:
     # One 2-process run (Lightning's own launcher starts the second process), every assertion
     # on it in this test.
     out = tmp_path / "lightning"
-    _run([sys.executable, str(HERE / "fsdp_lightning_run.py"), str(out), "cpu"], tmp_path)
+    run_clean([sys.executable, str(HERE / "fsdp_lightning_run.py"), str(out), "cpu"], tmp_path)
     reports = [rankresults.report(tmp_path, "lightning", rank) for rank in (0, 1)]
     weights = [rankresults.weights(tmp_path, "lightning", rank) for rank in (0, 1)]
     check_run(reports, weights, device_type="cpu", backend="gloo")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anotherrelease import META_ACCELERATOR, run_scenario
 
 lightning = pytest.importorskip("lightning")
 
@@ -248,7 +249,8 @@ def test_a_cpu_device_named_for_a_non_cpu_accelerator_is_refused_before_training
 
 #: Import the bridge after ``{change}`` (a release newer than the window, or one whose internal
 #: changed), then make a Trainer with the defaults on a ``meta`` device and set its device up.
-ANOTHER_LIGHTNING = """
+ANOTHER_LIGHTNING = (
+    """
 import json, warnings
 import lightning
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
@@ -256,19 +258,9 @@ from lightning.pytorch.trainer.connectors.accelerator_connector import _Accelera
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import lightning as bridge
-import accelctl
-
-
-class Meta(accelctl.Accelerator):
-    name = "metaacc"
-    device_type = "meta"
-
-    def detect(self):
-        return True
-
-    def auto_device_count(self):
-        return 1
-
+"""
+    + META_ACCELERATOR
+    + """
 
 trainer = lightning.Trainer(accelerator=bridge.LightningAccelerator(Meta()), devices=1)
 try:
@@ -284,18 +276,11 @@ print(json.dumps({{
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
 }}))
 """
+)
 
 
 def _another_lightning(change: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", ANOTHER_LIGHTNING.format(change=change)],
-        capture_output=True,
-        text=True,
-        timeout=180,  # a hang guard: one import of torch and Lightning
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_scenario(ANOTHER_LIGHTNING.format(change=change))
 
 
 @pytest.mark.slow
