@@ -75,9 +75,11 @@ def _require_wheel() -> None:
         _missing(f"torch_openreg {found} is installed; these tests need {SUITE_VERSION}")
 
 
-#: What the processes started here do not inherit from the test's environment: accelctl's and
-#: Accelerate's choices, a scheduler's or launcher's variables (the tests say what they want).
-_NOT_INHERITED = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "TORCH_DEVICE_BACKEND_")
+#: What the processes started here do not inherit from the test's environment: accelctl's,
+#: Accelerate's and Ray's choices (a Ray user's RAY_ADDRESS), a scheduler's or launcher's
+#: variables (the tests say what they want).
+_NOT_INHERITED = ("ACCELCTL_", "ACCELERATE_", "SLURM_", "TORCHELASTIC_", "TORCH_DEVICE_BACKEND_",
+                  "RAY_")  # fmt: skip
 _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                        "MASTER_PORT", "HF_HOME")  # fmt: skip
 

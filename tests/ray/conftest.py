@@ -50,23 +50,32 @@ NODE_VARIABLES = {
 def run_on_a_cluster(out: Path) -> None:
     """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
     (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
-    not raised, so that the other workers do not start the cluster again."""
+    not raised, so that the other workers do not start the cluster again.
+
+    It runs as on a Ray user's machine: a home whose ``~/.ray`` holds what ``ray.init()`` leaves
+    there (an ``auth_token``), which the cluster's processes must not read (they have a home of
+    their own, ``RayCluster.home``)."""
+    user_home = out / "user-home"
+    (user_home / ".ray").mkdir(parents=True)
+    (user_home / ".ray" / "auth_token").write_text("a-token-of-another-cluster\n")
     machine = UserMachine([])
-    node_env = machine.environ(**NODE_VARIABLES)
+    node_env = machine.environ(HOME=str(user_home), **NODE_VARIABLES)
     advertised = machine.run(
         sys.executable, "-m", "accelctl", "ray-resources", "--accelerator", "openreg",
-        **NODE_VARIABLES,
+        HOME=str(user_home), **NODE_VARIABLES,
     )  # fmt: skip
     record = {"ray_resources": advertised.stdout, "ray_resources_stderr": advertised.stderr}
     try:
         resources = json.loads(advertised.stdout)
-        head_env = machine.environ(ACCELCTL_DISABLE="privateuse1", **NODE_VARIABLES)
+        head_env = machine.environ(
+            ACCELCTL_DISABLE="privateuse1", HOME=str(user_home), **NODE_VARIABLES
+        )
         with ray_cluster(head_env, node_env, resources, logs=out) as cluster:
             done = subprocess.run(
                 [sys.executable, str(DRIVER), str(out), cluster.address],
                 capture_output=True,
                 text=True,
-                env=machine.environ(**RAY_TRAIN_SETTINGS),
+                env=machine.environ(HOME=str(cluster.home), **RAY_TRAIN_SETTINGS),
                 timeout=DRIVER_TIMEOUT_S,
             )
         record.update(returncode=done.returncode, stderr=done.stderr[-6000:])

@@ -1,7 +1,10 @@
 """A real Ray cluster on this machine for the tests: a head and a second node, each a ``ray start
 --block`` process in a session of its own, on loopback, with free ports, no dashboard and small
 resources, in a temporary folder. Stopped by the ids of the processes it started, never by name
-(``ray stop`` would end every Ray process of the machine's user)."""
+(``ray stop`` would end every Ray process of the machine's user). Its processes have a home of
+their own in that folder (:attr:`RayCluster.home`): Ray reads and writes state there
+(``~/.ray/auth_token``, which a user's ``ray.init()`` leaves), and the user's must not reach the
+test cluster."""
 
 from __future__ import annotations
 
@@ -46,6 +49,11 @@ class RayCluster:
     address: str = ""
     nodes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
+    @property
+    def home(self) -> Path:
+        """``HOME`` for the cluster's processes (its nodes, and the driver the tests run)."""
+        return self.root / "home"
+
     def start_node(self, name: str, env: Mapping[str, str], *options: str) -> None:
         """``ray start OPTIONS --block`` as node ``name``; returns once it runs."""
         # Ray's own command, wherever its package is (its script would be in its folder's bin).
@@ -56,7 +64,11 @@ class RayCluster:
         log = self.root / f"{name}.log"
         with log.open("wb") as out:
             node = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=dict(env), start_new_session=True
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**env, "HOME": str(self.home)},
+                start_new_session=True,
             )
         self.nodes.append(node)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -101,6 +113,7 @@ def ray_cluster(
     # Not under pytest's folders: Ray's sockets live in its folder, and a socket's path is at
     # most 107 bytes.
     cluster = RayCluster(Path(tempfile.mkdtemp(prefix="accelctl-ray-")))
+    cluster.home.mkdir()
     port = free_port()
     try:
         cluster.start_node(
