@@ -84,16 +84,16 @@ def _lowest(requirement: str) -> str:
     return f"{match.group(1)}=={match.group(2)}.*"
 
 
-def install(session: nox.Session, *extras: str, pins: tuple[str, ...] = ()) -> None:
-    """torch first (so no range pulls another build), then the project with ``extras`` (or,
-    with ``pins``, the oldest releases of their window), its plugins and the test group."""
+def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+    """torch first (so no range pulls another build), then the project with ``extras``, its
+    plugins, the test group and the requirements ``also`` names (an oldest session's pins)."""
     session.install(TORCH, env=_find_links())
     projects = [str(p.parent) for p in sorted(ROOT.glob("plugins/*/pyproject.toml"))]
     projects += [str(p.parent) for p in sorted(ROOT.glob("examples/accelctl-*/pyproject.toml"))]
     editables = [arg for project in projects for arg in ("-e", project)]
     core = f".[{','.join(extras)}]" if extras else "."
     group = nox.project.dependency_groups(PYPROJECT, "test")
-    session.install("-e", core, *editables, *group, *pins, env=_find_links())
+    session.install("-e", core, *editables, *group, *also, env=_find_links())
     wheels = sorted(BACKENDS.glob(f"torch_openreg-{OPENREG}-*.whl"))
     if not wheels:
         message = f"no torch_openreg-{OPENREG} wheel in {BACKENDS} (ACCELCTL_TEST_BACKENDS)"
@@ -115,7 +115,7 @@ def pytest(session: nox.Session, *paths: str) -> None:
 def core(session: nox.Session) -> None:
     """The core, the in-repo plugins, the conformance kit, the Trainer and launcher, the CLI,
     the openreg backend and the bench; scikit-learn for examples/cv_example.py."""
-    install(session, pins=("scikit-learn",))
+    install(session, also=("scikit-learn",))
     pytest(session)  # pyproject's testpaths, less the frameworks' folders (norecursedirs)
 
 
@@ -152,7 +152,7 @@ def _framework_session(name: str, end: str) -> None:
 
     def run(session: nox.Session) -> None:
         if end == "oldest":
-            install(session, pins=pins)
+            install(session, also=pins)
         else:
             install(session, *extras)
         pytest(session, tests)

@@ -231,7 +231,7 @@ def _check_state(
     )
 
 
-#: Whether Accelerate's state follows the plugins' choices here (see the module's docstring).
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _accelerate_state.ADAPTATION
+#: Whether Accelerate's state follows the plugins' choices here (see the module's docstring).
 ADAPTED: bool = _accelerate_state.install()

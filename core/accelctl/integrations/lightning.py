@@ -409,7 +409,7 @@ def _is_bridge_accelerator(accelerator: object) -> bool:
     return isinstance(accelerator, LightningAccelerator)
 
 
-#: Whether Lightning's connectors follow the plugins' choices here (see the module docstring).
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _lightning_connector.ADAPTATION
+#: Whether Lightning's connectors follow the plugins' choices here (see the module docstring).
 ADAPTED: bool = _lightning_connector.install(_is_bridge_accelerator)

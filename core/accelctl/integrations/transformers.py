@@ -248,7 +248,7 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
         )
 
 
-#: Whether transformers' device choice follows the plugins' here (see the module's docstring).
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _transformers_state.ADAPTATION
+#: Whether transformers' device choice follows the plugins' here (see the module's docstring).
 ADAPTED: bool = _transformers_state.install()
