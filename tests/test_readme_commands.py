@@ -127,3 +127,10 @@ def test_the_install_line_is_met_by_this_environment_and_brings_numpy() -> None:
         "the README's install line installs no numpy: every command that imports torch would "
         "print 'Failed to initialize NumPy'"
     )
+
+
+def test_the_documentation_list_names_every_page() -> None:
+    section = README.read_text().split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    pages = sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+    assert pages, "no docs/*.md found: the path is wrong"
+    assert [page for page in pages if f"(docs/{page})" not in section] == []
