@@ -24,20 +24,24 @@ from ._plugin import AcceleratorHandle
 from ._project import ENTRY_POINT_GROUP, RESERVED_NAMES
 from ._status import AcceleratorStatus, probe, settle
 from ._text import one_line, quote
+from ._typos import nearest
 
-#: Well-known accelerator names and the distribution that provides each, for "did you mean" and
-#: the pip command when a name is not installed (ROCm GPUs are torch's "cuda" device).
-WELL_KNOWN = {
+#: The accelerators whose plugin this project ships (``plugins/``), and its distribution: the only
+#: names an error answers with ``pip install <distribution>`` (ROCm GPUs are torch's "cuda" device,
+#: served by the CUDA plugin under the alias "rocm").
+SHIPPED = {
     "cpu": "accelctl-cpu",
     "cuda": "accelctl-cuda",
     "rocm": "accelctl-cuda",
     "mps": "accelctl-mps",
-    "hpu": "accelctl-hpu",
     "xpu": "accelctl-xpu",
-    "npu": "accelctl-npu",
-    "tpu": "accelctl-tpu",
 }
-#: Longer names get no "pip install accelctl-<name>" hint: no plugin package is called so.
+#: Other vendors' accelerators, known by name only: a typo of one is suggested, but no package is
+#: named for them (accelctl knows of none published).
+OTHER_CHIPS = ("hpu", "npu", "tpu")
+#: Every name a typo is compared with when nothing installed is near it.
+WELL_KNOWN = (*SHIPPED, *OTHER_CHIPS)
+#: Longer names get no "accelctl-<name>" hint: no plugin package is called so.
 _LONGEST_HINTED_NAME = 64
 
 
@@ -171,21 +175,18 @@ class Registry:
         plugin to install. ``unanswered``: the plugins that could not say their aliases (late
         past the hook deadline, or failing in accelerator_info()), any of which may be the one
         asked for."""
-        import difflib  # errors only: not on the start-up path
-
         key = asked.strip().lower()
         installed = self.names()
         aliases = [a for h in self.plugins() if h._info is not None for a in h._info.aliases]
         # "gpus" is a typo of the selector "gpu", not the name of a plugin to install.
-        names = installed + aliases + sorted(RESERVED_NAMES)
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        close = nearest(key, installed + aliases + sorted(RESERVED_NAMES))
         shown = ", ".join(installed) if installed else "none"
         filters = ""
         if self.plugin_filter.active:
             filters = f" ({_settings.PLUGINS}/{_settings.DISABLE} are set)"
         message = f"no accelerator named {quote(asked)} is installed (installed: {shown}){filters}."
         if close:  # a typo of something installed: no package to install
-            message += f" Did you mean {close[0]!r}?"
+            message += f" Did you mean {close!r}?"
             if not is_valid_name(key):
                 message += " Accelerator names are lowercase letters, digits, '_' and '-'."
             return UnknownAcceleratorError(message, name=key, installed=installed)
@@ -197,8 +198,7 @@ class Registry:
                 installed=installed,
             )
         # A typo of a well-known accelerator that is not installed: point at its plugin.
-        known = difflib.get_close_matches(key, list(WELL_KNOWN), n=1, cutoff=0.6)
-        name = known[0] if known else key
+        name = key if key in WELL_KNOWN else nearest(key, WELL_KNOWN) or key
         if name != key:
             message += f" Did you mean {name!r}?"
         if not is_valid_name(name):  # no package can be named after it
@@ -209,16 +209,23 @@ class Registry:
 
 
 def install_hint(registry: Registry, name: str) -> str:
-    """``pip install accelctl-<name>``, or, when that distribution is installed already, a
+    """What to install for ``name``: ``pip install <distribution>`` for a plugin this project
+    ships; for any other name, the conventional ``accelctl-<name>``, worded as a vendor's to
+    publish, never as a package that exists. When that distribution is installed already, a
     pointer to its row in ``accelctl list``."""
-    distribution = WELL_KNOWN.get(name, f"accelctl-{name}")
+    distribution = SHIPPED.get(name, f"accelctl-{name}")
     installed = {h.distribution for h in registry.plugins()}
     if distribution in installed:
         return (
             f"{distribution} is installed but offers no {name!r} on this machine (see "
             "`accelctl list`)"
         )
-    return f"If a plugin provides it, install it: pip install {distribution}"
+    if name in SHIPPED:
+        return f"Install its plugin: pip install {distribution}"
+    return (
+        f"No plugin for {name!r} is known to accelctl; if its vendor publishes one (by "
+        f"convention named {distribution}), pip install that"
+    )
 
 
 def _conflict(name: str, handles: list[AcceleratorHandle]) -> PluginConflictError:
