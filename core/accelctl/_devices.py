@@ -14,14 +14,42 @@ from typing import Any
 from ._errors import DeviceSpecError
 from ._project import MAX_DEVICE_COUNT
 
-INDEXED_FORMS = (
-    '"auto" or -1 (all visible devices), k >= 1 or "k" (the first k), '
-    '"i,j", "i," or [i, j] (exactly those indices)'
+
+@dataclass(frozen=True)
+class AcceptedForms:
+    """What one parser accepts, written for the kind of spec that was given: ``values`` for a
+    Python value, ``strings`` for a string, which is all that a command line's ``--devices`` or
+    ``ACCELCTL_DEVICES`` can hold (no list there), so a refusal never lists a form the channel
+    it came through cannot take."""
+
+    values: str
+    strings: str
+
+    def for_spec(self, spec: object) -> str:
+        """The forms to list to whoever gave ``spec``."""
+        return self.strings if isinstance(spec, str) else self.values
+
+
+INDEXED_FORMS = AcceptedForms(
+    values='"auto" or -1 (all visible devices), k >= 1 or "k" (the first k), '
+    '"i,j", "i," or [i, j] (exactly those indices)',
+    strings='"auto" or "-1" (all visible devices), "k" such as "2" (the first k), '
+    '"i,j" or "i," such as "0,1" or "1," (exactly those indices)',
 )
-PROCESS_COUNT_FORMS = '"auto" (1 process), k >= 1 or "k" (k processes)'
-SINGLE_DEVICE_FORMS = '"auto", -1, 1, "1", [0] or "0," (the one device)'
+PROCESS_COUNT_FORMS = AcceptedForms(
+    values='"auto" (1 process), k >= 1 or "k" (k processes)',
+    strings='"auto" (1 process), "k" such as "2" (k processes)',
+)
+SINGLE_DEVICE_FORMS = AcceptedForms(
+    values='"auto", -1, 1, "1", [0] or "0," (the one device)',
+    strings='"auto", "-1", "1" or "0," (the one device)',
+)
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
+#: "0-3", "0..3", "0:3": a range, which no parser reads (a message says how to list it instead).
+_RANGE_RE = re.compile(r"^(\d{1,9})\s*(?:-|\.\.|:)\s*(\d{1,9})$")
+#: "[0, 1]", "(0,1)": a Python list or tuple written as a string (a command line's habit).
+_BRACKETED_RE = re.compile(r"^[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]$")
 _ALL = "all"
 #: Digits that can still be a count or index (longer is refused before ``int()``'s own limit).
 _MAX_DIGITS = len(str(MAX_DEVICE_COUNT))
@@ -32,11 +60,14 @@ _TOO_LARGE = (
 
 
 def _visible_phrase(accelerator: str, visible: int) -> str:
+    # In words ("0 to 3"), never "0-3": that would read as a spec, and ranges are not one.
     if visible == 0:
         return f"no {accelerator} device is visible"
     if visible == 1:
         return f"1 {accelerator} device is visible (index 0)"
-    return f"{visible} {accelerator} devices are visible (indices 0-{visible - 1})"
+    if visible == 2:
+        return f"2 {accelerator} devices are visible (indices 0 and 1)"
+    return f"{visible} {accelerator} devices are visible (indices 0 to {visible - 1})"
 
 
 @dataclass(frozen=True)
@@ -47,19 +78,24 @@ class _Refusal:
     spec: object
     visible: int | None
     visible_phrase: str
-    accepted: str
+    forms: AcceptedForms
+
+    @property
+    def takes_indices(self) -> bool:
+        return self.forms is not PROCESS_COUNT_FORMS
 
     def __call__(self, problem: str) -> DeviceSpecError:
+        accepted = self.forms.for_spec(self.spec)
         message = (
             f"{self.accelerator}: devices={_shown(self.spec)} {problem}; {self.visible_phrase}. "
-            f"Accepted: {self.accepted}."
+            f"Accepted: {accepted}."
         )
         return DeviceSpecError(
             message,
             accelerator=self.accelerator,
             spec=self.spec,
             visible=self.visible,
-            accepted=self.accepted,
+            accepted=accepted,
         )
 
 
@@ -110,6 +146,8 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
             raise refuse("is empty")
         if text.lower() == "auto":
             return _ALL
+        if _BRACKETED_RE.match(text) or _RANGE_RE.match(text):
+            raise refuse(_not_a_string_spec(text, refuse))
         if "," in text:
             if text.count(",") > MAX_DEVICE_COUNT:
                 raise refuse(_TOO_LARGE)
@@ -126,7 +164,7 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
             return indices
         if _INT_RE.match(text):
             return _count_or_all(_parse_int(text, refuse), refuse)
-        raise refuse('is not "auto", a number or a comma-separated list of indices')
+        raise refuse(_not_a_string_spec(text, refuse))
     count = _as_int(spec)
     if count is not None:
         return _count_or_all(count, refuse)
@@ -147,6 +185,29 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
     if isinstance(spec, float):
         raise refuse("is a float; use an int count or a list of indices")
     raise refuse(f"has type {type(spec).__name__}, which is not a device spec")
+
+
+def _not_a_string_spec(text: str, refuse: _Refusal) -> str:
+    """The problem with a string that is no form at all, naming the habits seen elsewhere (a
+    range, a list in brackets) and, for an indexed accelerator, how to write them here."""
+    problem = 'is not "auto", a number or a comma-separated list of indices'
+    found = _RANGE_RE.match(text)
+    if found:
+        first, last = int(found.group(1)), int(found.group(2))
+        problem = "is a range, which accelctl does not read"
+        visible = refuse.visible if refuse.visible is not None else 0
+        if refuse.takes_indices and first < last < min(visible, first + 16):
+            listed = ",".join(str(index) for index in range(first, last + 1))
+            problem += f'; list the indices instead: "{listed}"'
+        return problem
+    found = _BRACKETED_RE.match(text)
+    if found:
+        problem = "is a list written as a string"
+        if refuse.takes_indices:
+            items = [item.strip() for item in found.group(1).split(",")]
+            listed = ",".join(items) + ("," if len(items) == 1 else "")
+            problem += f'; write the indices without brackets: "{listed}"'
+    return problem
 
 
 def _index(index: int, refuse: _Refusal) -> int:

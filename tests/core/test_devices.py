@@ -69,7 +69,8 @@ BAD_INDEXED = [
     (1.5, "is a float"),
     (2.0, "is a float"),
     ("abc", 'is not "auto", a number'),
-    ("[0]", 'is not "auto", a number'),
+    ("[0]", 'is a list written as a string; write the indices without brackets: "0,"'),
+    ("0-1", 'is a range, which accelctl does not read; list the indices instead: "0,1"'),
     ("1.5", 'is not "auto", a number'),
     (-2, "is negative"),
     ("-2", "is negative"),
@@ -100,8 +101,11 @@ def test_bad_indexed_specs_teach(spec: object, problem: str) -> None:
         message
     )  # the accelerator, the spec as given
     assert problem in message
-    assert "4 fake devices are visible (indices 0-3)" in message  # what is visible
-    assert 'Accepted: "auto" or -1' in message and "[i, j]" in message  # the accepted forms
+    assert "4 fake devices are visible (indices 0 to 3)" in message  # what is visible
+    if isinstance(spec, str):  # the forms a string can take: a command line has no list
+        assert 'Accepted: "auto" or "-1"' in message and "[i, j]" not in message
+    else:  # the accepted forms of a Python value
+        assert 'Accepted: "auto" or -1' in message and "[i, j]" in message
     assert isinstance(info.value, ValueError)
     assert info.value.accelerator == "fake" and info.value.spec == spec and info.value.visible == 4
 
@@ -154,7 +158,10 @@ def test_cpu_refusals_say_process_count(spec: object, problem: str) -> None:
     assert problem in message
     assert "cpu takes a process count" in message
     assert 'use accelerator="cpu"' not in message  # no advice to do what is being done
-    assert 'Accepted: "auto" (1 process), k >= 1 or "k" (k processes)' in message
+    if isinstance(spec, str):
+        assert 'Accepted: "auto" (1 process), "k" such as "2" (k processes)' in message
+    else:
+        assert 'Accepted: "auto" (1 process), k >= 1 or "k" (k processes)' in message
 
 
 # -- single-device accelerators (MPS) ------------------------------------------------------------

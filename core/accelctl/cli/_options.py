@@ -1,4 +1,8 @@
-"""Options shared by the commands that select an accelerator (``resolve``, ``launch``)."""
+"""Options shared by the commands that select an accelerator (``resolve``, ``launch``).
+
+``--devices`` is handed as typed to the plugin's parser, so the command line reads the same
+grammar as Python (:mod:`accelctl._devices`); its help lists the forms a string can take.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from collections.abc import Callable
 
 import click
 from click.decorators import FC
+
+from .._devices import INDEXED_FORMS, PROCESS_COUNT_FORMS
 
 accelerator_option = click.option(
     "--accelerator",
@@ -23,5 +29,6 @@ def devices_option(extra_help: str = "") -> Callable[[FC], FC]:
         "-d",
         default="auto",
         show_default=True,
-        help=f'"auto", a count ("2"), or indices ("0,1"){extra_help}.',
+        help=f"{INDEXED_FORMS.strings}; for the CPU, a process count: "
+        f"{PROCESS_COUNT_FORMS.strings}{extra_help}.",
     )
