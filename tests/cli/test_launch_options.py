@@ -1,7 +1,9 @@
-"""``accelctl launch``'s --master-addr: a host name or an IP address, else a usage error."""
+"""``accelctl launch``'s options: --master-addr a host name or an IP address, else a usage error;
+an unknown option before SCRIPT click's own usage error; everything after SCRIPT the script's."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,33 @@ def test_a_master_addr_that_is_no_address_is_a_usage_error(
 )
 def test_host_names_and_ip_addresses_are_accepted(address: str) -> None:
     assert _check_address(None, None, f" {address} ") == address  # type: ignore[arg-type]
+
+
+def test_a_mistyped_option_before_script_is_click_s_usage_error(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n")
+    result = cli("launch", "--acelerator", "cpu", str(script))
+    assert result.exit_code == 2, result.output
+    assert "No such option '--acelerator'. Did you mean '--accelerator'?" in result.stderr
+    assert "does not exist" not in result.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_options_after_script_are_still_the_script_s(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("import json, sys\njson.dump(sys.argv[1:], open('argv.json', 'w'))\n")
+    result = cli("launch", "--cpu", str(script), "--acelerator", "x", "-h", "--", "y")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "argv.json").read_text()) == [
+        "--acelerator",
+        "x",
+        "-h",
+        "--",
+        "y",
+    ]

@@ -45,11 +45,9 @@ def _check_address(ctx: click.Context, param: click.Parameter, value: str | None
 
 @click.command(
     "launch",
-    context_settings={
-        # Everything after SCRIPT belongs to the script, options included.
-        "ignore_unknown_options": True,
-        "allow_interspersed_args": False,
-    },
+    # Options end at SCRIPT: everything after it belongs to the script, options included. An
+    # unknown option before it is a usage error (click's "No such option", with the nearest).
+    context_settings={"allow_interspersed_args": False},
 )
 @accelerator_option
 @devices_option("; one process per device")
