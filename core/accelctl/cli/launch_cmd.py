@@ -9,6 +9,7 @@ import re
 import click
 
 from .._fanout import run_one
+from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
 from .._launching.handoff import devices_spec
 from .._launching.options import NodeOptionError, plan_nodes
@@ -137,6 +138,9 @@ def launch_command(
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
     # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
     selection = run_one(lambda: resolve(accelerator, devices))
+    crowded = cpu_oversubscription(selection, option="--devices ")
+    if crowded:  # a choice the user may mean (trying a multi-process set-up): said, not refused
+        click.echo(f"accelctl launch: warning: {crowded}", err=True)
     try:
         launch_script(
             script,
