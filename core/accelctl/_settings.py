@@ -20,6 +20,9 @@ DEVICES = "ACCELCTL_DEVICES"
 HOOK_TIMEOUT = "ACCELCTL_HOOK_TIMEOUT"
 COLLECTIVE_TIMEOUT = "ACCELCTL_COLLECTIVE_TIMEOUT"
 LAUNCHER_PID = "ACCELCTL_LAUNCHER_PID"
+CKPT_PATH = "ACCELCTL_CKPT_PATH"
+LAUNCH_ID = "ACCELCTL_LAUNCH_ID"
+LAUNCH_NOTE = "ACCELCTL_LAUNCH_NOTE"
 
 #: Seconds accelctl waits for one plugin's answer where it asks several at once.
 DEFAULT_HOOK_TIMEOUT_S = 10.0
@@ -37,6 +40,12 @@ VARIABLES: dict[str, str] = {
     COLLECTIVE_TIMEOUT: f"seconds a collective of the Trainer may wait for the other processes "
     f"(default {DEFAULT_COLLECTIVE_TIMEOUT_S:g})",
     LAUNCHER_PID: "set by `accelctl launch` in its children, which die with it",
+    CKPT_PATH: "what `fit(ckpt_path=None)` means: `last`, or a checkpoint's path (to resume a "
+    "run without editing its script)",
+    LAUNCH_ID: "set by `accelctl launch` and `accelctl.launch` in their processes: the launch, "
+    "whose restarts continue the run folder it wrote",
+    LAUNCH_NOTE: "set by `accelctl launch` in its processes: the file where rank 0's Trainer "
+    "notes its last checkpoint, for the launcher's report",
 }
 
 #: The variables a plugin's import must leave alone (restored and reported when it does not).
@@ -140,6 +149,22 @@ def set_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables of :data:`VARIABLES` that are set, as they are (``accelctl env``)."""
     env = _environ(environ)
     return {name: env[name] for name in VARIABLES if name in env}
+
+
+def ckpt_path(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ACCELCTL_CKPT_PATH``, stripped; None when unset or empty."""
+    return _environ(environ).get(CKPT_PATH, "").strip() or None
+
+
+def launch_id(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ACCELCTL_LAUNCH_ID``: the launch this process is part of; None outside one."""
+    return _environ(environ).get(LAUNCH_ID, "").strip() or None
+
+
+def launch_note(environ: Mapping[str, str] | None = None) -> str | None:
+    """``ACCELCTL_LAUNCH_NOTE``: the file the launcher reads the last checkpoint from; None
+    outside ``accelctl launch``."""
+    return _environ(environ).get(LAUNCH_NOTE, "").strip() or None
 
 
 def launcher_pid(environ: Mapping[str, str] | None = None) -> int | None:

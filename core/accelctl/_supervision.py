@@ -32,12 +32,17 @@ GRACE_S = 3.0
 
 
 class LaunchInterruptedError(AccelctlError):
-    """The launcher was told to stop (Ctrl-C, SIGTERM); its processes were stopped."""
+    """The launcher was told to stop (Ctrl-C, SIGTERM); its processes were stopped.
 
-    def __init__(self, signum: int) -> None:
+    :param resume: what the launched Trainer's last checkpoint is and how to resume from it
+        (one clause, :func:`accelctl._launching.scripts.resume_clause`), when it wrote one.
+    """
+
+    def __init__(self, signum: int, resume: str | None = None) -> None:
         name = signal.Signals(signum).name
         how = "Ctrl-C" if signum == signal.SIGINT else name
-        super().__init__(f"interrupted by {how}; the launched processes were stopped")
+        message = f"interrupted by {how}; the launched processes were stopped"
+        super().__init__(f"{message}; {resume}" if resume else message)
         self.signum = signum
 
     @property
@@ -47,8 +52,12 @@ class LaunchInterruptedError(AccelctlError):
 
 
 def launcher_environment() -> dict[str, str]:
-    """The variable that tells children who their launcher is."""
-    return {ENV_LAUNCHER_PID: str(os.getpid())}
+    """The variables that tell children who their launcher is, and which launch they are part of
+    (a new id at each call: the processes of a launch's restarts keep it, and continue the run
+    folder their Trainer wrote; docs/training.md, "Runs and their folders")."""
+    import uuid
+
+    return {ENV_LAUNCHER_PID: str(os.getpid()), _settings.LAUNCH_ID: uuid.uuid4().hex}
 
 
 def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:

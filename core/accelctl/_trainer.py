@@ -69,12 +69,15 @@ class Trainer:
     :param max_epochs: passes over the training data.
     :param precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (``torch.autocast`` on the
         device's type; float16 also scales the loss).
-    :param root_dir: where ``metrics.jsonl`` is written (created when missing).
+    :param root_dir: where ``metrics.jsonl`` is written (created when missing), and the run
+        folders: each fit writes its checkpoints into one of its own,
+        ``<root_dir>/checkpoints/run-N`` (:attr:`run_dir`), so that runs sharing a ``root_dir``
+        never overwrite each other's.
     :param log_every_n_steps: optimizer steps between lines of ``metrics.jsonl`` (each such step
         waits for the device to read the loss; no other step does).
     :param enable_progress_bar: None: a tqdm bar when standard output is a terminal.
-    :param enable_checkpointing: write ``<root_dir>/checkpoints/last.ckpt`` at the end of every
-        epoch (rank 0, atomically), for :meth:`fit`'s ``ckpt_path`` to resume from.
+    :param enable_checkpointing: write ``last.ckpt`` into the fit's run folder at the end of
+        every epoch (rank 0, atomically), for :meth:`fit`'s ``ckpt_path`` to resume from.
     :param checkpoint_every_n_steps: also write it every this many optimizer steps (None: at
         epoch ends only).
     :param keep_best: also keep the best this many epoch-end checkpoints, ranked by
@@ -159,6 +162,10 @@ class Trainer:
         self.world_size: int = self._env.world_size
         #: The last epoch's figures: ``train_loss``, ``samples_per_second``, ``val_*``.
         self.metrics: dict[str, float] = {}
+        #: The folder :meth:`fit` writes its checkpoints into, ``<root_dir>/checkpoints/run-N``
+        #: (its own, or the one it continues; docs/training.md, "Runs and their folders"); None
+        #: before a fit, and with ``enable_checkpointing=False``.
+        self.run_dir: Path | None = None
         #: Optimizer steps taken by :meth:`fit` so far.
         self.global_step = 0
         #: The epoch being trained (from 0).
@@ -188,13 +195,18 @@ class Trainer:
         after each epoch once :attr:`metrics` holds its figures (to print or save; check
         :attr:`is_global_zero` to do it once). The model is trained in place.
 
-        :param ckpt_path: resume from a checkpoint: ``"last"`` for
-            ``<root_dir>/checkpoints/last.ckpt`` (training from the start, with a warning, when
-            there is none yet), or a checkpoint's path. None: from the start, except in a group
-            that torchrun restarted (``accelctl launch --max-restarts``), which resumes from
-            ``"last"`` by itself. A resumed fit continues exactly where the checkpoint was
-            written: same weights, optimizer and random states, the rest of the epoch's batches
-            in the same order (the trained ones are read again and dropped).
+        :param ckpt_path: resume from a checkpoint: ``"last"`` for the newest run's
+            ``last.ckpt`` under ``<root_dir>/checkpoints`` (training from the start, with a
+            warning, when there is none yet), or a checkpoint's path. None:
+            ``ACCELCTL_CKPT_PATH`` when set, else from the start, except in a group that was
+            restarted (``accelctl launch --max-restarts``, a SLURM requeue, Ray Train), which
+            resumes its own run's ``last.ckpt`` by itself. ``"last"``, a run's own ``last.ckpt``
+            and a restart continue that run in its folder (refused while another fit writes
+            it); any other checkpoint starts a new run from it. A resumed fit continues exactly
+            where the checkpoint was written: same weights, optimizer and random states, the
+            rest of the epoch's batches in the same order (the trained ones are read again and
+            dropped). Rank 0 logs what it runs on, each epoch, each checkpoint and why it
+            stopped (``accelctl.trainer`` logger; docs/training.md, "The log").
         """
         check_model(model, validating=val_dataloader is not None)
         requeue = RequeueOnSignal(*self._requeue)

@@ -5,7 +5,9 @@ Every process writes its pid to ``OUT/pid<rank>`` first; then, by MODE:
 - ``train``: trains 3 epochs (4 steps an epoch per rank with 2 ranks), checkpoints every 2 steps;
 - ``kill`` / ``hang``: rank 1 SIGKILLs itself / sleeps at optimizer step 3;
 - ``kill-once``: like ``train``, but rank 1 SIGKILLs itself at step 7 of the first attempt only;
-- ``sleep`` / ``stubborn``: sleeps before training (``stubborn`` ignores SIGINT).
+- ``sleep`` / ``stubborn``: sleeps before training (``stubborn`` ignores SIGINT);
+- ``interruptible``: like ``train`` until step 4 is checkpointed (the first epoch's end), then
+  writes ``OUT/ready`` (rank 0) and sleeps in step 5, for a Ctrl-C.
 
 Each rank saves its final weights to ``OUT/final<rank>.pt``.
 """
@@ -41,6 +43,10 @@ class Net(nn.Module):
         if rank == 1 and mode == "kill" and step == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         if rank == 1 and mode == "hang" and step == 3:
+            time.sleep(600)
+        if mode == "interruptible" and step == 5:
+            if rank == 0:
+                open(os.path.join(out, "ready"), "w").close()
             time.sleep(600)
         marker = os.path.join(out, "killed-once")
         if rank == 1 and mode == "kill-once" and step == 7 and not os.path.exists(marker):

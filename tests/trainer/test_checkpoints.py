@@ -27,6 +27,14 @@ from trainer_models import Classifier, separable
 
 pytestmark = pytest.mark.slow  # every test here trains
 
+#: The first run's folder in a root_dir (docs/training.md, "Runs and their folders").
+RUN_0 = Path("checkpoints", "run-0")
+
+
+def temporaries(folder: Path) -> list[str]:
+    """Files a write left behind in ``folder`` (a checkpoint's or run.json's temporary)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
 
 class Stop(Exception):
     """Stands for a kill: the fit ends at a step, with whatever was on disk."""
@@ -76,7 +84,7 @@ def val_loader() -> DataLoader[Any]:
 
 
 def trainer(root: Path, **options: Any) -> accelctl.Trainer:
-    return accelctl.Trainer(max_epochs=3, root_dir=root, log_every_n_steps=4, **options)
+    return accelctl.Trainer(**{"max_epochs": 3, "root_dir": root, "log_every_n_steps": 4, **options})
 
 
 def uninterrupted(root: Path) -> dict[str, torch.Tensor]:
@@ -107,7 +115,7 @@ def test_a_stopped_fit_resumed_from_last_ends_bit_identical(
         trainer(tmp_path / "cut", checkpoint_every_n_steps=5).fit(
             Noisy(stop_at=stop_at), train_loader(), val_loader()
         )
-    saved = torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", weights_only=True)
+    saved = torch.load(tmp_path / "cut" / RUN_0 / "last.ckpt", weights_only=True)
     # every 5 steps and at epoch ends (8, 16): the last before the stop
     assert saved["global_step"] == {12: 10, 17: 16}[stop_at]
 
@@ -117,6 +125,7 @@ def test_a_stopped_fit_resumed_from_last_ends_bit_identical(
     resumed.fit(model, train_loader(), val_loader(), ckpt_path="last")
     assert resumed.global_step == 24
     assert_bit_identical(model.state_dict(), expected)
+    assert resumed.run_dir == tmp_path / "cut" / RUN_0  # "last" continues the run in its folder
 
 
 def test_resuming_a_finished_fit_trains_no_more(
@@ -125,7 +134,7 @@ def test_resuming_a_finished_fit_trains_no_more(
     assert_bit_identical(uninterrupted(tmp_path), expected)  # the same seed, the same weights
     model = Noisy()
     again = trainer(tmp_path)
-    again.fit(model, train_loader(), val_loader(), ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
+    again.fit(model, train_loader(), val_loader(), ckpt_path=tmp_path / RUN_0 / "last.ckpt")
     assert again.global_step == 24
     assert_bit_identical(model.state_dict(), expected)
     assert again.metrics["val_loss"] > 0  # the checkpoint's figures
@@ -148,7 +157,9 @@ def test_a_restarted_group_resumes_from_last_by_itself(
 def test_without_a_restart_a_fit_starts_afresh_and_last_warns_when_missing(
     tmp_path: Path,
 ) -> None:
-    with pytest.warns(UserWarning, match="no checkpoint in .* yet, training from the start") as w:
+    with pytest.warns(
+        UserWarning, match="no checkpoint under .* yet, training from the start"
+    ) as w:
         trainer(tmp_path, enable_checkpointing=False).fit(
             Classifier(), train_loader(), ckpt_path="last"
         )
@@ -169,7 +180,7 @@ def test_the_warnings_of_a_resume_point_at_the_fit_call(tmp_path: Path) -> None:
         trainer(tmp_path, checkpoint_every_n_steps=5).fit(
             Noisy(stop_at=7), train_loader(), val_loader()
         )
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / RUN_0 / "last.ckpt"
     state = torch.load(last, weights_only=True)
     assert state["batches_done"] == 5  # mid-epoch: its data order is replayed
     state.update(rng=state["rng"] * 2, epoch_rng=state["epoch_rng"] * 2, world_size=2)
@@ -188,7 +199,7 @@ def test_the_warnings_of_a_resume_point_at_the_fit_call(tmp_path: Path) -> None:
 def test_checkpoints_load_with_weights_only_and_hold_the_documented_keys(tmp_path: Path) -> None:
     seed_everything(0)
     trainer(tmp_path, precision="16-mixed").fit(Noisy(), train_loader(), val_loader())
-    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    state = torch.load(tmp_path / RUN_0 / "last.ckpt", weights_only=True)
     assert {"model", "optimizer", "scaler", "epoch", "batches_done", "global_step", "rng"} <= set(
         state
     )
@@ -218,7 +229,7 @@ def test_checkpoints_are_replaced_atomically(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trainer(tmp_path, enable_progress_bar=False).fit(Classifier(), train_loader())
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / RUN_0 / "last.ckpt"
     before = last.read_bytes()
 
     def torn(obj: Any, file: Any) -> None:
@@ -227,9 +238,9 @@ def test_checkpoints_are_replaced_atomically(
 
     monkeypatch.setattr(torch, "save", torn)
     with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*last\.ckpt: disk full"):
-        trainer(tmp_path).fit(Classifier(), train_loader())
+        trainer(tmp_path, max_epochs=4).fit(Classifier(), train_loader(), ckpt_path="last")
     assert last.read_bytes() == before  # the previous checkpoint is whole
-    assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+    assert temporaries(last.parent) == []
 
 
 def test_keep_best_keeps_the_best_n_epoch_ends(tmp_path: Path) -> None:
@@ -242,7 +253,7 @@ def test_keep_best_keeps_the_best_n_epoch_ends(tmp_path: Path) -> None:
 
     model.on_epoch_end = on_epoch_end  # type: ignore[method-assign,assignment]
     fit.fit(model, train_loader(), val_loader())
-    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("best-*.ckpt"))
+    kept = sorted(p.name for p in (tmp_path / RUN_0).glob("best-*.ckpt"))
     assert len(kept) == 2
     best_two = sorted(range(3), key=lambda epoch: -scores[epoch])[:2]
     assert sorted(int(name.split("=")[1].split("-")[0]) for name in kept) == sorted(best_two)
@@ -290,7 +301,7 @@ def test_a_checkpoint_that_cannot_be_written_names_the_file_and_keeps_the_last_g
     """The file-size limit of a job (``ulimit -f``), hit at the second epoch's checkpoint."""
     import resource
 
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / RUN_0 / "last.ckpt"
     model = Classifier()
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
 
@@ -310,7 +321,7 @@ def test_a_checkpoint_that_cannot_be_written_names_the_file_and_keeps_the_last_g
     assert message.endswith("then resume with fit(ckpt_path='last')")
     state = torch.load(last, weights_only=True)  # whole, and the first epoch's
     assert (state["epoch"], state["global_step"]) == (1, 8)
-    assert sorted(p.name for p in last.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+    assert temporaries(last.parent) == []
 
 
 def test_resuming_from_a_checkpoint_of_another_model_names_the_parameters(tmp_path: Path) -> None:
@@ -325,11 +336,11 @@ def test_resuming_from_a_checkpoint_of_another_model_names_the_parameters(tmp_pa
     with pytest.raises(CheckpointError) as caught:
         trainer(tmp_path, enable_progress_bar=False).fit(Wider(), train_loader(), ckpt_path="last")
     message = str(caught.value)
-    assert message.startswith(f"checkpoint {tmp_path / 'checkpoints' / 'last.ckpt'} was written ")
+    assert message.startswith(f"checkpoint {tmp_path / RUN_0 / 'last.ckpt'} was written ")
     assert message.split(" was written for another model: ")[1].startswith(
         "linear.weight is [2, 8] in the checkpoint, [3, 8] in the model; linear.bias is [2] in "
         "the checkpoint, [3] in the model; missing from the checkpoint: extra.bias, extra.weight."
     )
     assert message.endswith(
-        "Resume with the model it was trained with, or start afresh from another root_dir"
+        "Resume with the model it was trained with, or start a new run (ckpt_path=None)"
     )

@@ -91,7 +91,7 @@ def test_a_stopped_fsdp_fit_resumed_from_its_sharded_checkpoint_ends_bit_identic
 def test_a_sharded_checkpoint_is_a_file_naming_one_folder_of_every_ranks_shards(
     runs: Path,
 ) -> None:
-    folder = runs / "whole" / "checkpoints"
+    folder = runs / "whole" / "checkpoints" / "run-0"
     last = torch.load(folder / "last.ckpt", weights_only=True)
     assert (last["format"], last["strategy"], last["world_size"]) == (2, "fsdp", 2)
     assert (last["epoch"], last["global_step"]) == (EPOCHS, 4 * EPOCHS)
@@ -107,7 +107,7 @@ def test_a_sharded_checkpoint_is_a_file_naming_one_folder_of_every_ranks_shards(
 def test_a_sharded_checkpoint_loads_into_one_process_sharded_or_not(
     runs: Path, tmp_path: Path
 ) -> None:
-    last = runs / "whole" / "checkpoints" / "last.ckpt"
+    last = runs / "whole" / "checkpoints" / "run-0" / "last.ckpt"
     expected = weights(runs, "whole", 0)
     train = DataLoader(dataset(), batch_size=10, shuffle=True)
     for strategy in ("fsdp", "auto"):
@@ -127,7 +127,7 @@ def test_torchs_dcp_to_torch_save_consolidates_a_sharded_checkpoint(
 ) -> None:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    folder = runs / "whole" / "checkpoints"
+    folder = runs / "whole" / "checkpoints" / "run-0"
     shards = folder / torch.load(folder / "last.ckpt", weights_only=True)["shards"]
     dcp_to_torch_save(shards, tmp_path / "whole.pt")
     whole = torch.load(tmp_path / "whole.pt", weights_only=True)
@@ -163,13 +163,15 @@ def test_validation_runs_in_lockstep_over_shards_of_unequal_batches(runs: Path) 
 # -- one process ------------------------------------------------------------------------------
 
 
-def fit_classifier(root: Path, strategy: str, **options: Any) -> dict[str, torch.Tensor]:
+def fit_classifier(
+    root: Path, strategy: str, ckpt_path: str | None = None, **options: Any
+) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = Classifier()
     trainer = accelctl.Trainer(
         accelerator="cpu", strategy=strategy, root_dir=root, enable_progress_bar=False, **options
     )
-    trainer.fit(model, *loaders())
+    trainer.fit(model, *loaders(), ckpt_path=ckpt_path)
     return local_weights(model)
 
 
@@ -177,7 +179,7 @@ def fit_classifier(root: Path, strategy: str, **options: Any) -> dict[str, torch
 def test_fsdp_in_one_process_trains_as_the_model_alone(tmp_path: Path) -> None:
     sharded = fit_classifier(tmp_path / "fsdp", "fsdp", max_epochs=2)
     assert_equal(sharded, fit_classifier(tmp_path / "plain", "auto", max_epochs=2))
-    shards = tmp_path / "fsdp" / "checkpoints" / "last.shards"
+    shards = tmp_path / "fsdp" / "checkpoints" / "run-0" / "last.shards"
     assert len(list(shards.iterdir())) == 1  # the first epoch's folder is gone
 
 
@@ -185,18 +187,22 @@ def test_fsdp_in_one_process_trains_as_the_model_alone(tmp_path: Path) -> None:
 def test_sharded_best_checkpoints_keep_their_own_shards(tmp_path: Path) -> None:
     fit_classifier(tmp_path, "fsdp", max_epochs=3, keep_best=1, best_metric="val_accuracy",
                    best_mode="max")  # fmt: skip
-    folder = tmp_path / "checkpoints"
+    folder = tmp_path / "checkpoints" / "run-0"
     (best,) = folder.glob("best-*.ckpt")
     state = torch.load(best, weights_only=True)
     assert (folder / state["shards"] / ".metadata").is_file()
-    stems = {p.name.removesuffix(".ckpt").removesuffix(".shards") for p in folder.iterdir()}
+    stems = {
+        p.name.removesuffix(".ckpt").removesuffix(".shards")
+        for p in folder.iterdir()
+        if p.name.endswith((".ckpt", ".shards"))  # not run.json and the lock
+    }
     assert stems == {"last", best.name.removesuffix(".ckpt")}  # dropped ones' shards removed
 
 
 @pytest.mark.slow
 def test_a_sharded_checkpoint_without_its_shards_is_refused_naming_both(tmp_path: Path) -> None:
     fit_classifier(tmp_path, "fsdp", max_epochs=1)
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "checkpoints" / "run-0" / "last.ckpt"
     moved = tmp_path / "elsewhere.ckpt"
     last.rename(moved)
     with pytest.raises(CheckpointError, match=r"its shards are missing: .*keep them together"):
@@ -213,7 +219,7 @@ def test_a_cut_write_of_shards_leaves_the_last_good_checkpoint(
     from torch.distributed.checkpoint.api import CheckpointException
 
     before = fit_classifier(tmp_path, "fsdp", max_epochs=1)
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "checkpoints" / "run-0" / "last.ckpt"
     pointer = last.read_bytes()
 
     def cut(state: Any, *, storage_writer: Any) -> None:
@@ -225,9 +231,9 @@ def test_a_cut_write_of_shards_leaves_the_last_good_checkpoint(
     with monkeypatch.context() as patched:
         patched.setattr(state_dict_saver, "save", cut)
         with pytest.raises(CheckpointError, match=r"last\.ckpt: No space left on device .*intact"):
-            fit_classifier(tmp_path, "fsdp", max_epochs=2)  # resumes nothing: writes epoch 1 again
+            fit_classifier(tmp_path, "fsdp", "last", max_epochs=2)  # continues run-0: epoch 2
     assert last.read_bytes() == pointer
-    assert len(list((tmp_path / "checkpoints" / "last.shards").iterdir())) == 2  # the cut one too
+    assert len(list((last.parent / "last.shards").iterdir())) == 2  # the cut one too
     torch.manual_seed(5)
     model = Classifier()
     trainer = accelctl.Trainer(accelerator="cpu", strategy="fsdp", max_epochs=1, root_dir=tmp_path)

@@ -101,7 +101,7 @@ def test_outside_slurm_the_run_stops_at_a_checkpoint_with_the_signals_status(
     assert "not in a SLURM job, so nothing requeues it: run again with fit(ckpt_path='last')" in (
         capsys.readouterr().err
     )
-    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    state = torch.load(tmp_path / "checkpoints" / "run-0" / "last.ckpt", weights_only=True)
     assert (state["epoch"], state["batches_done"], state["global_step"]) == (0, 3, 3)
 
 
@@ -114,7 +114,7 @@ def test_a_requeue_slurm_refuses_is_an_error_naming_the_checkpoint(
     with pytest.raises(RequeueError) as caught:
         fit(tmp_path, Net(at=2))
     assert str(caught.value) == (
-        f"SIGUSR1 received: checkpoint written at step 2 ({tmp_path / 'checkpoints' / 'last.ckpt'})"
+        f"SIGUSR1 received: checkpoint written at step 2 ({tmp_path / 'checkpoints/run-0/last.ckpt'})"
         ", but `scontrol requeue 42` failed: scontrol: error: Requested operation is presently "
         "disabled. Resume from it with fit(ckpt_path='last') in a new job (sbatch --requeue lets "
         "SLURM requeue it)"

@@ -155,6 +155,40 @@ def test_sigint_to_the_launcher_stops_everything_with_130(
 
 
 @pytest.mark.slow
+def test_ctrl_c_is_one_line_naming_the_last_checkpoint_and_the_command_that_resumes(
+    tmp_path: Path,
+) -> None:
+    process = launcher(tmp_path, "interruptible", "--devices", "2")
+    try:
+        wait_for_pids(process, tmp_path, 2)
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S  # hang guard
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        code, stderr = finish(process)
+    finally:
+        process.kill()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr  # not one per rank
+    last = (tmp_path / "checkpoints" / "run-0" / "last.ckpt").resolve()
+    command = f"accelctl launch --accelerator cpu --devices 2 {SCRIPT} {tmp_path} interruptible"
+    assert report(stderr) == (
+        "accelctl launch: interrupted by Ctrl-C; the launched processes were stopped; the last "
+        f"checkpoint is {last} (epoch 1, step 4); to resume from it: ACCELCTL_CKPT_PATH={last} "
+        f"{command}"
+    )
+    # The command it gives continues the run (the variable stands for fit's ckpt_path).
+    code, stderr = finish(launcher(tmp_path, "train", "--devices", "2", env={
+        "ACCELCTL_CKPT_PATH": str(last)}))  # fmt: skip
+    assert code == 0, stderr
+    assert f"resumed from {last}: the start of epoch 2 of 3, step 4" in stderr
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    assert {line["run"] for line in lines} == {"run-0"}  # the same run, continued
+    assert [line["step"] for line in lines if line["kind"] == "epoch"] == [4, 8, 12]
+
+
+@pytest.mark.slow
 def test_max_restarts_resumes_a_killed_group_to_the_same_weights(tmp_path: Path) -> None:
     code, stderr = finish(launcher(tmp_path / "whole", "train", "--devices", "2"))
     assert code == 0, stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -39,6 +40,10 @@ def run_script(argv: Sequence[str]) -> None:
         record(runpy.run_path)(script, run_name="__main__")
     except SystemExit as exc:
         end_without_teardown(exc.code)
+    except KeyboardInterrupt:
+        # Ctrl-C, passed on by the launcher to every process: its one line says what stopped and
+        # where the last checkpoint is, not a traceback per process.
+        end_without_teardown(128 + signal.SIGINT)
     except BaseException:
         if error_file:
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)

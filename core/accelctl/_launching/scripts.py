@@ -4,12 +4,14 @@ in this process (docs/training.md, "Choices accelctl launch makes")."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import _settings
 from .._errors import LaunchError
 from .._selection import Selection, resolve
 from .._supervision import (
@@ -19,7 +21,13 @@ from .._supervision import (
     wait_forwarding_signals,
 )
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
-from .handoff import cores_per_process, patched_environ, selection_environment
+from .handoff import (
+    cores_per_process,
+    devices_spec,
+    launch_command_line,
+    patched_environ,
+    selection_environment,
+)
 from .options import Nodes, check_processes, plan_nodes, torchrun_variables
 from .torch_logs import quiet_torch_logs
 
@@ -64,9 +72,53 @@ def launch_script(
     if nodes.note:
         print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
     env = {**selection_environment(selection), **launcher_environment()}
+    with tempfile.TemporaryDirectory(prefix="accelctl-note-", ignore_cleanup_errors=True) as notes:
+        # Rank 0's Trainer notes each checkpoint here, for the report of an interrupted launch.
+        note = os.path.join(notes, "checkpoint.json")
+        env[_settings.LAUNCH_NOTE] = note
+        try:
+            _launch(script, script_args, selection, nodes, env, quiet, max_restarts)
+        except LaunchInterruptedError as exc:
+            command = launch_command_line(
+                selection.shown_name, devices_spec(selection.parsed), [script, *script_args]
+            )
+            raise LaunchInterruptedError(exc.signum, resume_clause(note, command)) from None
+    return selection
+
+
+def resume_clause(note: str, command: str) -> str | None:
+    """``the last checkpoint is X (epoch 2, step 40); to resume from it:
+    ACCELCTL_CKPT_PATH=X accelctl launch ...``, from the note rank 0's Trainer left (None when it
+    left none: the script wrote no checkpoint, or is no accelctl Trainer's)."""
+    import json
+
+    try:
+        with open(note) as file:
+            written = json.load(file)
+        path, epoch, step = str(written["checkpoint"]), int(written["epoch"]), int(written["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    variable = f"{_settings.CKPT_PATH}={shlex.quote(path)}"
+    return (
+        f"the last checkpoint is {path} (epoch {epoch + 1}, step {step}); to resume from it: "
+        f"{variable} {command}"
+    )
+
+
+def _launch(
+    script: str,
+    script_args: Sequence[str],
+    selection: Selection,
+    nodes: Nodes,
+    env: dict[str, str],
+    quiet: bool,
+    max_restarts: int,
+) -> None:
+    """Start the processes of :func:`launch_script` and wait for them."""
+    nproc = len(selection.devices)
     if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
         _run_single(script, script_args, env)
-        return selection
+        return
 
     import torch.distributed.run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -106,7 +158,6 @@ def launch_script(
             raise LaunchInterruptedError(int(exc.sigval)) from None
         except KeyboardInterrupt:  # before torchrun's handlers were installed (rendezvous)
             raise LaunchInterruptedError(signal.SIGINT) from None
-    return selection
 
 
 def torchrun_argv(nproc: int, nodes: Nodes, *, max_restarts: int) -> list[str]:

@@ -15,7 +15,6 @@ process writes its shards of them into the folder the file names (key ``shards``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -34,17 +33,14 @@ from .sharded_checkpoint import load_shards, prune, save_shards, saved_shapes, s
 if TYPE_CHECKING:
     import torch
 
-#: The folder inside ``root_dir``.
+#: The folder of the run folders inside ``root_dir`` (:mod:`.runs`).
 CHECKPOINT_DIR = "checkpoints"
-#: The checkpoint that is always the latest one.
+#: The checkpoint that is always a run's latest one.
 LAST = "last.ckpt"
 #: Bumped when the layout changes in a way an older reader cannot follow.
 FORMAT = 1
 #: A sharded checkpoint's file: the loop state, and the folder of its model and optimizer shards.
 SHARDED_FORMAT = 2
-#: The variables that count restarts: torchrun's in the processes of a restarted group, SLURM's
-#: in a requeued job (each 0 or unset at the first start).
-RESTART_VARIABLES = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 
 
 class CheckpointError(TrainerError):
@@ -85,43 +81,6 @@ def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") ->
             f"{name}={value!r} is not accepted: give a whole number >= {least}{or_else}"
         )
     return value
-
-
-def restart_count(environ: Mapping[str, str] = os.environ) -> int:
-    """How many times this run was started again: torchrun's restarts of the group plus SLURM's
-    requeues of the job (0 at the first start)."""
-    count = 0
-    for name in RESTART_VARIABLES:
-        with contextlib.suppress(ValueError):
-            count += int(environ.get(name, "0"))
-    return count
-
-
-def resolve_ckpt_path(
-    ckpt_path: str | os.PathLike[str] | None, folder: Path, restarts: int
-) -> Path | None:
-    """The checkpoint a fit resumes from, or None to start afresh: for ``None``, ``"last"`` after
-    a restart (torchrun's or a SLURM requeue), else nothing; for ``"last"``, ``<folder>/last.ckpt``
-    when it exists (else a warning, and afresh); anything else is a path, which must be a file.
-
-    :raises CheckpointError: for a path that is not a file.
-    """
-    if ckpt_path is None and restarts == 0:
-        return None
-    if ckpt_path is None or ckpt_path == "last":
-        last = folder / LAST
-        if last.is_file():
-            return last
-        if restarts == 0:
-            warn_user(f"ckpt_path='last': no checkpoint in {folder} yet, training from the start")
-        return None
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise CheckpointError(
-            f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file; give the path of a .ckpt "
-            f"file, or 'last' for {folder / LAST}"
-        )
-    return path
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -265,7 +224,7 @@ class Stateful(NamedTuple):
 
 class Checkpointer:
     """Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
-    and gradient scaler in ``folder`` (``<root_dir>/checkpoints``).
+    and gradient scaler in ``folder`` (the fit's run folder, ``<root_dir>/checkpoints/run-N``).
 
     :param env: this process's place in the run (the random states of every rank are saved).
     :param device: this process's device (random states, and where a checkpoint is loaded to).
@@ -336,7 +295,7 @@ class Checkpointer:
         if mismatch:
             raise CheckpointError(
                 f"checkpoint {path} was written for another model: {mismatch}. Resume with the "
-                f"model it was trained with, or start afresh from another root_dir"
+                f"model it was trained with, or start a new run (ckpt_path=None)"
             )
 
     def _restore_shards(self, path: Path, shards: Path) -> None:
@@ -365,10 +324,10 @@ class Checkpointer:
         metrics: Mapping[str, float],
         *,
         epoch_end: bool = False,
-    ) -> None:
+    ) -> str | None:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
         ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
-        into rank 0's file."""
+        into rank 0's file. The best one's file name when one was kept."""
         # Sharded: rank 0 names the new shards' folder, the others learn it with the states.
         folder_id = uuid.uuid4().hex[:12] if self.sharded and self.rank == 0 else None
         mine = (rng_state(self.device), epoch_rng, folder_id)
@@ -381,23 +340,25 @@ class Checkpointer:
         # Every rank checks the figure (they agree on the figures), so that all of them stop.
         score = self._score(metrics) if epoch_end and self.config.keep_best else None
         if self.sharded:
-            self._save_sharded(states, epoch, batches_done, global_step, metrics, score)
-            return
+            return self._save_sharded(states, epoch, batches_done, global_step, metrics, score)
         if self.rank != 0:
-            return
+            return None
         model, optimizer, _ = self.objects
         state = self._state(states, epoch, batches_done, global_step, metrics)
         state.update(model=model.state_dict(), optimizer=optimizer.state_dict())
+        best = None
         if score is not None:
             name = best_name(epoch - 1, self.config.best_metric, score)
             kept, dropped = self.best.offer(score, name)
             state["best"] = self.best.kept
             if kept:
                 save_atomic(state, self.folder / name)
+                best = name
             for old in dropped:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
+        return best
 
     def _save_sharded(
         self,
@@ -407,9 +368,10 @@ class Checkpointer:
         global_step: int,
         metrics: Mapping[str, float],
         score: float | None,
-    ) -> None:
+    ) -> str | None:
         """Every rank writes its shards into a new folder, then rank 0 the file that names it
-        (atomically), then rank 0 removes the folders no file names any more."""
+        (atomically), then rank 0 removes the folders no file names any more. The best one's file
+        name when one was kept."""
         model, optimizer, _ = self.objects
         folder_id = states[0][2]
         name, kept = None, False
@@ -424,7 +386,7 @@ class Checkpointer:
             except OSError as exc:  # on every rank: each has every rank's failure
                 raise unwritable(self.folder / checkpoint, exc) from exc
         if self.rank != 0:
-            return
+            return None
         state = self._state(states, epoch, batches_done, global_step, metrics)
         state.update(format=SHARDED_FORMAT, strategy="fsdp")
         for checkpoint in reversed(written):  # the best first: last.ckpt is the one to trust
@@ -435,6 +397,7 @@ class Checkpointer:
             if old != name:
                 (self.folder / old).unlink(missing_ok=True)
                 prune(shards_folder(self.folder, old), keep=None)
+        return name if kept else None
 
     def _state(
         self,

@@ -11,6 +11,7 @@ epoch's checkpoint, and finish (leave the group, tear the device down).
 from __future__ import annotations
 
 import os
+import shlex
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,16 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
+from .. import _settings
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .checkpoint import (
-    CHECKPOINT_DIR,
     LAST,
     CheckpointConfig,
     Checkpointer,
+    CheckpointError,
     Resume,
     Stateful,
-    resolve_ckpt_path,
-    restart_count,
     resumed_batches,
 )
 from .data import batch_size, move_to_device, set_epoch, shard_loader
@@ -38,9 +38,11 @@ from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
 from .precision import Precision
 from .processes import ProcessEnvironment, join_process_group
-from .progress import progress_bar
-from .requeue import RequeueOnSignal
+from .progress import progress_bar, redirected_logging
+from .report import FitReport
+from .requeue import RequeueError, RequeueOnSignal
 from .rng import epoch_rng_state, set_rng_state
+from .runs import Identity, RunFolders, RunPlan, check_ckpt_path, without_folder
 from .timeouts import collective_timeout
 
 if TYPE_CHECKING:
@@ -62,7 +64,9 @@ class FitOwner(Protocol):
     enable_progress_bar: bool | None
     checkpointing: CheckpointConfig
     accelerator: AcceleratorHandle
+    devices: list[torch.device]
     device: torch.device
+    run_dir: Path | None
     metrics: dict[str, float]
     global_step: int
     current_epoch: int
@@ -71,9 +75,9 @@ class FitOwner(Protocol):
 class Fit:
     """One ``fit`` of ``model`` for ``trainer``; :meth:`run` runs it, once.
 
-    Made before anything needs undoing: the checkpoint to resume from is found, the precision
-    checked and the metrics log opened here; :meth:`run` sets up the device and the processes,
-    and whatever happens, undoes that before it returns or raises.
+    Made before anything needs undoing: ``ckpt_path`` and the precision are checked here;
+    :meth:`run` sets up the device and the processes, plans the run's folder (rank 0, for all),
+    opens the metrics log, and whatever happens, undoes that before it returns or raises.
     """
 
     def __init__(
@@ -95,13 +99,26 @@ class Fit:
             if self.sharded
             else trainer.precision.grad_scaler(self.device)
         )
-        restarts = restart_count()
-        self.resume_from = resolve_ckpt_path(ckpt_path, trainer.root_dir / CHECKPOINT_DIR, restarts)
-        # Lines of all processes of one launch share torchrun's run id; a fit alone has its own.
-        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID") or uuid.uuid4().hex[:12]
+        given_as = "ckpt_path"
+        if ckpt_path is None and _settings.ckpt_path() is not None:
+            # ACCELCTL_CKPT_PATH: resume a script without editing it (the launcher's advice).
+            ckpt_path, given_as = _settings.ckpt_path(), _settings.CKPT_PATH
+        # A wrong path fails here, before any process group or device is set up.
+        check_ckpt_path(ckpt_path, trainer.root_dir, given_as=given_as)
+        self.ckpt_path = ckpt_path
+        self.identity = Identity.from_environ()
+        restarts = self.identity.restarts
         self.timeout = collective_timeout()
-        log_file = trainer.root_dir / METRICS_FILE if env.rank == 0 else None
-        self.log = MetricsLog(log_file, run=self.run_id, restart=restarts)
+        #: The human log (rank 0's lines); the metrics log is opened once the run is planned.
+        self.report = FitReport(env.rank == 0)
+        self.log = MetricsLog(None)
+        #: Rank 0's run folders (its lock on the fit's folder), and the plan all ranks share.
+        self.runs = RunFolders(trainer.root_dir, self.identity) if env.rank == 0 else None
+        self.plan: RunPlan | None = None
+        #: The checkpoint the plan resumes from (None: from the start).
+        self.resume_from: Path | None = None
+        #: The last checkpoint written or resumed from: (path, epoch, step), for the reports.
+        self.last_checkpoint: tuple[Path, int, int] | None = None
         #: Where the loop is, for the hang watch's report (several processes only).
         self.progress = Progress()
         self.watch = HangWatch(env, self.progress, restarts) if env.distributed else None
@@ -125,6 +142,7 @@ class Fit:
         try:
             self.requeue.arm()
             self._set_up_processes()
+            self._plan_run()
             self._set_up_training(train_dataloader, val_dataloader)
             first = self.resume.epoch if self.resume else 0
             for epoch in range(first, self.trainer.max_epochs):
@@ -136,10 +154,12 @@ class Fit:
             explained = (
                 self.watch.explain(exc, timeout=self.timeout, step=step) if self.watch else None
             )
+            self._report_stop(exc)
             self._finish(quiet=True)
             if explained is not None:
                 raise explained from exc
             raise
+        self.report.finished(max_epochs=self.trainer.max_epochs, step=self.trainer.global_step)
         self._finish(quiet=False)
 
     # -- set-up and finish -------------------------------------------------------------------
@@ -158,6 +178,58 @@ class Fit:
         if self.watch is not None:  # several processes
             self.watch.start()
 
+    def _plan_run(self) -> None:
+        """Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank
+        learns the plan (or rank 0's refusal) from it; then the logs are opened."""
+        trainer, env = self.trainer, self.env
+        outcome: tuple[RunPlan | None, str | None] = (None, None)
+        if self.runs is not None and trainer.checkpointing.enabled:
+            try:
+                outcome = (self.runs.plan(self.ckpt_path), None)
+            except CheckpointError as exc:
+                outcome = (None, str(exc))
+        elif self.runs is not None:  # no checkpoints, no run folder; a checkpoint still loads
+            resume = without_folder(trainer.root_dir, self.ckpt_path)
+            outcome = (RunPlan(Path(), resume, why="ckpt_path"), None)
+        if env.world_size > 1:
+            import torch.distributed as dist
+
+            shared: list[Any] = [outcome]
+            dist.broadcast_object_list(shared, src=0)
+            outcome = shared[0]
+        plan, refusal = outcome
+        if refusal is not None:
+            raise CheckpointError(refusal)
+        self.plan = plan if plan is not None and plan.folder != Path() else None
+        self.resume_from = plan.resume_from if plan is not None else None
+        trainer.run_dir = self.plan.folder if self.plan is not None else None
+        # The metrics log's lines are tagged with the run (an id of its own without a folder).
+        run = self.plan.name if self.plan is not None else uuid.uuid4().hex[:12]
+        log_file = trainer.root_dir / METRICS_FILE if env.rank == 0 else None
+        self.log = MetricsLog(log_file, run=run, restart=self.identity.restarts)
+        report = self.report
+        report.started(
+            accelerator=trainer.accelerator.name,
+            devices=trainer.devices,
+            strategy=_strategy_text(trainer.strategy, env.world_size),
+            precision=trainer.precision.name,
+            world_size=env.world_size,
+            nodes=max(1, env.world_size // max(1, env.local_world_size)),
+        )
+        checkpointing = trainer.checkpointing
+        when = "last.ckpt at each epoch's end"
+        if checkpointing.every_n_steps:
+            when += f" and every {checkpointing.every_n_steps} steps"
+        if checkpointing.keep_best:
+            when += f", the best {checkpointing.keep_best} by {checkpointing.best_metric}"
+        folder = self.plan.folder.resolve() if self.plan is not None else None
+        report.writing(
+            run=self.plan.name if self.plan else None,
+            folder=folder,
+            metrics=(trainer.root_dir / METRICS_FILE).resolve(),
+            when=when,
+        )
+
     def _set_up_training(
         self, train_dataloader: Iterable[Any], val_dataloader: Iterable[Any] | None
     ) -> None:
@@ -172,11 +244,11 @@ class Fit:
         self.optimizer = optimizer_of(model)
         self.checkpointer = Checkpointer(
             trainer.checkpointing,
-            trainer.root_dir / CHECKPOINT_DIR,
+            self.plan.folder if self.plan is not None else trainer.root_dir,
             Stateful(model, self.optimizer, self.scaler),
             env=env,
             device=self.device,
-            run=self.run_id,
+            run=self.plan.name if self.plan is not None else "",
         )
         trainer.global_step = 0
         self.resume = self._restore()
@@ -197,9 +269,23 @@ class Fit:
         if self.resume_from is None:
             return None
         resume = self.checkpointer.restore(self.resume_from)
-        self.trainer.global_step, self.trainer.metrics = resume.global_step, resume.metrics
+        trainer = self.trainer
+        trainer.global_step, trainer.metrics = resume.global_step, resume.metrics
         if not resume.batches_done and resume.rng is not None:
             set_rng_state(resume.rng, self.device)
+        self.last_checkpoint = (self.resume_from, resume.epoch, resume.global_step)
+        if resume.epoch >= trainer.max_epochs:
+            self.report.nothing_to_train(
+                self.resume_from, epochs_done=resume.epoch, max_epochs=trainer.max_epochs
+            )
+        else:
+            self.report.resumed(
+                self.resume_from,
+                epoch=resume.epoch,
+                batches_done=resume.batches_done,
+                step=resume.global_step,
+                max_epochs=trainer.max_epochs,
+            )
         return resume
 
     def _leave_together(self) -> None:
@@ -217,6 +303,8 @@ class Fit:
         group this fit created, and call the accelerator's ``teardown``. After a failure
         (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
         self.log.close()
+        if self.runs is not None:
+            self.runs.release()
         self.requeue.disarm()
         if self.watch is not None:
             self.watch.stop()
@@ -254,13 +342,17 @@ class Fit:
                 )
         trainer.metrics = figures
         self.log.write({"kind": "epoch", "epoch": epoch, "step": trainer.global_step, **figures})
+        self.report.epoch(epoch, trainer.max_epochs, trainer.global_step, figures)
         on_epoch_end = getattr(model, "on_epoch_end", None)
         if callable(on_epoch_end):
             self.progress.mark("on_epoch_end", trainer.global_step)
             on_epoch_end(trainer)
         if trainer.checkpointing.enabled:  # after on_epoch_end: the states the next epoch has
             self.progress.mark("the epoch's checkpoint", trainer.global_step)
-            self.checkpointer.save(epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True)
+            best = self.checkpointer.save(
+                epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True
+            )
+            self._written(epoch, best)
 
     def _validation_forward(self, batch: Any) -> None:
         """A validation step whose figures are dropped (:func:`.fsdp.in_lockstep`)."""
@@ -300,23 +392,36 @@ class Fit:
             )
         every, saving = trainer.log_every_n_steps, self._every_n_steps
         try:
-            for batch_idx, batch in batches:
-                step = self._step(batch_idx, batch, tally)
-                if bar is not None:
-                    bar.update(1)
-                stop = self.requeue.requested and not self.env.distributed
-                if step % every == 0:
-                    stop = self._log_window(epoch, tally, bar)
-                if stop or (saving is not None and step % saving == 0):
-                    self.progress.mark("a checkpoint", step)
-                    self._save_mid_epoch(epoch, batch_idx + 1)
-                if stop:
-                    self._requeue(epoch)
-                self.progress.mark("loading a batch", step)
+            with redirected_logging(bar):
+                self._train_steps(epoch, batches, tally, bar, every, saving)
         finally:
             if bar is not None:
                 bar.close()
         return tally.figures()
+
+    def _train_steps(
+        self,
+        epoch: int,
+        batches: Iterable[tuple[int, Any]],
+        tally: EpochTally,
+        bar: Any | None,
+        every: int,
+        saving: int | None,
+    ) -> None:
+        """The loop of :meth:`_train`: a step per batch, its window's line, its checkpoints."""
+        for batch_idx, batch in batches:
+            step = self._step(batch_idx, batch, tally)
+            if bar is not None:
+                bar.update(1)
+            stop = self.requeue.requested and not self.env.distributed
+            if step % every == 0:
+                stop = self._log_window(epoch, tally, bar)
+            if stop or (saving is not None and step % saving == 0):
+                self.progress.mark("a checkpoint", step)
+                self._save_mid_epoch(epoch, batch_idx + 1)
+            if stop:
+                self._requeue(epoch)
+            self.progress.mark("loading a batch", step)
 
     def _step(self, batch_idx: int, batch: Any, tally: EpochTally) -> int:
         """One optimizer step on ``batch``; the trainer's new ``global_step``."""
@@ -381,6 +486,22 @@ class Fit:
         self.checkpointer.save(
             epoch, batches_done, trainer.global_step, self.epoch_rng, trainer.metrics
         )
+        self._written(epoch, None)
+
+    def _written(self, epoch: int, best: str | None) -> None:
+        """A checkpoint was written in ``epoch``: its line in the log, and the launcher's note."""
+        if self.plan is None:
+            return
+        last, step = self.plan.folder / LAST, self.trainer.global_step
+        self.last_checkpoint = (last, epoch, step)
+        self.report.checkpoint(
+            last.resolve(),
+            epoch=epoch,
+            step=step,
+            best=self.plan.folder / best if best is not None else None,
+        )
+        if self.env.rank == 0:
+            note_launcher(last.resolve(), epoch=epoch, step=step)
 
     def _requeue(self, epoch: int) -> None:
         """Stop at the checkpoint just written: requeue the SLURM job and exit."""
@@ -390,8 +511,62 @@ class Fit:
             rank=self.env.rank,
             world_size=self.env.world_size,
             step=step,
-            checkpoint=self.trainer.root_dir / CHECKPOINT_DIR / LAST,
+            checkpoint=self.plan.folder / LAST if self.plan is not None else Path(LAST),
         )
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def _report_stop(self, exc: BaseException) -> None:
+        """The log's line for a fit that did not finish: an error, or Ctrl-C (where no launcher
+        reports it: under ``accelctl launch``, the launcher's one line names the checkpoint)."""
+        if isinstance(exc, SystemExit):  # the requeue's exit: it said why
+            return
+        epoch, step = self.trainer.current_epoch, self.trainer.global_step
+        # An error about checkpoints (or the requeue's) says itself what became of them.
+        spoken = isinstance(exc, (CheckpointError, RequeueError))
+        last = "" if spoken else resume_advice(self.last_checkpoint)
+        if isinstance(exc, KeyboardInterrupt):
+            if _settings.launcher_pid() is None:
+                self.report.interrupted(epoch=epoch, step=step, last=last)
+            return
+        self.report.failed(exc, epoch=epoch, step=step, last=last)
+
+
+def _strategy_text(strategy: str, world_size: int) -> str:
+    if strategy == "auto":
+        return "ddp" if world_size > 1 else "none (the model as it is)"
+    return strategy
+
+
+def resume_advice(last: tuple[Path, int, int] | None) -> str:
+    """``the last checkpoint is X (epoch 2, step 40): ...how to resume...``, or that none was
+    written."""
+    if last is None:
+        return "no checkpoint was written"
+    path, epoch, step = last
+    path = path.resolve()
+    return (
+        f"the last checkpoint is {path} (epoch {epoch + 1}, step {step}); resume from it with "
+        f"fit(ckpt_path='last'), or by running the same command with "
+        f"{_settings.CKPT_PATH}={shlex.quote(str(path))}"
+    )
+
+
+def note_launcher(path: Path, *, epoch: int, step: int) -> None:
+    """Tell ``accelctl launch`` (through the file ``ACCELCTL_LAUNCH_NOTE`` names) where the last
+    checkpoint is, for its report when it is interrupted; nothing outside a launch."""
+    note = _settings.launch_note()
+    if note is None:
+        return
+    import json
+
+    temporary = f"{note}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w") as file:
+            json.dump({"checkpoint": str(path), "epoch": epoch, "step": step}, file)
+        os.replace(temporary, note)
+    except OSError:  # the launcher's folder went away: only its report loses the line
+        pass
 
 
 def _length(loader: Iterable[Any]) -> int | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from .._errors import AccelctlError
@@ -33,3 +36,15 @@ def _is_terminal() -> bool:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):  # replaced or closed stdout
         return False
+
+
+@contextlib.contextmanager
+def redirected_logging(bar: Any | None) -> Iterator[None]:
+    """While ``bar`` is shown, the ``accelctl`` logger's lines to the terminal go through tqdm,
+    above the bar, instead of through it."""
+    if bar is None:
+        yield
+        return
+    redirect = importlib.import_module("tqdm.contrib.logging").logging_redirect_tqdm
+    with redirect(loggers=[logging.getLogger("accelctl")]):
+        yield

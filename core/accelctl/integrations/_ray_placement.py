@@ -28,9 +28,9 @@ from ._ray_resources import resource_name
 if TYPE_CHECKING:
     import torch
 
-#: torchrun's count of the group's restarts, which makes ``Trainer.fit`` resume from
-#: ``last.ckpt`` by itself (docs/training.md, "Restarts"); here Ray Train's restarts of the
-#: worker group after a failure.
+#: torchrun's count of the group's restarts, which makes ``Trainer.fit`` continue its run from
+#: that run's ``last.ckpt`` by itself (docs/training.md, "Restarts"); here Ray Train's restarts
+#: of the worker group after a failure.
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 
 
@@ -62,12 +62,16 @@ class WorkerRanks:
     node: str
 
 
-def place(accelerator: Any, ranks: WorkerRanks, restarts: int) -> Placement:
+def place(
+    accelerator: Any, ranks: WorkerRanks, restarts: int, launch: str | None = None
+) -> Placement:
     """Take this worker's device and hand the choice to accelctl; the worker group's start calls
     it in every worker before the process group is made.
 
     :param accelerator: what :func:`accelctl.resolve` takes.
     :param restarts: how many times Ray Train has started this run's worker group again.
+    :param launch: this Ray Train run's id, the same at every start of its worker group: the
+        ``ACCELCTL_LAUNCH_ID`` by which a restarted ``Trainer.fit`` finds its own run folder.
     :raises accelctl.AccelctlError: accelctl's own error when the node cannot give this worker a
         device (the plugin is missing or unavailable here, more workers of the run on this node
         than it has devices, several workers on an accelerator without a distributed backend),
@@ -107,6 +111,8 @@ def place(accelerator: Any, ranks: WorkerRanks, restarts: int) -> Placement:
         os.environ[_settings.ACCELERATOR] = handle.name
     os.environ[_settings.DEVICES] = str(ranks.local_world_size)
     os.environ[RESTART_COUNT] = str(restarts)
+    if launch is not None:
+        os.environ[_settings.LAUNCH_ID] = launch
     resource = resource_name(handle) if isinstance(selection.parsed, list) else None
     _current = Placement(handle, device, backend, resource)
     return _current

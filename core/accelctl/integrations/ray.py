@@ -24,13 +24,15 @@ the node cannot serve is refused with accelctl's error before the group is made.
 training function, ``accelctl.Trainer()`` runs on that device (it sees Ray's worker as a launched
 rank and takes the group Ray made), and a hand-written loop uses :func:`get_device`,
 :func:`prepare_model` and :func:`prepare_data_loader` where it would use Ray's. After a failure
-that Ray restarts the workers for (``FailureConfig(max_failures=N)``), ``Trainer.fit`` resumes from
-its ``last.ckpt`` by itself, as after torchrun's restarts. ``docs/ray.md`` has the whole story.
+that Ray restarts the workers for (``FailureConfig(max_failures=N)``), ``Trainer.fit`` resumes
+its run from that run's ``last.ckpt`` by itself, as after torchrun's restarts. ``docs/ray.md``
+has the whole story.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,11 +137,15 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
     def __init__(self) -> None:
         super().__init__()
         self._starts = 0
+        # The run's id in its workers (ACCELCTL_LAUNCH_ID): restarted ones continue its folder.
+        self._launch = f"ray-{uuid.uuid4().hex}"
 
     def on_start(self, worker_group: Any, backend_config: ray.train.BackendConfig) -> None:
         assert isinstance(backend_config, TorchConfig)  # backend_cls is TorchConfig's alone
         restarts, self._starts = self._starts, self._starts + 1
-        placed = worker_group.execute(_place_worker, backend_config.accelerator, restarts)
+        placed = worker_group.execute(
+            _place_worker, backend_config.accelerator, restarts, self._launch
+        )
         backends = {backend for backend, _ in placed}
         if len(backends) > 1:
             raise accelctl.ProcessSetupError(
@@ -159,7 +165,9 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
         worker_group.execute(_point_accelerate_at_the_device)
 
 
-def _place_worker(accelerator: Any, restarts: int) -> tuple[str | None, str | None]:
+def _place_worker(
+    accelerator: Any, restarts: int, launch: str | None = None
+) -> tuple[str | None, str | None]:
     """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`); its
     backend and the resource that counts its devices, for the checks across the workers."""
     context = ray.train.get_context()
@@ -170,7 +178,7 @@ def _place_worker(accelerator: Any, restarts: int) -> tuple[str | None, str | No
         world_size=context.get_world_size(),
         node=ray.util.get_node_ip_address(),
     )
-    placement = _ray_placement.place(accelerator, ranks, restarts)
+    placement = _ray_placement.place(accelerator, ranks, restarts, launch)
     return placement.backend, placement.resource
 
 
