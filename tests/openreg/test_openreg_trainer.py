@@ -60,7 +60,8 @@ def test_weights_equal_on_both_devices_and_the_two_cpu_process_run(runs: Path) -
 
 def test_a_checkpoint_is_written_every_epoch(runs: Path) -> None:
     # Saved from openreg tensors; this process has no openreg device (autoload off).
-    last = torch.load(runs / "fp32/checkpoints/run-0/last.ckpt", map_location="cpu", weights_only=True)
+    path = runs / "fp32/checkpoints/run-0/last.ckpt"
+    last = torch.load(path, map_location="cpu", weights_only=True)
     assert (last["epoch"], last["global_step"]) == (2, 8)
     assert_equal(last["model"], weights(runs, "fp32", 0))
 

@@ -84,7 +84,8 @@ def val_loader() -> DataLoader[Any]:
 
 
 def trainer(root: Path, **options: Any) -> accelctl.Trainer:
-    return accelctl.Trainer(**{"max_epochs": 3, "root_dir": root, "log_every_n_steps": 4, **options})
+    settings = {"max_epochs": 3, "root_dir": root, "log_every_n_steps": 4, **options}
+    return accelctl.Trainer(**settings)
 
 
 def uninterrupted(root: Path) -> dict[str, torch.Tensor]:

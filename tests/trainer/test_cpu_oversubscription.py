@@ -103,4 +103,3 @@ def test_the_warning_is_python_s_own_on_the_caller_s_line(
     with pytest.warns(UserWarning, match="use devices=1 or fewer") as caught:
         warn_cpu_oversubscription(accelctl.resolve("cpu", 2))
     assert caught[0].filename == __file__
-

@@ -114,8 +114,9 @@ def test_a_requeue_slurm_refuses_is_an_error_naming_the_checkpoint(
     with pytest.raises(RequeueError) as caught:
         fit(tmp_path, Net(at=2))
     assert str(caught.value) == (
-        f"SIGUSR1 received: checkpoint written at step 2 ({tmp_path / 'checkpoints/run-0/last.ckpt'})"
-        ", but `scontrol requeue 42` failed: scontrol: error: Requested operation is presently "
+        "SIGUSR1 received: checkpoint written at step 2 "
+        f"({tmp_path / 'checkpoints/run-0/last.ckpt'}), but `scontrol requeue 42` failed: "
+        "scontrol: error: Requested operation is presently "
         "disabled. Resume from it with fit(ckpt_path='last') in a new job (sbatch --requeue lets "
         "SLURM requeue it)"
     )

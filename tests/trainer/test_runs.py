@@ -240,7 +240,8 @@ def test_continuing_a_run_another_fit_is_writing_is_refused_naming_it(tmp_path: 
             fit(tmp_path / "root", 3, ckpt_path="last")
         run_0 = tmp_path / "root" / "checkpoints" / "run-0"
         assert str(refused.value).startswith(
-            f"ckpt_path='last' continues run run-0 in {run_0}, which another fit is writing now "
+            f"this fit would continue run run-0 (ckpt_path='last') in {run_0}, which another fit "
+            f"is writing now "
             f"(pid {writer.pid} on {socket.gethostname()}, since 20"
         )
         assert "two fits would overwrite each other's last.ckpt" in str(refused.value)
@@ -262,7 +263,7 @@ def test_a_redirected_fit_logs_its_start_epochs_checkpoints_and_end(tmp_path: Pa
     lines = [line for line in stderr.splitlines() if line.startswith("accelctl: ")]
     expected = [
         "training on cpu: devices cpu, 1 process, strategy none (the model as it is), precision 32",
-        f"run run-0: checkpoints in {run_0} (last.ckpt at each epoch's end); figures in "
+        f"run run-0, new: checkpoints in {run_0} (last.ckpt at each epoch's end); figures in "
         f"{(root / 'metrics.jsonl').resolve()}",
         "epoch 1/2 (step 8): train_loss *",
         f"checkpoint written: {run_0 / 'last.ckpt'} (epoch 1, step 8)",

@@ -21,6 +21,7 @@ import torch
 
 from .. import _settings
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
+from .._selection import known_name
 from .checkpoint import (
     LAST,
     CheckpointConfig,
@@ -182,26 +183,25 @@ class Fit:
         """Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank
         learns the plan (or rank 0's refusal) from it; then the logs are opened."""
         trainer, env = self.trainer, self.env
-        outcome: tuple[RunPlan | None, str | None] = (None, None)
+        # (the run's plan, the checkpoint to load, rank 0's refusal): rank 0's, sent to all.
+        outcome: tuple[RunPlan | None, Path | None, str | None] = (None, None, None)
         if self.runs is not None and trainer.checkpointing.enabled:
             try:
-                outcome = (self.runs.plan(self.ckpt_path), None)
+                plan = self.runs.plan(self.ckpt_path)
+                outcome = (plan, plan.resume_from, None)
             except CheckpointError as exc:
-                outcome = (None, str(exc))
+                outcome = (None, None, str(exc))
         elif self.runs is not None:  # no checkpoints, no run folder; a checkpoint still loads
-            resume = without_folder(trainer.root_dir, self.ckpt_path)
-            outcome = (RunPlan(Path(), resume, why="ckpt_path"), None)
+            outcome = (None, without_folder(trainer.root_dir, self.ckpt_path), None)
         if env.world_size > 1:
             import torch.distributed as dist
 
             shared: list[Any] = [outcome]
             dist.broadcast_object_list(shared, src=0)
             outcome = shared[0]
-        plan, refusal = outcome
+        self.plan, self.resume_from, refusal = outcome
         if refusal is not None:
             raise CheckpointError(refusal)
-        self.plan = plan if plan is not None and plan.folder != Path() else None
-        self.resume_from = plan.resume_from if plan is not None else None
         trainer.run_dir = self.plan.folder if self.plan is not None else None
         # The metrics log's lines are tagged with the run (an id of its own without a folder).
         run = self.plan.name if self.plan is not None else uuid.uuid4().hex[:12]
@@ -209,7 +209,7 @@ class Fit:
         self.log = MetricsLog(log_file, run=run, restart=self.identity.restarts)
         report = self.report
         report.started(
-            accelerator=trainer.accelerator.name,
+            accelerator=known_name(trainer.accelerator),
             devices=trainer.devices,
             strategy=_strategy_text(trainer.strategy, env.world_size),
             precision=trainer.precision.name,
@@ -224,7 +224,7 @@ class Fit:
             when += f", the best {checkpointing.keep_best} by {checkpointing.best_metric}"
         folder = self.plan.folder.resolve() if self.plan is not None else None
         report.writing(
-            run=self.plan.name if self.plan else None,
+            run=self.plan.summary if self.plan else None,
             folder=folder,
             metrics=(trainer.root_dir / METRICS_FILE).resolve(),
             when=when,

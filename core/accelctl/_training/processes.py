@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._cluster import slurm_step
-from .._distributed_backend import unusable_backend
+from .._distributed_backend import NOTHING_STARTED, Started, unusable_backend
 from .._errors import ProcessSetupError, warn_user
 from .._launching.handoff import launch_command_line, typed_spec
 
@@ -146,7 +146,10 @@ def choose_device(
             f'such as accelerator="cpu" with devices=N'
         )
     if count > 1 or env.distributed:  # before any process starts or joins a group
-        refusal = unusable_backend(selection.accelerator, devices[0].type, accelerator)
+        # Under a launcher the processes are running (the launcher could not see an instance
+        # made in the script): each says so; alone, none was started, nor will be suggested.
+        started = Started(env.world_size, env.launcher) if env.launched else NOTHING_STARTED
+        refusal = unusable_backend(selection.accelerator, devices[0].type, accelerator, started)
         if refusal is not None:
             raise ProcessSetupError(refusal)
     if count > 1 and not env.launched:

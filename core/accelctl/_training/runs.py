@@ -92,8 +92,16 @@ class RunPlan:
     resume_from: Path | None = None
     #: True when the fit continues the run in ``folder``; False for a new run.
     continued: bool = False
-    #: Why this plan, in words, for the log (``"ckpt_path='last': the newest run"``).
+    #: What chose it, in words, for the log and the refusal (``"ckpt_path='last'"``,
+    #: ``"a restart of its launch"``; for a new run, what it starts from).
     why: str = ""
+
+    @property
+    def summary(self) -> str:
+        """``run-3, continued (ckpt_path='last')``, ``run-4, new``."""
+        return f"{self.name}, {'continued' if self.continued else 'new'}" + (
+            f" ({self.why})" if self.why else ""
+        )
 
     @property
     def name(self) -> str:
@@ -212,7 +220,7 @@ class RunFolders:
             own = self._own_run()
             if own is not None:
                 resume = own / LAST if (own / LAST).is_file() else _path_or_none(ckpt_path)
-                return self._continue(own, resume, "restarted")
+                return self._continue(own, resume, "a restart of its launch")
             if ckpt_path is None:
                 ckpt_path = "last"  # no folder names this launch: the newest run, as before
         if ckpt_path == "last":
@@ -223,16 +231,16 @@ class RunFolders:
                         f"ckpt_path='last': no checkpoint under {self.root / CHECKPOINT_DIR} yet, "
                         f"training from the start"
                     )
-                return self._new(None, "a new run (no checkpoint to resume yet)")
+                return self._new(None, "ckpt_path='last' found no checkpoint")
             return self._continue(newest.parent, newest, "ckpt_path='last'")
         if ckpt_path is None:
-            return self._new(None, "a new run")
+            return self._new(None, "")
         path = Path(ckpt_path)
         folder = path.parent
         if path.name == LAST and folder.parent.resolve() == (self.root / CHECKPOINT_DIR).resolve():
             if _RUN_NAME.fullmatch(folder.name):
-                return self._continue(folder, path, "its own last.ckpt")
-        return self._new(path, f"a new run from {path}")
+                return self._continue(folder, path, f"from its own {LAST}")
+        return self._new(path, f"from {path}")
 
     def _own_run(self) -> Path | None:
         for folder in reversed(run_folders(self.root)):
@@ -249,7 +257,8 @@ class RunFolders:
                 who = f" (pid {holder['pid']} on {holder.get('host', '?')}, since "
                 who += f"{holder.get('started', '?')})"
             raise CheckpointError(
-                f"{why} continues run {folder.name} in {folder}, which another fit is writing "
+                f"this fit would continue run {folder.name} ({why}) in {folder}, which another "
+                f"fit is writing "
                 f"now{who}: two fits would overwrite each other's {LAST}. Wait for it to end; "
                 f"or start a new run (ckpt_path=None), or one from its checkpoint (copy "
                 f"{folder / LAST} elsewhere and give that path)"
