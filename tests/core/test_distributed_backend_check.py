@@ -79,11 +79,16 @@ def started(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return record
 
 
-def _assert_names_plugin_and_backend(message: str, name: str) -> None:
+def _assert_names_plugin_and_backend(message: str, name: str, *, started: bool = False) -> None:
+    """The plugin, its backend, what is wrong with it, torch's backend for the devices, and
+    what was started: nothing before a launch, else each running process refuses."""
     backend, problem = BACKENDS[name]
     assert f"accelerator {name!r} (plugin {name!r}, accelctl-{name} 1.0)" in message
     assert f"distributed_backend={backend!r}, which {problem}" in message
-    assert "none was started" in message
+    assert "torch's backend for 'cpu' devices here is 'gloo'" in message
+    each = "torchrun started 2 processes for this run, and each refuses here"
+    assert (each in message, "none was started" in message) == (started, not started)
+    assert f"`accelctl validate {name}` reports the same" in message
 
 
 @pytest.mark.parametrize("name", sorted(BACKENDS))
@@ -115,7 +120,8 @@ def test_the_trainer_refuses_under_a_launcher_before_joining_a_group(
         monkeypatch.setenv(key, value)
     with pytest.raises(accelctl.ProcessSetupError) as caught:
         accelctl.Trainer(accelerator=name)
-    _assert_names_plugin_and_backend(str(caught.value), name)
+    # The launcher started this process and its peer: the message says so (issue 35).
+    _assert_names_plugin_and_backend(str(caught.value), name, started=True)
     assert started == []
 
 
@@ -152,7 +158,9 @@ def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
             accelctl.Trainer(accelerator="zcclacc")
     accelctl.Trainer(accelerator="cpu")  # gloo on the CPU: usable
     accelctl.Trainer(accelerator="cpu")
-    assert asked == [("zccl", "cpu"), ("gloo", "cpu")]
+    # The refusal also asked which backends carry 'cpu' tensors (to name gloo): each once.
+    assert asked[0] == ("zccl", "cpu") and ("gloo", "cpu") in asked
+    assert len(asked) == len(set(asked))
 
 
 def test_a_backend_registered_in_detect_passes_and_the_launch_starts(
