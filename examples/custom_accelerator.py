@@ -23,8 +23,13 @@ looks the same with its own device type (``"hpu"``, ``"xla"``, ...), count and s
     trainer = accelctl.Trainer(accelerator=HPUAccelerator(), devices=4)
 
 Run: ``python examples/custom_accelerator.py`` (several processes:
-``accelctl launch --devices 2 examples/custom_accelerator.py``: the launcher hands the count to
-the children, and each passes the instance itself).
+``accelctl launch --devices 2 examples/custom_accelerator.py``: the launcher starts 2 processes
+and each passes the instance itself). The launcher cannot see an instance made in the script: it
+selects what ``"auto"`` means on the machine (another accelerator, where one is installed, such
+as openreg or CUDA) and hands that selection to the children; the instance is not what it
+selected, so ``devices="auto"`` on it is one device per process of the launch, as under a plain
+``torchrun``. A ``distributed_backend`` torch does not have for the instance's devices is refused
+in each process when the Trainer is made, naming torch's backend for them (``gloo`` for the CPU).
 """
 
 from __future__ import annotations

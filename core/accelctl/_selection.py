@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -220,20 +221,26 @@ def resolve(
 ) -> Selection:
     """Choose the accelerator (as :func:`select_accelerator`) and its devices, as a Trainer does.
 
-    :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set, else
-        every visible device of an accelerator with a distributed backend, else the first one.
+    :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set (and
+        is this accelerator's: :func:`handed_to`), else every visible device of an
+        accelerator with a distributed backend, else the first one.
     :param environ: where ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` are read (default:
         ``os.environ``), once, before any plugin code runs.
     :raises UnknownAcceleratorError, AcceleratorUnavailableError, PluginLoadError,
         DeviceSpecError: each with a message that says what to do.
     """
     chosen = _settings.SelectionVariables.read(environ)  # now, before any plugin code runs
+    processes = processes_here(environ)
     handle = _select(accelerator, registry or get_registry(), chosen.accelerator)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
     if automatic and chosen.devices:
-        devices = from_environ = chosen.devices
-        automatic = False
+        if handed_to(handle, chosen.accelerator):
+            devices = from_environ = chosen.devices
+            automatic = False
+        elif processes is not None:
+            devices = processes  # another accelerator's devices: one per process of the launch
+            automatic = False
     try:
         parsed = handle.parse_devices(devices)
     except DeviceSpecError as exc:
@@ -257,6 +264,39 @@ def resolve(
         parsed=parsed,
         asked=asked,
     )
+
+
+def handed_to(handle: AcceleratorHandle, selected: str) -> bool:
+    """Whether ``ACCELCTL_DEVICES`` is ``handle``'s, where ``ACCELCTL_ACCELERATOR`` says
+    ``selected`` (``""`` when unset).
+
+    A launcher hands its children the devices of the accelerator it selected: its name in
+    ``ACCELCTL_ACCELERATOR`` and its spec in ``ACCELCTL_DEVICES`` (``"0,1"`` for two ``openreg``
+    devices), or only the spec for an object without an entry point it was given. A script that
+    passes another accelerator (an instance made in the script, which the launcher cannot see,
+    or another name) is not handed those devices: ``devices="auto"`` there is one device per
+    process of the launch (:func:`processes_here`), as in a plain ``torchrun`` child, and the
+    accelerator's own ``"auto"`` outside one.
+    """
+    name = selected.strip().lower()
+    if not name or name == "auto":
+        return True
+    if handle.entry_point is None:  # no launcher names an object without an entry point
+        return False
+    if name == handle.name:
+        return True
+    try:
+        return name in handle.info.aliases
+    except AccelctlError:
+        return False
+
+
+def processes_here(environ: Mapping[str, str] | None = None) -> str | None:
+    """The processes of this launch on this machine, as a devices spec: torchrun's
+    ``LOCAL_WORLD_SIZE``; None outside a launch of several processes (the accelerator's own
+    ``"auto"`` then)."""
+    raw = (os.environ if environ is None else environ).get("LOCAL_WORLD_SIZE", "").strip()
+    return raw if raw.isdigit() and int(raw) >= 1 else None
 
 
 def single_process(parsed: int | list[int]) -> int | list[int]:
