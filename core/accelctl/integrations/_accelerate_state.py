@@ -19,6 +19,7 @@ backend, which Accelerate then turns into ``DistributedType.FSDP``).
 
 While :func:`building` is active (``accelctl.integrations.accelerate.Accelerator`` makes the
 state), the two wrapped methods follow the accelctl plugin instead: its ``distributed_backend``
+(or the backend the user named, once the bridge checked that it carries the device's tensors)
 and ``DistributedType.MULTI_GPU`` (Accelerate's kind for "DDP over torch.distributed on one
 accelerator device per process", whose code paths use ``state.device`` rather than
 ``torch.cuda``) under a launcher, and the plugin's device for this process, made current by the
@@ -82,6 +83,8 @@ class Pending:
     device: torch.device
     #: True under a launcher with several processes: torch.distributed, DDP.
     distributed: bool
+    #: The backend the user named for the group (checked usable); None: the plugin's.
+    backend: str | None = None
 
 
 #: Set by :func:`building` while the bridge makes Accelerate's state; None otherwise.
@@ -138,8 +141,11 @@ def install() -> bool:
             return prepare_backend(self, cpu, sagemaker_dp, backend)
         if not pending.distributed:
             return None, DistributedType.NO
-        # A backend the user names (InitProcessGroupKwargs(backend=...)) is theirs to choose.
-        return backend or pending.handle.info.distributed_backend, DistributedType.MULTI_GPU
+        # A backend the user names (InitProcessGroupKwargs(backend=...), ddp_backend) is used;
+        # the bridge refused one the device lacks before Accelerate came here. Accelerate does
+        # not pass a handler's "nccl" on (its default): the bridge's Pending carries it.
+        chosen = backend or pending.backend or pending.handle.info.distributed_backend
+        return chosen, DistributedType.MULTI_GPU
 
     def _set_device(self: Any) -> None:
         pending = _pending

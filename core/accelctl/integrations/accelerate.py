@@ -22,6 +22,7 @@ Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -36,6 +37,13 @@ import torch
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
+from accelctl._distributed_backend import (
+    Started,
+    backend_problem,
+    named_backend_refusal,
+    unusable_backend,
+)
+from accelctl._errors import warn_user
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from . import _accelerate_state
@@ -65,7 +73,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
 
     :raises accelctl.ProcessSetupError: several processes or devices on an accelerator without a
         distributed backend, several devices outside a launcher, a launcher that started another
-        number of processes than there are devices, or an Accelerate state that does not match
+        number of processes than there are devices, several processes over a backend torch
+        cannot carry the device's tensors over (``InitProcessGroupKwargs(backend=...)``'s, else
+        the plugin's), or an Accelerate state that does not match
         the plugin (made earlier by something else, or an Accelerate version the bridge does not
         adapt).
     """
@@ -80,11 +90,23 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         #: The accelctl accelerator this Accelerator runs on.
         self.accelctl_accelerator: accelctl.AcceleratorHandle = handle
         distributed = world_size > 1
-        sharded = distributed and _prepare_sharding(kwargs, handle, device, world_size)
-        if device.type == "cpu" and not sharded:
+        named = _named_backend(kwargs, handle, device) if distributed else None
+        sharded = distributed and _prepare_sharding(kwargs, handle, device, world_size, named)
+        accelerates_cpu = device.type == "cpu" and not sharded
+        if distributed:  # before Accelerate makes the state, which joins the group
+            _refuse_unusable_backend(
+                handle,
+                device,
+                world_size,
+                named,
+                named_by=f"InitProcessGroupKwargs(backend={named!r})",
+                leave_out="leave the backend out of InitProcessGroupKwargs (backend=None)",
+                accelerates_cpu=accelerates_cpu,
+            )
+        if accelerates_cpu:
             super().__init__(cpu=True, **kwargs)  # Accelerate's own CPU set-up (gloo)
         else:
-            pending = _accelerate_state.Pending(handle, device, distributed)
+            pending = _accelerate_state.Pending(handle, device, distributed, named)
             with _accelerate_state.building(pending):
                 super().__init__(**kwargs)
         _check_state(self.state, handle, device, world_size, rank)
@@ -98,15 +120,109 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
             return super().prepare_model(model, *args, **kwargs)
 
 
+def _named_backend(
+    kwargs: dict[str, Any], handle: accelctl.AcceleratorHandle, device: torch.device
+) -> str | None:
+    """The backend an ``InitProcessGroupKwargs`` in ``kwargs_handlers`` names; None where none
+    is named (the plugin's ``distributed_backend`` is then used).
+
+    Accelerate's ``InitProcessGroupKwargs`` has ``backend="nccl"`` as its default and passes on
+    only what differs from its defaults, so a handler's ``"nccl"`` cannot be told from no backend
+    named (a handler given for its ``timeout``). Where nccl can carry the device's tensors it is
+    used; elsewhere it is read as Accelerate reads it, no backend named, with a warning saying
+    which backend is used instead and how to name one."""
+    handler = next(
+        (
+            handler
+            for handler in kwargs.get("kwargs_handlers") or ()
+            if isinstance(handler, accelerate.utils.InitProcessGroupKwargs)
+        ),
+        None,
+    )
+    if handler is None or not handler.backend:
+        return None
+    backend: str = handler.backend
+    defaults = {field.name: field.default for field in dataclasses.fields(handler)}
+    problem = backend_problem(backend, device.type)
+    if backend != defaults.get("backend") or problem is None or problem.startswith("skip: "):
+        return backend
+    used = _cpu_backend(None) if device.type == "cpu" else handle.info.distributed_backend
+    warn_user(
+        f"InitProcessGroupKwargs(backend={backend!r}) is Accelerate's default backend, which "
+        f"Accelerate passes on as no backend named, and {backend!r} {problem}: the processes of "
+        f"accelctl accelerator {known_name(handle)!r} join their group over {used!r}, on "
+        f"{device.type!r} devices. Name backend={used!r} (or backend=None) in "
+        "InitProcessGroupKwargs to say so"
+    )
+    return None
+
+
+def _cpu_backend(named: str | None) -> str:
+    """The backend Accelerate's own CPU set-up (``cpu=True``) joins the group over, whatever
+    is named: MPI where it is named or none is, and torch has it; else gloo."""
+    mpi = torch.distributed.is_available() and torch.distributed.is_mpi_available()
+    return "mpi" if named in (None, "mpi") and mpi else "gloo"
+
+
+def _refuse_unusable_backend(
+    handle: accelctl.AcceleratorHandle,
+    device: torch.device,
+    world_size: int,
+    named: str | None,
+    *,
+    named_by: str,
+    leave_out: str,
+    accelerates_cpu: bool,
+) -> None:
+    """Refuse, in each of the launcher's ``world_size`` processes before Accelerate's state
+    joins the process group, a backend that cannot carry ``device``'s tensors: ``named`` by the
+    user (``named_by`` says where), else the plugin's ``distributed_backend``; and, where
+    Accelerate's own CPU set-up makes the state (``accelerates_cpu``), a named backend it does
+    not run (gloo, or MPI where torch has it). The transformers bridge refuses ``ddp_backend``
+    here too.
+
+    :raises accelctl.ProcessSetupError: naming the backend and the one torch has for the device.
+    """
+    started = Started(world_size, "the launcher")
+    shown = known_name(handle)
+    if named is None:
+        refusal = unusable_backend(handle, device.type, shown, started)
+    else:
+        own = handle.info.distributed_backend
+        refusal = named_backend_refusal(
+            named,
+            device.type,
+            named_by=named_by,
+            accelerator=shown,
+            leave_out=f"{leave_out}: the accelerator's distributed_backend {own!r} is used",
+            started=started,
+        )
+    if refusal is None and accelerates_cpu and named is not None and named != _cpu_backend(named):
+        # Accelerate would raise its own ValueError ("is not available, please use gloo").
+        refusal = (
+            f"{named_by} names the torch.distributed backend {named!r} for accelctl accelerator "
+            f"{shown!r}, whose devices are CPUs: Accelerate's own CPU set-up, which the bridge "
+            f"uses for them, joins the process group over {_cpu_backend(named)!r} only: "
+            f"{started.outcome()}. To fix it, name {_cpu_backend(named)!r} there, or {leave_out}"
+        )
+    if refusal is not None:
+        raise accelctl.ProcessSetupError(refusal)
+
+
 def _prepare_sharding(
-    kwargs: dict[str, Any], handle: accelctl.AcceleratorHandle, device: torch.device, world: int
+    kwargs: dict[str, Any],
+    handle: accelctl.AcceleratorHandle,
+    device: torch.device,
+    world: int,
+    named: str | None,
 ) -> bool:
     """True when this Accelerator of several processes shards the model with FSDP2 (an
     ``fsdp_plugin``, or ``accelerate launch --use_fsdp``'s variables); then ``kwargs`` carry
     what Accelerate needs for it on the plugin's device: the plugin, and a
     ``ParallelismConfig`` over every process when none is given, so that Accelerate builds the
     device mesh on the plugin's device type (without one, ``fully_shard`` takes torch's current
-    accelerator, whatever the plugin's device). What cannot run is refused first."""
+    accelerator, whatever the plugin's device). What cannot run over the ``named`` backend (the
+    plugin's when None) is refused first."""
     plugin = kwargs.get("fsdp_plugin")
     if plugin is None and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
         plugin = accelerate.FullyShardedDataParallelPlugin()  # Accelerate's reading of them
@@ -127,10 +243,7 @@ def _prepare_sharding(
             f"Accelerate's state (Accelerate enables FSDP for its own list of device kinds), "
             f"and {_accelerate_state.ADAPTATION.refusal}; or leave out the fsdp_plugin (DDP)"
         )
-    backend = handle.info.distributed_backend
-    for handler in kwargs.get("kwargs_handlers") or ():
-        if isinstance(handler, accelerate.utils.InitProcessGroupKwargs) and handler.backend:
-            backend = handler.backend
+    backend = named or handle.info.distributed_backend
     refuse_fsdp_gaps(
         handle,
         device.type,

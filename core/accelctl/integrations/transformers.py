@@ -35,7 +35,7 @@ import accelctl
 from accelctl._selection import known_name
 
 from . import _accelerate_state, _transformers_state
-from .accelerate import _placement
+from .accelerate import _placement, _refuse_unusable_backend
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
     :raises accelctl.ProcessSetupError: as the Accelerate bridge's ``Accelerator`` (several
         processes or devices on an accelerator without a distributed backend, several devices
-        outside a launcher, ...); ``bf16`` on a device type that does not autocast;
+        outside a launcher, ...); several processes over a backend torch cannot carry the
+        device's tensors over (``ddp_backend``, else the plugin's ``distributed_backend``);
+        ``bf16`` on a device type that does not autocast;
         ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; an
         Accelerate state made earlier in the process that does not match, or one replaced
         after these arguments were made (raised when the ``Trainer`` is made); a transformers
@@ -93,6 +95,16 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     def __post_init__(self) -> None:
         place = self._accelctl_placed()
         handle, device = place.handle, place.device
+        if place.world_size > 1:  # before the state is made, which joins the process group
+            _refuse_unusable_backend(
+                handle,
+                device,
+                place.world_size,
+                self.ddp_backend or None,
+                named_by=f"ddp_backend={self.ddp_backend!r}",
+                leave_out="leave ddp_backend unset",
+                accelerates_cpu=device.type == "cpu",
+            )
         on_cpu = device.type == "cpu"
         if not on_cpu and self.use_cpu:
             raise accelctl.ProcessSetupError(
