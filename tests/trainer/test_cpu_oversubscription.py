@@ -80,10 +80,6 @@ def test_launch_warns_before_the_processes_start_and_still_starts_them(tmp_path:
 
 @pytest.mark.slow
 @needs_affinity
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs warn_cpu_oversubscription(selection) in accelctl/_launching/functions.py",
-)
 def test_the_function_launcher_warns_before_the_processes_start(tmp_path: Path) -> None:
     done = on_one_core("--function", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

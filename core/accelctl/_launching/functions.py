@@ -13,6 +13,7 @@ from .._errors import LaunchError
 from .._selection import resolve
 from .._supervision import launcher_environment
 from .child import run_in_child
+from .cores import warn_cpu_oversubscription
 from .failures import LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
 from .options import check_processes
@@ -51,6 +52,7 @@ def launch(
     nproc = len(selection.devices)
     child_env = selection_environment(selection)
     check_processes(selection, nproc)
+    warn_cpu_oversubscription(selection)  # before any process starts: a warning, not a refusal
     if nproc == 1:
         with patched_environ(child_env):
             return [function(*args)]
