@@ -34,7 +34,8 @@ VARIABLES: dict[str, str] = {
     ACCELERATOR: 'what accelerator="auto" means (`cpu` keeps a script off the GPU)',
     PLUGINS: "comma list: load only these plugins (set and empty: none)",
     DISABLE: "comma list: never load these plugins",
-    DEVICES: 'what devices="auto" means (set by `accelctl launch` for its children)',
+    DEVICES: 'what devices="auto" means for the accelerator `ACCELCTL_ACCELERATOR` names (set '
+    "by `accelctl launch` for its children)",
     HOOK_TIMEOUT: f"seconds one plugin may take to answer where accelctl asks several at once "
     f"(default {DEFAULT_HOOK_TIMEOUT_S:g}; `none` or `0`: no deadline)",
     COLLECTIVE_TIMEOUT: f"seconds a collective of the Trainer may wait for the other processes "
