@@ -10,7 +10,10 @@ writes ``rank<r>.pt`` (the final weights, gathered whole) and ``rank<r>.json`` (
 - ``cut``: the same, stopped at step 7 by an exception (the checkpoint of step 5 is the last);
 - ``resumed``: the same again, resumed from ``cut``'s ``last.ckpt``;
 - ``bf16`` / ``fp16``: 1 epoch in ``"bf16-mixed"`` / ``"16-mixed"``;
-- ``val``: 1 epoch validated on 45 samples in batches of 11, shards of 3 and 2 batches.
+- ``val``: 1 epoch validated on 45 samples in batches of 11, shards of 3 and 2 batches;
+- ``plain`` / ``plain-bf16``: ``whole`` / ``bf16`` without dropout, to compare two device types:
+  dropout draws from the device's own generator, whose draws differ from one device type to
+  another (torch_openreg 0.0.3 has its own, as CUDA has).
 """
 
 from __future__ import annotations
@@ -41,13 +44,13 @@ class Net(nn.Module):
     """Blocks in a ``ModuleList`` (each its own FSDP unit), a parameter of the root's own (the
     root's unit), dropout (the random states a resume restores)."""
 
-    def __init__(self, stop_at: int | None = None) -> None:
+    def __init__(self, stop_at: int | None = None, dropout: float = 0.2) -> None:
         super().__init__()
         self.embed = nn.Linear(8, 16)
         self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(2))
         self.head = nn.Linear(16, 2)
         self.temperature = nn.Parameter(torch.ones(1))
-        self.drop = nn.Dropout(0.2)
+        self.drop = nn.Dropout(dropout)
         self.stop_at, self.steps = stop_at, 0
         self.dtypes: set[str] = set()
         self.final: dict[str, torch.Tensor] = {}
@@ -129,12 +132,12 @@ def hand() -> tuple[dict[str, torch.Tensor], Net]:
 def fit(run: str, out: Path) -> tuple[dict[str, torch.Tensor], Net, dict[str, Any]]:
     """One of the Trainer's runs."""
     torch.manual_seed(0)
-    model = Net(stop_at=STOP_AT if run == "cut" else None)
-    precision = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(run, "32")
+    model = Net(stop_at=STOP_AT if run == "cut" else None, dropout=0.0 if "plain" in run else 0.2)
+    precision = {"bf16": "bf16-mixed", "plain-bf16": "bf16-mixed", "fp16": "16-mixed"}
     trainer = accelctl.Trainer(
         strategy="fsdp",
-        max_epochs=1 if run in ("bf16", "fp16", "val") else EPOCHS,
-        precision=precision,
+        max_epochs=1 if run in ("bf16", "plain-bf16", "fp16", "val") else EPOCHS,
+        precision=precision.get(run, "32"),
         root_dir=out / ("cut" if run == "resumed" else run),
         checkpoint_every_n_steps=EVERY,
         log_every_n_steps=2,
