@@ -101,9 +101,10 @@ class Fit:
             else trainer.precision.grad_scaler(self.device)
         )
         given_as = "ckpt_path"
-        if ckpt_path is None and _settings.ckpt_path() is not None:
+        from_environ = _settings.ckpt_path() if ckpt_path is None else None
+        if from_environ is not None:
             # ACCELCTL_CKPT_PATH: resume a script without editing it (the launcher's advice).
-            ckpt_path, given_as = _settings.ckpt_path(), _settings.CKPT_PATH
+            ckpt_path, given_as = from_environ, _settings.CKPT_PATH
         # A wrong path fails here, before any process group or device is set up.
         check_ckpt_path(ckpt_path, trainer.root_dir, given_as=given_as)
         self.ckpt_path = ckpt_path
