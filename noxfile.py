@@ -40,7 +40,7 @@ PYTHON = "3.11"  # the torch_openreg wheels are built for CPython 3.11 and torch
 TORCH = "torch==2.13.0"
 #: The torch_openreg the tests marked ``openreg`` run on (its collective backend ``occl``); the
 #: tests of a device without one install 0.0.1 themselves (tests/openregmachine.py).
-OPENREG = "0.0.2"
+OPENREG = "0.0.3"
 #: 4 workers on 2 cores: most tests wait on the processes they start. Each worker takes a whole
 #: module (or test class) at a time (``--dist loadscope``), in the order of the root conftest.py:
 #: the cluster tests, then the slow ones, then the rest (``--no-loadscope-reorder``).

@@ -3,16 +3,17 @@ PrivateUse1 device ``openreg``, two emulated devices), as a user would run it. A
 (the root ``conftest.py`` registers it), so that the openreg tests of every test session (core,
 Lightning, Hugging Face, Ray) share its fixtures.
 
-Each test session installs **0.0.2** (``noxfile.py``), whose collective backend ``occl`` carries
-openreg tensors between processes: the generic ``privateuse1`` plugin (installed in the
+Each test session installs **0.0.3** (``noxfile.py``): its collective backend ``occl`` carries
+openreg tensors between processes, and it has what FSDP2 and DCP need (streams and events, storage
+resize, a device RNG that restores a draw). The generic ``privateuse1`` plugin (installed in the
 environment) serves it with ``occl``, and ``occl_machine`` runs on it. The third-party plugin
-``tests/thirdparty/accelctl-openreg`` (``machine``) declares no backend, as a vendor's plugin
-for a one-process device does. Two other wheels are pip-installed into folders of their own and put
-first on ``PYTHONPATH``: **0.0.3** (``fsdp_machine``), 0.0.2 plus what FSDP2 and DCP need
-(streams and events, storage resize, a device RNG that restores), where the Trainer trains
-sharded; **0.0.1** (``no_backend_machine``), the backend without any collective backend: there
-torch itself has no backend for openreg, so the refusals of several processes are tested on a
-real device that cannot run them.
+``tests/thirdparty/accelctl-openreg`` (``machine``) declares no backend, as a vendor's plugin for a
+one-process device does. Two older wheels are pip-installed into folders of their own and put first
+on ``PYTHONPATH``, for the tests whose subject is what they lack: **0.0.2** (``fsdp_gaps_machine``),
+``occl`` without the device streams and storage resize FSDP2 needs and with a device RNG that does
+not restore; **0.0.1** (``no_backend_machine``), the backend without any collective backend: there
+torch itself has no backend for openreg, so the refusals of several processes are tested on a real
+device that cannot run them.
 
 Everything runs in processes of its own, started with torch's backend autoload on (as on a
 user's machine): the test process itself keeps ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (see
@@ -45,20 +46,18 @@ THIRD_PARTY = Path(__file__).parent / "thirdparty"
 BACKENDS = Path(
     os.environ.get("ACCELCTL_TEST_BACKENDS") or Path(__file__).parents[2] / "shared" / "backends"
 )
-#: The wheel the suite installs, and the one without a collective backend.
-SUITE_VERSION, NO_BACKEND_VERSION = "0.0.2", "0.0.1"
-#: The wheel with what FSDP2 needs (issue 36; the bridges' FSDP2 runs on it are still open, so the
-#: sessions keep installing 0.0.2).
-FSDP_VERSION = "0.0.3"
+#: The wheel the suite installs; the one without FSDP2's streams and storage resize; the one
+#: without a collective backend.
+SUITE_VERSION, GAPS_VERSION, NO_BACKEND_VERSION = "0.0.3", "0.0.2", "0.0.1"
 
 #: A hang guard only: each process imports torch and the backend (seconds on a loaded 2-core
 #: machine); nothing here is timed.
 PROCESS_TIMEOUT_S = 300
-#: How torch_openreg 0.0.2 ends a process, now and then, after its work is done: its emulated
-#: streams run on C++ threads that can still be joinable when the interpreter's static objects
-#: are destroyed, and the C++ runtime aborts (SIGABRT) with this last line. Seen once in the whole
-#: suite's runs (a one-process Lightning fit on openreg:1, its result already printed); the
-#: backend's, not accelctl's: accelctl has no C++ and starts no such thread.
+#: How torch_openreg (0.0.2, where it was seen) ends a process, now and then, after its work is
+#: done: its emulated streams run on C++ threads that can still be joinable when the interpreter's
+#: static objects are destroyed, and the C++ runtime aborts (SIGABRT) with this last line. Seen once
+#: in the whole suite's runs (a one-process Lightning fit on openreg:1, its result already printed);
+#: the backend's, not accelctl's: accelctl has no C++ and starts no such thread.
 OPENREG_EXIT_ABORT = "terminate called without an active exception"
 
 
@@ -195,8 +194,9 @@ def machine(openreg_plugin_target: Path) -> Iterator[UserMachine]:
 
 @pytest.fixture(scope="session")
 def occl_machine() -> UserMachine:
-    """torch_openreg 0.0.2 (``occl``) with the in-repo plugins only: ``openreg`` is the generic
-    ``privateuse1`` plugin, whose backend is the one torch maps the device type to."""
+    """The suite's torch_openreg (``occl``, FSDP2 and DCP) with the in-repo plugins only:
+    ``openreg`` is the generic ``privateuse1`` plugin, whose backend is the one torch maps the
+    device type to."""
     _require_wheel()
     return UserMachine([])
 
@@ -220,10 +220,10 @@ def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
 
 
 @pytest.fixture(scope="session")
-def fsdp_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
-    """torch_openreg 0.0.3: ``occl``, and the streams, storage resize and device RNG that FSDP2
-    and DCP need."""
-    return _wheel_machine(FSDP_VERSION, tmp_path_factory)
+def fsdp_gaps_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
+    """torch_openreg 0.0.2: ``occl``, but no device streams, no storage resize for FSDP2, and
+    random draws that a restored RNG state does not repeat."""
+    return _wheel_machine(GAPS_VERSION, tmp_path_factory)
 
 
 #: The message of the ``accelctl.ProcessSetupError`` that ``make()`` raised, or None: the

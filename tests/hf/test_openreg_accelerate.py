@@ -1,5 +1,5 @@
 """issue 20, item 3: HF Accelerate's ``Accelerator`` on an accelctl plugin
-(``accelctl.integrations.accelerate``), on torch_openreg 0.0.2 through the generic
+(``accelctl.integrations.accelerate``), on torch_openreg 0.0.3 through the generic
 ``privateuse1`` plugin: one process (the plugin's device, ``bf16`` casting, ``save_state`` /
 ``load_state``, ``set_seed``), two processes under ``accelctl launch`` and under ``accelerate
 launch`` (each on its own device, ``occl``, DDP, ``gather`` / ``reduce`` / ``wait_for_everyone``),

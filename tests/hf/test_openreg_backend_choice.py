@@ -1,6 +1,6 @@
 """issue 35, item 3, on real devices: the backend of the process group through the Accelerate
 and transformers bridges under ``accelctl launch --accelerator openreg --devices 2``
-(torch_openreg 0.0.2, whose collective backend is ``occl``). A named backend openreg lacks
+(torch_openreg 0.0.3, whose collective backend is ``occl``). A named backend openreg lacks
 (``gloo``) is refused when the ``Accelerator`` / ``TrainingArguments`` are made, naming
 ``occl``, instead of torch's ``No backend type associated with device type openreg`` in every
 rank; Accelerate's default ``"nccl"`` joins the group over ``occl``, with a warning saying so.

@@ -1,4 +1,4 @@
-"""issue 20, item 2: Lightning through the bridge on 2 openreg devices (torch_openreg 0.0.2, its
+"""issue 20, item 2: Lightning through the bridge on 2 openreg devices (torch_openreg 0.0.3, its
 ``occl`` backend, the generic ``privateuse1`` plugin): ``strategy="ddp"`` under ``accelctl
 launch``, ``ddp_spawn``, and Lightning's default strategy for ``devices=2`` (Lightning starts the
 second process itself); ``bf16-mixed`` and Fabric; against Lightning's own 2-CPU-process run.

@@ -93,9 +93,9 @@ def single() -> None:
     model, epoch, ran, _ = train(accelerator, dropout=0.5, epochs=1)
     accelerator.save_state(OUT / "checkpoint")
     saved_rng = device_rng.get_rng_state(accelerator.device)
-    device_rng.manual_seed(1234)  # moves the device's generator on, for load_state to undo
-    epoch()
+    epoch()  # from the saved state, with its dropout masks drawn on the device
     straight = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+    device_rng.manual_seed(1234)  # moves the device's generator elsewhere, for load_state to undo
     accelerator.load_state(OUT / "checkpoint")
     restored_rng = torch.equal(device_rng.get_rng_state(accelerator.device), saved_rng)
     epoch()

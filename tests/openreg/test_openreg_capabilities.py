@@ -30,17 +30,17 @@ def reported(machine: UserMachine, factory: pytest.TempPathFactory, name: str) -
 
 
 @pytest.fixture(scope="module")
-def openreg(fsdp_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """torch_openreg 0.0.3."""
-    return reported(fsdp_machine, tmp_path_factory, "fsdp")
+def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The suite's torch_openreg, 0.0.3."""
+    return reported(occl_machine, tmp_path_factory, "fsdp")
 
 
 @pytest.fixture(scope="module")
 def with_gaps(
-    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+    fsdp_gaps_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    """The suite's torch_openreg, 0.0.2."""
-    return reported(occl_machine, tmp_path_factory, "gaps")
+    """torch_openreg 0.0.2."""
+    return reported(fsdp_gaps_machine, tmp_path_factory, "gaps")
 
 
 def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

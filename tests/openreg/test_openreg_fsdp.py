@@ -1,9 +1,9 @@
 """issues 28 and 36: ``Trainer(strategy="fsdp")`` on torch_openreg, through the generic
 ``privateuse1`` plugin.
 
-0.0.2 (the suite's) lacks two things FSDP2 needs (``torch.openreg.Stream``/``Event``/
+0.0.2 (``fsdp_gaps_machine``) lacks two things FSDP2 needs (``torch.openreg.Stream``/``Event``/
 ``current_stream``, and storage resize): the Trainer refuses it, naming both in the device's own
-words, when it is made, before any process is started. 0.0.3 (``fsdp_machine``) has them
+words, when it is made, before any process is started. 0.0.3 (the suite's) has them
 (``accelctl.capabilities.fsdp_gaps`` finds none), and the Trainer shards a model over 2 openreg
 processes.
 """
@@ -55,17 +55,17 @@ def probed(machine: UserMachine, factory: pytest.TempPathFactory, name: str) -> 
 
 
 @pytest.fixture(scope="module")
-def probe(fsdp_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """``PROBE`` on torch_openreg 0.0.3."""
-    return probed(fsdp_machine, tmp_path_factory, "fsdp")
+def probe(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``PROBE`` on the suite's torch_openreg, 0.0.3."""
+    return probed(occl_machine, tmp_path_factory, "fsdp")
 
 
 @pytest.fixture(scope="module")
 def gaps_probe(
-    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+    fsdp_gaps_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    """``PROBE`` on the suite's torch_openreg 0.0.2, without FSDP2's streams and storage resize."""
-    return probed(occl_machine, tmp_path_factory, "gaps")
+    """``PROBE`` on torch_openreg 0.0.2, without FSDP2's streams and storage resize."""
+    return probed(fsdp_gaps_machine, tmp_path_factory, "gaps")
 
 
 def test_fsdp_is_refused_naming_what_the_device_lacks_before_any_process_starts(
@@ -97,7 +97,7 @@ def test_a_device_with_what_fsdp2_needs_is_not_refused_but_told_how_to_launch(
 
 @pytest.fixture(scope="module")
 def runs(
-    probe: dict[str, Any], fsdp_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+    probe: dict[str, Any], occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """``fsdp_run.py`` on 2 openreg processes (``occl``): by hand, the Trainer whole, cut and
     resumed, and without dropout in float32 and bf16-mixed; once per session."""
@@ -105,18 +105,24 @@ def runs(
 
     def launch(out: Path) -> None:
         command = ("launch", "--accelerator", "openreg", "--devices", "2", str(SCRIPT), str(out))
-        succeeded(fsdp_machine.accelctl(*command, "hand,whole,cut,resumed,plain,plain-bf16"))
+        runs = "hand,whole,cut,resumed,plain,plain-bf16,plain-cut"
+        succeeded(occl_machine.accelctl(*command, runs))
 
     return shared_run(tmp_path_factory, "openreg-fsdp", launch)
 
 
 @pytest.fixture(scope="module")
-def cpu_runs(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same Trainer runs on 2 CPU processes (``gloo``), openreg not loaded."""
+def cpu_runs(
+    runs: Path, occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The same Trainer runs on 2 CPU processes (``gloo``), openreg not loaded, and ``plain``
+    resumed there from the checkpoint ``plain-cut`` wrote on openreg."""
+    written_on_openreg = runs / "plain-cut" / "checkpoints" / "run-0" / "last.ckpt"
 
     def launch(out: Path) -> None:
-        command = ("launch", "--cpu", "--devices", "2", str(SCRIPT), str(out), "plain,plain-bf16")
-        succeeded(occl_machine.accelctl(*command, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+        command = ("launch", "--cpu", "--devices", "2", str(SCRIPT), str(out))
+        runs = ("plain,plain-bf16,plain-resumed", str(written_on_openreg))
+        succeeded(occl_machine.accelctl(*command, *runs, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
 
     return shared_run(tmp_path_factory, "openreg-fsdp-cpu", launch)
 
@@ -155,6 +161,21 @@ def test_bf16_mixed_on_openreg_computes_in_bfloat16_and_ends_as_on_the_cpu(
     # two shards that no order changes. Both runs are on this machine: equal on any CPU.
     openreg, cpu = weights(runs, "plain-bf16", 0), weights(cpu_runs, "plain-bf16", 0)
     assert largest_difference(openreg, cpu) == 0.0
+
+
+def test_a_run_cut_on_openreg_resumes_on_two_cpu_processes_to_the_same_weights(
+    runs: Path, cpu_runs: Path
+) -> None:
+    """The portability users ask for: a sharded checkpoint written mid-run by 2 openreg
+    processes (step 5 of 12) resumes on 2 CPU processes, and the run ends with the weights of the
+    run never stopped, on either device type."""
+    assert report(runs, "plain-cut", 0)["stopped"] == "stopped at step 7"
+    resumed = report(cpu_runs, "plain-resumed", 0)
+    assert resumed["device"] == "cpu" and resumed["global_step"] == 12
+    assert (
+        largest_difference(weights(cpu_runs, "plain-resumed", 0), weights(runs, "plain", 0)) == 0.0
+    )
+    assert_equal(weights(cpu_runs, "plain-resumed", 1), weights(cpu_runs, "plain-resumed", 0))
 
 
 def test_a_checkpoint_written_on_openreg_resumes_on_the_cpu_in_one_process(

@@ -1,5 +1,5 @@
 """issue 35, item 3: ``examples/custom_accelerator.py``'s own line, ``accelctl launch --devices 2
-examples/custom_accelerator.py``, on a machine where torch_openreg 0.0.2 is installed, so that
+examples/custom_accelerator.py``, on a machine where torch_openreg 0.0.3 is installed, so that
 the launcher's ``"auto"`` is openreg. The launcher hands its children openreg's devices
 (``ACCELCTL_ACCELERATOR=privateuse1``, ``ACCELCTL_DEVICES='0,1'``); the script passes its own
 instance, a CPU-like accelerator the launcher could not see, which takes one device per process

@@ -1,5 +1,5 @@
 """issue 20, item 1: accelctl's Trainer and ``accelctl launch`` on 2 devices of a non-CPU
-accelerator with its own collective backend (torch_openreg 0.0.2, ``occl``), through the generic
+accelerator with its own collective backend (torch_openreg 0.0.3, ``occl``), through the generic
 ``privateuse1`` plugin.
 
 One launch on 2 openreg devices: a ``restart`` fit whose rank 1 is killed once (torchrun

@@ -3,7 +3,7 @@ one driver (``ray_run.py``) left after its runs on a real local Ray cluster (``r
 started, used and stopped once per test session by whichever pytest-xdist worker asks first.
 
 The cluster: a head whose workers cannot use the ``privateuse1`` plugin (``ACCELCTL_DISABLE``,
-as on a node where it is not installed), and a second node with torch_openreg 0.0.2's two devices,
+as on a node where it is not installed), and a second node with torch_openreg 0.0.3's two devices,
 advertised with what ``accelctl ray-resources`` prints there. Both run with torch's backend
 autoload on, as on a user's machine (this test process keeps it off: the root ``conftest.py``).
 """

@@ -1,5 +1,5 @@
 """accelctl's Trainer with ``strategy="fsdp"``, for the tests: ``accelctl launch --cpu --devices 2
-fsdp_run.py OUT RUN[,RUN]`` (or on another accelerator, ``--accelerator``).
+fsdp_run.py OUT RUN[,RUN] [CHECKPOINT]`` (or on another accelerator, ``--accelerator``).
 
 Each RUN trains the same model (same seed, same data) into ``OUT/<run>/``, then every process
 writes ``rank<r>.pt`` (the final weights, gathered whole) and ``rank<r>.json`` (what it saw):
@@ -13,7 +13,10 @@ writes ``rank<r>.pt`` (the final weights, gathered whole) and ``rank<r>.json`` (
 - ``val``: 1 epoch validated on 45 samples in batches of 11, shards of 3 and 2 batches;
 - ``plain`` / ``plain-bf16``: ``whole`` / ``bf16`` without dropout, to compare two device types:
   dropout draws from the device's own generator, whose draws differ from one device type to
-  another (torch_openreg 0.0.3 has its own, as CUDA has).
+  another (torch_openreg 0.0.3 has its own, as CUDA has);
+- ``plain-cut``: ``plain`` stopped at step 7, as ``cut``;
+- ``plain-resumed``: ``plain`` resumed from CHECKPOINT (written by another run, on another
+  device type, say), in a run folder of its own.
 """
 
 from __future__ import annotations
@@ -129,10 +132,13 @@ def hand() -> tuple[dict[str, torch.Tensor], Net]:
     return weights, model
 
 
-def fit(run: str, out: Path) -> tuple[dict[str, torch.Tensor], Net, dict[str, Any]]:
+def fit(
+    run: str, out: Path, checkpoint: str | None = None
+) -> tuple[dict[str, torch.Tensor], Net, dict[str, Any]]:
     """One of the Trainer's runs."""
     torch.manual_seed(0)
-    model = Net(stop_at=STOP_AT if run == "cut" else None, dropout=0.0 if "plain" in run else 0.2)
+    stop_at = STOP_AT if run in ("cut", "plain-cut") else None
+    model = Net(stop_at=stop_at, dropout=0.0 if "plain" in run else 0.2)
     precision = {"bf16": "bf16-mixed", "plain-bf16": "bf16-mixed", "fp16": "16-mixed"}
     trainer = accelctl.Trainer(
         strategy="fsdp",
@@ -147,20 +153,21 @@ def fit(run: str, out: Path) -> tuple[dict[str, torch.Tensor], Net, dict[str, An
     seen: dict[str, Any] = {"device": str(trainer.device), "world_size": trainer.world_size}
     try:
         validation = DataLoader(dataset(45, seed=1), batch_size=11) if run == "val" else None
-        trainer.fit(model, loader(), validation, ckpt_path="last" if run == "resumed" else None)
+        resume = {"resumed": "last", "plain-resumed": checkpoint}.get(run)
+        trainer.fit(model, loader(), validation, ckpt_path=resume)
     except Stop as stop:
         seen["stopped"] = str(stop)
     seen.update(metrics=trainer.metrics, global_step=trainer.global_step)
     return model.final, model, seen
 
 
-def main(out: Path, runs: list[str]) -> None:
+def main(out: Path, runs: list[str], checkpoint: str | None = None) -> None:
     for run in runs:
         if run == "hand":
             weights, model = hand()
             seen: dict[str, Any] = {}
         else:
-            weights, model, seen = fit(run, out)
+            weights, model, seen = fit(run, out, checkpoint)
         seen["dtypes"] = sorted(model.dtypes)
         folder = out / run
         folder.mkdir(parents=True, exist_ok=True)
@@ -169,4 +176,4 @@ def main(out: Path, runs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2].split(","))
+    main(Path(sys.argv[1]), sys.argv[2].split(","), *sys.argv[3:4])
