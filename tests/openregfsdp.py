@@ -1,14 +1,13 @@
 """What the bridges' FSDP2 tests on torch_openreg share (``tests/lightning`` and ``tests/hf``):
 the bridges' FSDP2 paths through the generic ``privateuse1`` plugin (``occl``).
 
-What the device can do decides what is tested, never a version number: one process asks
-``accelctl.capabilities.fsdp_gaps("openreg", "occl")`` and makes the bridge's sharded set-up
-(Lightning's Trainer with ``ModelParallelStrategy``, Accelerate's ``Accelerator`` with the FSDP2
-plugin as rank 0 of 2). On 0.0.2 FSDP2 misses the device module's streams and storage resize: each
-bridge refuses with those reasons, when the Trainer or ``Accelerator`` is made, before FSDP's own
-stack trace. On a wheel without gaps the refusal tests skip, and one 2-process run per bridge
-trains to the weights of one CPU process (the drivers and checks of ``tests/integrations``); with
-gaps those skip, naming them.
+On torch_openreg 0.0.2 (``fsdp_gaps_machine``) FSDP2 misses the device module's streams and
+storage resize: one process asks ``accelctl.capabilities.fsdp_gaps("openreg", "occl")`` and makes
+the bridge's sharded set-up (Lightning's Trainer with ``ModelParallelStrategy``, Accelerate's
+``Accelerator`` with the FSDP2 plugin as rank 0 of 2), and each bridge refuses with those reasons,
+when the Trainer or ``Accelerator`` is made, before FSDP's own stack trace. On the suite's 0.0.3
+one 2-process run per bridge trains sharded on openreg to the weights of one CPU process (the
+drivers and checks of ``tests/integrations``) and of the same bridge's run on 2 CPU processes.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from openregmachine import UserMachine, shared_run, succeeded
 from rankresults import report, weights
 
@@ -76,11 +76,9 @@ def attempted(machine: UserMachine, factory: pytest.TempPathFactory, bridge: str
 
 
 def check_refusal(attempted: dict[str, Any], asked: str, instead: str) -> None:
-    """The bridge refused, with accelctl's error naming each of the device's FSDP2 gaps (skip
-    where the device has none)."""
+    """The bridge refused, with accelctl's error naming each of the device's FSDP2 gaps."""
     gaps = attempted["gaps"]
-    if not gaps:
-        pytest.skip("openreg has no FSDP2 gaps here: the bridges' runs test it instead")
+    assert [name for name, _ in gaps] == ["device-streams", "storage-resize"]
     refused = attempted["refused"]
     assert refused is not None, f"{asked} was made on openreg despite {gaps}"
     assert refused["type"] == "ProcessSetupError"  # accelctl's, not FSDP's own error
@@ -93,18 +91,11 @@ def check_refusal(attempted: dict[str, Any], asked: str, instead: str) -> None:
         assert f"{name} ({reason.rstrip('.')})" in message
 
 
-def skip_unless_fsdp2_runs(attempted: dict[str, Any]) -> None:
-    """Skip, naming the device's FSDP2 gaps, where it has any."""
-    if attempted["gaps"]:
-        reasons = "; ".join(f"{name}: {reason}" for name, reason in attempted["gaps"])
-        pytest.skip(f"openreg cannot run FSDP2 here ({reasons})")
-
-
-def run_and_check(
+def bridge_run(
     machine: UserMachine, factory: pytest.TempPathFactory, bridge: str, accelerator: str
-) -> None:
-    """One 2-process FSDP2 run of ``bridge`` on ``accelerator`` (once per test session), checked
-    against one process's run (``fsdp_shared.check_run``)."""
+) -> Path:
+    """The folder of one 2-process FSDP2 run of ``bridge`` on ``accelerator``, made once per test
+    session."""
 
     def run(out: Path) -> None:
         script = str(INTEGRATIONS / f"fsdp_{bridge}_run.py")
@@ -115,8 +106,33 @@ def run_and_check(
             argv = [sys.executable, *launch, script, str(out)]
         succeeded(machine.run(*argv, cwd=out, HF_HOME=str(out / "hf")))
 
-    out = shared_run(factory, f"fsdp-bridges-{bridge}-{accelerator}", run)
+    return shared_run(factory, f"fsdp-bridges-{bridge}-{accelerator}", run)
+
+
+def run_and_check(
+    machine: UserMachine, factory: pytest.TempPathFactory, bridge: str, accelerator: str
+) -> None:
+    """One 2-process FSDP2 run of ``bridge`` on ``accelerator``, checked against one process's
+    run (``fsdp_shared.check_run``)."""
+    out = bridge_run(machine, factory, bridge, accelerator)
     reports = [report(out.parent, out.name, rank) for rank in (0, 1)]
     ranks = [weights(out.parent, out.name, rank) for rank in (0, 1)]
     device_type, backend = ("cpu", "gloo") if accelerator == "cpu" else ("openreg", "occl")
     check_run(reports, ranks, device_type=device_type, backend=backend)
+
+
+def openreg_equals_cpu(machine: UserMachine, factory: pytest.TempPathFactory, bridge: str) -> None:
+    """The bridge's 2-process FSDP2 run on openreg (``occl``) ends with the weights of its run on
+    2 CPU processes (``gloo``), bit for bit: the same samples in the same steps (asserted), and
+    openreg computes with the CPU's kernels; each step's gradients are a sum of two float32
+    values, which both backends add in the same order."""
+    runs = {name: bridge_run(machine, factory, bridge, name) for name in ("openreg", "cpu")}
+    seen = {
+        name: [report(out.parent, out.name, r)["seen"] for r in (0, 1)]
+        for name, out in runs.items()
+    }
+    assert seen["openreg"] == seen["cpu"]
+    device, cpu = (weights(out.parent, out.name, 0) for out in runs.values())
+    assert device.keys() == cpu.keys()
+    for name in cpu:
+        assert torch.equal(device[name], cpu[name]), (name, (device[name] - cpu[name]).abs().max())

@@ -32,19 +32,29 @@ names CUDA accelerators only:
 
 7. ``ModelParallelStrategy`` where the device cannot run FSDP2: every rank dies in torch;
 8. ``strategy="fsdp"`` / ``FSDPStrategy``: "requires a GPU accelerator ... pass a
-   ``CUDAAccelerator()``".
+   ``CUDAAccelerator()``";
+9. ``ModelParallelStrategy`` binds its process group to the root device (``device_id``, Lightning
+   2.4 and later), and torch then builds the 2-D mesh's subgroups with ``split_group``, which
+   only backends that can split (NCCL, XCCL) support: on any other (``occl``) every rank dies in
+   ``init_device_mesh`` ("its backend does not support splitting");
+10. the model is on the CPU when ``configure_model`` (the Trainer) or the ``parallelize_fn``
+    (Fabric) calls ``fully_shard``, which moves it to the mesh's device in a way that raises
+    where the device's tensors cannot take a CPU tensor's place (openreg's; ``_parameters``).
 
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
 ``distributed_backend`` (for DDP and ``ModelParallelStrategy``), autocast on its device type;
 ``_init_strategy`` also refuses a ``ModelParallelStrategy`` with the FSDP2 gaps
 ``accelctl.capabilities.fsdp_gaps`` finds, and ``_check_strategy_and_fallback`` an FSDP1
-strategy naming the sharded path that runs; DDP's model wrap, so that it is built on the
-current stream (as plain PyTorch does); the DDP and model-parallel reductions, so that a mean is
-a sum divided by the world size (what Lightning does for gloo); and Fabric's ``setup`` and
-``setup_module``, which move the model keeping its parameters. Every other accelerator goes
-through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION` checks,
-once, that each is there with the parameters the wrapper passes on
+strategy naming the sharded path that runs; ``ModelParallelStrategy``'s ``_setup_distributed``, so
+that a group whose backend cannot split is not bound to a device (torch then makes the mesh's
+subgroups with ``new_group``, as it does for any unbound group) and the Trainer's model is on its
+device before ``configure_model`` where ``fully_shard`` could not move it; DDP's model wrap, so that
+it is built on the current stream (as plain PyTorch does); the DDP and model-parallel reductions, so
+that a mean is a sum divided by the world size (what Lightning does for gloo); and Fabric's
+``setup`` and ``setup_module``, which move the model keeping its parameters. Every other accelerator
+goes through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION`
+checks, once, that each is there with the parameters the wrapper passes on
 (``accelctl.integrations._versions``). Where one changed, :func:`install` changes nothing and
 warns naming it, and the bridge's run-time checks (``LightningAccelerator.setup_device``,
 ``LightningAccelerator.setup``) still refuse the wrong device and a ``ModelParallelStrategy``
@@ -64,7 +74,7 @@ import torch
 from accelctl import PrecisionError, ProcessSetupError
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
-from ._parameters import keeping_parameters
+from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
 from ._versions import LIGHTNING, Adaptation, Internal
 
@@ -94,6 +104,12 @@ ADAPTATION = Adaptation(
         Internal("lightning.fabric.strategies:DDPStrategy", "all_reduce", _REDUCE),
         Internal("lightning.pytorch.strategies:ModelParallelStrategy", "reduce", _REDUCE),
         Internal("lightning.fabric.strategies:ModelParallelStrategy", "all_reduce", _REDUCE),
+        Internal(
+            "lightning.pytorch.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
+        ),
+        Internal(
+            "lightning.fabric.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
+        ),
         Internal("lightning.fabric:Fabric", "setup", ("self",)),
         Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
         Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),
@@ -186,10 +202,12 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
         (FabricSharded, "all_reduce"),
     ):
         _wrap_reduce(strategy, reduce, is_bridge)
+    for strategy in (ModelParallelStrategy, FabricSharded):
+        _wrap_setup_distributed(strategy, is_bridge)
     from lightning.fabric import Fabric
 
     for name in ("setup", "setup_module"):
-        _wrap_fabric_setup(Fabric, name, is_bridge)
+        _wrap_fabric_setup(Fabric, name, is_bridge, FabricSharded)
     _installed = True
     return True
 
@@ -400,6 +418,44 @@ def _wrap_ddp_setup(strategy: type, setup: str, is_bridge: Callable[[object], bo
     _mark(strategy, setup, setup_module)
 
 
+def _wrap_setup_distributed(strategy: type, is_bridge: Callable[[object], bool]) -> None:
+    """``ModelParallelStrategy._setup_distributed`` on an accelctl accelerator: the process group
+    it made stays bound to the root device only where its backend can split it; the Trainer's
+    model (Fabric's strategy has none yet) is moved to the root device where ``fully_shard``,
+    called next by ``configure_model``, could not move it."""
+    original = strategy._setup_distributed  # type: ignore[attr-defined]
+    if getattr(original, _MARK, False):
+        return
+
+    def setup_distributed(self: Any) -> None:
+        original(self)
+        if is_bridge(self.accelerator):
+            unbind_unless_splitting(self.root_device)
+            module = getattr(self, "lightning_module", None)
+            if isinstance(module, torch.nn.Module):
+                move_before_sharding(module, self.root_device)
+
+    _mark(strategy, "_setup_distributed", setup_distributed)
+
+
+def unbind_unless_splitting(device: torch.device) -> None:
+    """Unbind the default process group from ``device`` when its backend for ``device`` cannot
+    split groups. torch's ``DeviceMesh`` makes the subgroups of a mesh of 2 or more dimensions
+    with ``split_group`` whenever the default group is bound to a device, and ``split_group``
+    refuses a backend without ``supports_splitting``; an unbound group's subgroups are made with
+    ``new_group``, which every backend supports. A bound group lets NCCL connect eagerly; a
+    backend that cannot split loses nothing it had."""
+    group = torch.distributed.group.WORLD
+    if group is None or getattr(group, "bound_device_id", None) is None:
+        return
+    try:
+        backend = group._get_backend(device)
+    except RuntimeError:  # no backend for this device type in the group: nothing splits
+        backend = None
+    if not getattr(backend, "supports_splitting", False):
+        group.bound_device_id = None
+
+
 def _wrap_reduce(strategy: type, reduce: str, is_bridge: Callable[[object], bool]) -> None:
     """A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
     by the world size (DDP's and ModelParallelStrategy's reductions alike)."""
@@ -441,8 +497,12 @@ def _is_mean(reduce_op: Any) -> bool:
     return bool(reduce_op == torch.distributed.ReduceOp.AVG)
 
 
-def _wrap_fabric_setup(fabric: type, name: str, is_bridge: Callable[[object], bool]) -> None:
-    """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters."""
+def _wrap_fabric_setup(
+    fabric: type, name: str, is_bridge: Callable[[object], bool], sharded: type
+) -> None:
+    """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters
+    (before ``ModelParallelStrategy``'s ``parallelize_fn`` shards it, where ``fully_shard``
+    could not move it)."""
     original = getattr(fabric, name)
     if getattr(original, _MARK, False):
         return
@@ -451,6 +511,10 @@ def _wrap_fabric_setup(fabric: type, name: str, is_bridge: Callable[[object], bo
         strategy = self._strategy
         if not is_bridge(strategy.accelerator):
             return original(self, *args, **kwargs)
+        module = args[0] if args else kwargs.get("module")
+        moving = kwargs.get("move_to_device", True)
+        if _is(strategy, sharded) and moving and isinstance(module, torch.nn.Module):
+            move_before_sharding(module, strategy.root_device)
         with keeping_parameters(strategy.root_device):
             return original(self, *args, **kwargs)
 

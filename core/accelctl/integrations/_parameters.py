@@ -8,11 +8,16 @@ optimizer)`` and Fabric's ``setup(model, optimizer)`` expect, steps the old CPU 
 model trains nothing, silently. Both frameworks mend this for XLA only. Inside
 :func:`keeping_parameters` torch swaps the moved data into the existing objects instead
 (``torch.__future__.set_swap_module_params_on_conversion``, torch's own switch for this).
+
+FSDP2 meets the same wall: ``fully_shard`` moves a CPU model's tensors to its mesh's device with
+``tensor.data = tensor.to(device)``, which raises there ("variable and tensor have incompatible
+tensor type"). :func:`move_before_sharding` moves the model first, keeping its parameters.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -46,3 +51,17 @@ def keeping_parameters(device: torch.device) -> Iterator[None]:
         yield
     finally:
         torch.__future__.set_swap_module_params_on_conversion(before)
+
+
+def move_before_sharding(module: torch.nn.Module, device: torch.device) -> None:
+    """Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2's
+    ``fully_shard`` could not move it there itself (:func:`replaces_parameters`); elsewhere, and
+    for a model with tensors on the meta device (initialisation deferred to after sharding),
+    leave it where it is, as ``fully_shard`` expects."""
+    if not replaces_parameters(device):
+        return
+    tensors = itertools.chain(module.parameters(), module.buffers())
+    if any(tensor.device.type == "meta" for tensor in tensors):
+        return
+    with keeping_parameters(device):
+        module.to(device)

@@ -47,7 +47,7 @@ from accelctl._errors import warn_user
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from . import _accelerate_state
-from ._parameters import keeping_parameters
+from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
 
 __all__ = ["ADAPTATION", "ADAPTED", "Accelerator"]
@@ -112,6 +112,15 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         _check_state(self.state, handle, device, world_size, rank)
         if device.type not in _accelerate_state.RANDOM_STATE_SAVED:
             self.register_for_checkpointing(_accelerate_state.DeviceRandomState(self, device))
+
+    def prepare(self, *args: Any, device_placement: Any = None) -> Any:
+        """Accelerate's ``prepare``; with FSDP2, each model is first moved to this process's
+        device where ``fully_shard`` could not move it there itself (``_parameters``)."""
+        if self.is_fsdp2:
+            for obj in args:
+                if isinstance(obj, torch.nn.Module):
+                    move_before_sharding(obj, self.device)
+        return super().prepare(*args, device_placement=device_placement)
 
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Accelerate's ``prepare_model``, moving the model without replacing its parameters, so
@@ -228,32 +237,57 @@ def _prepare_sharding(
         plugin = accelerate.FullyShardedDataParallelPlugin()  # Accelerate's reading of them
     if plugin is None:
         return False
-    if plugin.fsdp_version != 2:
+    sharded = check_sharding(
+        handle,
+        device,
+        plugin.fsdp_version,
+        named or handle.info.distributed_backend,
+        asked=f"FullyShardedDataParallelPlugin(fsdp_version={plugin.fsdp_version})",
+        fsdp2="FullyShardedDataParallelPlugin(fsdp_version=2) "
+        "(accelerate launch: --fsdp_version 2)",
+        without="an Accelerator without an fsdp_plugin",
+    )
+    if not sharded:
+        return False
+    kwargs["fsdp_plugin"] = plugin
+    if kwargs.get("parallelism_config") is None:
+        kwargs["parallelism_config"] = accelerate.ParallelismConfig(dp_shard_size=world)
+    return True
+
+
+def check_sharding(
+    handle: accelctl.AcceleratorHandle,
+    device: torch.device,
+    version: int,
+    backend: str | None,
+    *,
+    asked: str,
+    fsdp2: str,
+    without: str,
+) -> bool:
+    """Whether Accelerate's FSDP ``version`` runs through the bridge on ``device`` over
+    ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own); refused otherwise,
+    as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a device with gaps
+    (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here too.
+
+    :param asked: how the user asked for FSDP, for the messages.
+    :param fsdp2: how to ask for FSDP2 instead of FSDP1.
+    :param without: how to ask for DDP instead.
+    """
+    if version != 2:
         if device.type == "cuda":
             return False  # Accelerate's own FSDP1 on its own device
         raise accelctl.ProcessSetupError(
-            f"FullyShardedDataParallelPlugin(fsdp_version={plugin.fsdp_version}) wraps the model "
-            f"in FSDP1, which the accelctl bridge does not adapt for {device.type!r} devices "
-            f"(accelerator {handle.name!r}). Use FullyShardedDataParallelPlugin(fsdp_version=2) "
-            "(accelerate launch: --fsdp_version 2)"
+            f"{asked} wraps the model in FSDP1, which the accelctl bridge does not adapt for "
+            f"{device.type!r} devices (accelerator {handle.name!r}). Use {fsdp2}"
         )
     if not _accelerate_state.is_active():
         raise accelctl.ProcessSetupError(
             f"FSDP2 on accelctl accelerator {handle.name!r} needs the bridge's adaptation of "
             f"Accelerate's state (Accelerate enables FSDP for its own list of device kinds), "
-            f"and {_accelerate_state.ADAPTATION.refusal}; or leave out the fsdp_plugin (DDP)"
+            f"and {_accelerate_state.ADAPTATION.refusal}; or train with DDP ({without})"
         )
-    backend = named or handle.info.distributed_backend
-    refuse_fsdp_gaps(
-        handle,
-        device.type,
-        backend,
-        "FullyShardedDataParallelPlugin(fsdp_version=2)",
-        "an Accelerator without an fsdp_plugin",
-    )
-    kwargs["fsdp_plugin"] = plugin
-    if kwargs.get("parallelism_config") is None:
-        kwargs["parallelism_config"] = accelerate.ParallelismConfig(dp_shard_size=world)
+    refuse_fsdp_gaps(handle, device.type, backend, asked, without)
     return True
 
 
