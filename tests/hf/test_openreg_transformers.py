@@ -1,15 +1,16 @@
 """issue 26, item 1: transformers' ``Trainer``, unchanged, on an accelctl plugin
-(``accelctl.integrations.transformers.TrainingArguments``), on torch_openreg 0.0.2 through the
+(``accelctl.integrations.transformers.TrainingArguments``), on torch_openreg 0.0.3 through the
 generic ``privateuse1`` plugin: one process (the plugin's device, ``bf16`` casting inside the
 forward, the tied weights kept, the bridge's Accelerate ``Accelerator`` made first still
 whole), two processes under ``accelctl launch``, ``torchrun`` and ``accelerate launch`` (each on
-its own device, ``occl``, DDP), and every run against the same run on the ``cpu`` plugin. Six
+its own device, ``occl``, DDP), FSDP2 through transformers' own ``fsdp`` arguments (2 processes,
+sharded on an ``openreg`` mesh), and every run against the same run on the ``cpu`` plugin. Eight
 runs (``transformers_run.py``), each a fixture that the tests below read.
 
 The weights are compared to the ``cpu`` plugin's within :data:`ATOL`, not bit for bit:
-torch_openreg 0.0.2's ``layer_norm`` rounds differently from the CPU kernel (up to 6e-7 on one
-call; its matmuls are bit-equal), and the AdamW steps carry that to 5e-6 to 1.1e-5, depending on
-the CPU's kernels (both seen on x86 machines here). The openreg runs equal each other bit for bit
+torch_openreg's ``layer_norm`` (0.0.2 and 0.0.3) rounds differently from the CPU kernel (up to 6e-7
+on one call; its matmuls are bit-equal), and the AdamW steps carry that to 5e-6 to 1.1e-5, depending
+on the CPU's kernels (both seen on x86 machines here). The openreg runs equal each other bit for bit
 (``torch.equal``), whatever the launcher; a model whose tied weights came apart differs from the
 CPU's by more than 1e-2.
 """
@@ -108,6 +109,20 @@ def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
     )
 
 
+@pytest.fixture(scope="module")
+def fsdp_launched(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FSDP2 (``fsdp="full_shard"``) under ``accelctl launch --accelerator openreg --devices 2``."""
+    return _run(occl_machine, tmp_path_factory, "hf-fsdp", ACCELCTL_LAUNCH, "fsdp", "auto")
+
+
+@pytest.fixture(scope="module")
+def fsdp_cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same FSDP2 run on two processes of the ``cpu`` plugin (gloo), under ``torchrun``."""
+    return _run(
+        occl_machine, tmp_path_factory, "hf-fsdp-cpus", TORCHRUN, "fsdp", "cpu", **NO_OPENREG
+    )
+
+
 #: transformers_run.py's ``max_steps`` and ``learning_rate``.
 STEPS, LEARNING_RATE = 4, 0.01
 #: How far rounding alone may move the openreg run from the CPU's. AdamW normalises its update,
@@ -192,3 +207,50 @@ def test_every_launcher_trains_to_the_cpu_plugins_weights(
     for run in (launched, torchrun, accelerate_launched):
         for rank in (0, 1):
             assert_equal(weights(run, "processes", rank), first)  # the same device, bit for bit
+
+
+def test_fsdp_arguments_shard_the_model_on_the_plugins_devices(
+    fsdp_launched: Path, fsdp_cpus: Path
+) -> None:
+    for out, device_type, backend in (
+        (fsdp_launched, "openreg", "occl"),
+        (fsdp_cpus, "cpu", "gloo"),
+    ):
+        for rank in (0, 1):
+            seen = report(out, "fsdp", rank)
+            assert seen["distributed_type"] == "DistributedType.FSDP"
+            assert seen["backend"] == seen["group_backend"] == backend
+            # Every parameter a DTensor on a mesh of the plugin's device type (transformers'
+            # Trainer leaves the mesh to torch's current accelerator: here openreg, also for
+            # the cpu run, which the bridge's ParallelismConfig keeps on the CPU).
+            assert (seen["parameter_classes"], seen["mesh"]) == (["DTensor"], [device_type])
+            assert seen["wrapped"].startswith("FSDP")
+            expected = f"{device_type}:{rank}" if device_type == "openreg" else "cpu"
+            assert seen["ran"] == [[expected, "torch.float32", False]]
+            assert seen["tied"] and seen["trained"]
+
+
+def test_fsdp_trains_to_ddps_weights_and_the_cpu_plugins(
+    fsdp_launched: Path, fsdp_cpus: Path, launched: Path, cpus: Path
+) -> None:
+    sharded = weights(fsdp_launched, "fsdp")
+    assert_equal(weights(fsdp_launched, "fsdp", 1), sharded)
+    # On one device type, the sharded run is the DDP run bit for bit: the same samples, and
+    # each gradient the mean of the same two processes' gradients.
+    assert_equal(sharded, weights(launched, "processes"))
+    assert_equal(weights(fsdp_cpus, "fsdp"), weights(cpus, "processes"))
+    assert_close_to_cpu(sharded, weights(fsdp_cpus, "fsdp"))
+
+
+def test_fsdp1_off_cuda_is_refused_naming_fsdp2(occl_machine: UserMachine, tmp_path: Path) -> None:
+    command = [*ACCELCTL_LAUNCH, str(SCRIPT), str(tmp_path), "fsdp1", "auto"]
+    done = occl_machine.run(*command, cwd=tmp_path, HF_HOME=str(tmp_path / "hf"))
+    assert done.returncode != 0
+    assert (
+        "ProcessSetupError: TrainingArguments(fsdp=...) with fsdp_config version 1 " in done.stderr
+    )
+    assert (
+        "wraps the model in FSDP1, which the accelctl bridge does not adapt for 'openreg' "
+        in done.stderr
+    )
+    assert "Use fsdp_config={'version': 2}" in done.stderr

@@ -7,7 +7,10 @@ bridge's ``TrainingArguments(accelerator=ACCELERATOR)``.
 MODE ``single`` (one process): the bridge's Accelerate ``Accelerator`` is made first, then the
 arguments (the order the issue found broken); a float32 run, then, in the same process, a
 ``bf16`` run with new arguments. MODE ``processes`` (under a launcher, 2 processes): one float32
-run. Every run writes ``OUT/<run>/rank<r>.pt`` (its final weights) and ``rank<r>.json``.
+run. MODE ``fsdp`` (under a launcher, 2 processes): one float32 run sharded with FSDP2 through
+transformers' own arguments (``fsdp="full_shard"``, each ``GPT2Block`` a unit); ``fsdp1`` asks
+for FSDP1 the same way. Every run writes
+``OUT/<run>/rank<r>.pt`` (its final weights, whole) and ``rank<r>.json``.
 """
 
 import json
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import torch
 from accelerate.state import AcceleratorState, GradientState
+from torch.distributed.tensor import DTensor
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer
 
 from accelctl.integrations import accelerate as bridge
@@ -29,7 +33,7 @@ def model_and_data():
     config = GPT2Config(
         n_layer=2, n_embd=16, n_head=2, vocab_size=32, n_positions=16,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-        # torch_openreg 0.0.2 has no backward of scaled_dot_product_attention: the eager one.
+        # torch_openreg (0.0.2, 0.0.3) has no backward of scaled_dot_product_attention: eager.
         attn_implementation="eager",
     )  # fmt: skip
     model = GPT2LMHeadModel(config)
@@ -56,7 +60,8 @@ def train(run: str, **arguments) -> Trainer:
     model.transformer.h[0].mlp.c_fc.register_forward_hook(record)  # a matmul (addmm) inside
     trainer = Trainer(model, args, train_dataset=data)
     trainer.train()
-    state = {key: value.cpu() for key, value in model.state_dict().items()}
+    # Whole tensors: a sharded parameter gathered from both processes (a collective).
+    state = {key: whole(value).cpu() for key, value in model.state_dict().items()}
     folder = OUT / run
     folder.mkdir(parents=True, exist_ok=True)
     rank = args.process_index
@@ -76,13 +81,21 @@ def train(run: str, **arguments) -> Trainer:
         "wrapped": type(trainer.model_wrapped).__name__,
         "ran": sorted(ran),
         "parameters_on": sorted({str(p.device) for p in model.parameters()}),
+        "parameter_classes": sorted({type(p).__name__ for p in model.parameters()}),
+        "mesh": sorted(
+            {p.device_mesh.device_type for p in model.parameters() if isinstance(p, DTensor)}
+        ),
         "tied": model.lm_head.weight is model.transformer.wte.weight,
-        "trained": all(not torch.equal(state[key], initial[key].cpu()) for key in state),
+        "trained": all(not torch.equal(state[key], whole(initial[key]).cpu()) for key in state),
     }
     if torch.distributed.is_initialized():
         report["group_backend"] = torch.distributed.get_backend()
     (folder / f"rank{rank}.json").write_text(json.dumps(report))
     return trainer
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def single() -> None:
@@ -103,5 +116,9 @@ def single() -> None:
 if __name__ == "__main__":
     if MODE == "single":
         single()
+    elif MODE in ("fsdp", "fsdp1"):  # fsdp1: FSDP1, refused off CUDA
+        version = 1 if MODE == "fsdp1" else 2
+        config = {"version": version, "transformer_layer_cls_to_wrap": ["GPT2Block"]}
+        train(MODE, fsdp="full_shard", fsdp_config=config)
     else:
         train("processes")

@@ -14,7 +14,9 @@ silently. These ``TrainingArguments`` are transformers' own, with two more field
 ``accelerator`` and ``devices``: Accelerate's state is made through the accelctl Accelerate
 bridge (the plugin's device for this process, its ``distributed_backend`` and DDP across the
 processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
-unchanged. A set-up that cannot run is refused when the arguments (or the ``Trainer``) are made.
+unchanged; with ``fsdp`` (FSDP2, ``fsdp_config={"version": 2}``, transformers' default), the model
+is sharded on a device mesh of the plugin's device type. A set-up that cannot run is refused when
+the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
 (:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
 """
@@ -35,7 +37,8 @@ import accelctl
 from accelctl._selection import known_name
 
 from . import _accelerate_state, _transformers_state
-from .accelerate import _placement, _refuse_unusable_backend
+from ._parameters import replaces_parameters
+from .accelerate import _placement, _refuse_unusable_backend, check_sharding
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +69,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         outside a launcher, ...); several processes over a backend torch cannot carry the
         device's tensors over (``ddp_backend``, else the plugin's ``distributed_backend``);
         ``bf16`` on a device type that does not autocast;
-        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; an
+        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; ``fsdp`` with
+        FSDP1 (``fsdp_config`` version 1) elsewhere than on CUDA, or FSDP2 on a device that
+        cannot run it (``accelctl.capabilities.fsdp_gaps``, checked in local rank 0); an
         Accelerate state made earlier in the process that does not match, or one replaced
         after these arguments were made (raised when the ``Trainer`` is made); a transformers
         version the bridge does not adapt, on a device transformers does not know.
@@ -91,6 +96,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         bf16: bool = False
         bf16_full_eval: bool = False
         mixed_precision: str = "no"
+        fsdp: Any = None
+        fsdp_plugin_args: dict[str, Any] | None = None
+        parallelism_config: Any = None
 
     def __post_init__(self) -> None:
         place = self._accelctl_placed()
@@ -126,6 +134,39 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
                 self.bf16, self.bf16_full_eval = bf16
         if hide and self.bf16:
             self.mixed_precision = "bf16"
+        if self.fsdp_plugin_args is not None and place.world_size > 1:
+            self._accelctl_check_sharding(place, self.fsdp_plugin_args)
+
+    def _accelctl_check_sharding(self, place: _Place, fsdp: dict[str, Any]) -> None:
+        """FSDP through the Accelerate bridge's rules (transformers reads its ``fsdp`` arguments
+        after the state is made, so each process checks them after joining the group); FSDP2's
+        device mesh on the plugin's device type (Accelerate builds it from the
+        ``ParallelismConfig`` the ``Trainer`` passes on; without one, ``fully_shard`` takes
+        torch's current accelerator, whatever the plugin's device)."""
+        version = int(fsdp.get("fsdp_version", 1))
+        sharded = check_sharding(
+            place.handle,
+            place.device,
+            version,
+            self.ddp_backend or place.handle.info.distributed_backend,
+            asked=f"TrainingArguments(fsdp=...) with fsdp_config version {version}",
+            fsdp2="fsdp_config={'version': 2}",
+            without="TrainingArguments without fsdp",
+        )
+        if sharded and self.parallelism_config is None:
+            from accelerate import ParallelismConfig
+
+            self.parallelism_config = ParallelismConfig(dp_shard_size=place.world_size)
+
+    @property
+    def place_model_on_device(self) -> bool | None:
+        """transformers' switch for integrations (None: the ``Trainer`` decides). With FSDP on a
+        device whose tensors cannot take a CPU tensor's place (openreg's), True: the ``Trainer``
+        moves the model there, keeping its parameters (tied weights stay tied), before
+        Accelerate's ``fully_shard``, which could not move it."""
+        if getattr(self, "fsdp_plugin_args", None) is None:
+            return None
+        return True if replaces_parameters(self._accelctl_placed().device) else None
 
     @property
     def accelctl_accelerator(self) -> accelctl.AcceleratorHandle:
@@ -184,7 +225,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             # it stands when it matches (refused below otherwise), never dropped under the
             # objects that hold it, as transformers' own arguments would.
             state = PartialState()
-        elif device.type == "cpu":
+        elif device.type == "cpu" and not (self.fsdp and place.world_size > 1):
+            # Accelerate's own CPU set-up; FSDP on CPUs takes the bridge's, as the Accelerate
+            # bridge's does (Accelerate shards only on the device kinds it knows).
             state = PartialState(cpu=True, backend=self.ddp_backend)
         else:
             pending = _accelerate_state.Pending(handle, device, place.world_size > 1)
