@@ -345,3 +345,38 @@ def test_resuming_from_a_checkpoint_of_another_model_names_the_parameters(tmp_pa
     assert message.endswith(
         "Resume with the model it was trained with, or start a new run (ckpt_path=None)"
     )
+
+
+class _Generator:
+    """A device module's random-state functions, recording what was restored."""
+
+    def __init__(self) -> None:
+        self.restored: list[torch.Tensor] = []
+
+    def get_rng_state(self, index: int) -> torch.Tensor:
+        return torch.arange(4, dtype=torch.uint8)
+
+    def set_rng_state(self, state: torch.Tensor, index: int) -> None:
+        self.restored.append(state)
+
+
+def test_a_devices_random_state_is_restored_only_on_its_own_device_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A checkpoint written on one accelerator, resumed on another (XPU -> CUDA, openreg -> CUDA):
+    # each device type's generator keeps its state in a form of its own, so another type's is
+    # never set.
+    from accelctl._training import rng
+
+    generator = _Generator()
+    monkeypatch.setattr(rng, "_device_module", lambda device: generator)
+    saved = rng.rng_state(torch.device("xpu", 0))
+    assert saved["device_type"] == "xpu"
+    rng.set_rng_state(saved, torch.device("cuda", 0))
+    assert generator.restored == []
+    rng.set_rng_state(saved, torch.device("xpu", 1))
+    assert [state.tolist() for state in generator.restored] == [[0, 1, 2, 3]]
+    # A checkpoint of an earlier accelctl names no device type: its own, as before.
+    del saved["device_type"]
+    rng.set_rng_state(saved, torch.device("cuda", 0))
+    assert len(generator.restored) == 2

@@ -24,23 +24,27 @@ def _device_module(device: torch.device) -> Any | None:
 
 
 def _torch_state(device: torch.device) -> dict[str, Any]:
-    """torch's global random state, and the device's where it has its own."""
+    """torch's global random state, and the device's where it has its own (with its device
+    type: another type's generator keeps its state in another form)."""
     import torch
 
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
     module = _device_module(device)
     if module is not None:
         state["device"] = module.get_rng_state(device.index or 0).cpu()
+        state["device_type"] = device.type
     return state
 
 
 def _set_torch_state(state: Mapping[str, Any], device: torch.device) -> None:
-    """Restore what :func:`_torch_state` saved."""
+    """Restore what :func:`_torch_state` saved; the device's state only on a device of the type
+    that saved it (a checkpoint of an older accelctl names none: its own, as it was read)."""
     import torch
 
     torch.set_rng_state(state["torch"].cpu())
     module = _device_module(device)
-    if module is not None and "device" in state:
+    same_type = state.get("device_type", device.type) == device.type
+    if module is not None and "device" in state and same_type:
         module.set_rng_state(state["device"].cpu(), device.index or 0)
 
 
