@@ -8,6 +8,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections faults   # launch's fault reports and checkpoint costs
     python -m bench --sections distributed   # Trainer and Accelerate on 2 openreg processes
     python -m bench --sections fsdp          # Trainer(strategy="fsdp") on 2 CPU processes
+    python -m bench --sections fsdp-openreg  # ... and on 2 openreg devices
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -30,7 +31,9 @@ from .plot import plot_scaling
 from .report import render
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp")
+SECTIONS = (
+    "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
+)  # fmt: skip
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
@@ -142,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "faults": lambda: faults.run(args.repeats, args.quick),
         "distributed": lambda: distributed_overhead.run(args.repeats, args.quick),
         "fsdp": lambda: fsdp_overhead.run(args.repeats, args.quick),
+        "fsdp-openreg": lambda: fsdp_overhead.run(args.repeats, args.quick, "openreg"),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

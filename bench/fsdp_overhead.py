@@ -1,22 +1,24 @@
 """FSDP2 through accelctl's Trainer (``strategy="fsdp"``) against the same loop written by hand
 with ``fully_shard``, and the bytes a process holds for its model under FSDP2 and under DDP, on
-2 CPU processes over gloo.
+2 processes of one accelerator: 2 CPU processes over gloo, or 2 openreg devices over ``occl``
+(PyTorch's out-of-tree test backend, torch_openreg 0.0.3, installed as the tests install it).
 
-One ``accelctl launch --cpu --devices 2`` starts the processes, which make their process group
-first (the Trainer uses it as it is, so the figures are the loops' own). Time: the two loops
+One ``accelctl launch --accelerator A --devices 2`` starts the processes, which make their process
+group first (the Trainer uses it as it is, so the figures are the loops' own). Time: the two loops
 train a fresh copy of the same MLP (same seed, same data, same steps) taking turns, the order
 rotating every repeat; both put ``fully_shard`` on each linear layer and the root (the Trainer
 through the model's ``fsdp_modules``); the hand-written one shards the data with a
-``DistributedSampler`` and steps (zero_grad, forward, backward, step); the Trainer's time
-includes its construction, its sharded checkpoint at each epoch's end and its metrics file.
-Each loop is timed by rank 0 from a barrier before it to a barrier after it. Memory: a wider MLP
-is trained for one epoch through the Trainer with ``strategy="ddp"`` and ``strategy="fsdp"``;
-after its last step each process adds up the storage its parameters, gradients and optimizer
-states hold (the tensors' own storages, counted once each: measured on the objects, not
-computed from the parameter count; DDP's gradient buckets are not counted).
+``DistributedSampler`` and steps (zero_grad, forward, backward, step); the Trainer's time includes
+its construction, its sharded checkpoint at each epoch's end and its metrics file. Each loop is
+timed by rank 0 from a barrier before it to a barrier after it. Memory: a wider MLP is trained for
+one epoch through the Trainer with ``strategy="ddp"`` and ``strategy="fsdp"``; after its last step
+each process adds up the storage its parameters, gradients and optimizer states hold (the tensors'
+own storages, counted once each: measured on the objects, not computed from the parameter count;
+DDP's gradient buckets are not counted).
 
-    python bench/fsdp_overhead.py                 # 5 repeats
-    python -m bench --sections fsdp               # as a section of the suite
+    python bench/fsdp_overhead.py                          # CPU, 5 repeats
+    python bench/fsdp_overhead.py --accelerator openreg    # 2 openreg devices
+    python -m bench --sections fsdp,fsdp-openreg           # as sections of the suite
 """
 
 from __future__ import annotations
@@ -199,13 +201,15 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
     dist.destroy_process_group()
 
 
-def run(repeats: int = 5, quick: bool = False) -> dict[str, Any]:
-    """Start the processes, collect rank 0's figures; plain data for a report."""
+def run(repeats: int = 5, quick: bool = False, accelerator: str = "cpu") -> dict[str, Any]:
+    """Start the processes on 2 devices of ``accelerator``, collect rank 0's figures; plain data
+    for a report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as folder:
         out = Path(folder) / "fsdp.json"
         command = [
-            sys.executable, "-m", "accelctl", "launch", "--cpu", "--devices", "2", __file__,
+            sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
+            "--devices", "2", __file__,
             "--worker", str(out), "--repeats", str(repeats),
         ] + (["--quick"] if quick else [])  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -237,19 +241,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--accelerator", default="cpu", help="cpu (default) or openreg")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.worker is not None:
         worker(args.worker, args.repeats, args.quick)
         return
-    result = run(args.repeats, args.quick)
+    result = run(args.repeats, args.quick, args.accelerator)
     if args.json:
         print(json.dumps(result, indent=2))
         return
     per_step, memory = result["ms_per_step"], result["memory_bytes_per_rank"][0]
     print(
-        f"2 CPU processes over {result['backend']}: hand-written fully_shard "
+        f"2 {result['accelerator']} processes over {result['backend']}: hand-written fully_shard "
         f"{per_step['hand']} ms/step, Trainer(strategy='fsdp') {per_step['trainer']} (medians "
         f"of {result['repeats']}); Trainer / hand: {result['ratio_trainer']:.3f}x\n"
         f"rank 0 holds {memory['ddp']['total'] / 2**20:.1f} MiB under DDP, "

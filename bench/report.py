@@ -234,6 +234,7 @@ def render(results: dict[str, Any]) -> str:
         ("faults", "Faults and checkpoints", _faults),
         ("distributed", "Several processes of one accelerator", _distributed),
         ("fsdp", "Sharded training (FSDP2)", _fsdp),
+        ("fsdp-openreg", "Sharded training (FSDP2) on openreg", _fsdp),
     ]
     for key, title, renderer in renderers:
         if key not in sections:
