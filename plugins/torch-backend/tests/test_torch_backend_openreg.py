@@ -2,15 +2,16 @@
 
 The test process keeps torch's backend autoloading off (conftest.py), so these tests opt in
 by running a fresh interpreter without ``TORCH_DEVICE_BACKEND_AUTOLOAD``: there ``import torch``
-loads torch_openreg 0.0.2, which renames PrivateUse1 to ``openreg`` with 2 emulated devices and
-its own distributed backend, ``occl``. The wheel is
-../shared/backends/torch_openreg-0.0.2-*.whl; where it is not installed these tests skip, except
+loads torch_openreg (the test sessions install 0.0.3), which renames PrivateUse1 to ``openreg``
+with 2 emulated devices and its own distributed backend, ``occl``. The wheel is
+../shared/backends/torch_openreg-0.0.3-*.whl; where it is not installed these tests skip, except
 under CI=true, where a missing wheel is a failure. (The plugin on 0.0.1, a device without a
 distributed backend: tests/openreg/test_openreg_no_backend.py.)
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -34,7 +35,7 @@ def _openreg_installed() -> None:
     if importlib.util.find_spec("torch_openreg") is None:
         message = (
             "torch_openreg is not installed: pip install "
-            "../shared/backends/torch_openreg-0.0.2-cp311-cp311-linux_x86_64.whl "
+            "../shared/backends/torch_openreg-0.0.3-cp311-cp311-linux_x86_64.whl "
             "(CPython 3.11, torch 2.13.0 only)"
         )
         if os.environ.get("CI") == "true":
@@ -122,7 +123,9 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
     row = next(r for r in json.loads(result.stdout) if r["name"] == "privateuse1")
     assert (row["available"], row["device_count"], row["state"]) == (True, 2, "available")
     assert row["aliases"] == ["openreg"]
-    assert row["description"] == "PrivateUse1 backend 'openreg' (torch_openreg 0.0.2)"
+    # The package that provides the backend, as installed.
+    version = importlib.metadata.version("torch_openreg")
+    assert row["description"] == f"PrivateUse1 backend 'openreg' (torch_openreg {version})"
     # The backend torch maps the device type to (Backend.default_device_backend_map).
     assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, "occl")
     line = next(line for line in table.stdout.splitlines() if line.startswith("privateuse1"))
