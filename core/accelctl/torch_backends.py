@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from ._discovery import read_identity
 from ._registry import get_registry
 
-__all__ = ["BackendEntryPoint", "backend_entry_points"]
+__all__ = ["BackendEntryPoint", "backend_entry_points", "plugin_distributions"]
 
 
 class BackendEntryPoint(NamedTuple):
@@ -44,3 +44,10 @@ def backend_entry_points() -> list[BackendEntryPoint]:
 
 
 _backends: list[Any] = [None, []]  # the registry read last, and its entries
+
+
+def plugin_distributions(name: str) -> list[str]:
+    """The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (any
+    case), from the same scan: a plugin that serves a backend by its name (the generic
+    PrivateUse1 one) asks whether a dedicated plugin claims it, without a second pass."""
+    return [handle.distribution or "?" for handle in get_registry().claimants(name)]

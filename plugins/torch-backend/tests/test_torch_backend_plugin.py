@@ -131,6 +131,7 @@ def test_on_the_default_path_the_backends_come_from_accelctls_one_scan(
     # The registry's scan (the one `list` makes to find the plugins) found the backend package;
     # the plugin asks it rather than reading every installed distribution a second time.
     install_backend_package(fake_site)
+    fake_site.install("accelctl-fakedev", {"fakedev": "fakedev_mod"})  # a dedicated plugin
     accelctl.list_accelerators(detect=False)  # the scan `list` makes first
     scans = []
     real = importlib.metadata.distributions
@@ -143,6 +144,9 @@ def test_on_the_default_path_the_backends_come_from_accelctls_one_scan(
     assert [
         (e.name, e.value, e.distribution) for e in accelctl.torch_backends.backend_entry_points()
     ] == [("torch_fakedev", "torch_fakedev:_autoload", "torch_fakedev")]
+    # Whether a dedicated plugin claims the backend's name: the same scan's answer too.
+    assert installed.plugin_distributions("FakeDev") == ["accelctl-fakedev"]
+    assert installed.plugin_distributions("otherdev") == []
     assert scans == []
 
 

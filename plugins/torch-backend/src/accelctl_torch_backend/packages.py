@@ -45,7 +45,12 @@ class Installed(NamedTuple):
         return " and ".join(package.describe() for package in self.backends)
 
     def plugin_distributions(self, name: str) -> list[str]:
-        """The distributions whose ``accelctl.accelerators`` entry point is called ``name``."""
+        """The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (on
+        the default path, from accelctl's one scan)."""
+        if self.path is None:
+            from accelctl.torch_backends import plugin_distributions
+
+            return plugin_distributions(name)
         return list(_plugins(self.path).get(name.lower(), ()))
 
 
