@@ -9,6 +9,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections distributed   # Trainer and Accelerate on 2 openreg processes
     python -m bench --sections fsdp          # Trainer(strategy="fsdp") on 2 CPU processes
     python -m bench --sections fsdp-openreg  # ... and on 2 openreg devices
+    python -m bench --sections discovery     # accelctl's scan against importlib.metadata's
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import dispatch, distributed_overhead, faults, fsdp_overhead, scaling, startup
+from . import discovery, dispatch, distributed_overhead, faults, fsdp_overhead, scaling, startup
 from .machine import describe_machine
 from .plot import plot_scaling
 from .report import render
@@ -33,6 +34,7 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
+    "discovery",
 )  # fmt: skip
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
@@ -146,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "distributed": lambda: distributed_overhead.run(args.repeats, args.quick),
         "fsdp": lambda: fsdp_overhead.run(args.repeats, args.quick),
         "fsdp-openreg": lambda: fsdp_overhead.run(args.repeats, args.quick, "openreg"),
+        "discovery": lambda: discovery.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

@@ -92,7 +92,7 @@ def test_a_results_file_has_its_section_and_the_machine(
     # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent.
     assert set(SECTIONS) == {
         "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp",
-        "fsdp-openreg",
+        "fsdp-openreg", "discovery",
     }  # fmt: skip
     results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
@@ -224,3 +224,19 @@ def test_target_verdicts() -> None:
     assert Target("t", 1.0, 0.5).verdict == "misses by 2.00x"
     assert Target("n", 1, 1, "plugins", exact=True).holds
     assert not Target("n", 0, 1, "plugins", exact=True).holds
+
+
+@pytest.mark.slow
+def test_discovery_section_compares_both_scans_on_the_same_entry_points(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    results, _ = quick_run("discovery", tmp_path_factory)
+    section = results["sections"]["discovery"]
+    assert "error" not in section, section  # it raises when the two scans disagree
+    # The generated plugins' entry points, and the environment's own (the in-repo plugins).
+    assert section["plugins"] == 50 and section["entry_points"] >= 50
+    ms = section["median_ms"]
+    assert ms["accelctl"] > 0 and ms["importlib"] > 0
+    ratio = ms["importlib"] / ms["accelctl"]
+    assert section["ratio_importlib_accelctl"] == pytest.approx(ratio, rel=0.01)
+    assert section["keep_own_scanner"] == (section["ratio_importlib_accelctl"] > 1.2)
