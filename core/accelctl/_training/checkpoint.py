@@ -3,10 +3,11 @@
 One ``torch.save`` file of tensors and plain containers, read with ``torch.load(weights_only=True)``
 (docs/training.md, "Checkpoints and resuming"), written by rank 0. Its keys: ``model``,
 ``optimizer``, ``scaler`` (state dicts), ``epoch``, ``batches_done`` (of ``epoch``; 0 at its end),
-``global_step``, ``rng`` (per rank, the random states now), ``epoch_rng`` (per rank, the states at
-the start of ``epoch``, which alone decide its data order: a fit resumed mid-epoch replays them and
-drops the batches already trained), ``metrics``, ``best`` (``[score, file name]``), ``run``,
-``world_size``.
+``global_step``, ``rng`` (per rank, the random states now), ``epoch_rng`` (per rank, what decides
+the data order of ``epoch`` at its start: the random states, the loader's own generators, the
+states of its parts that save one; a fit resumed mid-epoch restores them, replays the order and
+drops the batches already trained, one resumed at an epoch's end restores them before the epoch
+starts), ``metrics``, ``best`` (``[score, file name]``), ``run``, ``world_size``.
 
 A sharded checkpoint (``strategy="fsdp"``, format 2) holds no ``model`` and ``optimizer``: every
 process writes its shards of them into the folder the file names (key ``shards``;
@@ -157,6 +158,8 @@ def resumed_batches(
         set_epoch_rng_state(resume.epoch_rng, loader, device)
     skip = resume.batches_done
     iterator = iter(loader)
+    if not skip:  # the random states now are those the epoch starts from: nothing to replay
+        return enumerate(iterator)
     for _ in range(skip):
         try:
             next(iterator)
@@ -206,7 +209,8 @@ class Resume:
     epoch: int
     batches_done: int
     global_step: int
-    #: This rank's states at the start of ``epoch`` (None when ``batches_done`` is 0).
+    #: What decides this rank's data order of ``epoch`` at its start (None in a checkpoint of
+    #: an older accelctl written at an epoch's end).
     epoch_rng: Mapping[str, Any] | None
     #: This rank's states at the checkpoint.
     rng: Mapping[str, Any] | None
@@ -250,6 +254,8 @@ class Checkpointer:
         fsdp = sys.modules.get("torch.distributed.fsdp")
         self.sharded = fsdp is not None and isinstance(objects.model, fsdp.FSDPModule)
         self.best = BestCheckpoints(config.keep_best, config.best_mode)
+        #: Whether this fit said that its checkpoints cannot restore its loader's order.
+        self.told_gap = False
 
     def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
@@ -278,7 +284,7 @@ class Checkpointer:
         rng = per_rank(state["rng"], self.rank, self.world_size, "random states")
         batches_done = int(state["batches_done"])
         epoch_rng = None
-        if batches_done:
+        if state.get("epoch_rng") is not None:
             epoch_rng = per_rank(state["epoch_rng"], self.rank, self.world_size, "data orders")
         return Resume(
             epoch=int(state["epoch"]),
@@ -327,7 +333,18 @@ class Checkpointer:
     ) -> str | None:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
         ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
-        into rank 0's file. The best one's file name when one was kept."""
+        into rank 0's file. The best one's file name when one was kept.
+
+        :param epoch_rng: what decides the data order of ``epoch`` at its start
+            (:func:`.rng.epoch_rng_state`; at an epoch's end, taken now, for the next one).
+        """
+        gap = epoch_rng.get("gap") if epoch_rng is not None else None
+        if gap is not None and not self.told_gap and self.rank == 0:
+            warn_user(
+                f"the checkpoints of this fit ({self.folder / LAST}) cannot restore the order "
+                f"of its training data: {gap}. A fit resumed from one continues in another order"
+            )
+        self.told_gap = self.told_gap or gap is not None
         # Sharded: rank 0 names the new shards' folder, the others learn it with the states.
         folder_id = uuid.uuid4().hex[:12] if self.sharded and self.rank == 0 else None
         mine = (rng_state(self.device), epoch_rng, folder_id)
@@ -416,7 +433,7 @@ class Checkpointer:
             "batches_done": batches_done,
             "global_step": global_step,
             "rng": [rng for rng, _, _ in states],
-            "epoch_rng": [start for _, start, _ in states] if batches_done else None,
+            "epoch_rng": [start for _, start, _ in states],
             "metrics": dict(metrics),
             "best": self.best.kept,
             "run": self.run,

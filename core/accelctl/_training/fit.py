@@ -350,8 +350,10 @@ class Fit:
             on_epoch_end(trainer)
         if trainer.checkpointing.enabled:  # after on_epoch_end: the states the next epoch has
             self.progress.mark("the epoch's checkpoint", trainer.global_step)
+            # The next epoch's order depends on the states now (its loader's generators too).
+            next_epoch = epoch_rng_state(self.train_loader, self.device)
             best = self.checkpointer.save(
-                epoch + 1, 0, trainer.global_step, None, figures, epoch_end=True
+                epoch + 1, 0, trainer.global_step, next_epoch, figures, epoch_end=True
             )
             self._written(epoch, best)
 
@@ -365,7 +367,8 @@ class Fit:
         replayed and the batches it trained skipped. Notes the states the epoch starts from
         when a mid-epoch checkpoint may need them."""
         resume = self.resume
-        if resume is not None and resume.batches_done and epoch == resume.epoch:
+        restores = resume is not None and (resume.batches_done or resume.epoch_rng is not None)
+        if resume is not None and restores and epoch == resume.epoch:
             self.epoch_rng = resume.epoch_rng
             return resumed_batches(self.train_loader, resume, self.device)
         self.epoch_rng = None

@@ -1,6 +1,7 @@
-"""The random states a checkpoint saves (:func:`rng_state`), and those an epoch's data order
+"""The random states a checkpoint saves (:func:`rng_state`), and what an epoch's data order
 depends on (:func:`epoch_rng_state`: a shuffling ``DataLoader`` seeds from the global generator
-when its iterator starts), which a fit resumed mid-epoch replays. All are tensors and plain values.
+when its iterator starts, or from its own generators; a sampler may keep a state of its own),
+which a resumed fit restores before the epoch's iterator starts. All are tensors and plain values.
 """
 
 from __future__ import annotations
@@ -97,16 +98,86 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
         numpy.random.set_state((kind, keys.astype("uint32"), position, has_gauss, gauss))
 
 
+def _stateful_parts(loader: Iterable[Any]) -> list[Any]:
+    """The parts of ``loader`` its order may depend on that save and restore their own state
+    (``state_dict()`` and ``load_state_dict()``): its sampler, batch sampler and the batch
+    sampler's sampler, an iterable dataset; a loader that is not a ``DataLoader`` itself. Each
+    once, in that order."""
+    from torch.utils.data import DataLoader
+
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    candidates = [
+        getattr(loader, "sampler", None),
+        batch_sampler,
+        getattr(batch_sampler, "sampler", None),
+        getattr(loader, "dataset", None),
+    ]
+    if not isinstance(loader, DataLoader):
+        candidates.append(loader)
+    found: list[Any] = []
+    for part in candidates:
+        stateful = callable(getattr(part, "state_dict", None)) and callable(
+            getattr(part, "load_state_dict", None)
+        )
+        if stateful and all(part is not other for other in found):
+            found.append(part)
+    return found
+
+
+def order_gap(loader: Iterable[Any]) -> str | None:
+    """Why a resumed fit cannot restore ``loader``'s data order, in words (None: it can).
+
+    A loader's order is restored when it depends on the random states a checkpoint holds (torch's
+    global generator, the loader's and its sampler's own), on the epoch (``set_epoch``), or on a
+    part that saves its state (:func:`_stateful_parts`). An iterator is read once; an iterable
+    dataset, or an iterable that is not a ``DataLoader``, without a ``state_dict`` may draw its
+    order from anywhere.
+    """
+    from collections.abc import Iterator, Sequence
+
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if isinstance(loader, Iterator):
+        return (
+            f"the training loader is an iterator ({type(loader).__name__}), which is read once: "
+            f"a resumed fit cannot read its batches again in their order"
+        )
+    stateful = _stateful_parts(loader)
+    if isinstance(loader, DataLoader):
+        dataset = loader.dataset
+        if isinstance(dataset, IterableDataset) and all(dataset is not p for p in stateful):
+            return (
+                f"the training loader's dataset is an IterableDataset "
+                f"({type(dataset).__name__}) without state_dict() and load_state_dict(): its "
+                f"order is restored only where it depends on torch's global random state alone"
+            )
+        return None
+    if isinstance(loader, Sequence) or stateful:
+        return None
+    return (
+        f"the training loader ({type(loader).__name__}) is neither a torch DataLoader, a "
+        f"sequence, nor has state_dict() and load_state_dict(): its order is restored only where "
+        f"it depends on torch's global random state alone"
+    )
+
+
 def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
-    """What an epoch's data order depends on, taken before its iterator starts."""
+    """What an epoch's data order depends on, taken before its iterator starts: the random
+    states, the loader's own generators, the state of its parts that save one, and (``gap``)
+    why its order cannot be restored, when it cannot."""
     generators = [generator.get_state() for generator in _generators(loader)]
-    return {**_torch_state(device), "generators": generators}
+    parts = [part.state_dict() for part in _stateful_parts(loader)]
+    state = {**_torch_state(device), "generators": generators, "parts": parts}
+    gap = order_gap(loader)
+    if gap is not None:
+        state["gap"] = gap
+    return state
 
 
 def set_epoch_rng_state(
     state: Mapping[str, Any], loader: Iterable[Any], device: torch.device
 ) -> None:
-    """Restore :func:`epoch_rng_state`'s states before an epoch's iterator is replayed."""
+    """Restore :func:`epoch_rng_state`'s states before an epoch's iterator starts."""
     _set_torch_state(state, device)
     generators = _generators(loader)
     saved = state.get("generators", [])
@@ -117,3 +188,17 @@ def set_epoch_rng_state(
         )
     for generator, generator_state in zip(generators, saved, strict=False):
         generator.set_state(generator_state.cpu())
+    parts, saved_parts = _stateful_parts(loader), state.get("parts", [])
+    if "parts" in state and len(parts) != len(saved_parts):
+        warn_user(
+            f"the training loader has {len(parts)} part(s) with a state_dict (sampler, batch "
+            f"sampler, dataset), its checkpoint {len(saved_parts)}: the resumed epoch may see "
+            f"its batches in another order"
+        )
+    for part, part_state in zip(parts, saved_parts, strict=False):
+        part.load_state_dict(part_state)
+    if "gap" in state:
+        warn_user(
+            f"resuming into a data order that may differ from the interrupted run's: "
+            f"{state['gap']}; the resumed run is not an exact continuation"
+        )
