@@ -3,7 +3,7 @@
 return-type check), through a bare pluggy hook caller holding the same plugin, and calling the
 plugin's function directly.
 
-Target (issue 17): a call through the handle costs at most 3x the bare pluggy call.
+Target: a call through the handle costs at most 3x the bare pluggy call.
 
 Two plugins: a null accelerator whose nine hooks do nothing (the cost of dispatch itself), and the
 real CPU plugin (how much of a real hook's cost dispatch is).
@@ -161,8 +161,8 @@ def _to_dicts(targets: list[Target]) -> list[dict[str, Any]]:
 def _concurrent_calls(seconds: float, threads: int = 8) -> dict[str, Any]:
     """Calls completed in ``seconds`` by ``threads`` threads, each calling in turn
     ``accelctl.resolve("cpu", 1)``, ``accelctl.get_accelerator("cpu")`` and the handle's
-    ``device_stats("cpu")`` (the load issue 17 measured: 7,164 calls in 10 s with a thread per
-    hook call, 125,000 before it); and the same load in one thread, for the ratio."""
+    ``device_stats("cpu")`` (a load where a thread started per hook call would show); and the
+    same load in one thread, for the ratio."""
     import threading
     import time
 

@@ -3,10 +3,10 @@ Python, the floor of a pluggy + click CLI, ``import torch`` and (where installed
 accelerator listing.
 
 Targets, on a machine without a GPU: ``accelctl list`` imports no torch, costs at most 0.10x an
-``import torch`` (issue 2) and at most 1.3x the floor (issue 17); ``accelctl stats --json`` and
-``accelctl env --json`` import no torch and peak at most 2x the resident memory of ``list`` (issue
-13); ``env --json`` costs at most 0.12x an ``import torch``, and ``stats --json`` no more than
-``list --json`` plus its documented first-reading wait, 0.2 s (issue 17).
+``import torch`` and at most 1.3x the floor; ``accelctl stats --json`` and ``accelctl env --json``
+import no torch and peak at most 2x the resident memory of ``list``; ``env --json`` costs at most
+0.12x an ``import torch``, and ``stats --json`` no more than ``list --json`` plus its documented
+first-reading wait, 0.2 s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The performance targets of the issues, checked against figures of the same run."""
+"""The performance targets, checked against figures of the same run."""
 
 from __future__ import annotations
 
