@@ -317,7 +317,9 @@ def test_a_checkpoint_that_cannot_be_written_names_the_file_and_keeps_the_last_g
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)  # the test process's own, again
     message = str(caught.value)
-    assert message.startswith(f"cannot write checkpoint {last}: File too large (a full disk, or ")
+    assert message.startswith(
+        f"cannot write checkpoint {last}: File too large (a file-size limit of 1024 "
+    )
     assert "the last good one, written 20" in message and f"is intact at {last}" in message
     assert message.endswith("then resume with fit(ckpt_path='last')")
     state = torch.load(last, weights_only=True)  # whole, and the first epoch's

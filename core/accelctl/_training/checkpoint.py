@@ -16,6 +16,7 @@ process writes its shards of them into the folder the file names (key ``shards``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 
 from .._errors import TrainerError, warn_user
 from .best import BestCheckpoints, best_name
@@ -87,38 +88,139 @@ def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") ->
 # -- writing ---------------------------------------------------------------------------------
 
 
-def save_atomic(state: Mapping[str, Any], path: Path) -> None:
+def save_atomic(state: Mapping[str, Any], path: Path, *, last_good: Path | None = None) -> None:
     """``torch.save(state)`` to ``path`` through a temporary file and ``os.replace``: a kill at
-    any moment leaves the old file or the new one."""
+    any moment leaves the old file or the new one.
+
+    :param last_good: the checkpoint that stays the one to resume from when this write fails
+        (``path`` itself by default), for the error.
+    :raises CheckpointError: when the file cannot be written (a full disk, a file-size limit),
+        naming ``path``, the cause and ``last_good``, whichever layer of torch reported it.
+    """
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
+    recorded = _RecordingFile(None)
     try:
         with temporary.open("wb") as file:
-            torch.save(dict(state), file)
+            recorded = _RecordingFile(file)
+            torch.save(dict(state), cast("IO[bytes]", recorded))
             # Not fsync-ed: the replace guards against a kill; an fsync would guard against a
             # power cut too, at ~30 ms for a few MiB every epoch.
             file.flush()
         os.replace(temporary, path)
     except BaseException as exc:
+        written = temporary.stat().st_size if temporary.exists() else 0
         temporary.unlink(missing_ok=True)
-        if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and "writ" in str(exc)):
-            raise unwritable(path, exc) from exc
+        if isinstance(exc, Exception):
+            cause = recorded.failure or (exc if isinstance(exc, OSError) else None)
+            # torch's zip writer may swallow the OSError of a write and raise its own
+            # RuntimeError ("unexpected pos") later, when it closes the archive.
+            cause = cause or _full_disk_or_limit(path.parent, written)
+            if cause is not None:
+                raise unwritable(path, cause, last_good=last_good or path) from exc
         raise
 
 
-def unwritable(path: Path, exc: BaseException) -> CheckpointError:
-    """The error for checkpoint ``path`` that could not be written, saying what is kept."""
-    kept = "there is no earlier one"
-    if path.is_file():
-        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
-        kept = f"the last good one, written {written}, is intact at {path}"
+#: How the temporary files of checkpoint writes end (``.last.ckpt.<pid>.tmp``).
+TEMPORARY_SUFFIX = ".tmp"
+
+
+class _RecordingFile:
+    """A binary file that keeps the first ``OSError`` of its writes: torch's writer reports a
+    failed write (``ENOSPC``, ``EFBIG``) as a ``RuntimeError`` of its own words."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.failure: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return int(self.file.write(data))
+        except OSError as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as exc:
+            self.failure = self.failure or exc
+            raise
+
+
+def _full_disk_or_limit(folder: Path, written: int) -> OSError | None:
+    """An ``OSError`` for a full disk under ``folder`` or a file-size limit that ``written``
+    bytes reached; None when neither is the case."""
+    import errno
+    import resource
+
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        stats = None
+    if stats is not None and stats.f_bavail * stats.f_frsize < 64 * 1024:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and written >= limit:
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    return None
+
+
+def _cause(exc: BaseException, folder: Path) -> str:
+    """Why a write failed, in words: the error's, and what it means for a full disk or a
+    file-size limit."""
+    import errno
+    import resource
+
+    words = getattr(exc, "strerror", None) or str(exc)
+    number = getattr(exc, "errno", None)
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            stats = os.statvfs(folder)
+            free = (
+                f"{stats.f_bavail * stats.f_frsize} bytes free of {stats.f_blocks * stats.f_frsize}"
+            )
+        except OSError:
+            free = "its free space unknown"
+        what = "full" if number == errno.ENOSPC else "over this user's quota"
+        return f"{words} (the file system of {folder} is {what}: {free})"
+    if number == errno.EFBIG:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        size = "" if limit == resource.RLIM_INFINITY else f" of {limit} bytes"
+        return f"{words} (a file-size limit{size}: the job's `ulimit -f`, or the file system's)"
+    return f"{words} (a full disk, or a file-size limit such as the job's?)"
+
+
+def unwritable(path: Path, exc: BaseException, *, last_good: Path | None = None) -> CheckpointError:
+    """The error for checkpoint ``path`` that could not be written: the cause, and the last
+    good checkpoint (``last_good``, ``path`` by default), which is intact."""
+    last_good = last_good or path
+    kept = "there is no earlier checkpoint to resume from"
+    if last_good.is_file():
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last_good.stat().st_mtime))
+        kept = f"the last good one, written {written}, is intact at {last_good}"
     return CheckpointError(
-        f"cannot write checkpoint {path}: {getattr(exc, 'strerror', None) or exc} (a "
-        f"full disk, or a file-size limit such as the job's?); {kept}. Free space or "
+        f"cannot write checkpoint {path}: {_cause(exc, path.parent)}; {kept}. Free space or "
         f"raise the limit, then resume with fit(ckpt_path='last')"
     )
+
+
+def remove_temporaries(folder: Path) -> list[str]:
+    """Remove the temporary files that writes cut off (a kill) left in run folder ``folder``;
+    their names. Called by the folder's only writer (it holds the run's lock)."""
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.startswith(".") and entry.name.endswith(TEMPORARY_SUFFIX):
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                removed.append(entry.name)
+    return removed
 
 
 def load(path: Path, device: torch.device) -> dict[str, Any]:
@@ -132,13 +234,8 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
 
     try:
         state = torch.load(path, map_location=device, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: {first}. Checkpoints are read with "
-            f"torch.load(weights_only=True), which refuses anything but tensors and plain "
-            f"containers; give a file written by accelctl.Trainer"
-        ) from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise unreadable(path, exc) from None
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, SHARDED_FORMAT):
         raise CheckpointError(
             f"{path} is not an accelctl.Trainer checkpoint of format {FORMAT} or "
@@ -146,6 +243,38 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
             f"{', '.join(sorted(map(str, state))) if isinstance(state, dict) else type(state)})"
         )
     return state
+
+
+def unreadable(path: Path, exc: BaseException) -> CheckpointError:
+    """The error for checkpoint ``path`` that ``torch.load`` could not read, in the Trainer's
+    words: truncated, not a checkpoint, or refused by ``weights_only``."""
+    import zipfile
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            head = file.read(4)
+    except OSError as error:
+        return CheckpointError(f"cannot read checkpoint {path}: {error.strerror or error}")
+    redo = "resume from an earlier checkpoint (a best-*.ckpt, a copy) or start a new run"
+    if (head.startswith(b"PK") and not zipfile.is_zipfile(path)) or size == 0:
+        return CheckpointError(
+            f"checkpoint {path} is truncated ({size} bytes, the end of the archive torch.save "
+            f"writes is missing): a write or a copy was cut off. Copy it again if it is a copy; "
+            f"else {redo}"
+        )
+    if not head.startswith((b"PK", b"\x80")):  # neither torch.save's zip archive nor a pickle
+        return CheckpointError(
+            f"{path} is not a checkpoint: it is neither the zip archive that torch.save writes "
+            f"nor a pickle (its first bytes: {head!r}). Give a file written by "
+            f"accelctl.Trainer; else {redo}"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return CheckpointError(
+        f"cannot read checkpoint {path}: {first}. Checkpoints are read with "
+        f"torch.load(weights_only=True), which refuses anything but tensors and plain "
+        f"containers; give a file written by accelctl.Trainer"
+    )
 
 
 def resumed_batches(
@@ -256,6 +385,8 @@ class Checkpointer:
         self.best = BestCheckpoints(config.keep_best, config.best_mode)
         #: Whether this fit said that its checkpoints cannot restore its loader's order.
         self.told_gap = False
+        #: Whether rank 0 removed the temporary files of cut-off writes from ``folder``.
+        self.swept = False
 
     def restore(self, path: Path) -> Resume:
         """Load ``path`` into the model, optimizer and scaler; where and how the fit goes on."""
@@ -345,6 +476,9 @@ class Checkpointer:
                 f"of its training data: {gap}. A fit resumed from one continues in another order"
             )
         self.told_gap = self.told_gap or gap is not None
+        if self.rank == 0 and not self.swept:  # what a killed write left, before this fit's own
+            remove_temporaries(self.folder)
+            self.swept = True
         # Sharded: rank 0 names the new shards' folder, the others learn it with the states.
         folder_id = uuid.uuid4().hex[:12] if self.sharded and self.rank == 0 else None
         mine = (rng_state(self.device), epoch_rng, folder_id)
@@ -369,7 +503,7 @@ class Checkpointer:
             kept, dropped = self.best.offer(score, name)
             state["best"] = self.best.kept
             if kept:
-                save_atomic(state, self.folder / name)
+                save_atomic(state, self.folder / name, last_good=self.folder / LAST)
                 best = name
             for old in dropped:
                 if old != name:
@@ -401,14 +535,21 @@ class Checkpointer:
             try:
                 save_shards(model, optimizer, shards_folder(self.folder, checkpoint) / folder_id)
             except OSError as exc:  # on every rank: each has every rank's failure
-                raise unwritable(self.folder / checkpoint, exc) from exc
+                # DCP may report a failed write in torch's words (no errno): ask the disk.
+                cause = exc if exc.errno else _full_disk_or_limit(self.folder, 0) or exc
+                last = self.folder / LAST
+                raise unwritable(self.folder / checkpoint, cause, last_good=last) from exc
         if self.rank != 0:
             return None
         state = self._state(states, epoch, batches_done, global_step, metrics)
         state.update(format=SHARDED_FORMAT, strategy="fsdp")
         for checkpoint in reversed(written):  # the best first: last.ckpt is the one to trust
             shards = shards_folder(self.folder, checkpoint)
-            save_atomic({**state, "shards": f"{shards.name}/{folder_id}"}, self.folder / checkpoint)
+            save_atomic(
+                {**state, "shards": f"{shards.name}/{folder_id}"},
+                self.folder / checkpoint,
+                last_good=self.folder / LAST,
+            )
             prune(shards, keep=folder_id)
         for old in dropped:
             if old != name:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .._errors import warn_user
 from .._settings import launch_id
-from .checkpoint import CHECKPOINT_DIR, LAST, CheckpointError
+from .checkpoint import CHECKPOINT_DIR, LAST, CheckpointError, remove_temporaries
 
 #: A run folder's file saying what wrote it (also read by people).
 RUN_FILE = "run.json"
@@ -264,6 +264,7 @@ class RunFolders:
                 f"{folder / LAST} elsewhere and give that path)"
             )
         self.lock = lock
+        remove_temporaries(folder)  # a killed write's; this fit is the folder's only writer now
         self._write_record(folder)
         return RunPlan(folder, resume, continued=True, why=why)
 

@@ -50,16 +50,19 @@ def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
     try:
         save({"model": model_state, "optimizer": optimizer_state}, storage_writer=writer)
     except CheckpointException as exc:  # a BaseException, holding every rank's failure
-        raise OSError(_first_failure(exc)) from exc
+        raise _first_failure(exc) from exc
 
 
-def _first_failure(exc: Any) -> str:
-    """The words of the first rank's failure in DCP's ``CheckpointException``."""
+def _first_failure(exc: Any) -> OSError:
+    """The first rank's failure in DCP's ``CheckpointException``: its ``OSError`` itself (its
+    errno says a full disk from a file-size limit), else an ``OSError`` of its words."""
     failures = getattr(exc, "failures", None) or {}
     for failure in failures.values():
         inner = failure[0] if isinstance(failure, tuple) else failure  # (exception, stack)
-        return str(getattr(inner, "strerror", None) or inner)
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(inner, OSError):
+            return inner
+        return OSError(str(getattr(inner, "strerror", None) or inner))
+    return OSError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
