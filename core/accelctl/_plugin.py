@@ -57,30 +57,58 @@ class AcceleratorHandle:
         entry_point: metadata.EntryPoint | None = None,
         origin: Origin | None = None,
         problem: str | None = None,
+        *,
+        disabled: str | None = None,
+        conflict: AccelctlError | None = None,
     ) -> None:
         """``name``: the canonical name; the registry's scan gives the rest: the entry point, the
-        ``.dist-info`` folder (``origin``) and why that distribution's files cannot be trusted."""
+        ``.dist-info`` folder (``origin``), why that distribution's files cannot be trusted
+        (``problem``), why the user's variables disable it (``disabled``), and the error of a
+        name that several distributions claim (``conflict``)."""
         #: The canonical name: the entry point's name (or the object's, see :meth:`from_object`).
         self.name = name
         self._entry_point = entry_point
         self._origin = origin
-        self._identity: tuple[str | None, str | None] | None = None
-        #: How loading went (never what a listing found: see :class:`~accelctl.AcceleratorStatus`).
-        self.state: State = "not-loaded"
-        #: The stage that failed, with :attr:`error`; None unless broken.
-        self.stage: Stage | None = None
-        #: Why loading failed; None unless broken.
-        self.error: AccelctlError | None = None
-        #: Why it is disabled (names the variable); None unless disabled.
-        self.reason: str | None = None
+        self._identity: tuple[str | None, str | None, str | None] | None = None
+        self._state: State = "not-loaded"
+        self._stage: Stage | None = None
+        self._error: AccelctlError | None = None
+        self._reason: str | None = None
         #: The plugin object (module or instance) once imported, kept when registering it failed.
         self.plugin: object | None = None
         self._hooks: dict[str, Callable[..., Any]] | None = None
         self._codes: dict[object, str] = {}
         self._info: AcceleratorInfo | None = None
         self._raised = False
-        if problem:
+        if disabled:  # the user's choice: never imported, whatever else is wrong with it
+            self._state, self._reason = "disabled", disabled
+        elif problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
+        elif conflict is not None:
+            self._fail("conflict", conflict)
+
+    # -- state: changed by the handle's own methods only ------------------------------------
+
+    @property
+    def state(self) -> State:
+        """How loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a
+        listing found: see :class:`~accelctl.AcceleratorStatus`)."""
+        return self._state
+
+    @property
+    def stage(self) -> Stage | None:
+        """The stage that failed, with :attr:`error`; None unless broken."""
+        return self._stage
+
+    @property
+    def error(self) -> AccelctlError | None:
+        """Why loading failed; None unless broken."""
+        return self._error
+
+    @property
+    def reason(self) -> str | None:
+        """Why it is disabled (names the variable); None unless disabled."""
+        return self._reason
 
     @classmethod
     def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
@@ -115,14 +143,23 @@ class AcceleratorHandle:
         return None if self._entry_point is None else self._entry_point.value
 
     def _read_identity(self) -> tuple[str | None, str | None]:
+        """The distribution's name and version, read once (a read only: :meth:`identify` is what
+        breaks the handle where they cannot be read)."""
         if self._identity is None:
-            self._identity = None, None
+            self._identity = None, None, None
             if self._origin is not None:
-                dist, version, problem = read_identity(self._origin)
-                self._identity = dist, version
-                if problem:
-                    self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
-        return self._identity
+                self._identity = read_identity(self._origin)
+        return self._identity[0], self._identity[1]
+
+    def identify(self) -> AcceleratorHandle:
+        """Read the distribution's metadata (once); where it cannot be read the handle is broken
+        at stage ``metadata`` (loading does this first; a listing without detection too)."""
+        self._read_identity()
+        assert self._identity is not None
+        problem = self._identity[2]
+        if problem:
+            self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
+        return self
 
     def describe(self) -> str:
         """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it."""
@@ -137,15 +174,15 @@ class AcceleratorHandle:
     # -- loading ------------------------------------------------------------------------------
 
     def _fail(self, stage: Stage, error: AccelctlError) -> None:
-        if self.state != "broken":
-            self.state, self.stage, self.error = "broken", stage, error
+        if self._state != "broken":
+            self._state, self._stage, self._error = "broken", stage, error
             self._hooks = None
 
     def load(self) -> AcceleratorHandle:
         """Import, instantiate and validate the plugin, once (a disabled one is not imported);
         never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
         _fanout.working_for(self)  # a named command's deadline: this plugin's error
-        self._read_identity()
+        self.identify()
         if self.state == "not-loaded" and self._entry_point is not None:
             with _fanout.one_at_a_time():
                 if self.state == "not-loaded":
@@ -190,11 +227,10 @@ class AcceleratorHandle:
             keep_stdout()
         self._hooks = table
         self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
-        self.state = "loaded"
+        self._state = "loaded"
 
-    @property
-    def diagnosis(self) -> HookDiagnosis | None:
-        """pluggy's verdict on the imported plugin's hooks, worked out when asked (the conformance
+    def diagnose(self) -> HookDiagnosis | None:
+        """pluggy's verdict on the imported plugin's hooks, worked out now (the conformance
         checks' detail; loading keeps only its outcome); None before the plugin is imported or
         where pluggy refuses it."""
         if self.plugin is None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint
 
 from . import _fanout, _settings
-from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
+from ._discovery import TORCH_BACKENDS_GROUP, Found, read_identity, scan
 from ._errors import (
     AccelctlError,
     PluginConflictError,
@@ -61,25 +61,32 @@ class Registry:
     def _scan(self) -> dict[str, list[AcceleratorHandle]]:
         if self._by_name is None:
             self.plugin_filter = _settings.PluginFilter.read(self._environ)
-            by_name: dict[str, list[AcceleratorHandle]] = {}
+            claims: dict[str, list[Found]] = {}
             for found in scan(self._path):
                 if found.group == TORCH_BACKENDS_GROUP:
                     self._torch_backends.append(found)
                 elif found.group == ENTRY_POINT_GROUP:
-                    name = found.name.lower()
-                    entry_point = EntryPoint(found.name, found.value, found.group)
-                    handle = AcceleratorHandle(name, entry_point, found.origin, found.problem)
-                    by_name.setdefault(name, []).append(handle)
-            for name, handles in by_name.items():
-                if len(handles) > 1:  # a conflict: one row each, by distribution
-                    handles.sort(key=lambda handle: handle.distribution or "")
+                    claims.setdefault(found.name.lower(), []).append(found)
+            by_name: dict[str, list[AcceleratorHandle]] = {}
+            for name, founds in claims.items():
                 reason = self.plugin_filter.blocked_reason(name)
-                error = _conflict(name, handles) if len(handles) > 1 and not reason else None
-                for handle in handles:
-                    if reason:
-                        handle.state, handle.reason = "disabled", reason
-                    elif error is not None:
-                        handle._fail("conflict", error)
+                conflict = None
+                if len(founds) > 1:  # a conflict: one row each, by distribution
+                    owners = {id(found): read_identity(found.origin)[0] or "" for found in founds}
+                    founds.sort(key=lambda found: owners[id(found)])
+                    if not reason:
+                        conflict = _conflict(name, [owners[id(found)] for found in founds])
+                by_name[name] = [
+                    AcceleratorHandle(
+                        name,
+                        EntryPoint(found.name, found.value, found.group),
+                        found.origin,
+                        found.problem,
+                        disabled=reason,
+                        conflict=conflict,
+                    )
+                    for found in founds
+                ]
             self._by_name = dict(sorted(by_name.items()))
         return self._by_name
 
@@ -228,10 +235,11 @@ def install_hint(registry: Registry, name: str) -> str:
     )
 
 
-def _conflict(name: str, handles: list[AcceleratorHandle]) -> PluginConflictError:
-    distributions = sorted({handle.distribution or "?" for handle in handles})
+def _conflict(name: str, owners: list[str]) -> PluginConflictError:
+    """The error of ``name`` claimed by the distributions ``owners``."""
+    distributions = sorted({owner or "?" for owner in owners})
     return PluginConflictError(
-        f"accelerator name {name!r} is claimed by {len(handles)} distributions: "
+        f"accelerator name {name!r} is claimed by {len(owners)} distributions: "
         f"{' and '.join(distributions)}; uninstall one of them "
         f"(pip uninstall {distributions[-1]})",
         name=name,

@@ -108,10 +108,6 @@ class SelectionVariables(NamedTuple):
         return cls(env.get(ACCELERATOR, "").strip(), env.get(DEVICES, "").strip())
 
 
-#: The old name, for ``accelctl._trainer`` and the bridges until they read the new one (issue 27).
-Selection = SelectionVariables
-
-
 def _seconds(
     name: str, default: float, environ: Mapping[str, str] | None, off: bool
 ) -> float | None:

@@ -37,7 +37,7 @@ class AcceleratorStatus:
     def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
         """From package metadata alone (no plugin code runs): disabled, broken (as known so far),
         else not run."""
-        handle.distribution  # noqa: B018 - reads the metadata, which may break the handle
+        handle.identify()  # its metadata: a handle whose metadata cannot be read is broken
         if handle.state == "broken" and handle.error is not None:
             return cls(handle, error=one_line(handle.error))
         return cls(handle, reason=handle.reason)

@@ -133,7 +133,9 @@ class Trainer:
         self._requeue = parse_requeue_signal(requeue_signal, checkpointing=enable_checkpointing)
         self._env = ProcessEnvironment.from_environ(os.environ)
         auto = isinstance(devices, str) and devices.strip().lower() == "auto"
-        auto = auto and not _settings.Selection.read().devices  # ACCELCTL_DEVICES: as given
+        auto = (
+            auto and not _settings.SelectionVariables.read().devices
+        )  # ACCELCTL_DEVICES: as given
         if auto and self._env.launched:
             devices = self._env.local_world_size  # a plain torchrun: one device per process
         selection = resolve(accelerator, devices)

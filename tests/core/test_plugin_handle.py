@@ -176,3 +176,33 @@ def test_the_concepts_page_names_every_state_and_stage() -> None:
     states = [f'`"{state}"`' for state in AcceleratorHandle.STATES]
     stages = [f"`{stage}`" for stage in AcceleratorHandle.STAGES]
     assert [word for word in states + stages if word not in section] == []
+
+
+def test_reading_a_handles_properties_changes_nothing_identify_decides(
+    fake_site: FakeSite,
+) -> None:
+    # A METADATA that is not UTF-8: the distribution cannot be named. Reading the handle's
+    # properties is a read; identify() (which loading and a listing call) breaks the handle.
+    fake_site.install_raw(
+        "acme-nameless",
+        {
+            "METADATA": b"Name: \xff\xfe\n",
+            "entry_points.txt": "[accelctl.accelerators]\nnl = x:y\n",
+        },
+    )
+    (handle,) = registry(fake_site).claimants("nl")
+    assert handle.entry_point == "x:y" and handle.version is None
+    handle.distribution  # noqa: B018 - the read under test
+    assert handle.state == "not-loaded" and handle.error is None
+    assert handle.identify() is handle
+    assert (handle.state, handle.stage) == ("broken", "metadata")
+    assert "cannot read the metadata of distribution" in str(handle.error)
+
+
+def test_only_the_handle_changes_its_state(fake_site: FakeSite) -> None:
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    (handle,) = registry(fake_site).claimants("good")
+    for name in ("state", "stage", "error", "reason"):
+        with pytest.raises(AttributeError):
+            setattr(handle, name, None)
+    assert handle.load().state == "loaded"

@@ -303,7 +303,7 @@ def _placement(
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) if launched else 1
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
-    if automatic and not _settings.Selection.read().devices:
+    if automatic and not _settings.SelectionVariables.read().devices:
         devices = local_world_size  # one device per process (one, started alone)
     selection = accelctl.resolve(accelerator, devices)
     handle = selection.accelerator

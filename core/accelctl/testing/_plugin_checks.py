@@ -75,7 +75,7 @@ def check_import(module: str | None, run: Run, probe_import: bool) -> None:
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
     """pluggy's validation and the required hooks, from the handle's load; True if both pass."""
     run.start("hooks_match_specs")
-    diagnosis = handle.diagnosis
+    diagnosis = handle.diagnose()
     if diagnosis is None:  # pluggy refused the plugin, or reading its attributes raised
         error = handle.error
         detail = strip_subject(one_line(error), handle) if error else "it did not register"
