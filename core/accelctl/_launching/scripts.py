@@ -3,19 +3,21 @@ in this process (docs/training.md, "Choices accelctl launch makes")."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 from .. import _settings
 from .._errors import LaunchError
 from .._selection import Selection, resolve
 from .._supervision import (
     LaunchInterruptedError,
+    _handling,
     forwarding_user_signals,
     launcher_environment,
     wait_forwarding_signals,
@@ -72,18 +74,51 @@ def launch_script(
     if nodes.note:
         print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
     env = {**selection_environment(selection), **launcher_environment()}
-    with tempfile.TemporaryDirectory(prefix="accelctl-note-", ignore_cleanup_errors=True) as notes:
+    command = launch_command_line(
+        selection.shown_name, devices_spec(selection.parsed), [script, *script_args]
+    )
+    with (
+        interrupted_anywhere(),
+        tempfile.TemporaryDirectory(prefix="accelctl-note-", ignore_cleanup_errors=True) as notes,
+    ):
         # Rank 0's Trainer notes each checkpoint here, for the report of an interrupted launch.
         note = os.path.join(notes, "checkpoint.json")
         env[_settings.LAUNCH_NOTE] = note
         try:
             _launch(script, script_args, selection, nodes, env, quiet, max_restarts)
         except LaunchInterruptedError as exc:
-            command = launch_command_line(
-                selection.shown_name, devices_spec(selection.parsed), [script, *script_args]
-            )
             raise LaunchInterruptedError(exc.signum, resume_clause(note, command)) from None
     return selection
+
+
+def _interrupted(signum: int, frame: object) -> NoReturn:
+    raise LaunchInterruptedError(signum)
+
+
+@contextlib.contextmanager
+def interrupted_anywhere() -> Iterator[None]:
+    """While in force, SIGINT and SIGTERM end the launcher with :class:`LaunchInterruptedError`
+    wherever it is (the CLI's one line and ``128 + signal``): before its processes start, while
+    torchrun shuts down after they ended, while it cleans up (the note of the last checkpoint is
+    read while it is there). Where a handler of the processes'
+    (torchrun's, the single child's wait) is in force, that one stops them first."""
+    with _handling((signal.SIGINT, signal.SIGTERM), _interrupted):
+        yield
+
+
+@contextlib.contextmanager
+def torchruns_handlers_undone() -> Iterator[None]:
+    """The signal handlers torchrun's workers set (and never restore: theirs raise
+    ``SignalException`` for good) are undone when it returns."""
+    signums = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
+    previous = {signum: signal.getsignal(signum) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                with contextlib.suppress(ValueError):  # not the main thread: nothing was set
+                    signal.signal(signum, handler)
 
 
 def resume_clause(note: str, command: str) -> str | None:
@@ -145,7 +180,12 @@ def _launch(
             argv[:0] = ["--log-dir", logs]
         try:
             # torchrun's children inherit this process's environment.
-            with patched_environ(env), quiet_torch_logs(quiet), forwarding_user_signals():
+            with (
+                patched_environ(env),
+                quiet_torch_logs(quiet),
+                forwarding_user_signals(),
+                torchruns_handlers_undone(),
+            ):
                 run(parse_args(argv))
         except ChildFailedError as exc:
             failure = RankFailure.from_child_failed(exc, nproc * nodes.nnodes)

@@ -1,0 +1,69 @@
+"""A SIGTERM (or Ctrl-C) to ``accelctl launch`` at any moment of its life is its one documented
+line and ``128 + signal``, also after its processes ended (while torchrun shuts down, while the
+launcher cleans up): never a silent death or a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: A hang guard only: a launch of one or two processes that print a line; nothing is timed.
+LAUNCH_TIMEOUT_S = 300
+
+
+def launch_signalled_after_the_workers(
+    tmp_path: Path, devices: str, signum: int
+) -> tuple[int, str]:
+    """``accelctl launch`` of a script that only prints, whose launcher sends itself ``signum``
+    once the workers ended, before ``launch_script`` returns."""
+    script = tmp_path / "done.py"
+    script.write_text("print('worker done', flush=True)\n")
+    driver = textwrap.dedent(
+        f"""
+        import os, runpy, sys, time
+        import accelctl._launching.scripts as scripts
+
+        launch = scripts._launch
+
+        def then_signalled(*args, **kwargs):
+            launch(*args, **kwargs)  # every worker has ended
+            os.kill(os.getpid(), {int(signum)})
+            time.sleep(30)  # the signal's handler runs before this ends
+
+        scripts._launch = then_signalled
+        sys.argv = ["accelctl", "launch", "--cpu", "--devices", {devices!r}, {str(script)!r}]
+        runpy.run_module("accelctl", run_name="__main__")
+        """
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", driver],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=LAUNCH_TIMEOUT_S,
+        check=False,
+    )
+    return done.returncode, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", ["1", "2"], ids=["one-process", "torchrun"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_after_the_workers_ended_is_the_launchers_line(
+    tmp_path: Path, devices: str, signum: signal.Signals
+) -> None:
+    code, stderr = launch_signalled_after_the_workers(tmp_path, devices, signum)
+    how = "Ctrl-C" if signum == signal.SIGINT else signum.name
+    assert code == 128 + signum, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        f"accelctl launch: interrupted by {how}; the launched processes were stopped"
+    )
