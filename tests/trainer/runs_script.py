@@ -4,7 +4,8 @@ Trains a classifier for EPOCHS epochs (8 optimizer steps an epoch in one process
 two) into ROOT, resuming from CKPT_PATH when given. With ``ACCELCTL_TEST_HOLD=DIR`` in its
 environment, rank 0 writes ``DIR/ready`` at step 9 (the first epoch's checkpoint is written; the
 fit holds its run folder) and waits there until ``DIR/release`` exists (a hang guard of 240 s).
-Each rank writes ``ROOT/final-<pid>.json``: its run folder, world size and steps.
+With ``ACCELCTL_TEST_FSDP=1`` it trains with ``strategy="fsdp"`` and writes a checkpoint at
+every step. Each rank writes ``ROOT/final-<pid>.json``: its run folder, world size and steps.
 """
 
 import json
@@ -37,7 +38,14 @@ class Holding(Classifier):
 
 
 torch.manual_seed(0)
-trainer = accelctl.Trainer(max_epochs=epochs, root_dir=root, log_every_n_steps=4)
+sharded = os.environ.get("ACCELCTL_TEST_FSDP") == "1"
+trainer = accelctl.Trainer(
+    max_epochs=epochs,
+    root_dir=root,
+    log_every_n_steps=4,
+    strategy="fsdp" if sharded else "auto",
+    checkpoint_every_n_steps=1 if sharded else None,
+)
 trainer.fit(Holding(), DataLoader(separable(256), batch_size=32, shuffle=True), ckpt_path=ckpt_path)
 result = {"run_dir": str(trainer.run_dir), "world_size": trainer.world_size,
           "global_step": trainer.global_step}  # fmt: skip

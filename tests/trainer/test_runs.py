@@ -60,13 +60,21 @@ def loader() -> DataLoader[Any]:
 
 
 def fitted(
-    root: Path, epochs: int, make: Callable[[], Classifier] = Classifier, **options: Any
+    root: Path,
+    epochs: int,
+    make: Callable[[], Classifier] = Classifier,
+    strategy: str = "auto",
+    **options: Any,
 ) -> tuple[accelctl.Trainer, Classifier]:
     """A fit of ``make()``'s model, made after seeding: every fit starts from the same weights."""
     torch.manual_seed(0)
     model = make()
     trainer = accelctl.Trainer(
-        accelerator="cpu", max_epochs=epochs, root_dir=root, enable_progress_bar=False
+        accelerator="cpu",
+        max_epochs=epochs,
+        root_dir=root,
+        enable_progress_bar=False,
+        strategy=strategy,
     )
     trainer.fit(model, loader(), **options)
     return trainer, model
@@ -251,6 +259,36 @@ def test_continuing_a_run_another_fit_is_writing_is_refused_naming_it(tmp_path: 
     finished(writer)
     assert saved_step(run_0 / "last.ckpt") == 3 * STEPS
     assert fit(tmp_path / "root", 4, ckpt_path=run_0 / "last.ckpt").run_dir == run_0  # free now
+
+
+def test_sharded_runs_sharing_a_root_dir_keep_each_others_shards(tmp_path: Path) -> None:
+    """Two FSDP fits in one root_dir, one writing a checkpoint at every step while the other
+    holds mid-run: neither removes the other's shards, and continuing the held run is refused,
+    naming it."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    root = tmp_path / "root"
+    held = run_script(root, "2", ACCELCTL_TEST_HOLD=str(hold), ACCELCTL_TEST_FSDP="1")
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S  # hang guard
+        while not (hold / "ready").exists():
+            assert held.poll() is None and time.monotonic() < deadline, held.communicate()
+            time.sleep(0.1)
+        run_0 = root / "checkpoints" / "run-0"
+        shards = torch.load(run_0 / "last.ckpt", weights_only=True)["shards"]
+        finished(run_script(root, "2", ACCELCTL_TEST_FSDP="1"))  # 16 writes meanwhile
+        assert (run_0 / shards / ".metadata").is_file()  # the held run's, untouched
+        with pytest.raises(CheckpointError, match=r"which another fit is writing now \(pid "):
+            fit(root, 3, ckpt_path=run_0 / "last.ckpt", strategy="fsdp")
+    finally:
+        (hold / "release").touch()
+    finished(held)
+    for run in ("run-0", "run-1"):
+        state = torch.load(root / "checkpoints" / run / "last.ckpt", weights_only=True)
+        assert state["global_step"] == 2 * STEPS and state["run"] == run
+        assert (root / "checkpoints" / run / state["shards"] / ".metadata").is_file()
+        resumed = fit(root, 3, ckpt_path=root / "checkpoints" / run / "last.ckpt", strategy="fsdp")
+        assert resumed.global_step == 3 * STEPS and resumed.run_dir == root / "checkpoints" / run
 
 
 # -- the log -----------------------------------------------------------------------------------
