@@ -192,36 +192,22 @@ def _run(run: _Run[A, T], workers: int, timeout: float | None) -> list[T | Accel
     return results
 
 
-class _Command:
-    """The item of :func:`run_one`: a command's work, answered for by the plugin it works for
-    (:func:`working_for`) once it knows it."""
-
-    def __init__(self) -> None:
-        self.plugin: Askable | None = None
+class _Unnamed:
+    """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's own
+    error."""
 
     def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
-        if self.plugin is not None:
-            return self.plugin.late(seconds, frame)
         return AccelctlError(f"accelctl did not finish within {seconds:g} s")
 
 
-def run_one(work: Callable[[], T]) -> T:
+def run_one(work: Callable[[], T], plugin: Askable | None = None) -> T:
     """``work()`` in a worker thread under the deadline (the CLI's named commands): its value, or
-    the error it raised or its deadline gave, raised here."""
-    [result] = run_each([_Command()], lambda _: work())
+    the error it raised or its deadline gave, raised here; past the deadline the error is
+    ``plugin``'s (the plugin ``work`` is for, where the caller knows it), else accelctl's own."""
+    [result] = run_each([plugin if plugin is not None else _Unnamed()], lambda _: work())
     if isinstance(result, AccelctlError):
         raise result
     return result
-
-
-def working_for(plugin: Askable) -> None:
-    """Say that the current :func:`run_one` work now works for ``plugin`` (a handle it found or
-    loads): past the deadline, ``plugin.late`` makes the error. Anywhere else, nothing."""
-    run = getattr(_local, "run", None)
-    if run is not None:
-        item = run.items[_local.index]
-        if isinstance(item, _Command):
-            item.plugin = plugin
 
 
 def restart_clock() -> None:

@@ -111,19 +111,23 @@ class AcceleratorHandle:
         return self._reason
 
     @classmethod
-    def from_object(cls, obj: object, name: str | None = None) -> AcceleratorHandle:
+    def from_object(
+        cls, obj: object, name: str | None = None, *, check: bool = True
+    ) -> AcceleratorHandle:
         """A handle on a plugin object without an entry point (an :class:`Accelerator` instance
         or subclass, or a module or object with ``@accelctl.hookimpl`` functions).
 
-        :raises PluginLoadError: it cannot be instantiated or its hooks break the specs.
+        :param check: raise where it cannot be used; ``False``: return the handle whatever
+            loading it gave (``state``, ``stage`` and ``error`` say it: the conformance kit).
+        :raises PluginLoadError: ``check`` and it cannot be instantiated or its hooks break the
+            specs.
         """
         if isinstance(obj, cls):
             return obj
         handle = cls(name or name_of(obj))
         with _fanout.one_at_a_time():
             handle._load(obj)
-        handle.check()
-        return handle
+        return handle.check() if check else handle
 
     # -- identity -----------------------------------------------------------------------------
 
@@ -181,7 +185,6 @@ class AcceleratorHandle:
     def load(self) -> AcceleratorHandle:
         """Import, instantiate and validate the plugin, once (a disabled one is not imported);
         never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
-        _fanout.working_for(self)  # a named command's deadline: this plugin's error
         self.identify()
         if self.state == "not-loaded" and self._entry_point is not None:
             with _fanout.one_at_a_time():
@@ -336,8 +339,7 @@ class AcceleratorHandle:
     def get_parallel_devices(self, devices: Any) -> list[torch.device]:
         """One ``torch.device`` per process for what :meth:`parse_devices` returned."""
         if "torch" not in sys.modules:
-            with _fanout.off_clock():  # torch's first import is not the plugin's time
-                import_torch()  # accelctl's own: a malformed package cannot break it
+            import_torch()  # accelctl's own: a malformed package cannot break it
         return cast("list[torch.device]", self._call("get_parallel_devices", devices))
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:

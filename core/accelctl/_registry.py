@@ -107,6 +107,14 @@ class Registry:
         """The handles of the entry points named ``name`` (more than one is a conflict)."""
         return list(self._scan().get(name.lower(), ()))
 
+    def named(self, name: object) -> AcceleratorHandle | None:
+        """The one handle whose canonical name is ``name`` (any case), not loaded; None for
+        anything else (``"auto"``, an alias, a name claimed twice, not a str)."""
+        if not isinstance(name, str):
+            return None
+        handles = self._scan().get(name.strip().lower(), [])
+        return handles[0] if len(handles) == 1 else None
+
     def enabled(self) -> list[AcceleratorHandle]:
         """Every handle that ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` leave enabled."""
         return [handle for handle in self.plugins() if handle.state != "disabled"]
@@ -145,7 +153,6 @@ class Registry:
                 distributions=[h.distribution or h.name for h in owners],
             )
         if owners:
-            _fanout.working_for(owners[0])  # a named command's deadline: this plugin's from here
             return owners[0]
         unanswered = [
             (handle, aliases)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import _fanout, _settings
+from . import _settings
 from ._accelerator import Accelerator
 from ._errors import (
     AccelctlError,
@@ -148,9 +148,7 @@ def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
         statuses = [s for s in statuses if s.error is not None or s.family == family]
     available = [s for s in statuses if s.available]
     if available:
-        chosen = min(available, key=lambda s: (-(s.priority or 0), s.name)).accelerator
-        _fanout.working_for(chosen)  # a named command's deadline: this plugin's from here
-        return chosen
+        return min(available, key=lambda s: (-(s.priority or 0), s.name)).accelerator
     if family is None:
         loadable = [s for s in statuses if s.error is None]
         installed = ", ".join(f"{s.name} ({_why(s)})" for s in loadable) or "none"
@@ -230,8 +228,24 @@ def resolve(
         DeviceSpecError: each with a message that says what to do.
     """
     chosen = _settings.SelectionVariables.read(environ)  # now, before any plugin code runs
-    processes = processes_here(environ)
     handle = _select(accelerator, registry or get_registry(), chosen.accelerator)
+    return resolve_chosen(handle, accelerator, devices, environ=environ, chosen=chosen)
+
+
+def resolve_chosen(
+    handle: AcceleratorHandle,
+    accelerator: Any,
+    devices: Any,
+    *,
+    environ: Mapping[str, str] | None = None,
+    chosen: _settings.SelectionVariables | None = None,
+) -> Selection:
+    """The second half of :func:`resolve`: the devices of ``handle``, which
+    :func:`select_accelerator` chose for ``accelerator`` (what the user asked, for messages).
+    ``chosen``: the variables as :func:`resolve` read them (else read from ``environ`` now)."""
+    if chosen is None:
+        chosen = _settings.SelectionVariables.read(environ)
+    processes = processes_here(environ)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
     if automatic and chosen.devices:

@@ -81,7 +81,7 @@ def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats
     primed: list[tuple[float, float]] = []  # (found, read thrown away), per accelerator
     broken: list[DeviceStats] = []
     if name is not None:
-        handles = [run_one(lambda: select_accelerator(name))]
+        handles = [run_one(lambda: select_accelerator(name), get_registry().named(name))]
         found = time.monotonic()
         _read_all(handles)
         primed.append((found, time.monotonic()))

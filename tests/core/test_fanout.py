@@ -137,17 +137,33 @@ def test_auto_skips_a_plugin_that_does_not_answer(
 def test_a_named_commands_late_plugin_is_named_however_it_was_chosen(
     fake_site: FakeSite, gate: ModuleType, monkeypatch: pytest.MonkeyPatch, asked: str
 ) -> None:
-    # `accelctl resolve` runs its whole work under one deadline: the plugin it picked (by
-    # "auto", its alias "stuckalias" or its name) is the one named when it stops answering.
+    # `accelctl resolve` chooses the plugin first (by "auto", its alias "stuckalias" or its
+    # name), then resolves its devices under a deadline of that plugin's: the plugin it picked
+    # is the one named when it stops answering, and no handle or registry knows of deadlines.
+    from accelctl.cli._selecting import resolve_in_time
+
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", str(DEADLINE_S))
+    monkeypatch.setenv("ACCELCTL_PLUGINS", "stuckdev")
+    for variable in ("ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES"):
+        monkeypatch.delenv(variable, raising=False)
     fake_site.install("acme-stuckdev", {"stuckdev": "fakeplugins.waiting:WaitsInParseDevices"})
-    registry = Registry(path=fake_site.path)
     with pytest.raises(PluginHookError) as caught:
-        _fanout.run_one(lambda: resolve(asked, registry=registry, environ={}))
+        resolve_in_time(asked, "auto")
     assert str(caught.value).startswith(
         f"accelerator 'stuckdev' (acme-stuckdev 1.0): parse_devices() did not answer within "
         f"{DEADLINE_S} s"
     )
+
+
+def test_the_handle_registry_and_selection_set_no_deadline() -> None:
+    # The handle, the registry and the selection call plugins in the caller's thread and know
+    # nothing of deadlines: only the fan-out and the places that ask many plugins (or run a
+    # command) under it do.
+    root = Path(accelctl.__file__).parent
+    for module in ("_plugin.py", "_registry.py", "_selection.py", "_loading.py", "_status.py"):
+        text = (root / module).read_text()
+        for name in ("working_for", "off_clock", "restart_clock", "run_one"):
+            assert name not in text, f"{module} refers to the deadline ({name})"
 
 
 # -- one, inline ----------------------------------------------------------------------------

@@ -8,15 +8,14 @@ import re
 
 import click
 
-from .._fanout import run_one
 from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
 from .._launching.handoff import devices_spec
 from .._launching.options import NodeOptionError, plan_nodes
 from .._launching.scripts import launch_script
-from .._selection import resolve
 from .._supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
+from ._selecting import resolve_in_time
 
 #: One label of a host name (RFC 1123): letters, digits and inner hyphens, 63 at most.
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -137,7 +136,7 @@ def launch_command(
             raise click.UsageError(exc.problem) from None
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
     # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
-    selection = run_one(lambda: resolve(accelerator, devices))
+    selection = resolve_in_time(accelerator, devices)
     crowded = cpu_oversubscription(selection, option="--devices ")
     if crowded:  # a choice the user may mean (trying a multi-process set-up): said, not refused
         click.echo(f"accelctl launch: warning: {crowded}", err=True)

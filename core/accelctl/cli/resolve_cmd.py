@@ -5,10 +5,9 @@ from __future__ import annotations
 import click
 
 from .._errors import AccelctlError
-from .._fanout import run_one
-from .._selection import resolve
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json
+from ._selecting import resolve_in_time
 
 
 @click.command("resolve")
@@ -19,7 +18,7 @@ def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
     """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
     the selection is impossible (with --json, also as {"error", "error_type"} on stdout)."""
     try:
-        selection = run_one(lambda: resolve(accelerator, devices))
+        selection = resolve_in_time(accelerator, devices)
     except AccelctlError as exc:
         if as_json:  # a program reading stdout gets a document either way
             emit_json({"error": " ".join(str(exc).split()), "error_type": type(exc).__name__})

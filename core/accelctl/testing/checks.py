@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from types import FrameType
 
 from accelctl import AccelctlError, AcceleratorHandle, _fanout, hookspecs
-from accelctl._loading import name_of
 from accelctl._registry import Registry, get_registry
 from accelctl._text import one_line, safe_repr
 
@@ -207,9 +206,7 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
                 run.skip_rest("nothing to check: no installed accelerator has this name")
                 return None
     else:
-        handle = AcceleratorHandle(name_of(accelerator))
-        with _fanout.one_at_a_time():
-            handle._load(accelerator)
+        handle = AcceleratorHandle.from_object(accelerator, check=False)
     run.name = handle.name
     run.distribution, run.version = handle.distribution, handle.version
     handle.load()
