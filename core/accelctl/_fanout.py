@@ -31,9 +31,9 @@ from ._errors import AccelctlError
 #: shares one interpreter lock, so more only help plugins that wait, and add contention.
 MAX_WORKERS = 8
 #: How long every running thread must have been busy with one plugin before another starts:
-#: plain Python shares one interpreter lock, so threads help only plugins that wait. Measured
-#: (issue 27): `list` of 1000 quick plugins took 1.69x the wall clock (1.83x the CPU) with 8
-#: threads from the start as with one.
+#: plain Python shares one interpreter lock, so threads help only plugins that wait: 8 threads
+#: from the start made `list` of 1000 quick plugins slower than one, in wall clock and in CPU
+#: (docs/performance.md).
 GROW_AFTER_S = 0.02
 #: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
 POLL_S = 0.2

@@ -49,9 +49,9 @@ class _Specs(pluggy.PluginManager):
                 return None
         elif isinstance(plugin, Accelerator) and name not in vars(plugin):
             # A class plugin's methods, read from its classes' namespaces: pluggy's static
-            # look-up of each of an instance's ~50 attributes through the ABC metaclass cost a
-            # class plugin 0.9 ms to load, a module 0.12 ms (issue 27's in-repo plugins became
-            # classes). What pluggy then verifies is unchanged.
+            # look-up of each of an instance's ~50 attributes through the ABC metaclass made a
+            # class plugin several times slower to load than a module (python -m bench
+            # --sections scaling). What pluggy then verifies is unchanged.
             value = next(
                 (vars(cls)[name] for cls in type(plugin).__mro__ if name in vars(cls)), None
             )

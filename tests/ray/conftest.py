@@ -27,7 +27,7 @@ DRIVER = Path(__file__).with_name("ray_run.py")
 DRIVER_TIMEOUT_S = 1800
 
 #: Two of Ray Train V2's own features that a run on loopback has no use for and that cost this
-#: 2-core machine CPU in every run (the CPU the cluster used, measured: docs/ray.md, "Tests"):
+#: 2-core machine CPU in every run:
 #: the preemption watcher, an actor per run that polls Ray for nodes being drained (a cloud's
 #: reclaimed instances), and the metrics callbacks, which export figures no one reads here. The
 #: bridge uses neither. Set for the driver (where Ray Train chooses its callbacks) and the nodes.
