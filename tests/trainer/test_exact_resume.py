@@ -43,6 +43,17 @@ SCRIPT = Path(__file__).with_name("resume_run.py")
 LAUNCH_TIMEOUT_S = 900
 
 
+@pytest.fixture(scope="module", autouse=True)
+def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """hypothesis's own files (its cache of constants, even without a database) in a folder of
+    the tests', not in the working directory."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
+    yield
+    set_hypothesis_home_dir(None)
+
+
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Any]:
     """The final weights of the uninterrupted fit of a loader (with FSDP or not), each computed
@@ -108,10 +119,14 @@ def test_property_any_stop_and_loader_resumes_to_the_uninterrupted_weights(
     )
     @given(cases(fsdp))
     @example(Case("generator", "signal", 8 * EPOCHS, fsdp))  # at the very last step
+    @example(Case("stateful", "epoch-end", 2, fsdp))  # the default checkpoint, own order
     def resumes_exactly(case: Case) -> None:
         check(case, tmp_path_factory.mktemp("case"), expected)
+        ran.append(case)
 
+    ran: list[Case] = []
     resumes_exactly()
+    assert len(ran) >= 8, ran  # the explicit examples and those drawn
 
 
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
@@ -122,6 +137,7 @@ def test_property_two_processes_resume_to_the_uninterrupted_weights(
     examples in both, and fails the launch on a difference)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
     env.pop("SLURM_JOB_ID", None)  # the requeue signal stops the fit, requeues nothing
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path / "hypothesis")  # not the working dir
     command = [sys.executable, "-m", "accelctl", "launch", "--cpu", "--devices", "2"]
     done = subprocess.run(
         [*command, str(SCRIPT), str(tmp_path), "fsdp" if fsdp else "ddp"],
