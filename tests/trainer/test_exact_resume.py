@@ -204,3 +204,17 @@ def _net() -> Any:
     from resume_cases import Net
 
     return Net()
+
+
+def test_a_batch_samplers_sampler_is_told_the_epoch(tmp_path: Path) -> None:
+    from resume_cases import EpochSampler
+    from torch.utils.data import BatchSampler
+
+    from accelctl._training.data import set_epoch
+
+    inner = EpochSampler(80)
+    loader = DataLoader(
+        make_loader("shuffle").dataset, batch_sampler=BatchSampler(inner, 10, False)
+    )
+    set_epoch(loader, 3)
+    assert inner.epoch == 3

@@ -116,7 +116,17 @@ def shard_loader(
 
 
 def set_epoch(loader: Iterable[Any], epoch: int) -> None:
-    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process)."""
-    set_sampler_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
-    if callable(set_sampler_epoch):
-        set_sampler_epoch(epoch)
+    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
+    ``set_epoch`` of the loader's sampler, of its batch sampler, and of the batch sampler's
+    sampler, each once (a custom batch sampler often wraps a ``DistributedSampler``)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    told: list[Any] = []
+    for part in (
+        getattr(loader, "sampler", None),
+        batch_sampler,
+        getattr(batch_sampler, "sampler", None),
+    ):
+        set_part_epoch = getattr(part, "set_epoch", None)
+        if callable(set_part_epoch) and all(part is not other for other in told):
+            set_part_epoch(epoch)
+            told.append(part)
