@@ -1,19 +1,21 @@
-"""From a plugin object to the table of its hook functions, validated once by pluggy.
+"""From a plugin object to the table of its hook functions, validated once, at load.
 
-accelctl calls one plugin's hook at a time, which pluggy's callers do not offer; so a plugin is
-registered in one shared ``PluginManager`` once, checked, its hook functions copied into a plain
-table, and unregistered again (docs/concepts.md section 2a, "pluggy along its grain").
+accelctl calls one plugin's hook at a time, as a plain call; it never broadcasts a hook through a
+pluggy hook caller. So a plugin is not registered in a ``PluginManager``: the checks pluggy would
+make when registering it (each marked name a known hook, no parameter the hook's specification
+lacks, no wrapper) are made here against :mod:`accelctl.hookspecs`, whose signatures are read
+once, and its hook functions go into a plain table (docs/concepts.md section 2a). pluggy's
+markers stay the contract's: ``@accelctl.hookimpl`` on a module's functions, and the
+``@accelctl.hookspec`` specifications.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FunctionType, ModuleType
 from typing import Any, NamedTuple
-
-import pluggy
 
 from . import hookspecs
 from ._accelerator import Accelerator
@@ -28,49 +30,76 @@ _MARKER = f"{PROJECT_NAME}_impl"
 _ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", "setup_device"})
 
 
-class _Specs(pluggy.PluginManager):
-    """pluggy's manager with accelctl's hook specs; the methods of an
-    :class:`~accelctl.Accelerator` subclass named after hooks are hooks without markers."""
+class _Impl(NamedTuple):
+    """One hook of a plugin: its function (bound, for a method), the names of its parameters
+    without a default, and its marker's options (``{}`` for an unmarked method of an
+    :class:`~accelctl.Accelerator` subclass)."""
 
-    def __init__(self) -> None:
-        super().__init__(PROJECT_NAME)
-        self.add_hookspecs(hookspecs)
-
-    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
-        if isinstance(plugin, ModuleType):
-            # A module's hooks are its marked functions, read from its namespace as pluggy's
-            # static look-up would (which, over every attribute, was most of a plugin's load);
-            # its other attributes (imports, constants, classes) can be no hook.
-            value = vars(plugin).get(name)
-            if isinstance(value, FunctionType):
-                opts = getattr(value, _MARKER, None)
-                return opts if isinstance(opts, dict) else None
-            if not inspect.isroutine(value):
-                return None
-        elif isinstance(plugin, Accelerator) and name not in vars(plugin):
-            # A class plugin's methods, read from its classes' namespaces: pluggy's static
-            # look-up of each of an instance's ~50 attributes through the ABC metaclass made a
-            # class plugin several times slower to load than a module (python -m bench
-            # --sections scaling). What pluggy then verifies is unchanged.
-            value = next(
-                (vars(cls)[name] for cls in type(plugin).__mro__ if name in vars(cls)), None
-            )
-            if isinstance(value, FunctionType):
-                opts = getattr(value, _MARKER, None)
-                if isinstance(opts, dict):
-                    return opts
-                return {} if name in hookspecs.ALL_HOOKS else None
-            if not isinstance(value, (staticmethod, classmethod)):
-                return None  # data, properties, object's own slots: no hook
-        opts = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and isinstance(plugin, Accelerator) and name in hookspecs.ALL_HOOKS:
-            return {}
-        return opts
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+    opts: dict[str, Any]
 
 
 @functools.cache
-def _manager() -> _Specs:
-    return _Specs()
+def _spec_arguments() -> dict[str, tuple[str, ...]]:
+    """Each hook's parameters, from its specification in :mod:`accelctl.hookspecs`."""
+    return {
+        name: tuple(inspect.signature(getattr(hookspecs, name)).parameters)
+        for name in hookspecs.ALL_HOOKS
+    }
+
+
+def _argnames(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameters a call must pass (those without a default), as pluggy counts them: of a
+    bound method without ``self``."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: no parameter to check
+        return ()
+    return tuple(
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    )
+
+
+def _marked(value: object) -> dict[str, Any] | None:
+    opts = getattr(value, _MARKER, None)
+    return opts if isinstance(opts, dict) else None
+
+
+def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """``(name, function, options)`` of every hook ``plugin`` offers: a module's marked
+    functions; an :class:`~accelctl.Accelerator`'s methods named after hooks, and its marked
+    ones; any other object's marked attributes (reading them may run its code)."""
+    if isinstance(plugin, ModuleType):
+        for name, value in list(vars(plugin).items()):
+            opts = _marked(value) if inspect.isroutine(value) else None
+            if opts is not None:
+                yield name, value, opts
+        return
+    if isinstance(plugin, Accelerator):
+        # Read from the classes' namespaces, the nearest definition first (data and properties
+        # named after a hook are no hook, and are not run); then bound to the instance.
+        methods: dict[str, object] = {}
+        for cls in type(plugin).__mro__:
+            for name, value in vars(cls).items():
+                if name in hookspecs.ALL_HOOKS or _marked(value) is not None:
+                    methods.setdefault(name, value)
+        for name, value in methods.items():
+            if isinstance(value, (FunctionType, staticmethod, classmethod)):
+                bound = getattr(plugin, name)
+                yield name, bound, _marked(value) or _marked(bound) or {}
+        for name, value in list(vars(plugin).items()):  # marked functions set on the instance
+            opts = _marked(value) if inspect.isroutine(value) else None
+            if opts is not None and name not in methods:
+                yield name, value, opts
+        return
+    for name in dir(plugin):
+        value = getattr(plugin, name)  # may run the plugin's code (a property): its failure
+        opts = _marked(value) if inspect.isroutine(value) else None
+        if opts is not None:
+            yield name, value, opts
 
 
 class HookDiagnosis(NamedTuple):
@@ -154,10 +183,10 @@ def instantiate(obj: object, subject: str) -> object:
 
 def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
     """Validate ``plugin`` and take its hook functions into a plain table; ``subject`` names it in
-    the error. Callers hold :func:`accelctl._fanout.one_at_a_time` (the manager is shared).
+    the error.
 
-    :raises PluginLoadError: pluggy refuses it, reading its attributes raised, or a hook is
-        unknown, missing or a wrapper.
+    :raises PluginLoadError: reading its attributes raised, or a hook is unknown, missing, a
+        wrapper, or takes a parameter its specification does not have.
     """
     impls = _registered(plugin, subject)
     missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
@@ -183,9 +212,8 @@ def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
 
 
 def diagnose(plugin: object) -> HookDiagnosis | None:
-    """The plugin's :class:`HookDiagnosis`, pluggy asked again (the conformance checks' detail);
-    None where pluggy refuses it or reading its attributes raises. Callers hold
-    :func:`accelctl._fanout.one_at_a_time`."""
+    """The plugin's :class:`HookDiagnosis`, read again (the conformance checks' detail); None
+    where a hook takes a parameter its specification lacks or reading its attributes raises."""
     try:
         impls = _registered(plugin, "")
         missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
@@ -204,36 +232,43 @@ def _error(subject: str, problem: str) -> PluginLoadError:
     return PluginLoadError(f"{subject}: {problem}")
 
 
-def _registered(plugin: object, subject: str) -> dict[str, Any]:
-    """pluggy's ``HookImpl`` of each hook of ``plugin``, by hook name: registered in the shared
-    manager, read, and unregistered again."""
-    manager = _manager()
+def _registered(plugin: object, subject: str) -> dict[str, _Impl]:
+    """Each hook ``plugin`` offers, by name, checked against its specification (an unknown name
+    is kept for the caller to name); ``subject`` names the plugin in the error.
+
+    :raises PluginLoadError: reading its attributes raised, or a hook takes a parameter its
+        specification does not have.
+    """
     try:
-        # pluggy reads every attribute of the plugin, and so may run its code (a property)
-        manager.register(plugin)
-    except BaseException as exc:
-        if manager.is_registered(plugin):  # pluggy leaves a refused plugin half registered
-            manager.unregister(plugin)
-        if isinstance(exc, (pluggy.PluginValidationError, ValueError)):  # ValueError: twice
-            raise _error(subject, clean(str(exc))) from exc
-        # the plugin's attributes raised while pluggy read them
+        found = list(_found_hooks(plugin))
+    except BaseException as exc:  # the plugin's attributes raised while they were read
         raise _error(subject, f"registering it failed: {failure_text(exc)}") from exc
-    try:
-        callers = manager.get_hookcallers(plugin) or []
-        return {caller.name: caller.get_hookimpls()[0] for caller in callers}
-    finally:
-        manager.unregister(plugin)
+    specs = _spec_arguments()
+    impls: dict[str, _Impl] = {}
+    for name, function, opts in found:
+        argnames = _argnames(function)
+        spec = specs.get(name)
+        extra = [arg for arg in argnames if spec is not None and arg not in spec]
+        if extra:
+            raise _error(
+                subject,
+                f"hook {name}() takes {', '.join(repr(arg) for arg in extra)}, which its "
+                f"specification does not have (accelctl.hookspecs.{name}"
+                f"({', '.join(spec or ())})); a hook may take fewer parameters, never others",
+            )
+        impls[name] = _Impl(function, argnames, opts)
+    return impls
 
 
 def _unmarked(plugin: object, missing: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(hook for hook in missing if callable(getattr(plugin, hook, None)))
 
 
-def _wrappers(impls: dict[str, Any]) -> tuple[str, ...]:
+def _wrappers(impls: dict[str, _Impl]) -> tuple[str, ...]:
     return tuple(
         name
         for name, impl in impls.items()
-        if getattr(impl, "wrapper", False) or getattr(impl, "hookwrapper", False)
+        if impl.opts.get("wrapper") or impl.opts.get("hookwrapper")
     )
 
 

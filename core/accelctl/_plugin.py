@@ -125,8 +125,7 @@ class AcceleratorHandle:
         if isinstance(obj, cls):
             return obj
         handle = cls(name or name_of(obj))
-        with _fanout.one_at_a_time():
-            handle._load(obj)
+        handle._load(obj)
         return handle.check() if check else handle
 
     # -- identity -----------------------------------------------------------------------------
@@ -238,8 +237,7 @@ class AcceleratorHandle:
         where pluggy refuses it."""
         if self.plugin is None:
             return None
-        with _fanout.one_at_a_time():
-            return diagnose(self.plugin)
+        return diagnose(self.plugin)
 
     def check(self) -> AcceleratorHandle:
         """Load the plugin and return the handle, or raise why it cannot be used.

@@ -77,7 +77,7 @@ BROKEN = {
         "missing required hook(s) get_parallel_devices, device_stats; device_stats defined but "
         "not marked",
     ),
-    "badarg": ("fakeplugins.unknown_argument", "can not be found in the hookspec"),
+    "badarg": ("fakeplugins.unknown_argument", "which its specification does not have"),
     "raises": (
         "fakeplugins.hostile:DetectRaises",
         "hook detect() raised RuntimeError: driver exploded",

@@ -166,12 +166,7 @@ def probe_accelerator(
     if isinstance(accelerator, AcceleratorHandle):
         handle = accelerator.load()
     else:
-        from accelctl import _fanout
-        from accelctl._loading import name_of
-
-        handle = AcceleratorHandle(name_of(accelerator))
-        with _fanout.one_at_a_time():
-            handle._load(accelerator)
+        handle = AcceleratorHandle.from_object(accelerator, check=False)
     if handle.state != "loaded":
         error = one_line(handle.error or f"{handle.name!r} is {handle.state}")
         return CapabilityReport(handle.name, "broken", reason=error, problems=(error,))
