@@ -107,19 +107,21 @@ def save_atomic(state: Mapping[str, Any], path: Path, *, last_good: Path | None 
             recorded = _RecordingFile(file)
             torch.save(dict(state), cast("IO[bytes]", recorded))
             # Not fsync-ed: the replace guards against a kill; an fsync would guard against a
-            # power cut too, at ~30 ms for a few MiB every epoch.
+            # power cut too, at a cost of most of the write's time.
             file.flush()
         os.replace(temporary, path)
     except BaseException as exc:
         written = temporary.stat().st_size if temporary.exists() else 0
-        temporary.unlink(missing_ok=True)
+        cause = None
         if isinstance(exc, Exception):
             cause = recorded.failure or (exc if isinstance(exc, OSError) else None)
             # torch's zip writer may swallow the OSError of a write and raise its own
-            # RuntimeError ("unexpected pos") later, when it closes the archive.
+            # RuntimeError ("unexpected pos") later, when it closes the archive: ask the disk,
+            # before the temporary file's space is given back.
             cause = cause or _full_disk_or_limit(path.parent, written)
-            if cause is not None:
-                raise unwritable(path, cause, last_good=last_good or path) from exc
+        temporary.unlink(missing_ok=True)
+        if cause is not None:
+            raise unwritable(path, cause, last_good=last_good or path) from exc
         raise
 
 
