@@ -36,12 +36,19 @@ class LaunchInterruptedError(AccelctlError):
 
     :param resume: what the launched Trainer's last checkpoint is and how to resume from it
         (one clause, :func:`accelctl._launching.scripts.resume_clause`), when it wrote one.
+    :param processes: where the launched processes were when the signal came, in words
+        (:data:`STOPPED`, :data:`NOT_STARTED`, :data:`ENDED`).
     """
 
-    def __init__(self, signum: int, resume: str | None = None) -> None:
+    #: What the message says of the launched processes.
+    STOPPED = "; the launched processes were stopped"
+    NOT_STARTED = " before any process was started"
+    ENDED = " after the launched processes had ended"
+
+    def __init__(self, signum: int, resume: str | None = None, processes: str = STOPPED) -> None:
         name = signal.Signals(signum).name
         how = "Ctrl-C" if signum == signal.SIGINT else name
-        message = f"interrupted by {how}; the launched processes were stopped"
+        message = f"interrupted by {how}{processes}"
         super().__init__(f"{message}; {resume}" if resume else message)
         self.signum = signum
 

@@ -65,5 +65,45 @@ def test_a_signal_after_the_workers_ended_is_the_launchers_line(
     assert code == 128 + signum, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == (
-        f"accelctl launch: interrupted by {how}; the launched processes were stopped"
+        f"accelctl launch: interrupted by {how} after the launched processes had ended"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_accelerator_is_chosen_is_the_launchers_line(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # Before any process starts (a plugin's detect() taking its time, say): the same line.
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('never started')\n")
+    driver = textwrap.dedent(
+        f"""
+        import os, runpy, sys, time
+        import accelctl.cli.launch_cmd as launch_cmd
+
+        def choosing(*args, **kwargs):
+            os.kill(os.getpid(), {int(signum)})
+            time.sleep(30)  # the signal's handler runs before this ends
+
+        launch_cmd.resolve_in_time = choosing
+        sys.argv = ["accelctl", "launch", "--cpu", "--devices", "2", {str(script)!r}]
+        runpy.run_module("accelctl", run_name="__main__")
+        """
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", driver],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=LAUNCH_TIMEOUT_S,
+        check=False,
+    )
+    how = "Ctrl-C" if signum == signal.SIGINT else signum.name
+    assert done.returncode == 128 + signum, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "never started" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"accelctl launch: interrupted by {how} before any process was started"
     )

@@ -77,32 +77,45 @@ def launch_script(
     command = launch_command_line(
         selection.shown_name, devices_spec(selection.parsed), [script, *script_args]
     )
+    phase = Phase()
     with (
-        interrupted_anywhere(),
+        interrupted_anywhere(phase),
         tempfile.TemporaryDirectory(prefix="accelctl-note-", ignore_cleanup_errors=True) as notes,
     ):
         # Rank 0's Trainer notes each checkpoint here, for the report of an interrupted launch.
         note = os.path.join(notes, "checkpoint.json")
         env[_settings.LAUNCH_NOTE] = note
         try:
-            _launch(script, script_args, selection, nodes, env, quiet, max_restarts)
+            phase.processes = LaunchInterruptedError.STOPPED
+            _launch(script, script_args, selection, nodes, env, quiet, max_restarts, phase)
         except LaunchInterruptedError as exc:
-            raise LaunchInterruptedError(exc.signum, resume_clause(note, command)) from None
+            clause = resume_clause(note, command)
+            raise LaunchInterruptedError(exc.signum, clause, phase.processes) from None
     return selection
 
 
-def _interrupted(signum: int, frame: object) -> NoReturn:
-    raise LaunchInterruptedError(signum)
+class Phase:
+    """Where a launch's processes are, for the message of a signal (see
+    :class:`LaunchInterruptedError`): not started until the launch begins them."""
+
+    def __init__(self) -> None:
+        self.processes = LaunchInterruptedError.NOT_STARTED
 
 
 @contextlib.contextmanager
-def interrupted_anywhere() -> Iterator[None]:
+def interrupted_anywhere(phase: Phase | None = None) -> Iterator[None]:
     """While in force, SIGINT and SIGTERM end the launcher with :class:`LaunchInterruptedError`
     wherever it is (the CLI's one line and ``128 + signal``): before its processes start, while
     torchrun shuts down after they ended, while it cleans up (the note of the last checkpoint is
-    read while it is there). Where a handler of the processes'
-    (torchrun's, the single child's wait) is in force, that one stops them first."""
-    with _handling((signal.SIGINT, signal.SIGTERM), _interrupted):
+    read while it is there); the message says where its processes were (``phase``; without one:
+    not started). Where a handler of the processes' (torchrun's, the single child's wait) is in
+    force, that one stops them first."""
+    where = phase or Phase()
+
+    def interrupted(signum: int, frame: object) -> NoReturn:
+        raise LaunchInterruptedError(signum, processes=where.processes)
+
+    with _handling((signal.SIGINT, signal.SIGTERM), interrupted):
         yield
 
 
@@ -148,11 +161,15 @@ def _launch(
     env: dict[str, str],
     quiet: bool,
     max_restarts: int,
+    phase: Phase | None = None,
 ) -> None:
-    """Start the processes of :func:`launch_script` and wait for them."""
+    """Start the processes of :func:`launch_script` and wait for them; ``phase`` says when they
+    have ended."""
     nproc = len(selection.devices)
     if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
         _run_single(script, script_args, env)
+        if phase is not None:
+            phase.processes = LaunchInterruptedError.ENDED
         return
 
     import torch.distributed.run as torchrun
@@ -187,6 +204,8 @@ def _launch(
                 torchruns_handlers_undone(),
             ):
                 run(parse_args(argv))
+            if phase is not None:
+                phase.processes = LaunchInterruptedError.ENDED
         except ChildFailedError as exc:
             failure = RankFailure.from_child_failed(exc, nproc * nodes.nnodes)
             restarts = f" (after {max_restarts} restart(s) of the group)" if max_restarts else ""

@@ -12,7 +12,7 @@ from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
 from .._launching.handoff import devices_spec
 from .._launching.options import NodeOptionError, plan_nodes
-from .._launching.scripts import launch_script
+from .._launching.scripts import interrupted_anywhere, launch_script
 from .._supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 from ._selecting import resolve_in_time
@@ -135,9 +135,14 @@ def launch_command(
         if exc.option is None:
             raise click.UsageError(exc.problem) from None
         raise click.BadParameter(exc.problem, param_hint=exc.option) from None
-    # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
-    selection = resolve_in_time(accelerator, devices)
-    crowded = cpu_oversubscription(selection, option="--devices ")
+    try:
+        with interrupted_anywhere():  # a signal while the accelerator is chosen: the same line
+            # Selected under the deadline, as for `resolve`: a stuck plugin is an error, not a hang.
+            selection = resolve_in_time(accelerator, devices)
+            crowded = cpu_oversubscription(selection, option="--devices ")
+    except LaunchInterruptedError as exc:
+        click.echo(f"accelctl launch: {exc}", err=True)
+        ctx.exit(exc.exit_code)
     if crowded:  # a choice the user may mean (trying a multi-process set-up): said, not refused
         click.echo(f"accelctl launch: warning: {crowded}", err=True)
     try:
