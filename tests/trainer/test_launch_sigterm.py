@@ -41,8 +41,14 @@ def launch_signalled_after_the_workers(
         runpy.run_module("accelctl", run_name="__main__")
         """
     )
+    done = run_driver(tmp_path, driver)
+    return done.returncode, done.stderr
+
+
+def run_driver(tmp_path: Path, driver: str) -> subprocess.CompletedProcess[str]:
+    """``python -c driver`` in ``tmp_path``, without this environment's ``ACCELCTL_*``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", driver],
         capture_output=True,
         text=True,
@@ -51,7 +57,6 @@ def launch_signalled_after_the_workers(
         timeout=LAUNCH_TIMEOUT_S,
         check=False,
     )
-    return done.returncode, done.stderr
 
 
 @pytest.mark.slow
@@ -91,16 +96,7 @@ def test_a_signal_while_the_accelerator_is_chosen_is_the_launchers_line(
         runpy.run_module("accelctl", run_name="__main__")
         """
     )
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
-    done = subprocess.run(
-        [sys.executable, "-c", driver],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=LAUNCH_TIMEOUT_S,
-        check=False,
-    )
+    done = run_driver(tmp_path, driver)
     how = "Ctrl-C" if signum == signal.SIGINT else signum.name
     assert done.returncode == 128 + signum, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "never started" not in done.stderr
