@@ -4,6 +4,7 @@ resuming")."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -263,3 +264,24 @@ def test_a_checkpoint_of_another_kind_still_names_weights_only(tmp_path: Path) -
     torch.save({"format": 1, "model": nn.Linear(2, 2)}, other)
     with pytest.raises(CheckpointError, match=r"weights_only=True\), which refuses anything"):
         resume(tmp_path, other)
+
+
+@pytest.mark.parametrize(
+    ("number", "said"),
+    [
+        (errno.ENOENT, "was removed or replaced while it was written"),
+        (errno.EACCES, "this process may not write in"),
+        (errno.EIO, "a full disk, or a file-size limit"),
+    ],
+)
+def test_a_failed_write_names_its_cause_not_always_the_disk(
+    tmp_path: Path, number: int, said: str
+) -> None:
+    # A folder removed under a writer (another job cleaning up) is no full disk.
+    from accelctl._training.checkpoint import unwritable
+
+    error = unwritable(tmp_path / "run-0" / "last.ckpt", OSError(number, os.strerror(number)))
+    message = str(error)
+    assert message.startswith(f"cannot write checkpoint {tmp_path / 'run-0' / 'last.ckpt'}: ")
+    assert said in message and os.strerror(number) in message
+    assert "there is no earlier checkpoint to resume from" in message

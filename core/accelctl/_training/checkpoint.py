@@ -192,6 +192,10 @@ def _cause(exc: BaseException, folder: Path) -> str:
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         size = "" if limit == resource.RLIM_INFINITY else f" of {limit} bytes"
         return f"{words} (a file-size limit{size}: the job's `ulimit -f`, or the file system's)"
+    if number in (errno.ENOENT, errno.ENOTDIR):
+        return f"{words} (the folder {folder} was removed or replaced while it was written)"
+    if number in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{words} (this process may not write in {folder})"
     return f"{words} (a full disk, or a file-size limit such as the job's?)"
 
 
