@@ -115,18 +115,26 @@ def shard_loader(
     return DataLoader(loader.dataset, sampler=sampler, **options)
 
 
-def set_epoch(loader: Iterable[Any], epoch: int) -> None:
-    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
-    ``set_epoch`` of the loader's sampler, of its batch sampler, and of the batch sampler's
-    sampler, each once (a custom batch sampler often wraps a ``DistributedSampler``)."""
+def sampler_parts(loader: Iterable[Any]) -> list[Any]:
+    """The loader's sampler, its batch sampler and the batch sampler's sampler (a custom batch
+    sampler often wraps a ``DistributedSampler``), those it has, each once: what an epoch's order
+    is asked of (``set_epoch``) and saved from (``state_dict``)."""
     batch_sampler = getattr(loader, "batch_sampler", None)
-    told: list[Any] = []
+    parts: list[Any] = []
     for part in (
         getattr(loader, "sampler", None),
         batch_sampler,
         getattr(batch_sampler, "sampler", None),
     ):
+        if part is not None and all(part is not other for other in parts):
+            parts.append(part)
+    return parts
+
+
+def set_epoch(loader: Iterable[Any], epoch: int) -> None:
+    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
+    ``set_epoch`` of each of the loader's :func:`sampler_parts` that has one."""
+    for part in sampler_parts(loader):
         set_part_epoch = getattr(part, "set_epoch", None)
-        if callable(set_part_epoch) and all(part is not other for other in told):
+        if callable(set_part_epoch):
             set_part_epoch(epoch)
-            told.append(part)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import warn_user
+from .data import sampler_parts
 
 if TYPE_CHECKING:
     import torch
@@ -105,13 +106,7 @@ def _stateful_parts(loader: Iterable[Any]) -> list[Any]:
     once, in that order."""
     from torch.utils.data import DataLoader
 
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    candidates = [
-        getattr(loader, "sampler", None),
-        batch_sampler,
-        getattr(batch_sampler, "sampler", None),
-        getattr(loader, "dataset", None),
-    ]
+    candidates = [*sampler_parts(loader), getattr(loader, "dataset", None)]
     if not isinstance(loader, DataLoader):
         candidates.append(loader)
     found: list[Any] = []
