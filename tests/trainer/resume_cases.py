@@ -194,9 +194,13 @@ def uninterrupted(loader: str, fsdp: bool, root: Path) -> dict[str, torch.Tensor
     return model.final
 
 
-def stopped_and_resumed(case: Case, root: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def stopped_and_resumed(
+    case: Case, root: Path
+) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """The final weights of ``case``'s fit, stopped and resumed; the checkpoint it resumed from
-    (its ``epoch``, ``batches_done`` and ``global_step``)."""
+    (its ``epoch``, ``batches_done`` and ``global_step``), read by rank 0 only (None elsewhere):
+    rank 0 writes ``last.ckpt``, and another rank may stop at its next step while rank 0 still
+    replaces the file (the resumed fit reads it after rank 0 has planned the run)."""
     seed_everything(0)
     try:
         case.trainer(root).fit(Net(case.stop_step, case.stop), make_loader(case.loader))
@@ -204,8 +208,10 @@ def stopped_and_resumed(case: Case, root: Path) -> tuple[dict[str, torch.Tensor]
         pass
     else:
         raise AssertionError(f"{case} did not stop")
-    last = torch.load(root / "checkpoints" / "run-0" / "last.ckpt", weights_only=True)
-    point = {key: last[key] for key in ("epoch", "batches_done", "global_step")}
+    point = None
+    if world()[0] == 0:
+        last = torch.load(root / "checkpoints" / "run-0" / "last.ckpt", weights_only=True)
+        point = {key: last[key] for key in ("epoch", "batches_done", "global_step")}
     seed_everything(1234)  # another process: other initial weights, other random states
     model = Net()
     case.trainer(root).fit(model, make_loader(case.loader), ckpt_path="last")

@@ -71,7 +71,7 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], 
 
 def check(case: Case, root: Path, expected: Callable[[str, bool], Any]) -> None:
     weights, point = stopped_and_resumed(case, root)
-    assert point["global_step"] == resume_point(case), (case, point)
+    assert point is not None and point["global_step"] == resume_point(case), (case, point)
     assert differences(weights, expected(case.loader, case.fsdp)) == [], (case, point)
 
 
