@@ -139,12 +139,15 @@ def scan(
     *,
     warn: bool = True,
     groups: Sequence[str] = _GROUPS,
+    unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
     """Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
     ``path`` (default: ``sys.path``); a distribution installed twice counts once (the first, as
     for imports). ``warn``: name a broken one that declares none of ``groups`` (a second scan
     need not say it again). A broken file's entries in ``groups`` come with its ``problem``
-    (torch's backends: none; torch's own autoload reports them)."""
+    (torch's backends: none; torch's own autoload reports them). ``unreadable``, where given,
+    receives the problem of every ``entry_points.txt`` that cannot be read, which would break
+    torch's backend autoload."""
     headers = tuple(f"[{group}]" for group in groups)
     seen: set[str] = set()
     for key, origin in distributions(path):
@@ -155,13 +158,13 @@ def scan(
             text = _entry_points_text(origin)
         except UnicodeDecodeError as exc:  # keep what can be read, to find the sections
             text = bytes(exc.object).decode("utf-8", "replace")
-            yield from _entries(origin, text, exc, warn, groups, headers)
+            yield from _entries(origin, text, exc, warn, groups, headers, unreadable)
             continue
         except Exception as exc:
-            yield from _entries(origin, "", exc, warn, groups, headers)
+            yield from _entries(origin, "", exc, warn, groups, headers, unreadable)
             continue
         if text:
-            yield from _entries(origin, text, None, warn, groups, headers)
+            yield from _entries(origin, text, None, warn, groups, headers, unreadable)
 
 
 def distributions(
@@ -234,6 +237,7 @@ def _entries(
     warn: bool,
     groups: Sequence[str],
     headers: Sequence[str],
+    unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
     """The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
     it is bad."""
@@ -272,6 +276,8 @@ def _entries(
         f"cannot read the entry points of distribution {dist_name or '?'} "
         f"({folder_of(origin, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}"
     )
+    if unreadable is not None:
+        unreadable.append(problem)
     if not declared:
         if not warn:
             return

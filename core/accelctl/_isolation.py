@@ -15,8 +15,8 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, NoReturn, TextIO, cast
 
-from ._discovery import TORCH_BACKENDS_GROUP, scan
-from ._errors import PluginWarning, warn_user
+from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
+from ._errors import PluginLoadError, PluginWarning, warn_user
 from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
 
@@ -167,10 +167,11 @@ def _undo_path(before: list[str]) -> list[str]:
 
 
 # -- torch ------------------------------------------------------------------------------------
-# accelctl imports torch itself, for the core and the plugins (:mod:`accelctl.torch_build` is
-# their public name): with torch's backend autoload off, then the ``torch.backends`` entry points
-# loaded from accelctl's own scan, which skips a distribution whose ``entry_points.txt`` is
-# malformed (torch's autoload fails on it: section 11, "a broken distribution breaks only itself").
+# accelctl imports torch for the core and the plugins (:mod:`accelctl.torch_build` is their public
+# name) as the user would, torch's own backend autoload included, unless a distribution's
+# ``entry_points.txt`` cannot be read: torch's autoload fails on it (section 11, "a broken
+# distribution breaks only itself"), so there, and only there, the autoload is off for the import
+# and the ``torch.backends`` entry points are loaded from accelctl's scan, which skips it.
 
 
 def loaded_torch() -> ModuleType | None:
@@ -186,19 +187,44 @@ AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def import_torch() -> ModuleType:
-    """``import torch`` with its autoload off, then its out-of-tree backends loaded from
-    accelctl's scan (:func:`load_backends`), which skips a malformed ``entry_points.txt`` that
-    torch's own autoload fails on; nothing when torch is imported already."""
+    """``import torch``, nothing when it is imported already. Where a distribution's
+    ``entry_points.txt`` cannot be read (torch's backend autoload would fail on it), torch is
+    imported with its autoload off and its out-of-tree backends loaded from accelctl's scan
+    (:func:`load_backends`), which skips that distribution.
+
+    :raises PluginLoadError: an out-of-tree backend failed to load with torch (torch's own
+        autoload, which fails the import: the error names the backend and how to turn it off).
+    """
     loaded = loaded_torch()
     if loaded is not None:
         return loaded
+    unreadable: list[str] = []
+    backends = [
+        found
+        for found in scan(warn=False, groups=(TORCH_BACKENDS_GROUP,), unreadable=unreadable)
+        if found.problem is None
+    ]
+    if not unreadable:
+        try:
+            import torch  # heavy: only here, where accelctl imports torch
+        except RuntimeError as exc:
+            if "backend extension" not in str(exc):  # torch's own words for its autoload
+                raise
+            raise PluginLoadError(
+                f"importing torch failed: {describe_exception(exc)}; uninstall that backend's "
+                f"package, or set {AUTOLOAD_VARIABLE}=0 to keep torch from loading it"
+            ) from exc
+        return torch
     torch = import_torch_alone()  # where another thread imports it, this waits for it
-    load_backends()
+    _load(backends, strict=False)
     return torch
 
 
 def import_torch_alone() -> ModuleType:
-    """``import torch`` without its out-of-tree backends (see :func:`load_backends`)."""
+    """``import torch`` without its out-of-tree backends (see :func:`load_backends`): torch's
+    autoload switch is off for the import and put back after (where a distribution's
+    ``entry_points.txt`` cannot be read, and the conformance kit, which times the backends with
+    a plugin's first ``detect()``)."""
     previous = os.environ.get(AUTOLOAD_VARIABLE)
     os.environ[AUTOLOAD_VARIABLE] = "0"
     try:
@@ -217,10 +243,15 @@ def load_backends(strict: bool = False) -> list[str]:
     or, ``strict``, raises."""
     if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
         return []
+    found = scan(warn=False, groups=(TORCH_BACKENDS_GROUP,))
+    return _load([entry for entry in found if entry.problem is None], strict)
+
+
+def _load(backends: list[Found], strict: bool) -> list[str]:
+    if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
+        return []
     loaded = []
-    for found in scan(warn=False):
-        if found.group != TORCH_BACKENDS_GROUP:
-            continue
+    for found in backends:
         entry = metadata.EntryPoint(found.name, found.value, found.group)
         try:
             entry.load()()  # what torch's own autoload does with each entry point

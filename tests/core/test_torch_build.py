@@ -121,3 +121,91 @@ def test_the_cuda_and_xpu_plugins_read_the_build_through_it(
     for module in (accelctl_cuda.probe, accelctl_xpu.probe):
         assert module.probe({}).reason == "torch is not installed (pip install torch)"
     assert reads == ["read", "read"]
+
+
+# -- how accelctl imports torch ------------------------------------------------------------------
+
+#: Run in a fresh interpreter on a fake site: import torch through accelctl while recording every
+#: write of torch's autoload switch to os.environ, then print what happened as JSON.
+_IMPORT_AND_RECORD = """
+import json, os, sys
+writes = []
+environ_type = type(os.environ)
+setitem = environ_type.__setitem__
+def recording(self, key, value):
+    if key == "TORCH_DEVICE_BACKEND_AUTOLOAD":
+        writes.append(value)
+    setitem(self, key, value)
+environ_type.__setitem__ = recording
+import warnings
+warnings.simplefilter("error")  # a PluginWarning would be a failure of what is asked
+from accelctl._isolation import import_torch
+from accelctl import PluginLoadError
+try:
+    import_torch()
+    outcome = "imported"
+except PluginLoadError as exc:
+    outcome = str(exc)
+print(json.dumps({"outcome": outcome, "writes": writes,
+                  "loaded": "backend_marker" in sys.modules,
+                  "switch": os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")}))
+"""
+
+_BACKEND = {"backend_marker": "def load():\n    pass\n"}
+_FAILING = {"backend_failing": "def load():\n    raise RuntimeError('no vendor runtime here')\n"}
+
+
+def _import_in_fresh_interpreter(fake_site) -> dict[str, object]:
+    import json
+    import os
+    import subprocess
+
+    environ = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    environ["PYTHONPATH"] = os.pathsep.join(fake_site.path)
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_AND_RECORD],
+        capture_output=True, text=True, env=environ, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_torch_is_imported_with_its_own_autoload_and_no_change_to_the_environment(
+    fake_site,
+) -> None:
+    fake_site.install(
+        "acme-backend", {"marker": "backend_marker:load"}, modules=_BACKEND, group="torch.backends"
+    )
+    found = _import_in_fresh_interpreter(fake_site)
+    # torch's autoload loaded the backend; accelctl never wrote the switch.
+    assert found == {"outcome": "imported", "writes": [], "loaded": True, "switch": None}
+
+
+def test_only_an_unreadable_entry_points_file_turns_the_autoload_off_around_the_import(
+    fake_site,
+) -> None:
+    fake_site.install(
+        "acme-backend", {"marker": "backend_marker:load"}, modules=_BACKEND, group="torch.backends"
+    )
+    fake_site.install_raw("unrelated", {"entry_points.txt": "[console_scripts]\nno-equals-sign\n"})
+    found = _import_in_fresh_interpreter(fake_site)
+    # Off for the import, put back after, and the backend loaded from accelctl's scan.
+    assert found == {"outcome": "imported", "writes": ["0"], "loaded": True, "switch": None}
+
+
+def test_a_backend_that_fails_to_load_is_named_with_how_to_turn_it_off(fake_site) -> None:
+    fake_site.install(
+        "acme-failing",
+        {"failing": "backend_failing:load"},
+        modules=_FAILING,
+        group="torch.backends",
+    )
+    found = _import_in_fresh_interpreter(fake_site)
+    outcome = str(found["outcome"])
+    assert outcome.startswith("importing torch failed: RuntimeError: Failed to load the backend")
+    assert "Failed to load the backend extension: failing." in outcome
+    assert outcome.endswith(
+        "uninstall that backend's package, or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to keep torch "
+        "from loading it"
+    )
