@@ -58,6 +58,35 @@ _late: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlError]]
 _abandoned: list[threading.Thread] = []
 
 
+#: Called with ``(True, item)`` when a worker takes an item and ``(False, item)`` when its work
+#: returns (see :func:`observe`).
+_observer: Callable[[bool, object], None] | None = None
+#: Plugins (by name) not to ask, with why: they ended the process that asked them before.
+_ended: dict[str, str] = {}
+
+
+def observe(observer: Callable[[bool, object], None] | None) -> None:
+    """Have ``observer(True, item)`` called in the worker's thread when it starts asking an item,
+    ``observer(False, item)`` when that returns; None: no more. What a process that asks
+    plugins on another's behalf tells it, so that the plugin it was asking when it ended can be
+    named (the CLI's :mod:`accelctl.cli._apart`)."""
+    global _observer
+    _observer = observer
+
+
+def never_ask(ended: dict[str, str]) -> None:
+    """Answer for each plugin named in ``ended`` (by its name) with an error of its cause
+    instead of asking it (its :meth:`ended` error where it has one): it ended the process that
+    asked it before."""
+    _ended.clear()
+    _ended.update(ended)
+
+
+def _ended_error(item: object, cause: str) -> AccelctlError:
+    make = getattr(item, "ended", None)
+    return make(cause) if callable(make) else AccelctlError(cause)
+
+
 def abandoned_threads() -> list[threading.Thread]:
     """Threads left running plugin code past its deadline that have not ended yet."""
     _abandoned[:] = [thread for thread in _abandoned if thread.is_alive()]
@@ -93,10 +122,15 @@ class _Run(Generic[A, T]):
                 self.threads[index] = threading.current_thread()
                 self.started[index] = self.began[index] = time.monotonic()
             _local.index = index
+            item = self.items[index]
+            if _observer is not None:
+                _observer(True, item)
             try:
-                value, error = self.work(self.items[index]), None
+                value, error = self.work(item), None
             except BaseException as exc:  # handed to the caller, as an inline call would
                 value, error = None, exc
+            if _observer is not None:
+                _observer(False, item)
             with self.lock:
                 if index in self.given_up:  # past its deadline: a new thread took this one's place
                     return
@@ -134,7 +168,6 @@ class _Run(Generic[A, T]):
         if thread is not None:
             _abandoned.append(thread)
             _late[item] = (thread, error)
-        _leave_serial((self, index))  # stuck inside the serial section: the next one goes in
 
 
 def run_each(
@@ -154,8 +187,11 @@ def run_each(
 def _run(run: _Run[A, T], workers: int, timeout: float | None) -> list[T | AccelctlError]:
     for index, item in enumerate(run.items):
         busy = _late.get(item)
+        ended = _ended.get(getattr(item, "name", None)) if _ended else None
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
+        elif ended is not None:
+            run.errors[index] = _ended_error(item, ended)
         else:
             run.waiting.append(index)
     with run.lock:
@@ -231,34 +267,3 @@ def off_clock() -> Iterator[None]:
         yield
     finally:
         restart_clock()
-
-
-_serial = threading.Condition()
-_serial_owner: object | None = None
-
-
-def _leave_serial(owner: object) -> None:
-    global _serial_owner
-    with _serial:
-        if _serial_owner == owner:
-            _serial_owner = None
-            _serial.notify_all()
-
-
-@contextlib.contextmanager
-def one_at_a_time() -> Iterator[None]:
-    """A section run by one thread at a time (importing plugins, compared before and after).
-    Waiting to enter is off the clock; a task given up inside it lets the next one in."""
-    global _serial_owner
-    run = getattr(_local, "run", None)
-    me: object = (run, _local.index) if run is not None else object()
-    with _serial:
-        _stop_clock()
-        while _serial_owner is not None:
-            _serial.wait()
-        _serial_owner = me
-    restart_clock()
-    try:
-        yield
-    finally:
-        _leave_serial(me)

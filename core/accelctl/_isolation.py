@@ -1,7 +1,8 @@
-"""What a plugin's code may not do to accelctl: raise through it, end it, write on its stdout,
-or steer its configuration (docs/concepts.md section 11). Nothing here is set up per hook call;
-the stdout and ``os._exit`` guards are the CLI's only, since both belong to the whole process.
-No in-process guard stops a crash or an ``_exit`` in native code, or writes to descriptor 1.
+"""What a plugin's code may not do to accelctl in its own process: raise through it, or steer
+its configuration at import (docs/concepts.md section 11); and how accelctl imports torch. Nothing
+here is set up per hook call, and nothing replaces a process-wide object: what a plugin could
+do to a whole process (end it, crash it, write on its stdout) the CLI keeps out of its own
+process instead (:mod:`accelctl.cli._apart`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from types import ModuleType
-from typing import Any, NoReturn, TextIO, cast
 
 from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
 from ._errors import PluginLoadError, PluginWarning, warn_user
@@ -34,79 +34,6 @@ def failure_text(exc: BaseException) -> str:
             raise exc
         text += " (raised by the plugin's own code, not by Ctrl-C)"
     return text
-
-
-class ProcessExit(SystemExit):
-    """Raised instead of ending the process when plugin code calls ``os._exit`` while a command
-    of the CLI runs (see :func:`exit_is_plugin_failure`)."""
-
-
-#: ``os._exit`` as it was at import: accelctl's own way to end the process, never intercepted.
-real_exit = os._exit
-
-
-@contextmanager
-def exit_is_plugin_failure() -> Iterator[None]:
-    """While in force (the CLI, for a command), ``os._exit(code)`` in this process raises
-    :class:`ProcessExit`, which the plugin's code fails with; a forked child still exits."""
-    pid = os.getpid()
-
-    def intercept(status: int) -> NoReturn:
-        if os.getpid() != pid:
-            real_exit(status)
-        raise ProcessExit(
-            f"os._exit({status}) was called; accelctl's CLI does not let a plugin end it"
-        )
-
-    os._exit = intercept
-    try:
-        yield
-    finally:
-        os._exit = real_exit
-
-
-# -- stdout -------------------------------------------------------------------------------------
-
-
-class _StdoutRouter:
-    """``sys.stdout`` while :func:`plugin_output_to_stderr` is in force: the thread that turned it
-    on writes to the real stdout, any other (plugin code, its threads) to stderr."""
-
-    def __init__(self, stdout: TextIO, stderr: TextIO) -> None:
-        self._stdout = stdout
-        self._stderr = stderr  # kept: a plugin that rebinds sys.stderr cannot loop it back here
-        self._owner = threading.get_ident()
-
-    def __getattr__(self, name: str) -> Any:  # write, flush, encoding, isatty, buffer...
-        target = self._stdout if threading.get_ident() == self._owner else self._stderr
-        return getattr(target, name)
-
-
-@contextmanager
-def plugin_output_to_stderr() -> Iterator[None]:
-    """While in force, what other threads write to ``sys.stdout`` goes to ``sys.stderr``, so
-    ``--json`` stays one document (see :class:`_StdoutRouter` and :func:`keep_stdout`)."""
-    global _router
-    if _router is not None:
-        yield
-        return
-    stdout = sys.stdout
-    _router = _StdoutRouter(stdout, sys.stderr)
-    sys.stdout = cast(TextIO, _router)
-    try:
-        yield
-    finally:
-        _router = None
-        sys.stdout = stdout
-
-
-_router: _StdoutRouter | None = None
-
-
-def keep_stdout() -> None:
-    """Undo a plugin's own replacement of ``sys.stdout`` while the router is in force."""
-    if _router is not None and sys.stdout is not _router:
-        sys.stdout = cast(TextIO, _router)
 
 
 # -- imports ------------------------------------------------------------------------------------

@@ -7,12 +7,12 @@ plugin's function in the caller's thread and checks what it returns (:mod:`accel
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from importlib import metadata
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-from . import _fanout
 from ._accelerator import Accelerator
 from ._discovery import Origin, name_problem, read_identity
 from ._errors import (
@@ -24,7 +24,7 @@ from ._errors import (
     fresh_copy,
 )
 from ._info import AcceleratorInfo
-from ._isolation import failure_text, import_torch, keep_stdout, watch_import
+from ._isolation import failure_text, import_torch, watch_import
 from ._loading import HookDiagnosis, diagnose, hook_table, instantiate, name_of
 from ._returns import RETURN_CHECKS
 from ._text import clean, quote, safe_repr, safe_str
@@ -80,6 +80,7 @@ class AcceleratorHandle:
         self._codes: dict[object, str] = {}
         self._info: AcceleratorInfo | None = None
         self._raised = False
+        self._loading = threading.Lock()
         if disabled:  # the user's choice: never imported, whatever else is wrong with it
             self._state, self._reason = "disabled", disabled
         elif problem:
@@ -186,7 +187,7 @@ class AcceleratorHandle:
         never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
         self.identify()
         if self.state == "not-loaded" and self._entry_point is not None:
-            with _fanout.one_at_a_time():
+            with self._loading:  # one import per handle, whichever thread asks first
                 if self.state == "not-loaded":
                     self._import(self._entry_point)
         return self
@@ -207,8 +208,6 @@ class AcceleratorHandle:
             error.__cause__ = exc
             self._fail("import", error)
             return
-        finally:
-            keep_stdout()
         self._load(obj)
 
     def _load(self, obj: object) -> None:
@@ -225,8 +224,6 @@ class AcceleratorHandle:
         except PluginLoadError as exc:
             self._fail("register", exc)
             return
-        finally:
-            keep_stdout()
         self._hooks = table
         self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
         self._state = "loaded"
@@ -374,7 +371,12 @@ class AcceleratorHandle:
         result: dict[str, str | int | float | bool | None] | None = self._call("environment_info")
         return {} if result is None else result
 
-    # -- past a deadline ---------------------------------------------------------------------
+    # -- past a deadline, or past the end of the process that asked it ----------------------
+
+    def ended(self, cause: str) -> PluginHookError:
+        """The error of this plugin when asking it ended the process that asked (``cause``: how
+        it ended; the CLI asks plugins in a process of their own)."""
+        return self._hook_error(None, cause)
 
     def late(self, seconds: float, frame: FrameType | None) -> PluginHookError:
         """The error of this plugin when it has not answered within ``seconds`` (read from where

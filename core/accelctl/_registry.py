@@ -45,6 +45,17 @@ WELL_KNOWN = (*SHIPPED, *OTHER_CHIPS)
 _LONGEST_HINTED_NAME = 64
 
 
+def load_each(handles: Sequence[AcceleratorHandle]) -> None:
+    """Import the plugins of ``handles`` not imported yet, one after the other, before they are
+    asked at once: each import is watched for what it does to ``sys.path`` and the ``ACCELCTL_*``
+    variables, which two imports at once would leave to the wrong plugin. Each has the fan-out's
+    deadline; one given up stays its handle's (the fan-out does not ask it again while its thread
+    runs: the next fan-out over the same handles gives its late error)."""
+    waiting = [handle for handle in handles if handle.state == "not-loaded"]
+    if waiting:
+        _fanout.run_each(waiting, AcceleratorHandle.load, workers=1)
+
+
 class Registry:
     """The accelerator plugins installed on ``path`` (default: ``sys.path``); ``environ`` is
     where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read at the first scan."""
@@ -139,6 +150,7 @@ class Registry:
         if handles:
             return handles[0].check()
         enabled = self.enabled()
+        load_each(enabled)
         asked = _fanout.run_each(enabled, lambda handle: handle.check().info.aliases)
         owners = [
             handle
@@ -168,12 +180,14 @@ class Registry:
         plugins = self.plugins()
         if not detect:
             return [AcceleratorStatus.of(handle) for handle in plugins]
+        load_each(plugins)
         return settle(plugins, _fanout.run_each(plugins, probe))
 
     def candidates(self) -> list[AcceleratorStatus]:
         """Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; a broken one is
         named in a :class:`~accelctl.PluginWarning`."""
         enabled = self.enabled()
+        load_each(enabled)
         statuses = settle(enabled, _fanout.run_each(enabled, probe))
         for status in statuses:
             if status.error is not None:

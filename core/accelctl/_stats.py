@@ -17,11 +17,11 @@ from typing import Any
 
 from ._device_string import device_string
 from ._errors import AccelctlError
-from ._fanout import restart_clock, run_each, run_one
+from ._fanout import run_each, run_one
 from ._plugin import AcceleratorHandle
-from ._registry import get_registry
+from ._registry import get_registry, load_each
 from ._selection import select_accelerator
-from ._status import AcceleratorStatus, probe, settle
+from ._status import probe, settle
 from ._text import one_line
 
 #: From finding an accelerator to its first reading returned; the reading thrown away is taken
@@ -73,49 +73,30 @@ def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
 
 def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats]]:
     """The accelerators to read, each read once already and waited for (hooks may not sleep; this
-    may): NAME, which must be available, or every available one, read as soon as its probe says
-    so, under a deadline of its own, while the other plugins' probes go on. One whose first
-    reading did not answer stays, so that its reading is an error (its stuck thread is not asked
-    again). Also returns a reading with its error for each broken plugin: its figures could not
-    be read either, whether it was named or not (the same exit status for both)."""
-    primed: list[tuple[float, float]] = []  # (found, read thrown away), per accelerator
+    may): NAME, which must be available, or every available one, all probed at once, then all
+    read once at once. One whose first reading did not answer stays, so that its reading is an
+    error (its stuck thread is not asked again). Also returns a reading with its error for each
+    broken plugin: its figures could not be read either, whether it was named or not (the same
+    exit status for both)."""
     broken: list[DeviceStats] = []
     if name is not None:
         handles = [run_one(lambda: select_accelerator(name), get_registry().named(name))]
-        found = time.monotonic()
-        _read_all(handles)
-        primed.append((found, time.monotonic()))
     else:
-        probed: dict[AcceleratorHandle, AcceleratorStatus] = {}
-
-        def probe_and_read(handle: AcceleratorHandle) -> AcceleratorStatus:
-            probed[handle] = status = probe(handle)
-            if status.available:
-                found = time.monotonic()
-                restart_clock()  # the reading has a deadline of its own
-                _read(handle)
-                primed.append((found, time.monotonic()))
-            return status
-
         plugins = get_registry().plugins()
+        load_each(plugins)
         handles = []
-        for status in settle(plugins, run_each(plugins, probe_and_read)):
-            handle = status.accelerator
-            if status.error is not None and handle in probed and probed[handle].available:
-                handles.append(handle)  # detected; its first reading did not answer in time
-            elif status.error is not None:
+        for status in settle(plugins, run_each(plugins, probe)):
+            if status.error is not None:
                 broken.append(DeviceStats(status.name, "?", error=status.error))
             elif status.available:
-                handles.append(handle)
-    # The first reading thrown away is inside the wait (for the CPU, psutil's import), but
-    # never leaves less than the gap before the one returned.
-    if primed:
-        ready = max(
-            max(found + FIRST_READING_WAIT_S, read + READING_GAP_MIN_S) for found, read in primed
-        )
-        wait = ready - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+                handles.append(status.accelerator)
+    found = time.monotonic()
+    _read_all(handles)  # thrown away: a rate's first reading says 0
+    # The first reading is inside the wait (for the CPU, psutil's import), but never leaves less
+    # than the gap before the one returned.
+    ready = max(found + FIRST_READING_WAIT_S, time.monotonic() + READING_GAP_MIN_S)
+    if handles:
+        time.sleep(max(0.0, ready - time.monotonic()))
     return handles, broken
 
 

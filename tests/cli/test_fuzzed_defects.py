@@ -69,4 +69,8 @@ def test_a_plugin_calling_os_exit_in_detect_is_its_row_not_the_end_of_list(
     rows = {row["name"]: row for row in json.loads(done.stdout)}
     assert rows["good"]["available"] is True
     assert rows["quitter"]["state"] == "broken"
-    assert "hook detect() raised ProcessExit: os._exit(7) was called" in rows["quitter"]["error"]
+    assert rows["quitter"]["error"] == (
+        "accelerator 'quitter' (acme-quitter 1.0): the process accelctl asked it in ended with "
+        "exit status 7 (os._exit, or an exit from native code); accelctl asked the others again "
+        "without it"
+    )

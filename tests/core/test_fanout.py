@@ -185,6 +185,37 @@ def test_a_named_lookup_calls_every_hook_in_the_callers_thread(
     assert sys.modules["fakeplugins.recording"].THREADS == [threading.get_ident()] * 4
 
 
+def test_a_fit_calls_every_hook_in_the_callers_thread(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import torch
+    from torch import nn
+
+    fake_site.install("acme-good", {"good": "fakeplugins.recording:RecordsThreads"})
+
+    class Line(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(2, 1)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            return self.linear(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    # The plugin's figures are read at each logging window (every step here), by the fit.
+    trainer = accelctl.Trainer(
+        accelerator="good", devices=1, max_epochs=1, root_dir=tmp_path, log_every_n_steps=1,
+        enable_progress_bar=False,
+    )  # fmt: skip
+    trainer.fit(Line(), [torch.ones(4, 2) for _ in range(2)])
+    threads = sys.modules["fakeplugins.recording"].THREADS
+    # detect, parse_devices, get_parallel_devices, then device_stats at each of the 2 windows
+    assert len(threads) >= 5
+    assert set(threads) == {threading.get_ident()}
+
+
 def test_a_hook_call_through_a_handle_runs_no_accelctl_code_between_it_and_the_plugin(
     fake_site: FakeSite,
 ) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .._registry import list_accelerators
 from .._status import AcceleratorStatus
+from ._apart import run_apart
 from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")
@@ -39,17 +42,31 @@ def list_command(as_json: bool, no_detect: bool) -> None:
 
     Always exits 0: a broken plugin shows as a row with its error.
     """
-    statuses = list_accelerators(detect=not no_detect)  # each plugin under its deadline
+    if no_detect:  # no plugin code runs
+        rows = _rows(no_detect=True)
+    else:  # each plugin under its deadline, in a process of their own
+        [rows] = run_apart(lambda: iter([_rows(no_detect=False)]))
     if as_json:
-        emit_json([status.to_dict() for status in statuses])
+        emit_json([document for document, _, _ in rows])
         return
-    if not statuses:
+    if not rows:
         click.echo("no accelerator plugin is installed; try: pip install accelctl-cpu")
         return
-    click.echo(format_table(HEADERS, [_row(status) for status in statuses]))
-    notes = [(s.name, f"error: {s.error}" if s.error else s.reason) for s in statuses]
-    if any(note for _, note in notes):
+    click.echo(format_table(HEADERS, [row for _, row, _ in rows]))
+    if any(note for _, _, note in rows):
         click.echo("")
-        for name, note in notes:
+        for document, _, note in rows:
             if note:
-                echo_line(f"{name}: {note}")
+                echo_line(f"{document['name']}: {note}")
+
+
+def _rows(no_detect: bool) -> list[tuple[dict[str, Any], tuple[object, ...], str | None]]:
+    """Per plugin: its JSON object, its table row and its note (plain data)."""
+    return [
+        (
+            status.to_dict(),
+            _row(status),
+            f"error: {status.error}" if status.error else status.reason,
+        )
+        for status in list_accelerators(detect=not no_detect)
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import os
 import sys
 import threading
 import warnings
@@ -20,7 +21,6 @@ import click
 
 from .._errors import AccelctlError, PluginWarning
 from .._fanout import abandoned_threads
-from .._isolation import exit_is_plugin_failure, plugin_output_to_stderr, real_exit
 from .._text import one_line, quote, safe_str
 
 if TYPE_CHECKING:
@@ -70,9 +70,8 @@ class AccelctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
-        # Plugin code runs in worker threads: what it prints goes to stderr (a --json document
-        # stays valid), and its os._exit is its failure, not the end of the command.
-        with warnings.catch_warnings(), plugin_output_to_stderr(), exit_is_plugin_failure():
+        # list, stats, env and resolve ask the plugins in a process of their own (_apart.py).
+        with warnings.catch_warnings():
             default_show = warnings.showwarning
 
             def show(
@@ -160,4 +159,4 @@ def _exit_now(code: object) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream
             stream.flush()
-    real_exit(code or 0)
+    os._exit(code or 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .._errors import AccelctlError
+from ._apart import run_apart
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json
 from ._selecting import resolve_in_time
@@ -18,15 +19,15 @@ def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
     """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
     the selection is impossible (with --json, also as {"error", "error_type"} on stdout)."""
     try:
-        selection = resolve_in_time(accelerator, devices)
+        # The plugins asked in a process of their own; the selection comes back as its data.
+        [data] = run_apart(lambda: iter([resolve_in_time(accelerator, devices).to_dict()]))
     except AccelctlError as exc:
         if as_json:  # a program reading stdout gets a document either way
             emit_json({"error": " ".join(str(exc).split()), "error_type": type(exc).__name__})
         raise  # and the one line on stderr, exit 1
     if as_json:
-        emit_json(selection.to_dict())
+        emit_json(data)
         return
-    data = selection.to_dict()
     plugin = " ".join(filter(None, [data["distribution"], data["version"]]))
     echo_line(f"accelerator:         {data['accelerator']}" + (f" ({plugin})" if plugin else ""))
     echo_line(f"devices:             {', '.join(data['devices'])}")

@@ -6,14 +6,17 @@ torch import, the first reading real; this module formats them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
+from collections.abc import Iterator
 
 import click
 
 from .._stats import DeviceStats, watch_stats
 from .._text import printable_line
+from ._apart import run_apart
 from ._output import emit_json, format_table, json_text
 
 #: Table columns for the contract's common keys: (header, keys that fill it).
@@ -130,9 +133,11 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
     Exits 1 when NAME is unknown or unavailable, when a device's figures could not be read, or
     when a plugin is broken (named or not: its row says why).
     """
-    rounds = watch_stats(name)
-    readings = next(rounds)  # the accelerators found, read, waited for and read again
+    # Read in a process of their own, which reads again every `watch` seconds (closing the
+    # rounds stops it).
     if watch is None:
+        # The accelerators found, read, waited for and read again.
+        [readings] = run_apart(lambda: _rounds(name, None))
         if as_json:
             emit_json([reading.to_dict() for reading in readings])
         else:
@@ -140,17 +145,27 @@ def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
         if any(reading.error for reading in readings):
             raise click.exceptions.Exit(1)
         return
-    try:
-        while True:
-            if as_json:
-                click.echo(json_text([reading.to_dict() for reading in readings], indent=None))
-            else:
-                if sys.stdout.isatty():
-                    click.clear()
-                stamp = time.strftime("%H:%M:%S")
-                click.echo(f"{stamp}  every {watch:g}s, Ctrl-C to stop")
-                click.echo(render_table(readings) + "\n")
-            time.sleep(watch)
-            readings = next(rounds)
-    except KeyboardInterrupt:
-        return
+    with contextlib.closing(run_apart(lambda: _rounds(name, watch))) as rounds:
+        readings = next(rounds)
+        try:
+            while True:
+                if as_json:
+                    click.echo(json_text([r.to_dict() for r in readings], indent=None))
+                else:
+                    if sys.stdout.isatty():
+                        click.clear()
+                    stamp = time.strftime("%H:%M:%S")
+                    click.echo(f"{stamp}  every {watch:g}s, Ctrl-C to stop")
+                    click.echo(render_table(readings) + "\n")
+                readings = next(rounds)
+        except KeyboardInterrupt:
+            return
+
+
+def _rounds(name: str | None, watch: float | None) -> Iterator[list[DeviceStats]]:
+    """The rounds of readings: one, or one every ``watch`` seconds."""
+    rounds = watch_stats(name)
+    yield next(rounds)
+    while watch is not None:
+        time.sleep(watch)
+        yield next(rounds)

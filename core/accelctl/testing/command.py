@@ -7,6 +7,7 @@ so the core's CLI never imports the kit. It needs no pytest.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import traceback
@@ -14,6 +15,7 @@ import traceback
 import click
 
 from accelctl._registry import get_registry
+from accelctl.cli._apart import run_apart
 from accelctl.cli._output import echo_line, emit_json
 
 from .checks import validate_installed
@@ -37,12 +39,41 @@ def _print_report(report: ValidationReport) -> None:
                 echo_line(f"  {each.status.upper()}  {each.check.ljust(width)}  {each.detail}")
 
 
+def _portable(reports: list[ValidationReport]) -> list[ValidationReport]:
+    """The reports with each error behind a failure as its traceback's text (a plugin's
+    exception may not survive the way from the process that checked it)."""
+    return [
+        dataclasses.replace(
+            report,
+            checks=tuple(
+                result
+                if result.error is None
+                else dataclasses.replace(result, error=TracebackText(result.error))
+                for result in report.checks
+            ),
+        )
+        for report in reports
+    ]
+
+
+class TracebackText(Exception):
+    """An exception raised in another process, as the text of its traceback."""
+
+    def __init__(self, error: BaseException | str) -> None:
+        text = error if isinstance(error, str) else "".join(traceback.format_exception(error))
+        super().__init__(text)
+        self.text = text
+
+
 def _print_tracebacks(reports: list[ValidationReport]) -> None:
     for report in reports:
         for result in report.failures:
             if result.error is not None:
                 click.echo(f"--- {report.name}: {result.check} ---", err=True)
-                traceback.print_exception(result.error, file=sys.stderr)
+                if isinstance(result.error, TracebackText):
+                    click.echo(result.error.text.rstrip("\n"), err=True)
+                else:
+                    traceback.print_exception(result.error, file=sys.stderr)
 
 
 def _print_capabilities(report: CapabilityReport) -> None:
@@ -141,7 +172,8 @@ def validate_command(
         if not _capabilities(names, as_json, PROBE_TIMEOUT_S if timeout is None else timeout):
             ctx.exit(1)
         return
-    reports = validate_installed(names or None)
+    # The plugins are checked in a process of their own (accelctl.cli._apart).
+    [reports] = run_apart(lambda: iter([_portable(validate_installed(names or None))]))
     if not reports:
         _nothing_installed(ctx)
     if as_json:

@@ -1,0 +1,139 @@
+"""``list``, ``stats``, ``env``, ``resolve`` and ``validate`` ask the plugins in a process of their
+own (``accelctl.cli._apart``): what a plugin does to a whole process (end it, crash it, write on
+its descriptor 1) is its row, and nothing in the command's own process is replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from cliharness import Cli, strict_json
+
+import accelctl
+from accelctl.cli import _apart
+
+from fakedists import FakeSite
+
+EXIT_7 = (
+    "the process accelctl asked it in ended with exit status {code} (os._exit, or an exit from "
+    "native code); accelctl asked the others again without it"
+)
+
+
+def test_a_crash_in_native_code_is_its_row_and_list_ends(cli: Cli, fake_site: FakeSite) -> None:
+    fake_site.install("acme-crash", {"crash": "fakeplugins.hostile:DetectCrashes"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    done = cli.process("list", "--json", path=fake_site.path)
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in strict_json(done.stdout)}
+    assert rows["good"]["available"] is True
+    assert rows["crash"]["state"] == "broken"
+    assert rows["crash"]["error"] == (
+        "accelerator 'crash' (acme-crash 1.0): the process accelctl asked it in was killed by "
+        "SIGSEGV (a crash in native code?); accelctl asked the others again without it"
+    )
+
+
+def test_writes_on_descriptor_one_go_to_stderr(cli: Cli, fake_site: FakeSite) -> None:
+    fake_site.install("acme-loud", {"loud": "fakeplugins.hostile:DetectWritesToDescriptorOne"})
+    for args in (("list", "--json"), ("resolve", "--accelerator", "loud", "--json")):
+        done = cli.process(*args, path=fake_site.path)
+        assert done.returncode == 0, done.stderr
+        strict_json(done.stdout)  # one document, nothing else
+        assert "vendor runtime 1.2 ready" in done.stderr
+
+
+def test_plugins_ending_the_process_at_once_are_each_named(cli: Cli, fake_site: FakeSite) -> None:
+    # Two plugins asked at once end the process: which one cannot be told, so the next process
+    # asks one at a time, and each is named with its own exit.
+    for name in ("first", "second"):
+        fake_site.install(f"acme-{name}", {name: "fakeplugins.hostile:DetectWaitsThenCallsOsExit"})
+    fake_site.install("acme-quitter", {"quitter": "fakeplugins.hostile:DetectCallsOsExit"})
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    rows = {row["name"]: row for row in cli.json("list")}
+    assert rows["good"]["available"] is True
+    for name, code in (("first", 9), ("second", 9), ("quitter", 7)):
+        assert rows[name]["state"] == "broken"
+        assert rows[name]["error"] == (
+            f"accelerator {name!r} (acme-{name} 1.0): {EXIT_7.format(code=code)}"
+        )
+
+
+def test_an_exit_at_import_names_the_plugin(cli: Cli, fake_site: FakeSite) -> None:
+    fake_site.install(
+        "acme-gone",
+        {"gone": "gone_at_import:Gone"},
+        modules={"gone_at_import": "import os\nos._exit(3)\n"},
+    )
+    fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
+    rows = {row["name"]: row for row in cli.json("list")}
+    assert rows["good"]["available"] is True
+    assert rows["gone"]["error"] == f"accelerator 'gone' (acme-gone 1.0): {EXIT_7.format(code=3)}"
+
+
+def test_a_named_plugin_that_ends_the_process_is_the_commands_error(
+    cli: Cli, fake_site: FakeSite
+) -> None:
+    fake_site.install("acme-quitter", {"quitter": "fakeplugins.hostile:DetectCallsOsExit"})
+    result = cli("resolve", "--accelerator", "quitter", "--json")
+    assert result.exit_code == 1
+    expected = f"accelerator 'quitter' (acme-quitter 1.0): {EXIT_7.format(code=7)}"
+    assert strict_json(result.stdout) == {"error": expected, "error_type": "PluginHookError"}
+    assert result.stderr.splitlines()[-1] == f"error: {expected}"
+    stats = cli("stats", "--json")  # every available accelerator; the quitter is a reading
+    readings = {reading["accelerator"]: reading for reading in strict_json(stats.stdout)}
+    assert stats.exit_code == 1 and readings["quitter"]["error"] == expected
+    env = cli("env", "--json")
+    [row] = [r for r in strict_json(env.stdout)["accelerators"] if r["name"] == "quitter"]
+    assert env.exit_code == 0 and row["error"] == expected
+
+
+def test_an_error_the_task_raises_keeps_its_type_and_the_childs_traceback() -> None:
+    def task():
+        raise accelctl.DeviceSpecError("bad spec", accelerator="npu", spec="x")
+        yield  # a generator
+
+    with pytest.raises(accelctl.DeviceSpecError) as caught:
+        list(_apart.run_apart(task))
+    assert (str(caught.value), caught.value.accelerator, caught.value.spec) == (
+        "bad spec",
+        "npu",
+        "x",
+    )
+    [note] = caught.value.__notes__
+    assert note.startswith("in the process that asked the plugins:\nTraceback")
+
+
+def test_the_commands_own_process_replaces_nothing_process_wide() -> None:
+    # os._exit and sys.stdout are replaced only in the child that asks the plugins, right after
+    # the fork: no other module of accelctl assigns either.
+    root = Path(accelctl.__file__).parent
+    pattern = re.compile(r"^\s*(os\._exit|sys\.stdout|sys\.stderr)\s*=", re.MULTILINE)
+    assigning = {
+        str(path.relative_to(root)): pattern.findall(path.read_text())
+        for path in root.rglob("*.py")
+        if pattern.search(path.read_text())
+    }
+    assert assigning == {os.path.join("cli", "_apart.py"): ["sys.stdout"]}
+    text = (root / "cli" / "_apart.py").read_text()
+    child = text[text.index("def _child(") : text.index("def _portable(")]
+    assert "sys.stdout = sys.stderr = _Forward(pipe)" in child  # in the child alone
+
+
+def test_without_fork_the_task_runs_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_apart, "FORK", False)
+    assert list(_apart.run_apart(lambda: iter([os.getpid()]))) == [os.getpid()]
+    monkeypatch.setattr(_apart, "FORK", True)
+    [pid] = _apart.run_apart(lambda: iter([os.getpid()]))
+    assert pid != os.getpid()
+
+
+def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: FakeSite) -> None:
+    fake_site.install("acme-chatty", {"chatty": "fakeplugins.chatty:ChattyAccelerator"})
+    result = cli("list", "--json")
+    assert result.exit_code == 0
+    assert {row["name"] for row in json.loads(result.stdout)} >= {"chatty"}
+    assert "hello from import" in result.stderr and "hello from detect" in result.stderr
