@@ -22,6 +22,7 @@ PUBLIC_MODULES = {
     "torch_backends",
     "capabilities",
     "exporters",
+    "plotting",
 }
 
 

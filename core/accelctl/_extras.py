@@ -16,8 +16,9 @@ def extra_missing(
 ) -> ExtraMissingError:
     """``<what> needs <library> (<module> is missing): pip install 'accelctl[<extra>]' ...``,
     with the module that was missing as its ``name``; raise it ``from cause``."""
+    missing = (cause.name or library).partition(".")[0]  # the package, not its submodule
     return ExtraMissingError(
-        f"{what} needs {library} ({cause.name} is missing): pip install 'accelctl[{extra}]' "
+        f"{what} needs {library} ({missing} is missing): pip install 'accelctl[{extra}]' "
         f"(in a clone of accelctl, from its folder: pip install -e '.[{extra}]')",
-        name=cause.name,
+        name=missing,
     )
