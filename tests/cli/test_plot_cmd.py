@@ -44,6 +44,7 @@ def assert_png(path: Path) -> None:
     assert data[:8] == PNG_SIGNATURE and len(data) > 1000
 
 
+@pytest.mark.slow  # trains a model
 def test_a_real_fit_is_drawn_from_its_root_dir(cli: Cli, tmp_path: Path) -> None:
     import torch
     from torch import nn
