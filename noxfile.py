@@ -121,10 +121,12 @@ def core(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict (the bridges typed against the newest Lightning and Accelerate)."""
+    """ruff and mypy --strict (the bridges typed against the newest Lightning and Accelerate, the
+    exporter and the plot against prometheus-client and matplotlib)."""
     session.install(TORCH, env=_find_links())
     group = nox.project.dependency_groups(PYPROJECT, "lint")
-    session.install("-e", ".[lightning,accelerate,testing]", *group, env=_find_links())
+    extras = "lightning,accelerate,testing,prometheus,plot"
+    session.install("-e", f".[{extras}]", *group, env=_find_links())
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")

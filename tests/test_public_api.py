@@ -21,6 +21,8 @@ PUBLIC_MODULES = {
     "torch_build",
     "torch_backends",
     "capabilities",
+    "exporters",
+    "plotting",
 }
 
 

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "new-plugin": "accelctl.cli.new_plugin_cmd:new_plugin_command",
     "stats": "accelctl.cli.stats_cmd:stats_command",
     "env": "accelctl.cli.env_cmd:env_command",
+    "plot": "accelctl.cli.plot_cmd:plot_command",
 }
 
 _CONTRIBUTED = "accelctl contributed commands"  # the scan's key in the context's meta

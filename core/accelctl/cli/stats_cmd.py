@@ -18,6 +18,7 @@ from .._stats import DeviceStats, watch_stats
 from .._text import printable_line
 from ._apart import run_apart
 from ._output import emit_json, format_table, json_text
+from ._prometheus import parse_address
 
 #: Table columns for the contract's common keys: (header, keys that fill it).
 _COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -124,15 +125,37 @@ def _check_interval(
     callback=_check_interval,
     metavar="SECONDS",
     help=f"Read again every SECONDS ({WATCH_MIN_S:g} to {WATCH_MAX_S:g}) until Ctrl-C "
-    "(with --json: one JSON array per line).",
+    "(with --json: one JSON array per line; with --prometheus: between two readings, "
+    "default 5).",
 )
-def stats_command(name: str | None, as_json: bool, watch: float | None) -> None:
+@click.option(
+    "--prometheus",
+    "serve_on",
+    callback=parse_address,
+    metavar="[HOST:]PORT",
+    help="Serve the figures as Prometheus metrics at http://HOST:PORT/metrics (HOST: every "
+    "interface unless given; PORT 0: any free one) until Ctrl-C or SIGTERM (exit 0). Needs "
+    "accelctl[prometheus].",
+)
+def stats_command(
+    name: str | None,
+    as_json: bool,
+    watch: float | None,
+    serve_on: tuple[str, int] | None,
+) -> None:
     """Show device figures (memory, utilisation, temperature, power) of every device of the
     available accelerators, or of accelerator NAME ("gpu" picks the best available GPU).
 
     Exits 1 when NAME is unknown or unavailable, when a device's figures could not be read, or
     when a plugin is broken (named or not: its row says why).
     """
+    if serve_on is not None:
+        if as_json:
+            raise click.UsageError("--json prints the figures, --prometheus serves them: give one")
+        from ._prometheus import serve_prometheus
+
+        serve_prometheus(name, *serve_on, interval=watch)
+        return
     # Read in a process of their own, which reads again every `watch` seconds (closing the
     # rounds stops it).
     if watch is None:

@@ -19,6 +19,12 @@ is sharded on a device mesh of the plugin's device type. A set-up that cannot ru
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
 (:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
+
+The plugin's device figures join transformers' logs (and so every ``report_to`` integration's)
+through a ``TrainerCallback``, with any ``TrainingArguments``::
+
+    trainer = Trainer(model, args, train_dataset=data)
+    add_device_stats(trainer)  # a DeviceStatsCallback, first: "device/memory_used_bytes", ...
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ from accelctl._selection import known_name
 
 from . import _accelerate_state, _transformers_state
 from ._parameters import replaces_parameters
+from ._transformers_callback import DeviceStatsCallback, add_device_stats
 from .accelerate import _placement, _refuse_unusable_backend, check_sharding
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ADAPTATION", "ADAPTED", "TrainingArguments"]
+__all__ = ["ADAPTATION", "ADAPTED", "DeviceStatsCallback", "TrainingArguments", "add_device_stats"]
 
 
 @dataclass
