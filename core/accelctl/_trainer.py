@@ -38,7 +38,9 @@ import torch
 from . import _settings
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
+from ._training.callbacks import Callback, check_callbacks
 from ._training.checkpoint import CheckpointConfig, whole_number
+from ._training.data import check_loader
 from ._training.fit import Fit
 from ._training.fsdp import refuse_fsdp_gaps, refuse_fsdp_without_backend
 from ._training.model import check_model
@@ -92,6 +94,10 @@ class Trainer:
         sharded checkpoints (docs/training.md, "Sharded training (FSDP2)"). A device that lacks
         what FSDP2 needs is refused, naming what it lacks: here when several devices are asked
         for in a process started alone, else when :meth:`fit` has set the device up.
+    :param callbacks: objects with an ``on_report(trainer, report)`` method, called on every
+        process at each point where :meth:`fit` wrote a line of ``metrics.jsonl`` or a
+        checkpoint, with what it wrote (docs/training.md, "Callbacks"). A framework's bridge
+        adds its own in its workers (the Ray bridge reports to Ray Train).
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -118,12 +124,15 @@ class Trainer:
         best_mode: str = "min",
         requeue_signal: Any = "auto",
         strategy: str = "auto",
+        callbacks: Iterable[Any] | None = None,
     ) -> None:
         self.max_epochs = whole_number("max_epochs", max_epochs)
         self.log_every_n_steps = whole_number("log_every_n_steps", log_every_n_steps)
         self.precision = Precision(parse_precision(precision))
         #: ``"auto"``, ``"ddp"`` or ``"fsdp"``.
         self.strategy = parse_strategy(strategy)
+        #: The callbacks :meth:`fit` reports to (besides those a bridge adds in its workers).
+        self.callbacks: tuple[Callback, ...] = check_callbacks(callbacks)
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
         #: When :meth:`fit` writes checkpoints and which it keeps.
@@ -211,6 +220,9 @@ class Trainer:
             stopped (``accelctl.trainer`` logger; docs/training.md, "The log").
         """
         check_model(model, validating=val_dataloader is not None)
+        check_loader(train_dataloader, "train_dataloader")
+        if val_dataloader is not None:
+            check_loader(val_dataloader, "val_dataloader")
         requeue = RequeueOnSignal(*self._requeue)
         fit = Fit(self, model, ckpt_path, env=self._env, requeue=requeue)
         fit.run(train_dataloader, val_dataloader)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,12 +20,14 @@ from importgraph import CORE, imports_in, modules
 
 import accelctl
 from accelctl.integrations import _ray_placement
+from accelctl.integrations._ray_checkpoints import CheckpointMeta, Resume, resume_from, stage
 from accelctl.integrations._ray_placement import (
     WorkerRanks,
     check_resources,
     current,
     on_device,
     place,
+    shared_hosts,
 )
 from accelctl.integrations._ray_resources import ray_resources  # ray.py's, which needs no Ray
 
@@ -255,3 +259,171 @@ def test_docs_name_every_public_name() -> None:
     docs = (CORE.parents[1] / "docs" / "ray.md").read_text()
     for name in bridge.__all__:
         assert f"`{name}" in docs, name
+
+
+# -- the refusals the driver can make ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "backend", "suggested"),
+    [
+        ("openreg", "occl", "TorchConfig('openreg')"),
+        ("hpu", "hccl", "TorchConfig('hpu')"),
+        (MetaAccelerator("gloo"), "gloo", "TorchConfig(MetaAccelerator())"),
+        ("auto", "no-such-backend", "TorchConfig('<accelerator>') (accelctl list names them)"),
+    ],
+)
+def test_rays_backend_argument_is_refused_suggesting_the_accelerator_asked_for(
+    accelerator: Any, backend: str, suggested: str
+) -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    with pytest.raises(TypeError) as raised:
+        TorchConfig(accelerator, backend=backend)
+    message = str(raised.value)
+    assert message.startswith(f"TorchConfig(backend={backend!r}) is the plugin's choice here")
+    assert message.endswith(f"name the accelerator instead: {suggested}")
+
+
+def test_rays_backend_argument_alone_suggests_the_installed_accelerator_with_that_backend(
+    fake_site: FakeSite,
+) -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    fake_site.install("accelctl-zpu", {"zpu": "fakeplugins.backends:UnknownBackend"})
+    with pytest.raises(TypeError, match=r"instead: TorchConfig\('zpu'\)$"):
+        TorchConfig(backend="zccl")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "shown"),
+    [
+        ({"accelerator": 3}, TypeError, "TorchConfig(accelerator=3): give a name or alias"),
+        ({"accelerator": None}, TypeError, "not NoneType"),
+        ({"accelerator": " "}, ValueError, "names no accelerator"),
+        ({"init_method": "file"}, ValueError, "TorchConfig(init_method='file'): Ray takes"),
+        ({"timeout_s": 0}, ValueError, "TorchConfig(timeout_s=0): the seconds"),
+        ({"timeout_s": 1.5}, ValueError, "a positive whole number"),
+        ({"report": "yes"}, TypeError, "TorchConfig(report='yes'): True or False"),
+        ({"report_checkpoints": None}, TypeError, "TorchConfig(report_checkpoints=None)"),
+    ],
+)
+def test_what_a_worker_would_refuse_is_refused_when_the_config_is_made(
+    arguments: dict[str, Any], error: type[Exception], shown: str
+) -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    with pytest.raises(error) as raised:
+        TorchConfig(**arguments)
+    assert shown in str(raised.value)
+
+
+def test_the_config_carries_what_the_workers_report() -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    config = TorchConfig("npu", report_checkpoints=False)
+    assert (config.report, config.report_checkpoints) == (True, False)
+    assert config.to_dict()["report_checkpoints"] is False
+
+
+# -- several Ray nodes on one host -------------------------------------------------------------
+
+
+def test_several_nodes_of_one_host_that_overcount_its_devices_are_named(worker: None) -> None:
+    crowded = WorkerRanks(3, 3, 4, 4, node="10.0.0.7", nodes_on_host=2)
+    with pytest.raises(accelctl.ProcessSetupError) as raised:
+        place(MetaAccelerator("gloo"), crowded, 0)
+    message = str(raised.value)
+    assert "2 Ray nodes run on this host (10.0.0.7)" in message
+    assert "numbers the workers of one host together" in message
+    assert "placed 4 workers of this run here, one device each" in message
+    assert "on one of them, and no 'meta' on the others" in message
+
+
+def test_a_warning_names_the_hosts_whose_nodes_each_advertise_the_devices() -> None:
+    def node(address: str, alive: bool = True, **resources: float) -> dict[str, Any]:
+        return {"NodeManagerAddress": address, "Alive": alive, "Resources": resources}
+
+    nodes = [node("10.0.0.7", CPU=2, npu=2), node("10.0.0.7", npu=2), node("10.0.0.8", npu=2),
+             node("10.0.0.8", alive=False, npu=2), node("10.0.0.9", CPU=4)]  # fmt: skip
+    warning = shared_hosts(nodes, "npu")
+    assert warning is not None
+    assert "(10.0.0.7: 2 nodes advertising 2, 2)" in warning
+    assert "10.0.0.8" not in warning  # its second node is dead
+    assert shared_hosts(nodes[2:], "npu") is None
+    assert shared_hosts(nodes, "CPU") is None  # a resource on one node of each host
+
+
+# -- the Trainer's checkpoints as Ray's, and back ----------------------------------------------
+
+
+class LocalCheckpoint:
+    """What the bridge reads of a ``ray.train.Checkpoint`` in a folder: its file system's kind
+    and its path (Ray's own class, made without a Ray session)."""
+
+    def __init__(self, path: Path) -> None:
+        import ray.train
+
+        real = ray.train.Checkpoint.from_directory(str(path))
+        self.filesystem, self.path = real.filesystem, real.path
+
+
+def meta(restart: int = 0, step: int = 6) -> CheckpointMeta:
+    return CheckpointMeta("ray-0123", restart, "last.ckpt", "run-0", epoch=1, step=step)
+
+
+def test_a_checkpoint_is_laid_out_for_ray_by_links_with_what_it_is(tmp_path: Path) -> None:
+    run = tmp_path / "checkpoints/run-0"
+    (run / "last.shards/a1").mkdir(parents=True)
+    (run / "last.ckpt").write_bytes(b"the loop state")
+    (run / "last.shards/a1/0.distcp").write_bytes(b"a shard")
+    (run / "best-epoch=0.ckpt").write_bytes(b"not this one")
+    staged = stage(run / "last.ckpt", meta())
+    assert staged.parent == run and staged.name.startswith(".ray-report-")
+    assert sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*")) == [
+        "accelctl.json", "last.ckpt", "last.shards", "last.shards/a1", "last.shards/a1/0.distcp"
+    ]  # fmt: skip
+    assert (staged / "last.ckpt").stat().st_ino == (run / "last.ckpt").stat().st_ino
+    assert CheckpointMeta.read(staged) == meta()
+    # The Trainer replaces last.ckpt by a rename: the staged one stays whole.
+    (run / "new.tmp").write_bytes(b"the next state")
+    os.replace(run / "new.tmp", run / "last.ckpt")
+    assert (staged / "last.ckpt").read_bytes() == b"the loop state"
+
+
+def test_rays_checkpoint_of_the_trainer_resumes_the_next_restart(tmp_path: Path) -> None:
+    storage = tmp_path / "storage/checkpoint_0001"
+    storage.mkdir(parents=True)
+    (storage / "last.ckpt").write_bytes(b"state")
+    (storage / "accelctl.json").write_text(meta(restart=2).to_json())
+    # A new fit() of the run (no start yet): one more restart than the checkpoint's.
+    assert resume_from(LocalCheckpoint(storage), starts=0) == Resume(3, storage / "last.ckpt")
+    # A restart within a fit(): its own count where that is higher.
+    assert resume_from(LocalCheckpoint(storage), starts=5).restarts == 5
+    assert resume_from(None, starts=1) == Resume(1, None)
+
+
+def test_a_checkpoint_that_is_not_the_trainers_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "model.pt").write_bytes(b"a hand-written loop's")
+    assert resume_from(LocalCheckpoint(tmp_path), starts=1) == Resume(1, None)
+    (tmp_path / "accelctl.json").write_text(meta().to_json())  # its file is missing
+    assert resume_from(LocalCheckpoint(tmp_path), starts=1) == Resume(1, None)
+
+
+def test_the_run_id_is_one_per_ray_run_storage_and_name() -> None:
+    from accelctl.integrations._ray_report import run_id
+
+    class Context:
+        def __init__(self, storage: str, name: str) -> None:
+            self.storage, self.name = storage, name
+
+        def get_experiment_name(self) -> str:
+            return self.name
+
+        def get_storage(self) -> Any:
+            return type("Storage", (), {"storage_fs_path": self.storage})()
+
+    first = run_id(Context("/shared/ray", "run1"))
+    assert first == run_id(Context("/shared/ray", "run1")) and first.startswith("ray-")
+    assert first != run_id(Context("/shared/ray", "run2"))
+    assert first != run_id(Context("/other", "run1"))

@@ -46,6 +46,28 @@ def batch_size(batch: Any) -> int:
     return 1
 
 
+def check_loader(loader: Any, argument: str) -> None:
+    """Refuse, before anything is set up, a loader the Trainer cannot iterate.
+
+    :param argument: the ``fit`` argument it came as, for the message.
+    :raises DataLoaderError: naming its type and what to pass; for Ray Data's per-worker
+        iterator (``ray.train.get_dataset_shard``), the Ray bridge's loader over it.
+    """
+    if isinstance(loader, Iterable):
+        return
+    if callable(getattr(loader, "iter_torch_batches", None)):
+        raise DataLoaderError(
+            f"{argument} is a Ray Data iterator ({type(loader).__name__}), which the Trainer "
+            f"cannot iterate itself: pass accelctl.integrations.ray.dataset_loader(shard, "
+            f'batch_size=...), a DataLoader over its iter_torch_batches (docs/ray.md, "Ray '
+            f'Data"), or a torch DataLoader'
+        )
+    raise DataLoaderError(
+        f"{argument} must be an iterable of batches (a torch DataLoader), got "
+        f"{type(loader).__name__}"
+    )
+
+
 def shard_loader(
     loader: Iterable[Any], *, rank: int, world_size: int, train: bool
 ) -> Iterable[Any]:

@@ -22,6 +22,7 @@ import torch
 from .. import _settings
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .._selection import known_name
+from .callbacks import Callback, Reporting
 from .checkpoint import (
     LAST,
     CheckpointConfig,
@@ -71,6 +72,7 @@ class FitOwner(Protocol):
     metrics: dict[str, float]
     global_step: int
     current_epoch: int
+    callbacks: tuple[Callback, ...]
 
 
 class Fit:
@@ -126,6 +128,8 @@ class Fit:
         self.watch = HangWatch(env, self.progress, restarts) if env.distributed else None
         self.owns_group = False  # True once this fit created the process group
         self.device_stats = env.rank == 0  # rank 0's, until the hook fails once
+        #: What each point of the fit reports to the callbacks (the trainer's, the process's).
+        self.reporting = Reporting(trainer, trainer.callbacks)
         # Made by _set_up_training, once the device is set up:
         self.optimizer: torch.optim.Optimizer
         self.checkpointer: Checkpointer
@@ -343,6 +347,8 @@ class Fit:
                 )
         trainer.metrics = figures
         self.log.write({"kind": "epoch", "epoch": epoch, "step": trainer.global_step, **figures})
+        wanted = self.device_stats and self.reporting.wanted
+        self.reporting.line("epoch", figures, self._device_stats() if wanted else {})
         self.report.epoch(epoch, trainer.max_epochs, trainer.global_step, figures)
         on_epoch_end = getattr(model, "on_epoch_end", None)
         if callable(on_epoch_end):
@@ -356,6 +362,7 @@ class Fit:
                 epoch + 1, 0, trainer.global_step, next_epoch, figures, epoch_end=True
             )
             self._written(epoch, best)
+        self.reporting.done(epoch)
 
     def _validation_forward(self, batch: Any) -> None:
         """A validation step whose figures are dropped (:func:`.fsdp.in_lockstep`)."""
@@ -423,6 +430,7 @@ class Fit:
             if stop or (saving is not None and step % saving == 0):
                 self.progress.mark("a checkpoint", step)
                 self._save_mid_epoch(epoch, batch_idx + 1)
+            self.reporting.done(epoch)  # the step's line and checkpoint, if it wrote any
             if stop:
                 self._requeue(epoch)
             self.progress.mark("loading a batch", step)
@@ -467,9 +475,11 @@ class Fit:
             "train_loss": mean,
             "samples_per_second": per_second,
         }
-        if self.device_stats:
-            record.update((k, v) for k, v in self._device_stats().items() if k not in record)
+        figures = {k: v for k, v in record.items() if k not in ("kind", "step", "epoch")}
+        stats = self._device_stats() if self.device_stats else {}
+        record.update((k, v) for k, v in stats.items() if k not in record)
         self.log.write(record)
+        self.reporting.line("step", figures, stats)
         if bar is not None:
             bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
         return stop
@@ -498,6 +508,7 @@ class Fit:
             return
         last, step = self.plan.folder / LAST, self.trainer.global_step
         self.last_checkpoint = (last, epoch, step)
+        self.reporting.checkpoint(last)
         self.report.checkpoint(
             last.resolve(),
             epoch=epoch,

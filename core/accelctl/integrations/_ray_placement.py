@@ -60,6 +60,8 @@ class WorkerRanks:
     world_size: int
     #: The node's address, for messages.
     node: str
+    #: The Ray nodes running on this worker's host (several ``ray start`` on one machine).
+    nodes_on_host: int = 1
 
 
 def place(
@@ -86,11 +88,21 @@ def place(
         selection = accelctl.resolve(accelerator, ranks.local_world_size)
     except accelctl.DeviceSpecError as exc:
         handle = accelctl.resolve(accelerator, 1).accelerator
+        wanted = resource_name(handle)
+        if ranks.nodes_on_host > 1:
+            raise accelctl.ProcessSetupError(
+                f"{where}: {ranks.nodes_on_host} Ray nodes run on this host ({ranks.node}), and "
+                f"Ray Train numbers the workers of one host together (their local ranks, by "
+                f"address), so they share its devices: it placed {ranks.local_world_size} "
+                f"workers of this run here, one device each, but {exc}. The nodes of one host "
+                f"must together advertise at most its devices: ray start --resources "
+                f'"$(accelctl ray-resources)" on one of them, and no {wanted!r} on the others'
+            ) from exc
         raise accelctl.ProcessSetupError(
             f"{where}: Ray Train placed {ranks.local_world_size} workers of this run on this "
             f"node, one device each, but {exc}. Advertise each node's devices (ray start "
             f'--resources "$(accelctl ray-resources)") and ask for one per worker: '
-            f"ScalingConfig(resources_per_worker={{{resource_name(handle)!r}: 1}})"
+            f"ScalingConfig(resources_per_worker={{{wanted!r}: 1}})"
         ) from exc
     except accelctl.AccelctlError as exc:
         raise type(exc)(f"{where}: {exc}") from exc
@@ -139,6 +151,34 @@ def check_resources(resources_per_worker: dict[str, float], resources: set[str])
             )
 
 
+def shared_hosts(nodes: list[dict[str, Any]], resource: str) -> str | None:
+    """A warning where several live Ray nodes of one host each advertise ``resource`` (the
+    devices of the host, counted once per node): Ray may then place more workers on the host
+    than it has devices, and such a run is refused; None where no host does.
+
+    :param nodes: ``ray.nodes()``.
+    """
+    hosts: dict[str, list[float]] = {}
+    for node in nodes:
+        count = node.get("Resources", {}).get(resource)
+        if node.get("Alive") and count:
+            hosts.setdefault(str(node.get("NodeManagerAddress")), []).append(float(count))
+    shared = {host: counts for host, counts in hosts.items() if len(counts) > 1}
+    if not shared:
+        return None
+    listed = "; ".join(
+        f"{host}: {len(counts)} nodes advertising {', '.join(f'{c:g}' for c in counts)}"
+        for host, counts in sorted(shared.items())
+    )
+    return (
+        f"several Ray nodes on one host each advertise the resource {resource!r} ({listed}). "
+        f"Ray Train numbers the workers of one host together and they share its devices: "
+        f"where the nodes of a host advertise more than it has, a run that Ray places on more "
+        f"workers than devices there is refused. Advertise a host's devices once, on one of "
+        f"its nodes (docs/ray.md, Limits)"
+    )
+
+
 def current() -> Placement:
     """This worker's placement.
 
@@ -164,3 +204,37 @@ def on_device() -> Iterator[None]:
         yield
     finally:
         placement.accelerator.teardown()
+
+
+def check_config(
+    accelerator: Any, init_method: Any, timeout_s: Any, report: Any, report_checkpoints: Any
+) -> None:
+    """Refuse, where the ``TorchConfig`` is made (in the driver), what a worker would refuse
+    only once Ray Train has started the group.
+
+    :raises TypeError: an accelerator that is neither a name nor an ``accelctl.Accelerator``,
+        a flag that is not a bool.
+    :raises ValueError: an empty name, an ``init_method`` other than ``"env"`` or ``"tcp"``, a
+        ``timeout_s`` that is not a positive whole number.
+    """
+    if isinstance(accelerator, str):
+        if not accelerator.strip():
+            raise ValueError(
+                "TorchConfig(accelerator='') names no accelerator: give a name or alias "
+                "('npu'), 'gpu', 'auto', or an accelctl.Accelerator instance"
+            )
+    elif not isinstance(accelerator, accelctl.Accelerator):
+        raise TypeError(
+            f"TorchConfig(accelerator={accelerator!r}): give a name or alias ('npu'), 'gpu', "
+            f"'auto', or an accelctl.Accelerator instance, not {type(accelerator).__name__}"
+        )
+    if init_method not in ("env", "tcp"):
+        raise ValueError(f"TorchConfig(init_method={init_method!r}): Ray takes 'env' or 'tcp'")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s <= 0:
+        raise ValueError(
+            f"TorchConfig(timeout_s={timeout_s!r}): the seconds a collective may wait, a "
+            f"positive whole number"
+        )
+    for name, value in (("report", report), ("report_checkpoints", report_checkpoints)):
+        if not isinstance(value, bool):
+            raise TypeError(f"TorchConfig({name}={value!r}): True or False")

@@ -32,7 +32,6 @@ has the whole story.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,14 +47,19 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import torch
 
 import accelctl
+from accelctl import _settings  # the one reader of ACCELCTL_*: the same distribution
+from accelctl._errors import warn_user
+from accelctl._training.callbacks import add_process_callback
 from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
 
 from . import _ray_placement
+from ._ray_checkpoints import resume_from
+from ._ray_report import RayReport, run_id
 from ._ray_resources import ray_resources
 from ._versions import RAY, Adaptation, Internal
 
-__all__ = ["ADAPTATION", "TorchConfig", "get_device", "prepare_data_loader", "prepare_model",
-           "ray_resources"]  # fmt: skip
+__all__ = ["ADAPTATION", "TorchConfig", "dataset_loader", "get_device", "prepare_data_loader",
+           "prepare_model", "ray_resources"]  # fmt: skip
 
 #: What the bridge extends: Ray Train's private torch backend (its ``on_start``, called with
 #: the parameters below) and the two properties of ``TorchConfig`` that name it and the training
@@ -86,12 +90,21 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         or an :class:`accelctl.Accelerator` instance.
     :param init_method: Ray's: ``"env"`` or ``"tcp"``.
     :param timeout_s: Ray's: seconds a collective of the group may wait.
+    :param report: an :class:`accelctl.Trainer` in the workers reports its figures to Ray Train
+        (``ray.train.report``) at each line of ``metrics.jsonl`` and each checkpoint, so that
+        ``Result.metrics``, Ray Tune and the dashboard see them; False: it reports nothing.
+    :param report_checkpoints: with ``report``, rank 0 also passes each checkpoint the Trainer
+        writes (a ``ray.train.Checkpoint``, copied into ``RunConfig(storage_path)``), so that
+        ``Result.checkpoint`` is its last and a new ``fit()`` of the run resumes from it.
 
     Each worker takes ``devices[local_rank]`` of its node (the first devices, one per worker of
     the run there), the group's backend is the plugin's ``distributed_backend``; Ray's own
     ``backend`` argument is therefore not taken.
 
-    :raises TypeError: for ``backend=``.
+    :raises TypeError: for ``backend=``, and an ``accelerator`` that is neither a name nor an
+        :class:`accelctl.Accelerator`.
+    :raises ValueError: for an ``init_method`` or ``timeout_s`` Ray would refuse only once the
+        workers run.
     :raises accelctl.ProcessSetupError: where Ray Train's internals that the bridge extends
         changed (:data:`ADAPTATION` names which).
     """
@@ -102,18 +115,21 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         *,
         init_method: str = "env",
         timeout_s: int = 1800,
+        report: bool = True,
+        report_checkpoints: bool = True,
         **kwargs: Any,
     ) -> None:
         if ADAPTATION.refusal:
             raise accelctl.ProcessSetupError(ADAPTATION.refusal)
+        # Refused here, in the driver: in a worker they would come after the group started.
         if "backend" in kwargs:
-            raise TypeError(
-                "TorchConfig(backend=...) is the plugin's choice here (its distributed_backend, "
-                "read on each worker's node); name the accelerator instead: TorchConfig('npu')"
-            )
+            raise TypeError(_backend_refusal(accelerator, kwargs["backend"]))
+        _ray_placement.check_config(accelerator, init_method, timeout_s, report, report_checkpoints)
         super().__init__(backend=None, init_method=init_method, timeout_s=timeout_s, **kwargs)
         #: The accelerator asked for, resolved in each worker.
         self.accelerator = accelerator
+        #: Whether the workers' Trainer reports to Ray Train, and its checkpoints too.
+        self.report, self.report_checkpoints = report, report_checkpoints
 
     @property
     def backend_cls(self) -> type[_TorchBackend]:
@@ -124,7 +140,31 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         return _ray_placement.on_device
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "accelerator": str(self.accelerator)}
+        return {**super().to_dict(), "accelerator": str(self.accelerator),
+                "report": self.report, "report_checkpoints": self.report_checkpoints}  # fmt: skip
+
+
+def _backend_refusal(accelerator: Any, backend: Any) -> str:
+    """The ``backend=`` refusal, suggesting the config for what was asked: the accelerator
+    given, else the installed accelerators (here, in the driver) whose backend ``backend`` is."""
+    named = accelerator if isinstance(accelerator, str) else None
+    if named is None or named.strip().lower() == "auto":
+        try:
+            owners = [s.name for s in accelctl.list_accelerators()
+                      if s.info is not None and s.info.distributed_backend == backend]  # fmt: skip
+        except Exception:  # a hint only: never the reason the refusal fails
+            owners = []
+        named = owners[0] if len(owners) == 1 else None
+    if isinstance(accelerator, accelctl.Accelerator):
+        suggestion = f"TorchConfig({type(accelerator).__name__}())"
+    elif named is not None:
+        suggestion = f"TorchConfig({named!r})"
+    else:
+        suggestion = "TorchConfig('<accelerator>') (accelctl list names them)"
+    return (
+        f"TorchConfig(backend={backend!r}) is the plugin's choice here (its distributed_backend, "
+        f"read on each worker's node); name the accelerator instead: {suggestion}"
+    )
 
 
 class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
@@ -137,14 +177,16 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
     def __init__(self) -> None:
         super().__init__()
         self._starts = 0
-        # The run's id in its workers (ACCELCTL_LAUNCH_ID): restarted ones continue its folder.
-        self._launch = f"ray-{uuid.uuid4().hex}"
 
     def on_start(self, worker_group: Any, backend_config: ray.train.BackendConfig) -> None:
         assert isinstance(backend_config, TorchConfig)  # backend_cls is TorchConfig's alone
         restarts, self._starts = self._starts, self._starts + 1
         placed = worker_group.execute(
-            _place_worker, backend_config.accelerator, restarts, self._launch
+            _place_worker,
+            backend_config.accelerator,
+            restarts,
+            backend_config.report,
+            backend_config.report_checkpoints,
         )
         backends = {backend for backend, _ in placed}
         if len(backends) > 1:
@@ -155,6 +197,10 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
             )
         resources = {resource for _, resource in placed if resource is not None}
         _ray_placement.check_resources(worker_group.get_resources_per_worker(), resources)
+        for resource in sorted(resources):
+            shared = _ray_placement.shared_hosts(ray.nodes(), resource)
+            if shared is not None:
+                warn_user(shared)
         own = ray.train.torch.TorchConfig(
             backend=backends.pop() or "gloo",  # None: one worker, checked where it was placed
             init_method=backend_config.init_method,
@@ -166,19 +212,30 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
 
 
 def _place_worker(
-    accelerator: Any, restarts: int, launch: str | None = None
+    accelerator: Any, starts: int, report: bool, report_checkpoints: bool
 ) -> tuple[str | None, str | None]:
-    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`); its
+    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`), hand
+    its fits the run's id, Ray's restarts and Ray's checkpoint, and install the reporter; its
     backend and the resource that counts its devices, for the checks across the workers."""
     context = ray.train.get_context()
+    node = ray.util.get_node_ip_address()
     ranks = _ray_placement.WorkerRanks(
         world_rank=context.get_world_rank(),
         local_rank=context.get_local_rank(),
         local_world_size=context.get_local_world_size(),
         world_size=context.get_world_size(),
-        node=ray.util.get_node_ip_address(),
+        node=node,
+        nodes_on_host=sum(1 for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == node),
     )
-    placement = _ray_placement.place(accelerator, ranks, restarts, launch)
+    launch = run_id(context)
+    resume = resume_from(ray.train.get_checkpoint(), starts)
+    placement = _ray_placement.place(accelerator, ranks, resume.restarts, launch)
+    # Where the fit's run folder has no checkpoint of this run (a new root_dir, a lost one):
+    # Ray's. A ckpt_path the script gives, or ACCELCTL_CKPT_PATH set for the workers, wins.
+    if resume.checkpoint is not None and _settings.ckpt_path() is None:
+        os.environ[_settings.CKPT_PATH] = str(resume.checkpoint)
+    if report:
+        add_process_callback(RayReport(launch, resume.restarts, checkpoints=report_checkpoints))
     return placement.backend, placement.resource
 
 
@@ -226,6 +283,38 @@ def prepare_data_loader(
         data_loader, add_dist_sampler=add_dist_sampler, move_to_device=False
     )
     return _OnDevice(loader, get_device()) if move_to_device else loader
+
+
+def dataset_loader(shard: Any = "train", **iter_torch_batches: Any) -> Any:
+    """A Ray Data shard as the loader of :meth:`accelctl.Trainer.fit`: a torch ``DataLoader``
+    over an ``IterableDataset`` whose every pass is one ``iter_torch_batches`` of the shard.
+
+    :param shard: the dataset's name in ``TorchTrainer(datasets=...)`` (its
+        ``ray.train.get_dataset_shard``), or the shard itself.
+    :param iter_torch_batches: passed to the shard's ``iter_torch_batches`` (``batch_size``,
+        ``drop_last``, ``local_shuffle_buffer_size``, ``collate_fn``, ...).
+
+    The shard is this worker's share already: the Trainer leaves it as it is (no
+    ``DistributedSampler``), and Ray Data gives every worker as many rows (``DataConfig``'s
+    equal split, Ray Train's default), so that the workers take their steps together. A resumed
+    fit restores the weights, optimizer, step and random states exactly, but not the shard's
+    order: docs/ray.md, "Ray Data".
+    """
+    import torch.utils.data
+
+    iterator = ray.train.get_dataset_shard(shard) if isinstance(shard, str) else shard
+    if iterator is None:
+        raise accelctl.DataLoaderError(
+            f"ray.train.get_dataset_shard({shard!r}) is None: give the dataset to the trainer, "
+            f"TorchTrainer(..., datasets={{{shard!r}: ray.data.from_...(...)}})"
+        )
+
+    class _Shard(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Iterator[Any]:
+            return iter(iterator.iter_torch_batches(**iter_torch_batches))
+
+    # batch_size=None: the shard's batches pass through as they are.
+    return torch.utils.data.DataLoader(_Shard(), batch_size=None)
 
 
 class _OnDevice:
