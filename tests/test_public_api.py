@@ -21,6 +21,7 @@ PUBLIC_MODULES = {
     "torch_build",
     "torch_backends",
     "capabilities",
+    "stats_keys",
 }
 
 
