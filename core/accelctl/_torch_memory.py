@@ -46,10 +46,13 @@ def with_torch_memory(
     try:
         if index is None:
             index = int(accelerator.current_device_index())
-        for key in missing:
-            added[key] = int(_read(accelerator, ALLOCATOR_READERS[key])(index))
     except (AttributeError, RuntimeError, NotImplementedError, TypeError):
-        pass  # this torch or backend lacks it: the figures read so far stay
+        return stats
+    for key in missing:
+        try:
+            added[key] = int(_read(accelerator, ALLOCATOR_READERS[key])(index))
+        except (AttributeError, RuntimeError, NotImplementedError, TypeError):
+            continue  # this torch or backend lacks it
     if device_wide:
         try:
             free, total = accelerator.get_memory_info(index)
