@@ -10,6 +10,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections fsdp          # Trainer(strategy="fsdp") on 2 CPU processes
     python -m bench --sections fsdp-openreg  # ... and on 2 openreg devices
     python -m bench --sections discovery     # accelctl's scan against importlib.metadata's
+    python -m bench --sections flops         # what counting the model's FLOPs costs a fit
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -26,7 +27,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import discovery, dispatch, distributed_overhead, faults, fsdp_overhead, scaling, startup
+from . import (
+    discovery,
+    dispatch,
+    distributed_overhead,
+    faults,
+    flops_overhead,
+    fsdp_overhead,
+    scaling,
+    startup,
+)
 from .machine import describe_machine
 from .plot import plot_scaling
 from .report import render
@@ -34,7 +44,7 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
-    "discovery",
+    "discovery", "flops",
 )  # fmt: skip
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
@@ -149,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fsdp": lambda: fsdp_overhead.run(args.repeats, args.quick),
         "fsdp-openreg": lambda: fsdp_overhead.run(args.repeats, args.quick, "openreg"),
         "discovery": lambda: discovery.run(args.repeats, args.quick),
+        "flops": lambda: flops_overhead.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

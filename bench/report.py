@@ -240,6 +240,34 @@ def _faults(section: dict[str, Any]) -> str:
     )
 
 
+def _flops(section: dict[str, Any]) -> str:
+    met = {True: "holds", False: "misses", None: "quick run, no verdict"}[section.get("met")]
+    table = _table(
+        (
+            "steps per run",
+            "fastest counted s",
+            "fastest not counted s",
+            "ratio (fastest)",
+            "target",
+            "ratio (medians, pairs)",
+            "one-step fit s",
+        ),
+        [
+            (
+                section.get("steps_per_run"),
+                section["counted_fastest_s"],
+                section["plain_fastest_s"],
+                f"{section['ratio_fastest']:g}x",
+                f"<= {section.get('target')}x: {met}",
+                f"{section['ratio']:g}x, {section['ratio_paired']:g}x",
+                f"{section['one_step_fit_counted_median_s']} counted, "
+                f"{section['one_step_fit_plain_median_s']} not",
+            )
+        ],
+    )
+    return f"{section.get('model', '')}, {section.get('repeats')} runs each.\n\n{table}"
+
+
 def render(results: dict[str, Any]) -> str:
     """All sections present in ``results`` as Markdown."""
     parts = [f"## Machine\n\n{_machine(results['machine'])}"]
@@ -254,6 +282,7 @@ def render(results: dict[str, Any]) -> str:
         ("fsdp", "Sharded training (FSDP2)", _fsdp),
         ("fsdp-openreg", "Sharded training (FSDP2) on openreg", _fsdp),
         ("discovery", "Finding the plugins", _discovery),
+        ("flops", "Counting the model's FLOPs (flops_per_second, mfu)", _flops),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -23,6 +23,7 @@ PUBLIC_MODULES = {
     "capabilities",
     "exporters",
     "plotting",
+    "stats_keys",
 }
 
 

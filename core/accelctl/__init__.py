@@ -14,7 +14,8 @@ device parsers and :func:`split_device`; the hooks are documented in :mod:`accel
 the conformance suite and the tests' registry are :mod:`accelctl.testing` (its pytest class
 needs pytest: ``accelctl[testing]``). The other public
 modules are :mod:`accelctl.integrations.lightning`, :mod:`accelctl.integrations.accelerate`,
-:mod:`accelctl.cli`, :mod:`accelctl.launcher` and :mod:`accelctl.torch_build`; modules whose
+:mod:`accelctl.cli`, :mod:`accelctl.launcher`, :mod:`accelctl.torch_build` and
+:mod:`accelctl.stats_keys` (the vocabulary of ``device_stats``); modules whose
 names start with ``_`` are private.
 """
 
@@ -42,6 +43,7 @@ from ._errors import (
 )
 from ._info import AcceleratorInfo
 from ._markers import hookimpl, hookspec
+from ._peak import DevicePeak
 from ._plugin import AcceleratorHandle
 from ._registry import get_accelerator, list_accelerators
 from ._status import AcceleratorStatus
@@ -94,6 +96,7 @@ __all__ = [
     "AcceleratorStatus",
     "AcceleratorUnavailableError",
     "DataLoaderError",
+    "DevicePeak",
     "DeviceSpecError",
     "DeviceStats",
     "LaunchError",

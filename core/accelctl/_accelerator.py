@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._info import AcceleratorInfo
+from ._peak import DevicePeak
 
 if TYPE_CHECKING:
     import torch
@@ -106,6 +107,11 @@ class Accelerator(abc.ABC):
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Default: nothing can be read (``device``: a ``torch.device`` or ``"<type>:<i>"``)."""
         return {}
+
+    def device_peak(self, device: torch.device | str) -> DevicePeak | None:
+        """Default: unknown (None), so the Trainer logs no ``mfu``; see
+        :func:`accelctl.hookspecs.device_peak`."""
+        return None
 
     def accelerator_info(self) -> AcceleratorInfo:
         """Default: built from the class attributes."""

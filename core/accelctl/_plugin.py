@@ -32,6 +32,8 @@ from ._text import clean, quote, safe_repr, safe_str
 if TYPE_CHECKING:
     import torch
 
+    from ._peak import DevicePeak
+
 #: ``not-loaded``: found, not imported yet; ``loaded``: its hooks can be called; ``disabled``:
 #: ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` keep it from being imported; ``broken``: loading
 #: failed at :attr:`~AcceleratorHandle.stage` with :attr:`~AcceleratorHandle.error`.
@@ -338,8 +340,18 @@ class AcceleratorHandle:
         return cast("list[torch.device]", self._call("get_parallel_devices", devices))
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``."""
-        return cast("dict[str, int | float]", self._call("device_stats", device))
+        """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``;
+        the allocator's figures the plugin leaves out are read from ``torch.accelerator``
+        where this process already uses the device (docs/concepts.md section 7)."""
+        from ._torch_memory import with_torch_memory  # torch-free until a device is in use
+
+        stats = cast("dict[str, int | float]", self._call("device_stats", device))
+        return with_torch_memory(stats, device)
+
+    def device_peak(self, device: torch.device | str) -> DevicePeak | None:
+        """The device's peak FLOPs per data type and memory bandwidth; None: unknown (the
+        plugin says so, or has no ``device_peak`` hook)."""
+        return cast("DevicePeak | None", self._call("device_peak", device))
 
     def unavailable_reason(self) -> str | None:
         """Why the accelerator is not available here, when the plugin says."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ._errors import AccelctlError
+from ._peak import DevicePeak
 
 ACCELERATOR = "ACCELCTL_ACCELERATOR"
 PLUGINS = "ACCELCTL_PLUGINS"
@@ -23,6 +24,7 @@ LAUNCHER_PID = "ACCELCTL_LAUNCHER_PID"
 CKPT_PATH = "ACCELCTL_CKPT_PATH"
 LAUNCH_ID = "ACCELCTL_LAUNCH_ID"
 LAUNCH_NOTE = "ACCELCTL_LAUNCH_NOTE"
+PEAK_FLOPS = "ACCELCTL_PEAK_FLOPS"
 
 #: Seconds accelctl waits for one plugin's answer where it asks several at once.
 DEFAULT_HOOK_TIMEOUT_S = 10.0
@@ -47,6 +49,9 @@ VARIABLES: dict[str, str] = {
     "whose restarts continue the run folder it wrote",
     LAUNCH_NOTE: "set by `accelctl launch` in its processes: the file where rank 0's Trainer "
     "notes its last checkpoint, for the launcher's report",
+    PEAK_FLOPS: "the peak FLOPs per second of one device of the run, declared by the user (a "
+    "number for every data type, or `bfloat16=2.4e12,float32=1.2e12`): the Trainer's `mfu` "
+    "divides by it instead of the plugin's `device_peak`",
 }
 
 #: The variables a plugin's import must leave alone (restored and reported when it does not).
@@ -168,3 +173,15 @@ def launcher_pid(environ: Mapping[str, str] | None = None) -> int | None:
     """The launcher's process id in a child of ``accelctl launch``; None elsewhere."""
     raw = _environ(environ).get(LAUNCHER_PID, "").strip()
     return int(raw) if raw.isdigit() else None
+
+
+def declared_peak(environ: Mapping[str, str] | None = None) -> DevicePeak | None:
+    """``ACCELCTL_PEAK_FLOPS`` as a :class:`~accelctl.DevicePeak` (None when unset or blank).
+    Raises :class:`SettingError` naming the variable and the accepted forms."""
+    raw = _environ(environ).get(PEAK_FLOPS, "").strip()
+    if not raw:
+        return None
+    try:
+        return DevicePeak.parse_flops(raw, source=f"declared by {PEAK_FLOPS}")
+    except ValueError as exc:
+        raise SettingError(f"{PEAK_FLOPS}={exc}") from None

@@ -53,6 +53,7 @@ from ._training.processes import (
 )
 from ._training.requeue import RequeueOnSignal, parse_requeue_signal
 from ._training.strategy import parse_strategy
+from ._training.throughput import parse_flops_per_sample
 
 if TYPE_CHECKING:
     from torch import nn
@@ -98,6 +99,12 @@ class Trainer:
         process at each point where :meth:`fit` wrote a line of ``metrics.jsonl`` or a
         checkpoint, with what it wrote (docs/training.md, "Callbacks"). A framework's bridge
         adds its own in its workers (the Ray bridge reports to Ray Train).
+    :param flops_per_sample: the model's FLOPs per sample of one training step (forward and
+        backward), for the figures ``flops_per_second`` and ``mfu`` (model FLOPs utilisation:
+        of the devices' peak, where the plugin's ``device_peak`` or ``ACCELCTL_PEAK_FLOPS``
+        knows it). ``"auto"``: counted once, on the first step, by torch's ``FlopCounterMode``
+        (matrix products, convolutions, attention); a number: as declared (a model whose cost
+        per sample varies); None: neither figure.
 
     The accelerator and devices are resolved here, and checked against the processes that run,
     so a wrong name, a bad spec or a device/process mismatch fails at once: a
@@ -125,6 +132,7 @@ class Trainer:
         requeue_signal: Any = "auto",
         strategy: str = "auto",
         callbacks: Iterable[Any] | None = None,
+        flops_per_sample: float | str | None = "auto",
     ) -> None:
         self.max_epochs = whole_number("max_epochs", max_epochs)
         self.log_every_n_steps = whole_number("log_every_n_steps", log_every_n_steps)
@@ -133,6 +141,8 @@ class Trainer:
         self.strategy = parse_strategy(strategy)
         #: The callbacks :meth:`fit` reports to (besides those a bridge adds in its workers).
         self.callbacks: tuple[Callback, ...] = check_callbacks(callbacks)
+        #: ``"auto"``, the model's declared FLOPs per sample, or None (docs/training.md).
+        self.flops_per_sample = parse_flops_per_sample(flops_per_sample)
         self.root_dir = Path(root_dir)
         self.enable_progress_bar = enable_progress_bar
         #: When :meth:`fit` writes checkpoints and which it keeps.
@@ -171,7 +181,8 @@ class Trainer:
         self.global_rank: int = self._env.rank
         #: Processes in the run (1 when alone).
         self.world_size: int = self._env.world_size
-        #: The last epoch's figures: ``train_loss``, ``samples_per_second``, ``val_*``.
+        #: The last epoch's figures: ``train_loss``, ``samples_per_second``, ``val_*``, and
+        #: ``flops_per_second`` and ``mfu`` where known.
         self.metrics: dict[str, float] = {}
         #: The folder :meth:`fit` writes its checkpoints into, ``<root_dir>/checkpoints/run-N``
         #: (its own, or the one it continues; docs/training.md, "Runs and their folders"); None

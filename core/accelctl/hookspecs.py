@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from ._info import AcceleratorInfo
+    from ._peak import DevicePeak
 
 #: Hooks every plugin must implement; a plugin missing one fails to load.
 REQUIRED_HOOKS = (
@@ -36,6 +37,7 @@ OPTIONAL_HOOKS = (
     "setup_device",
     "teardown",
     "environment_info",
+    "device_peak",
 )
 ALL_HOOKS = REQUIRED_HOOKS + OPTIONAL_HOOKS
 
@@ -149,12 +151,18 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
         ``torch.device`` or as its string ``"<type>:<index>"`` (``"cpu"`` without an index), the
         type being :attr:`AcceleratorInfo.device_type` or else the accelerator's name. Accept both:
         :func:`accelctl.split_device` splits either without importing torch.
-    :returns: a flat ``dict`` of ``str`` to ``int`` or ``float``, the unit in the key. Use the
-        common keys where the figure exists: ``memory_allocated_bytes``, ``memory_reserved_bytes``,
+    :returns: a flat ``dict`` of ``str`` to ``int`` or ``float``, the unit in the key's suffix
+        (``_bytes``, ``_percent`` from 0 to 100, ``_watts``, ``_celsius``, ``_hz``,
+        ``_per_second``; none: a count or ratio). Use the common keys of
+        :data:`accelctl.stats_keys.VOCABULARY` where the figure exists:
+        ``memory_allocated_bytes``, ``memory_reserved_bytes``, ``memory_peak_allocated_bytes``,
         ``memory_used_bytes``, ``memory_total_bytes``, ``utilization_percent``,
         ``temperature_celsius``, ``power_watts`` (CPU also ``cpu_percent``, ``swap_percent``).
-        Prefix other figures with the accelerator's name (``"hpu.max_in_use_bytes"``). Return
-        ``{}`` where nothing can be read.
+        Prefix other figures with the accelerator's name (``"hpu.num_allocs"``). Leave out a
+        figure the device does not report (not supported); give ``float("nan")`` for one it
+        reports but could not read this time. Return ``{}`` where nothing can be read. Where the
+        plugin gives no allocator figures and this process already uses the device, the handle
+        adds them from ``torch.accelerator`` (:mod:`accelctl.stats_keys` has the rules).
 
     Never block (no sampling sleeps) and never initialise a device runtime that is not in use yet.
 
@@ -280,5 +288,45 @@ def environment_info() -> dict[str, str | int | float | bool | None]:
             if "HABANA_VISIBLE_MODULES" in os.environ:
                 facts["HABANA_VISIBLE_MODULES"] = os.environ["HABANA_VISIBLE_MODULES"]
             return facts
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | None:
+    """Say what one device can do at most: dense FLOPs per second by data type, and its memory
+    bandwidth.
+
+    Optional: without it (or with ``None``) the peak is unknown, and the Trainer logs the model's
+    ``flops_per_second`` but no ``mfu``. Called by the Trainer once per ``fit``, after
+    :func:`setup_device`, with its ``torch.device``; the ``device`` forms are those of
+    :func:`device_stats`.
+
+    :param device: one of the devices :func:`get_parallel_devices` returned, or its string.
+    :returns: an :class:`accelctl.DevicePeak` (or a ``dict`` of its fields): ``flops`` maps data
+        types (``"float32"``, ``"tf32"``, ``"bfloat16"``, ``"float16"``, ``"float8"``, ...) to
+        FLOPs per second without structured sparsity; ``memory_bandwidth_bytes_per_second``;
+        ``source`` says where the figures come from. ``None`` where the peak is not known:
+        never a guess.
+
+    The rules of :func:`device_stats` apply: never block, and never initialise a device
+    runtime (read a device's name through the vendor's management library, as the CUDA plugin
+    reads NVML).
+
+    .. code-block:: python
+
+        #: Per model, from the vendor's datasheet: dense figures at the boost clock.
+        DATASHEET = {
+            "X1": accelctl.DevicePeak(
+                flops={"bfloat16": 400e12, "float32": 100e12},
+                memory_bandwidth_bytes_per_second=2.0e12,
+                source="X1 datasheet, dense",
+            ),
+        }
+
+        @accelctl.hookimpl
+        def device_peak(device):
+            kind, index = accelctl.split_device(device)
+            return DATASHEET.get(_model_name(index or 0))  # None: a model not in the table
     """
     raise NotImplementedError

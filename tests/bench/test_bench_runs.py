@@ -92,7 +92,7 @@ def test_a_results_file_has_its_section_and_the_machine(
     # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent.
     assert set(SECTIONS) == {
         "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp",
-        "fsdp-openreg", "discovery",
+        "fsdp-openreg", "discovery", "flops",
     }  # fmt: skip
     results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
@@ -240,3 +240,14 @@ def test_discovery_section_compares_both_scans_on_the_same_entry_points(
     ratio = ms["importlib"] / ms["accelctl"]
     assert section["ratio_importlib_accelctl"] == pytest.approx(ratio, rel=0.01)
     assert section["keep_own_scanner"] == (section["ratio_importlib_accelctl"] > 1.2)
+
+
+def test_flops_section_times_fits_with_and_without_counting(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    section = quick_run("flops", tmp_path_factory)[0]["sections"]["flops"]
+    assert section["repeats"] == 1 and section["met"] is None  # a quick run: no verdict
+    assert len(section["counted_s"]) == len(section["plain_s"]) == 1
+    assert section["ratio_fastest"] == pytest.approx(
+        section["counted_fastest_s"] / section["plain_fastest_s"], rel=1e-2
+    )

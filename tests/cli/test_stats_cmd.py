@@ -31,7 +31,13 @@ def test_json_has_every_available_device_and_no_unavailable_one(cli: Cli, monkey
     assert [(e["accelerator"], e["device"], e["error"]) for e in entries] == [("cpu", "cpu", None)]
     stats = entries[0]["stats"]
     assert stats["memory_total_bytes"] > 0
-    assert set(stats) == {"cpu_percent", "memory_used_bytes", "memory_total_bytes", "swap_percent"}
+    assert set(stats) == {
+        "utilization_percent",
+        "cpu_percent",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "swap_percent",
+    }
 
 
 def test_name_unknown_or_unavailable_is_one_line_and_exit_1(cli: Cli, monkeypatch):

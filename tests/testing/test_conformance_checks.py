@@ -213,8 +213,67 @@ def test_device_indices_must_follow_the_parsed_indices(fake_site: FakeSite) -> N
 def test_stats_outside_the_vocabulary_fail(fake_site: FakeSite) -> None:
     fake_site.install("accelctl-voc", {"voc": "fakeplugins.conformance:OffVocabularyStats"})
     detail = failed(run(fake_site, "voc"))["device_stats"]
-    assert detail.startswith("key(s) 'mem' are neither common keys")
-    assert "nor prefixed with 'voc.'" in detail
+    assert detail.startswith("'mem' is neither a common key nor prefixed with 'voc.' (the ")
+    assert "voc.queue_depth" not in detail  # its own prefix: allowed
+
+
+@pytest.mark.parametrize(
+    ("plugin", "problem"),
+    [
+        ("PercentOverHundred", "'utilization_percent' is 150.0: a percentage is 0 to 100"),
+        ("NegativeBytes", "'memory_used_bytes' is -1: bytes cannot be negative"),
+        (
+            "AllocatedOverReserved",
+            "memory_allocated_bytes (2147483648) exceeds memory_reserved_bytes (1073741824)",
+        ),
+        (
+            "ReservedOverTotal",
+            "memory_reserved_bytes (5368709120) exceeds memory_total_bytes (4294967296)",
+        ),
+        ("MegabyteKey", "'units.free_mb': _mb is not a unit of the vocabulary; convert to _bytes"),
+        ("InfiniteFigure", "'power_watts' is inf: a figure is finite, or NaN when it cannot"),
+        ("ForeignPrefix", "'cuda.num_ooms' is prefixed with another name than 'units.'"),
+    ],
+)
+def test_each_rule_of_the_stats_vocabulary_fails_the_check(
+    fake_site: FakeSite, plugin: str, problem: str
+) -> None:
+    fake_site.install("accelctl-units", {"units": f"fakeplugins.conformance:{plugin}"})
+    report = run(fake_site, "units")
+    detail = failed(report)["device_stats"]
+    assert detail.startswith(problem), detail
+    assert "(the vocabulary of accelctl.stats_keys" in detail
+    assert set(failed(report)) == {"device_stats"}
+
+
+def test_nan_for_a_figure_unreadable_now_and_prefixed_units_pass(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-units", {"units": "fakeplugins.conformance:UnreadableNow"})
+    result = run(fake_site, "units").result("device_stats")
+    assert result.status == "pass", result.detail
+    assert "temperature_celsius" in result.detail and "units.num_allocs" in result.detail
+
+
+def test_a_peak_is_checked_for_its_shape_and_its_units(fake_site: FakeSite) -> None:
+    fake_site.install("accelctl-sheet", {"sheet": "fakeplugins.conformance:DatasheetPeak"})
+    fake_site.install("accelctl-tera", {"tera": "fakeplugins.conformance:TeraflopsPeak"})
+    fake_site.install("accelctl-num", {"num": "fakeplugins.conformance:NumberPeak"})
+    fake_site.install("accelctl-half", {"half": "fakeplugins.conformance:PeakForTorchDevicesOnly"})
+    sheet = run(fake_site, "sheet").result("device_peak")
+    assert (sheet.status, sheet.detail) == (
+        "pass",
+        "cpu: bfloat16 4e+14, float32 1e+14 FLOP/s; bandwidth 2000000000000.0 B/s; source X1 "
+        "datasheet",
+    )
+    tera = failed(run(fake_site, "tera"))["device_peak"]
+    assert tera == (
+        "flops['bfloat16'] = 989.5 is outside 1e+09..1e+18 FLOP/s per device: give FLOPs per "
+        "second (989e12, not 989 TFLOPs); memory_bandwidth_bytes_per_second = 3.35 is outside "
+        "1e+08..1e+15: give bytes per second (3.35e12, not 3.35 TB/s)"
+    )
+    number = failed(run(fake_site, "num"))["device_peak"]
+    assert "expected a DevicePeak, a dict of its fields, or None (unknown), not float" in number
+    half = failed(run(fake_site, "half"))["device_peak"]
+    assert half == "torch.device('cpu') and the str 'cpu' give different peaks"
 
 
 def test_nested_stats_fail(fake_site: FakeSite) -> None:
@@ -468,6 +527,6 @@ def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path)
     )
     out = completed.stdout
     assert completed.returncode == 1, out
-    assert "1 failed, 10 passed, 6 skipped" in out  # one test per check, 17 in all
+    assert "1 failed, 10 passed, 7 skipped" in out  # one test per check, 18 in all
     assert "FAILED test_vendor_ci.py::TestCI::test_auto_device_count" in out
     assert "returned 3 while detect() is False" in out

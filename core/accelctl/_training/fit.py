@@ -45,6 +45,7 @@ from .report import FitReport
 from .requeue import RequeueError, RequeueOnSignal
 from .rng import epoch_rng_state, set_rng_state
 from .runs import Identity, RunFolders, RunPlan, check_ckpt_path, without_folder
+from .throughput import Throughput, peak_flops
 from .timeouts import collective_timeout
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class FitOwner(Protocol):
     device: torch.device
     run_dir: Path | None
     metrics: dict[str, float]
+    flops_per_sample: float | str | None
     global_step: int
     current_epoch: int
     callbacks: tuple[Callback, ...]
@@ -110,6 +112,8 @@ class Fit:
         # A wrong path fails here, before any process group or device is set up.
         check_ckpt_path(ckpt_path, trainer.root_dir, given_as=given_as)
         self.ckpt_path = ckpt_path
+        #: ACCELCTL_PEAK_FLOPS, read (and refused when malformed) before anything is set up.
+        self.declared_peak = _settings.declared_peak()
         self.identity = Identity.from_environ()
         restarts = self.identity.restarts
         self.timeout = collective_timeout()
@@ -133,6 +137,8 @@ class Fit:
         # Made by _set_up_training, once the device is set up:
         self.optimizer: torch.optim.Optimizer
         self.checkpointer: Checkpointer
+        #: The model's FLOPs per sample and the devices' peak (``flops_per_second``, ``mfu``).
+        self.throughput: Throughput
         #: The model's ``training_step``; under DDP, through DDP's forward.
         self.training_step: Callable[[Any, int], Any]
         self.train_loader: Iterable[Any]
@@ -268,6 +274,12 @@ class Fit:
         self.val_loader = None
         if val_dataloader is not None:
             self.val_loader = shard_loader(val_dataloader, rank=rank, world_size=world, train=False)
+        peak = None
+        if trainer.flops_per_sample is not None:
+            peak = peak_flops(
+                trainer.accelerator, self.device, trainer.precision.name, self.declared_peak
+            )
+        self.throughput = Throughput(trainer.flops_per_sample, peak, world)
 
     def _restore(self) -> Resume | None:
         """Load the checkpoint to resume from, if any; the trainer's step and figures are its."""
@@ -408,7 +420,9 @@ class Fit:
         finally:
             if bar is not None:
                 bar.close()
-        return tally.figures()
+        figures = tally.figures()
+        figures.update(self.throughput.figures(figures["samples_per_second"]))
+        return figures
 
     def _train_steps(
         self,
@@ -440,24 +454,26 @@ class Fit:
         step = self.trainer.global_step + 1
         self.progress.mark("training_step", step)
         batch = move_to_device(batch, self.device)
-        with self.autocast:
-            loss = self.training_step(batch, batch_idx)
-        if not isinstance(loss, torch.Tensor):
-            raise TrainerError(
-                f"training_step must return the loss as a tensor, returned "
-                f"{type(loss).__name__} (batch {batch_idx})"
-            )
-        self.optimizer.zero_grad(set_to_none=True)
-        collective = "reduce-scatter" if self.sharded else "all-reduce"
-        self.progress.mark(f"backward (the gradients' {collective})", step)
+        samples = batch_size(batch)
+        with self.throughput.counting(samples):  # the first step's forward and backward
+            with self.autocast:
+                loss = self.training_step(batch, batch_idx)
+            if not isinstance(loss, torch.Tensor):
+                raise TrainerError(
+                    f"training_step must return the loss as a tensor, returned "
+                    f"{type(loss).__name__} (batch {batch_idx})"
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            collective = "reduce-scatter" if self.sharded else "all-reduce"
+            self.progress.mark(f"backward (the gradients' {collective})", step)
+            scaled = self.scaler.scale(loss) if self.scaler is not None else loss
+            scaled.backward()  # type: ignore[no-untyped-call]
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            loss.backward()  # type: ignore[no-untyped-call]
             self.optimizer.step()
-        tally.add(loss, batch_size(batch))
+        tally.add(loss, samples)
         self.trainer.global_step = step
         return step
 
@@ -474,6 +490,7 @@ class Fit:
             "epoch": epoch,
             "train_loss": mean,
             "samples_per_second": per_second,
+            **self.throughput.figures(per_second),
         }
         figures = {k: v for k, v in record.items() if k not in ("kind", "step", "epoch")}
         stats = self._device_stats() if self.device_stats else {}

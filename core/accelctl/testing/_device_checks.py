@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from accelctl import AccelctlError, AcceleratorHandle, DeviceSpecError
+from accelctl import AccelctlError, AcceleratorHandle, DevicePeak, DeviceSpecError
 from accelctl._text import one_line
+from accelctl.stats_keys import VOCABULARY
+from accelctl.stats_keys import problems as vocabulary_problems
 
 from . import probes
 from ._plugin_checks import ms, strip_subject, timed
@@ -21,21 +24,13 @@ STATS_CALL_LIMIT_S = 1.0
 #: The device specs every accelerator refuses with a ``DeviceSpecError``, whatever it runs on.
 BAD_DEVICE_SPECS: tuple[object, ...] = (0, -5, 1.5, "abc", None, True)
 
-#: The common ``device_stats`` keys of contract section 7; other keys take the accelerator's
-#: name as a prefix (``"cuda.num_alloc_retries"``).
-COMMON_STATS_KEYS = frozenset(
-    {
-        "memory_allocated_bytes",
-        "memory_reserved_bytes",
-        "memory_used_bytes",
-        "memory_total_bytes",
-        "utilization_percent",
-        "temperature_celsius",
-        "power_watts",
-        "cpu_percent",
-        "swap_percent",
-    }
-)
+#: The common ``device_stats`` keys (:data:`accelctl.stats_keys.VOCABULARY`); other keys take the
+#: accelerator's name as a prefix (``"cuda.num_alloc_retries"``).
+COMMON_STATS_KEYS = frozenset(VOCABULARY)
+
+#: A peak outside these bounds (per device) is a unit slip: TFLOPs given as FLOPs, GB/s as B/s.
+PEAK_FLOPS_BOUNDS = (1e9, 1e18)
+PEAK_BANDWIDTH_BOUNDS = (1e8, 1e15)
 
 
 def check_bad_specs(handle: AcceleratorHandle, run: Run) -> None:
@@ -153,16 +148,14 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
     prefixes = tuple(f"{name}." for name in (handle.name, *aliases))
     (stats, seconds), (by_text, text_seconds) = readings
     seconds = max(seconds, text_seconds)
-    stray = sorted(
-        key
-        for key in {*stats, *by_text}
-        if key not in COMMON_STATS_KEYS and not key.startswith(prefixes)
-    )
-    if stray:
+    broken = list(dict.fromkeys(vocabulary_problems(stats, prefixes)))
+    broken += [p for p in vocabulary_problems(by_text, prefixes) if p not in broken]
+    if broken:
         run.failed(
             check,
-            f"key(s) {', '.join(map(repr, stray))} are neither common keys "
-            f"({', '.join(sorted(COMMON_STATS_KEYS))}) nor prefixed with {prefixes[0]!r}",
+            f"{'; '.join(broken)} (the vocabulary of accelctl.stats_keys: common keys, or "
+            f"{prefixes[0]!r} and a unit suffix: _bytes, _percent, _watts, _celsius, _hz, "
+            f"_per_second)",
         )
     elif set(stats) != set(by_text):
         run.failed(
@@ -213,3 +206,70 @@ def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: R
             f"{device.type!r} (torch.distributed.Backend.register_backend), or None for one "
             f"process only",
         )
+
+
+def check_peak(handle: AcceleratorHandle, device: torch.device | None, run: Run) -> None:
+    """``device_peak`` gives a :class:`accelctl.DevicePeak` or None for both forms of the first
+    device, the same for both, quickly, in units that are plausibly FLOPs and bytes per second."""
+    check = "device_peak"
+    run.start(check)
+    if not handle.implements(check):
+        run.skipped(check, "not implemented (optional): the peak is unknown, no mfu")
+        return
+    if device is None:
+        run.skipped(check, "needs a device from the devices_auto round trip, which failed")
+        return
+    answers: list[DevicePeak | None] = []
+    seconds = 0.0
+    for form in (device, str(device)):
+        try:
+            peak, took = timed(handle.device_peak, form)
+        except AccelctlError as exc:
+            shown = (
+                f"{str(device)!r} (a str)"
+                if isinstance(form, str)
+                else f"torch.device({str(device)!r})"
+            )
+            run.failed(check, f"{shown}: {strip_subject(one_line(exc), handle)}", exc)
+            return
+        answers.append(peak)
+        seconds = max(seconds, took)
+    peak = answers[0]
+    if answers[0] != answers[1]:
+        run.failed(
+            check, f"torch.device({str(device)!r}) and the str {str(device)!r} give different peaks"
+        )
+    elif seconds > STATS_CALL_LIMIT_S:
+        run.failed(check, f"took {seconds:.2f} s (limit {STATS_CALL_LIMIT_S:g} s): never block")
+    elif peak is None:
+        run.passed(check, f"None on {device}: the peak is unknown (no mfu), said in {ms(seconds)}")
+    else:
+        slips = _peak_slips(peak)
+        if slips:
+            run.failed(check, "; ".join(slips))
+        else:
+            flops = ", ".join(f"{dtype} {value:.3g}" for dtype, value in peak.flops.items())
+            run.passed(
+                check,
+                f"{device}: {flops or 'no FLOPs'} FLOP/s; bandwidth "
+                f"{peak.memory_bandwidth_bytes_per_second or 'unknown'} B/s; source "
+                f"{peak.source or 'not given'}",
+            )
+
+
+def _peak_slips(peak: DevicePeak) -> list[str]:
+    low, high = PEAK_FLOPS_BOUNDS
+    slips = [
+        f"flops[{dtype!r}] = {value:g} is outside {low:g}..{high:g} FLOP/s per device: give "
+        f"FLOPs per second (989e12, not 989 TFLOPs)"
+        for dtype, value in peak.flops.items()
+        if not low <= value <= high
+    ]
+    bandwidth = peak.memory_bandwidth_bytes_per_second
+    low, high = PEAK_BANDWIDTH_BOUNDS
+    if bandwidth is not None and not (math.isfinite(bandwidth) and low <= bandwidth <= high):
+        slips.append(
+            f"memory_bandwidth_bytes_per_second = {bandwidth:g} is outside {low:g}..{high:g}: "
+            f"give bytes per second (3.35e12, not 3.35 TB/s)"
+        )
+    return slips

@@ -94,8 +94,15 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "device_stats",
         f"where detected: device_stats(first device), given as a torch.device and as its str "
-        f"'<type>:<index>', is a flat dict of str to int/float with common or '<name>.' keys "
-        f"(the same keys for both forms), within {STATS_CALL_LIMIT_S:g} s",
+        f"'<type>:<index>', is a flat dict of str to int/float following accelctl.stats_keys: "
+        f"common keys or '<name>.' ones, units in the suffix, figures in their unit's range "
+        f"(percent 0..100, bytes >= 0, allocated <= reserved <= total), the same keys for both "
+        f"forms, within {STATS_CALL_LIMIT_S:g} s",
+    ),
+    Check(
+        "device_peak",
+        "where implemented and detected: a DevicePeak or None (unknown) for both forms of the "
+        "first device, the same for both, FLOPs and bytes per second in plausible ranges",
     ),
     Check(
         "distributed_backend",
@@ -263,4 +270,5 @@ def _run_checks(
         return
     first = device.check_round_trips(handle, count, run)
     device.check_stats(handle, first, run)
+    device.check_peak(handle, first, run)
     device.check_backend(handle, first, run)

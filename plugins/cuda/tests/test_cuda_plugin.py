@@ -8,6 +8,7 @@ parsing, torch-build reading, stats) runs for real.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl_cuda import CUDAAccelerator, amd, nvml, probe
+from accelctl_cuda import CUDAAccelerator, amd, nvml, peaks, probe
 from accelctl_cuda.visible import PhysicalGpu, parse_entries, visible_amd, visible_nvidia
 
 cuda = CUDAAccelerator()
@@ -52,6 +53,10 @@ class FakeGpu:
     temperature: int = 55
     power_mw: int | None = 123_456
     limit_mw: int = 700_000
+    sm_clock_mhz: int = 1980
+    name: str = "NVIDIA H100 80GB HBM3"
+    #: A query NVML fails this time with an error other than "Not Supported" (a lost sensor).
+    failing: str | None = None
     migs: list[str] = field(default_factory=list)
 
 
@@ -68,6 +73,7 @@ class FakeNvml:
         fake = types.ModuleType("pynvml")
         fake.NVMLError = FakeNVMLError  # type: ignore[attr-defined]
         fake.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
+        fake.NVML_CLOCK_SM = 1  # type: ignore[attr-defined]
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(fake, name, getattr(self, name))
@@ -126,7 +132,17 @@ class FakeNvml:
         return types.SimpleNamespace(gpu=gpu.util, memory=gpu.memory_util)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        if self._gpu(handle).failing == "temperature":
+            raise FakeNVMLError("Unknown Error")
         return self._gpu(handle).temperature
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
+        assert clock == 1  # NVML_CLOCK_SM
+        return self._gpu(handle).sm_clock_mhz
+
+    def nvmlDeviceGetName(self, handle: Any) -> bytes:
+        self.calls.append("nvmlDeviceGetName")
+        return self._gpu(handle).name.encode()  # bytes, as older nvidia-ml-py releases give
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         power = self._gpu(handle).power_mw
@@ -383,9 +399,24 @@ def test_stats_read_nvml_without_initialising_cuda(machine: Path, monkeypatch: p
         "temperature_celsius": 71.0,
         "power_watts": 301.5,
         "cuda.power_limit_watts": 700.0,
+        "cuda.sm_clock_hz": 1_980_000_000,
     }
-    assert all(type(v) is (int if k.endswith("_bytes") else float) for k, v in stats.items())
+    assert all(
+        type(v) is (int if k.endswith(("_bytes", "_hz")) else float) for k, v in stats.items()
+    )
     assert torch.cuda.is_initialized() is False
+
+
+def test_a_figure_nvml_fails_to_read_this_time_is_nan_not_absent(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    fake = install_nvidia(machine, monkeypatch, count=1)
+    fake.gpus[0].failing = "temperature"
+    stats = accelctl.get_accelerator("cuda").device_stats("cuda:0")
+    assert math.isnan(stats["temperature_celsius"])  # supported, not available now
+    assert stats["utilization_percent"] == 42.0
+    fake.gpus[0].failing = None
+    assert accelctl.get_accelerator("cuda").device_stats("cuda:0")["temperature_celsius"] == 55.0
 
 
 def test_stats_leave_out_what_a_device_cannot_report(
@@ -422,10 +453,81 @@ def test_stats_with_cuda_in_use_add_the_allocator_and_find_the_gpu_by_uuid(
     assert calls == [0]
     assert stats["memory_allocated_bytes"] == 1000
     assert stats["memory_reserved_bytes"] == 2048
-    assert stats["cuda.max_memory_allocated_bytes"] == 4096
+    assert stats["memory_peak_allocated_bytes"] == 4096
     assert (stats["cuda.num_alloc_retries"], stats["cuda.num_ooms"]) == (3, 1)
     assert stats["memory_used_bytes"] == 9 << 30
     assert not any(key.startswith("x") for key in stats)  # never the raw memory_stats dump
+
+
+# -- peak -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "board"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A10", "A10"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("Tesla T4", "T4"),
+    ],
+)
+def test_the_datasheet_table_finds_a_board_by_its_name(name: str, board: str) -> None:
+    peak = peaks.peak_of(name)
+    assert peak is not None and peak.source == f"NVIDIA {board} datasheet (dense, boost clock)"
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A10G", "NVIDIA L40", "NVIDIA GeForce RTX 4090", ""])
+def test_a_board_the_table_does_not_know_is_unknown_not_a_near_match(name: str) -> None:
+    assert peaks.peak_of(name) is None
+
+
+def test_peak_of_an_nvidia_gpu_by_its_nvml_name_without_initialising_cuda(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    fake = install_nvidia(machine, monkeypatch, count=2)
+    fake.gpus[1].name = "NVIDIA A100-SXM4-40GB"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    handle = accelctl.get_accelerator("cuda")
+    a100, h100 = handle.device_peak("cuda:0"), handle.device_peak(torch.device("cuda", 1))
+    assert a100 is not None and h100 is not None
+    assert a100.flops["bfloat16"] == 312e12 and a100.memory_bandwidth_bytes_per_second == 1555e9
+    assert (h100.flops["bfloat16"], h100.flops["tf32"]) == (989.5e12, 494.5e12)
+    assert "nvmlDeviceGetName" in fake.calls
+    assert torch.cuda.is_initialized() is False
+
+
+def test_peak_is_unknown_for_a_mig_instance_and_an_unlisted_gpu(
+    machine: Path, monkeypatch: pytest.MonkeyPatch
+):
+    fake = install_nvidia(machine, monkeypatch, count=1)
+    fake.gpus[0].name = "NVIDIA GeForce RTX 4090"
+    assert accelctl.get_accelerator("cuda").device_peak("cuda:0") is None
+    fake.gpus[0].name = "NVIDIA H100 80GB HBM3"
+    fake.gpus[0].migs = ["MIG-5555"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-5555")
+    assert cuda.device_peak("cuda:0") is None  # a slice of the GPU: not the board's peak
+
+
+def test_peak_is_unknown_on_amd(machine: Path, monkeypatch: pytest.MonkeyPatch):
+    install_amd(machine, monkeypatch, count=1)
+    assert cuda.detect() and cuda.device_peak("cuda:0") is None
+
+
+def test_peak_with_cuda_in_use_reads_torchs_name(machine: Path, monkeypatch: pytest.MonkeyPatch):
+    fake = install_nvidia(machine, monkeypatch, count=1)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA L4")
+    peak = cuda.device_peak(torch.device("cuda", 0))
+    assert peak is not None and peak.flops["float8"] == 242.5e12
+    assert "nvmlDeviceGetName" not in fake.calls
 
 
 def test_stats_of_a_non_cuda_device_are_refused_by_name(machine: Path):

@@ -407,7 +407,7 @@ def test_stats_of_a_process_using_xpu(machine: Path, monkeypatch: pytest.MonkeyP
     expected = {
         "memory_allocated_bytes": 1000,
         "memory_reserved_bytes": 2048,
-        "xpu.max_memory_allocated_bytes": 4096,
+        "memory_peak_allocated_bytes": 4096,
         "memory_used_bytes": 4 << 30,
         "memory_total_bytes": 16 << 30,
     }

@@ -7,6 +7,7 @@ imports stay light (no torch, no psutil): the hooks import what they need.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import accelctl
@@ -19,11 +20,29 @@ class CPUAccelerator(accelctl.Accelerator):
     """The CPU: a process count instead of device indices, machine-wide figures as its stats.
 
     Priority 0, the floor of ``"auto"``; ``gloo`` for several processes.
+
+    :param peak: what one process's share of the CPU can do at most, declared by the user (a
+        CPU's peak depends on its cores, vector units and clocks, which accelctl cannot read
+        honestly): an :class:`accelctl.DevicePeak`, a dict of its fields, or FLOPs per second for
+        every data type. None (the entry point's instance): unknown, so no ``mfu``, unless
+        ``ACCELCTL_PEAK_FLOPS`` declares it. ``Trainer(accelerator=CPUAccelerator(peak=2e12))``.
     """
 
     name = "cpu"
     description = "CPU (torch's native backend)"
     distributed_backend = "gloo"
+
+    def __init__(self, peak: accelctl.DevicePeak | Mapping[str, Any] | float | None = None) -> None:
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool):
+            peak = accelctl.DevicePeak.uniform(peak, source="declared: CPUAccelerator(peak=...)")
+        elif isinstance(peak, Mapping):
+            peak = accelctl.DevicePeak(**{"source": "declared: CPUAccelerator(peak=...)", **peak})
+        elif peak is not None and not isinstance(peak, accelctl.DevicePeak):
+            raise TypeError(
+                f"CPUAccelerator(peak={peak!r}): give an accelctl.DevicePeak, a dict of its "
+                f"fields, FLOPs per second as a number, or None (unknown)"
+            )
+        self._peak = peak
 
     def detect(self) -> bool:
         """The CPU is always there."""
@@ -45,20 +64,34 @@ class CPUAccelerator(accelctl.Accelerator):
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Machine-wide CPU, memory and swap figures (psutil; never sleeps) for ``cpu`` (a
-        ``torch.device`` or the string ``"cpu"``: no torch import)."""
-        if accelctl.split_device(device)[0] != "cpu":
-            raise ValueError(
-                f"{self.accelerator_name}: device_stats takes a cpu device, not {str(device)!r}"
-            )
+        ``torch.device`` or the string ``"cpu"``: no torch import). ``utilization_percent`` and
+        ``cpu_percent`` are one reading (the vocabulary's key, and the first contract's). No
+        allocator, power or temperature figures: psutil has none a user could trust for the
+        CPU torch runs on."""
+        self._check_device(device)
         import psutil
 
         memory = psutil.virtual_memory()
+        busy = _cpu_percent(psutil.cpu_times())
         return {
-            "cpu_percent": _cpu_percent(psutil.cpu_times()),
+            "utilization_percent": busy,
+            "cpu_percent": busy,
             "memory_used_bytes": int(memory.total - memory.available),
             "memory_total_bytes": int(memory.total),
             "swap_percent": float(psutil.swap_memory().percent),
         }
+
+    def device_peak(self, device: torch.device | str) -> accelctl.DevicePeak | None:
+        """The peak declared with ``CPUAccelerator(peak=...)``; None (unknown) otherwise."""
+        self._check_device(device)
+        return self._peak
+
+    def _check_device(self, device: torch.device | str) -> None:
+        if accelctl.split_device(device)[0] != "cpu":
+            raise ValueError(
+                f"{self.accelerator_name}: device_stats and device_peak take a cpu device, "
+                f"not {str(device)!r}"
+            )
 
 
 # The previous reading is the process's, not an instance's: the registry, the Trainer and a test

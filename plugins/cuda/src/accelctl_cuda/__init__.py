@@ -18,7 +18,7 @@ import accelctl
 
 # What ``accelctl list`` runs needs only these light modules; ``visible`` (the variables' parsing
 # and the GPU records) is imported in the hooks that run once a GPU was found.
-from . import amd, nvml
+from . import amd, nvml, peaks
 from .probe import Probe, current
 from .variables import DEVICE_VARIABLES
 
@@ -83,6 +83,34 @@ class CUDAAccelerator(accelctl.Accelerator):
             pass
         return figures
 
+    def device_peak(self, device: torch.device | str) -> accelctl.DevicePeak | None:
+        """The datasheet peak of an NVIDIA GPU the table of :mod:`accelctl_cuda.peaks` knows,
+        found by the device's name (torch's where CUDA is in use, else NVML's: no CUDA context);
+        None (unknown) for other GPUs, MIG instances and AMD GPUs."""
+        kind, given_index = accelctl.split_device(device)
+        if kind != "cuda":
+            raise ValueError(
+                f"{self.accelerator_name}: device_peak takes a cuda device, not {str(device)!r}"
+            )
+        found = current()
+        index = given_index or 0
+        if not found.available or found.vendor != "nvidia" or index >= len(found.visible):
+            return None
+        from .visible import VisibleGpu
+
+        gpu = found.visible[index]
+        if not isinstance(gpu, VisibleGpu) or gpu.mig_uuid is not None:
+            return None  # a MIG instance has a fraction of the GPU's units
+        if self.torch_device_in_use("cuda"):
+            name = str(sys.modules["torch"].cuda.get_device_name(index))
+        else:
+            try:
+                pynvml = nvml.load()
+                name = nvml.text(pynvml.nvmlDeviceGetName(nvml.handle_of(pynvml, gpu)))
+            except Exception:  # NvmlUnavailable, or NVML's own error: the name is unknown
+                return None
+        return peaks.peak_of(name)
+
     def setup_device(self, device: torch.device) -> None:
         """``torch.cuda.set_device(device)``: kernels and allocations of this process go there."""
         import torch
@@ -135,7 +163,7 @@ def _allocator_figures(index: int) -> dict[str, int | float]:
     return {
         "memory_allocated_bytes": int(torch.cuda.memory_allocated(index)),
         "memory_reserved_bytes": int(torch.cuda.memory_reserved(index)),
-        "cuda.max_memory_allocated_bytes": int(torch.cuda.max_memory_allocated(index)),
+        "memory_peak_allocated_bytes": int(torch.cuda.max_memory_allocated(index)),
         "cuda.num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
         "cuda.num_ooms": int(stats.get("num_ooms", 0)),
     }

@@ -70,7 +70,8 @@ def load() -> ModuleType:
     return pynvml
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """NVML's strings: ``bytes`` in older nvidia-ml-py releases, ``str`` in newer ones."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -81,7 +82,7 @@ def physical_gpus(pynvml: ModuleType) -> list[PhysicalGpu]:
     gpus = []
     for index in range(int(pynvml.nvmlDeviceGetCount())):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+        uuid = text(pynvml.nvmlDeviceGetUUID(handle))
         gpus.append(
             PhysicalGpu(index=index, uuid=uuid, mig_uuids=tuple(_mig_uuids(pynvml, handle)))
         )
@@ -101,7 +102,7 @@ def _mig_uuids(pynvml: ModuleType, handle: Any) -> list[str]:
     for slot in range(slots):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            uuids.append(_text(pynvml.nvmlDeviceGetUUID(mig)))
+            uuids.append(text(pynvml.nvmlDeviceGetUUID(mig)))
         except Exception:  # an empty slot
             continue
     return uuids
@@ -122,7 +123,7 @@ class DriverVersions(NamedTuple):
 
 def driver_versions(pynvml: ModuleType) -> DriverVersions:
     """What NVML says about the driver; parts it cannot read are None."""
-    driver = _try(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+    driver = _try(lambda: text(pynvml.nvmlSystemGetDriverVersion()))
     raw = _try(lambda: int(pynvml.nvmlSystemGetCudaDriverVersion()))
     cuda = None if raw is None else (raw // 1000, (raw % 1000) // 10)
     return DriverVersions(driver=driver, cuda=cuda)
@@ -143,25 +144,73 @@ def handle_of(pynvml: ModuleType, gpu: VisibleGpu) -> Any:
     return pynvml.nvmlDeviceGetHandleByUUID(gpu.mig_uuid)
 
 
+#: NVML's code for a query the device does not support (a MIG instance's utilisation).
+NOT_SUPPORTED = 3
+
+
+class _Unreadable:
+    """A query the device supports that failed this time: its figures are NaN, not absent."""
+
+
+def _figure(pynvml: ModuleType, read: Callable[[], Any]) -> Any:
+    """What ``read`` returns; None where the device does not support it (the figure is left out:
+    not supported); :class:`_Unreadable` where NVML failed otherwise (NaN: not available now)."""
+    try:
+        return read()
+    except Exception as exc:
+        nvml_error = getattr(pynvml, "NVMLError", None)
+        if not (isinstance(nvml_error, type) and isinstance(exc, nvml_error)):
+            return None
+        code = getattr(exc, "value", None)
+        if code == getattr(pynvml, "NVML_ERROR_NOT_SUPPORTED", NOT_SUPPORTED):
+            return None
+        return None if "not supported" in str(exc).lower() else _Unreadable()
+
+
 def device_figures(pynvml: ModuleType, handle: Any) -> dict[str, int | float]:
-    """Memory, utilisation, temperature and power of one device; figures NVML cannot read for it
-    (a MIG instance has no utilisation, some boards no power sensor) are left out."""
+    """Memory, utilisation, temperature, power and SM clock of one device, under the vocabulary's
+    keys (:mod:`accelctl.stats_keys`); a figure NVML does not support for it (a MIG instance has
+    no utilisation, some boards no power sensor) is left out, one it failed to read this time is
+    NaN."""
     figures: dict[str, int | float] = {}
-    memory = _try(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-    if memory is not None:
-        figures["memory_used_bytes"] = int(memory.used)
-        figures["memory_total_bytes"] = int(memory.total)
-    rates = _try(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
-    if rates is not None:
-        figures["utilization_percent"] = float(rates.gpu)
-        figures["cuda.memory_busy_percent"] = float(rates.memory)
-    temperature = _try(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
-    if temperature is not None:
-        figures["temperature_celsius"] = float(temperature)
-    power = _try(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))  # milliwatts
-    if power is not None:
-        figures["power_watts"] = power / 1000.0
-    limit = _try(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle))
-    if limit is not None:
-        figures["cuda.power_limit_watts"] = limit / 1000.0
+
+    def put(
+        keys: tuple[str, ...], read: Callable[[], Any], convert: Callable[[Any], tuple[float, ...]]
+    ) -> None:
+        value = _figure(pynvml, read)
+        if isinstance(value, _Unreadable):
+            figures.update(dict.fromkeys(keys, float("nan")))
+        elif value is not None:
+            figures.update(zip(keys, convert(value), strict=True))
+
+    put(
+        ("memory_used_bytes", "memory_total_bytes"),
+        lambda: pynvml.nvmlDeviceGetMemoryInfo(handle),
+        lambda memory: (int(memory.used), int(memory.total)),
+    )
+    put(
+        ("utilization_percent", "cuda.memory_busy_percent"),
+        lambda: pynvml.nvmlDeviceGetUtilizationRates(handle),
+        lambda rates: (float(rates.gpu), float(rates.memory)),
+    )
+    put(
+        ("temperature_celsius",),
+        lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        lambda celsius: (float(celsius),),
+    )
+    put(
+        ("power_watts",),
+        lambda: pynvml.nvmlDeviceGetPowerUsage(handle),
+        lambda milliwatts: (milliwatts / 1000.0,),
+    )
+    put(
+        ("cuda.power_limit_watts",),
+        lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle),
+        lambda milliwatts: (milliwatts / 1000.0,),
+    )
+    put(
+        ("cuda.sm_clock_hz",),
+        lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        lambda mhz: (int(mhz) * 1_000_000,),
+    )
     return figures

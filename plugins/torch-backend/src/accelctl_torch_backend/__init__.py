@@ -103,7 +103,7 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
         readers = {
             "memory_allocated_bytes": "memory_allocated",
             "memory_reserved_bytes": "memory_reserved",
-            f"{found.name}.max_memory_allocated_bytes": "max_memory_allocated",
+            "memory_peak_allocated_bytes": "max_memory_allocated",
         }
         for key, function in readers.items():
             read = getattr(accelerator, function, None)

@@ -63,7 +63,7 @@ def memory_figures(index: int) -> dict[str, int | float]:
     readers: dict[str, Any] = {
         "memory_allocated_bytes": getattr(torch.xpu, "memory_allocated", None),
         "memory_reserved_bytes": getattr(torch.xpu, "memory_reserved", None),
-        "xpu.max_memory_allocated_bytes": getattr(torch.xpu, "max_memory_allocated", None),
+        "memory_peak_allocated_bytes": getattr(torch.xpu, "max_memory_allocated", None),
     }
     for key, read in readers.items():
         if read is not None:
