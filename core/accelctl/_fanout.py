@@ -187,7 +187,8 @@ def run_each(
 def _run(run: _Run[A, T], workers: int, timeout: float | None) -> list[T | AccelctlError]:
     for index, item in enumerate(run.items):
         busy = _late.get(item)
-        ended = _ended.get(getattr(item, "name", None)) if _ended else None
+        name = getattr(item, "name", None)
+        ended = _ended.get(name) if _ended and isinstance(name, str) else None
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
         elif ended is not None:

@@ -23,7 +23,7 @@ import struct
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, NoReturn, TypeVar
 
 from .. import _fanout
@@ -86,7 +86,7 @@ def _read(reader: io.BufferedReader) -> tuple[Any, ...] | None:
     return message
 
 
-def run_apart(task: Callable[[], Iterator[T]]) -> Iterator[T]:
+def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
     """What ``task()`` yields, computed in a child process (see the module's docstring); an
     error it raises is raised here, as the same type where it is accelctl's.
 
@@ -135,7 +135,7 @@ class _Child:
         self.reader = os.fdopen(read, "rb")
         self.status: int | None = None
 
-    def results(self) -> Iterator[Any]:
+    def results(self) -> Generator[Any, None, None]:
         try:
             while (message := _read(self.reader)) is not None:
                 kind = message[0]
