@@ -180,7 +180,7 @@ def run_each(
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
     timeout = _settings.hook_timeout()
-    with off_clock():  # inside a task, the inner tasks have the deadlines: the outer one waits
+    with _off_clock():
         return _run(_Run(items, work), MAX_WORKERS if workers is None else workers, timeout)
 
 
@@ -247,24 +247,16 @@ def run_one(work: Callable[[], T], plugin: Askable | None = None) -> T:
     return result
 
 
-def restart_clock() -> None:
-    """Give the current task a new deadline from now (``validate``: one per check)."""
-    run = getattr(_local, "run", None)
-    if run is not None:
-        run.started[_local.index] = time.monotonic()
-
-
-def _stop_clock() -> None:
-    run = getattr(_local, "run", None)
-    if run is not None:
-        run.started[_local.index] = None
-
-
 @contextlib.contextmanager
-def off_clock() -> Iterator[None]:
-    """Run accelctl's own slow work (a subprocess with its own timeout) outside the deadline."""
-    _stop_clock()
+def _off_clock() -> Iterator[None]:
+    """A fan-out inside a task (an alias looked up while a plugin is checked): the inner tasks
+    have the deadlines, the outer one waits, its clock started again from the end."""
+    run = getattr(_local, "run", None)
+    index = getattr(_local, "index", None)
+    if run is not None:
+        run.started[index] = None
     try:
         yield
     finally:
-        restart_clock()
+        if run is not None:
+            run.started[index] = time.monotonic()

@@ -4,18 +4,17 @@ count, ``unavailable_reason``, ``accelerator_info`` and ``environment_info``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, hookspecs
-from accelctl._fanout import off_clock
 from accelctl._info import KNOWN_FAMILIES
 from accelctl._project import RESERVED_NAMES
 from accelctl._registry import Registry
 from accelctl._text import one_line
 
 from . import probes
-from .results import Run
+from .results import Run, Unclocked
 
 #: ``detect()``'s first call, timed with the vendor runtime's import (torch's own excluded, its
 #: out-of-tree backends included: they are the vendor's runtime).
@@ -41,7 +40,9 @@ def not_detected(handle: AcceleratorHandle) -> str:
     return f"not detected here: {reason}" if reason else "not detected here"
 
 
-def check_import(module: str | None, run: Run, probe_import: bool) -> None:
+def check_import(
+    module: str | None, run: Run, probe_import: bool
+) -> Generator[Unclocked, Any, None]:
     check = "import_is_light"
     run.start(check)
     if not probe_import:
@@ -50,8 +51,8 @@ def check_import(module: str | None, run: Run, probe_import: bool) -> None:
     if module is None:
         run.skipped(check, "the plugin's module cannot be imported by name (defined in __main__)")
         return
-    with off_clock():  # a subprocess with a timeout of its own
-        probe = probes.probe_import(module)
+    # A subprocess with a timeout of its own: outside the deadline.
+    probe: probes.ImportProbe = yield Unclocked(lambda: probes.probe_import(module))
     if probe.unreachable:
         run.skipped(check, f"module {module!r} cannot be imported by name in a fresh interpreter")
     elif probe.error:
@@ -111,12 +112,12 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def check_detect(handle: AcceleratorHandle, run: Run) -> bool | None:
+def check_detect(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, bool | None]:
     """detect()'s type, time and CUDA state; returns what it said (None when it broke)."""
     run.start("detect_returns_bool")
     cuda_before = probes.cuda_initialized()
-    with off_clock():  # torch's own import is neither timed nor under the deadline
-        load_backends = probes.import_torch_without_backends()
+    # torch's own import is neither timed nor under the deadline.
+    load_backends = yield Unclocked(probes.import_torch_without_backends)
     backends: list[str] = []
 
     def first_detect() -> bool:

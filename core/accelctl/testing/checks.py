@@ -7,19 +7,20 @@ are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._de
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, _fanout, hookspecs
-from accelctl._registry import Registry, get_registry
+from accelctl._registry import Registry, get_registry, load_each
 from accelctl._text import one_line, safe_repr
 
 from . import _device_checks as device
 from . import _plugin_checks as plugin
 from ._device_checks import STATS_CALL_LIMIT_S
 from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S
-from .results import Run, ValidationReport
+from .results import Run, Unclocked, ValidationReport
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,14 @@ def validate(
     """
     registry = registry or get_registry()
     run = Run(str(accelerator).strip().lower() if isinstance(accelerator, str) else "?", CHECK_IDS)
-    handle = _handle_of(accelerator, registry, run)
-    if handle is not None:
-        _run_checks(handle, registry, run, probe_import)
-    return run.report()
+    steps = _steps(accelerator, registry, run, probe_import)
+    sent: Any = None
+    while True:  # every step inline; accelctl's own slow work too
+        try:
+            step = steps.send(sent)
+        except StopIteration:
+            return run.report()
+        sent = step.work() if step is not None else None
 
 
 def validate_installed(
@@ -146,48 +151,71 @@ def validate_installed(
 ) -> list[ValidationReport]:
     """Validate the accelerators called ``names``, or every installed one, all at once, each
     check under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not imported: its
-    report skips every check, or, asked for by name, fails ``loads``."""
+    report skips every check, or, asked for by name, fails ``loads``.
+
+    The checks of all the plugins go in steps (:func:`_steps`): each step of every plugin still
+    checked is asked at once by the fan-out, with a deadline of its own; the work of accelctl's
+    own that a step asks for (a subprocess with a timeout of its own, torch's import) is done
+    between two fan-outs, outside any deadline.
+    """
     registry = registry or get_registry()
     asked = (
         registry.names() if names is None else list(dict.fromkeys(n.strip().lower() for n in names))
     )
-
-    def check(asked: _Asked) -> ValidationReport:
-        run = asked.run
+    everything = [_Asked(Run(name, CHECK_IDS)) for name in asked]
+    for each in everything:
+        run = each.run
         if names is None:  # every installed plugin: a disabled one is reported, not imported
             handle = registry.claimants(run.name)[0]
             if handle.state == "disabled":
                 run.distribution, run.version = handle.distribution, handle.version
                 run.skip_rest(f"{handle.reason}; not imported")
-                return run.report(disabled=handle.reason)
-        asked.handle = _handle_of(run.name, registry, run)
-        if asked.handle is not None:
-            _run_checks(asked.handle, registry, run, probe_import)
-        return run.report()
-
-    everything = [_Asked(Run(name, CHECK_IDS)) for name in asked]
+                each.report = run.report(disabled=handle.reason)
+                continue
+        each.steps = _steps(run.name, registry, run, probe_import, each)
+    load_each([h for each in everything for h in registry.claimants(each.run.name)[:1]])
     if len(everything) > 1:
-        # Importing torch turns its backend autoload off for a while: not while checks run.
+        # torch's import is nobody's time: before any detect() is timed.
         from accelctl.torch_build import import_torch
 
         import_torch()
-    reports = []
-    for each, report in zip(everything, _fanout.run_each(everything, check), strict=True):
-        if isinstance(report, AccelctlError):  # it stopped answering in the check it was in
-            run = each.run
-            run.failed(run.current or "loads", one_line(report), report)
-            run.skip_rest("not run: the plugin stopped answering in an earlier check")
-            report = run.report()
-        reports.append(report)
-    return reports
+    active = [each for each in everything if each.steps is not None]
+    while active:
+        stepped = _fanout.run_each(active, _Asked.advance)
+        for each, outcome in zip(active, stepped, strict=True):
+            if isinstance(outcome, AccelctlError):  # it stopped answering in the check it was in
+                run = each.run
+                run.failed(run.current or "loads", one_line(outcome), outcome)
+                run.skip_rest("not run: the plugin stopped answering in an earlier check")
+                each.steps = None
+            elif isinstance(outcome, Unclocked):
+                each.sent = outcome.work()
+        active = [each for each in active if each.steps is not None]
+    return [each.report or each.run.report() for each in everything]
 
 
 @dataclass(eq=False)
 class _Asked:
-    """One plugin being validated, as the fan-out sees it: its run, and its handle once known."""
+    """One plugin being validated, as the fan-out sees it: its run, its steps and what the next
+    step is sent, its handle once known, and its report once done."""
 
     run: Run
     handle: AcceleratorHandle | None = None
+    steps: Generator[Unclocked | None, Any, None] | None = None
+    sent: Any = None
+    report: ValidationReport | None = None
+
+    def advance(self) -> Unclocked | None:
+        """Run the next step (None: a check's end; an :class:`Unclocked`: work to do first);
+        at the end the report is made and the steps are dropped."""
+        assert self.steps is not None
+        sent, self.sent = self.sent, None
+        try:
+            return self.steps.send(sent)
+        except StopIteration:
+            self.steps = None
+            self.report = self.run.report()
+            return None
 
     def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
         if self.handle is None:
@@ -247,28 +275,51 @@ def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
     )
 
 
-def _run_checks(
-    handle: AcceleratorHandle, registry: Registry, run: Run, probe_import: bool
-) -> None:
+def _steps(
+    accelerator: object,
+    registry: Registry,
+    run: Run,
+    probe_import: bool,
+    asked: _Asked | None = None,
+) -> Generator[Unclocked | None, Any, None]:
+    """The checks of one plugin, in steps: each ``yield`` ends one (where many plugins are
+    validated at once, each step is asked with a deadline of its own); an :class:`Unclocked`
+    asks for accelctl's own work, done outside the deadline and sent back."""
+    handle = _handle_of(accelerator, registry, run)
+    if handle is None:
+        return
+    if asked is not None:
+        asked.handle = handle
+    yield None
     module, described = _subject(handle)
-    plugin.check_import(module, run, probe_import)
+    yield from plugin.check_import(module, run, probe_import)
+    yield None
     if not plugin.check_hooks(handle, run):
         run.passed("loads", f"imported {described}; it does not register (see below)")
         run.skip_rest("the plugin does not register (see the failed check above)")
         return
     run.passed("loads", f"imported {described}")
-    detected = plugin.check_detect(handle, run)
+    yield None
+    detected = yield from plugin.check_detect(handle, run)
+    yield None
     count = plugin.check_count(handle, detected, run)
+    yield None
     plugin.check_reason(handle, detected, run)
+    yield None
     plugin.check_info(handle, registry, run)
+    yield None
     plugin.check_environment(handle, run)
+    yield None
     device.check_bad_specs(handle, run)
     if detected is not True:
         why = "detect() failed" if detected is None else plugin.not_detected(handle)
         for check in _DEVICE_CHECKS:
             run.skipped(check, f"needs the hardware: {why}")
         return
-    first = device.check_round_trips(handle, count, run)
+    first = yield from device.check_round_trips(handle, count, run)
+    yield None
     device.check_stats(handle, first, run)
+    yield None
     device.check_peak(handle, first, run)
+    yield None
     device.check_backend(handle, first, run)

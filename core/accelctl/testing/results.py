@@ -4,8 +4,9 @@ each result into a passed, failed or skipped test."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Status = Literal["pass", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
@@ -95,7 +96,7 @@ _WORDS: dict[Status, str] = {"fail": "failed", "pass": "passed", "skip": "skippe
 
 class Run:
     """Collects one accelerator's results, in the order of ``ids`` (the first recorded counts);
-    :meth:`start` marks the check in progress and gives it a deadline of its own."""
+    :meth:`start` marks the check in progress (the one a plugin that stops answering is in)."""
 
     def __init__(self, name: str, ids: tuple[str, ...]) -> None:
         self.name = name
@@ -107,10 +108,7 @@ class Run:
         self.current: str | None = None
 
     def start(self, check: str) -> None:
-        from accelctl._fanout import restart_clock
-
         self.current = check
-        restart_clock()
 
     def record(
         self, check: str, status: Status, detail: str, error: BaseException | None = None
@@ -138,3 +136,10 @@ class Run:
             version=self.version,
             disabled=disabled,
         )
+
+
+class Unclocked(NamedTuple):
+    """What a check yields to have accelctl's own slow work done outside any deadline, and sent
+    back: a subprocess with a timeout of its own, torch's import (see ``checks._steps``)."""
+
+    work: Callable[[], Any]
