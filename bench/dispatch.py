@@ -5,7 +5,7 @@ plugin's function directly.
 
 Target: a call through the handle costs at most 3x the bare pluggy call.
 
-Two plugins: a null accelerator whose nine hooks do nothing (the cost of dispatch itself), and the
+Two plugins: a null accelerator whose hooks do nothing (the cost of dispatch itself), and the
 real CPU plugin (how much of a real hook's cost dispatch is).
 """
 
@@ -66,6 +66,9 @@ def _null_plugin() -> accelctl.Accelerator:
         def environment_info(self) -> dict[str, str | int | float | bool | None]:
             return {}
 
+        def device_peak(self, device: torch.device) -> None:
+            return None
+
     return NullAccelerator()
 
 
@@ -95,6 +98,7 @@ def _hook_calls(
         "setup_device": ({"device": device}, lambda: handle.setup_device(device)),
         "teardown": ({}, handle.teardown),
         "environment_info": ({}, handle.environment_info),
+        "device_peak": ({"device": device}, lambda: handle.device_peak(device)),
     }
 
 

@@ -27,7 +27,11 @@ def panels(figure: Any) -> dict[str, Any]:
 def lines(ax: Any) -> dict[str, tuple[list[float], list[float]]]:
     """A panel's lines (its second axis' too) by label: (x, y)."""
     found = {}
-    twins = [a for a in ax.get_shared_x_axes().get_siblings(ax) if not a.get_title(loc="left")]
+    twins = [  # an untitled axis in the panel's own place (every panel shares the x axis)
+        a
+        for a in ax.get_shared_x_axes().get_siblings(ax)
+        if not a.get_title(loc="left") and a.get_position().bounds == ax.get_position().bounds
+    ]
     for axis in [ax, *twins]:
         for line in axis.get_lines():
             if not line.get_label().startswith("_"):
@@ -85,8 +89,13 @@ def test_a_real_fit_is_drawn_from_its_root_dir(cli: Cli, tmp_path: Path) -> None
     assert loss["train_loss"] == ([2, 4, 6, 8], [r["train_loss"] for r in steps])
     epochs = [r for r in records if r["kind"] == "epoch"]
     assert loss["train_loss (epoch)"] == ([4, 8], [r["train_loss"] for r in epochs])
-    throughput = lines(drawn["throughput"])["samples_per_second"]
-    assert throughput == ([2, 4, 6, 8], [r["samples_per_second"] for r in steps])
+    throughput = lines(drawn["throughput"])
+    assert throughput["samples_per_second"] == (
+        [2, 4, 6, 8],
+        [r["samples_per_second"] for r in steps],
+    )
+    # The model's FLOPs are counted on the first step: their rate on the second axis.
+    assert throughput["flops_per_second"] == ([2, 4, 6, 8], [r["flops_per_second"] for r in steps])
     memory = lines(drawn["memory"])  # the CPU plugin's, in GiB
     assert set(memory) == {"memory_used_bytes", "memory_total_bytes"}
     assert memory["memory_total_bytes"][1] == [r["memory_total_bytes"] / GIB for r in steps]
