@@ -58,21 +58,10 @@ def _first_step_s(fresh: Any, loader: Any, flops: Any, root_dir: str) -> float:
 def run(repeats: int = 5, quick: bool = False, batch_size: int = 128) -> dict[str, Any]:
     """Time fits with and without counting ``repeats`` times (after one warm-up each)."""
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
 
-    from .trainer_overhead import _model
+    from .trainer_overhead import workload
 
-    features, hidden, classes = 256, 512, 10
-    samples = batch_size * (8 if quick else 200)
-    epochs = 1 if quick else 2
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, features, generator=generator)
-    y = torch.randint(0, classes, (samples,), generator=generator)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
-
-    def fresh() -> Any:
-        torch.manual_seed(0)
-        return _model(features, hidden, classes)
+    loader, epochs, fresh, described = workload(batch_size, quick)
 
     counted: list[float] = []
     plain: list[float] = []
@@ -98,7 +87,7 @@ def run(repeats: int = 5, quick: bool = False, batch_size: int = 128) -> dict[st
         "device": "cpu",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "model": f"MLP {features}-{hidden}-{hidden}-{classes}, SGD with momentum",
+        "model": described,
         "batch_size": batch_size,
         "steps_per_run": steps,
         "repeats": len(counted),

@@ -18,6 +18,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: Targets of the ratio Trainer / hand-written loop, per device type.
@@ -52,6 +53,31 @@ def _model(features: int, hidden: int, classes: int) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
     return MLP()
+
+
+def workload(batch_size: int, quick: bool) -> tuple[Any, int, Callable[[], Any], str]:
+    """The benchmarks' training: a shuffled DataLoader of random features and labels, the epochs,
+    a maker of a fresh copy of the MLP (same seed each time) and its description."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    features, hidden, classes = 256, 512, 10
+    samples = batch_size * (8 if quick else 200)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, features, generator=generator)
+    y = torch.randint(0, classes, (samples,), generator=generator)
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
+
+    def fresh() -> Any:
+        torch.manual_seed(0)
+        return _model(features, hidden, classes)
+
+    return (
+        loader,
+        1 if quick else 2,
+        fresh,
+        f"MLP {features}-{hidden}-{hidden}-{classes}, SGD with momentum",
+    )
 
 
 def _hand_loop(model: Any, loader: Any, epochs: int, device: Any) -> float:
@@ -98,22 +124,11 @@ def run(
     :param quick: a few steps only (the suite's smoke run), not a meaningful figure.
     """
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
 
     device = accelctl.resolve(accelerator, 1).devices[0]
-    features, hidden, classes = 256, 512, 10
-    samples = batch_size * (8 if quick else 200)
-    epochs = 1 if quick else 2
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, features, generator=generator)
-    y = torch.randint(0, classes, (samples,), generator=generator)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
-
-    def fresh() -> Any:
-        torch.manual_seed(0)
-        return _model(features, hidden, classes)
+    loader, epochs, fresh, described = workload(batch_size, quick)
 
     hand: list[float] = []
     ours: list[float] = []
@@ -137,7 +152,7 @@ def run(
         "device": str(device),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "model": f"MLP {features}-{hidden}-{hidden}-{classes}, SGD with momentum",
+        "model": described,
         "batch_size": batch_size,
         "steps_per_run": steps,
         "repeats": len(hand),
