@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ._text import safe_repr
 
@@ -19,6 +20,24 @@ _DEVICE_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 def is_valid_name(name: str) -> bool:
     """True when ``name`` has the form of a canonical accelerator name or alias."""
     return bool(_NAME_RE.fullmatch(name))  # not match(): "$" also matches before a final "\n"
+
+
+R = TypeVar("R")
+
+
+def from_fields(cls: type[R], fields: Mapping[str, Any]) -> R:
+    """``cls(**fields)`` for a dataclass of plain data a hook returned as a dict.
+
+    :raises ValueError: naming each field ``cls`` does not have, and those it accepts.
+    """
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} field(s) {', '.join(map(repr, unknown))}; "
+            f"accepted: {', '.join(sorted(known))}"
+        )
+    return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -75,14 +94,7 @@ class AcceleratorInfo:
         if isinstance(value, cls):
             return value
         if isinstance(value, dict):
-            known = {f.name for f in dataclasses.fields(cls)}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ValueError(
-                    f"unknown AcceleratorInfo field(s) {', '.join(map(repr, unknown))}; "
-                    f"accepted: {', '.join(sorted(known))}"
-                )
-            return cls(**value)
+            return from_fields(cls, value)
         raise TypeError(
             f"expected an AcceleratorInfo or a dict of its fields, not {type(value).__name__}"
         )

@@ -7,12 +7,12 @@ honestly, and no ``mfu`` is logged.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._info import from_fields
 from ._text import safe_repr
 
 #: The data types a peak is given for, by torch's names (``tf32``: float32 matrix products on
@@ -78,14 +78,7 @@ class DevicePeak:
         if value is None or isinstance(value, cls):
             return value
         if isinstance(value, Mapping):
-            known = {f.name for f in dataclasses.fields(cls)}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ValueError(
-                    f"unknown DevicePeak field(s) {', '.join(map(repr, unknown))}; accepted: "
-                    f"{', '.join(sorted(known))}"
-                )
-            return cls(**value)
+            return from_fields(cls, value)
         raise TypeError(
             f"expected a DevicePeak, a dict of its fields, or None (unknown), not "
             f"{type(value).__name__}"
