@@ -65,7 +65,8 @@ def test_the_warning_names_the_count_the_cores_and_what_to_do(
 @needs_affinity
 def test_launch_warns_before_the_processes_start_and_still_starts_them(tmp_path: Path) -> None:
     script = tmp_path / "hello.py"
-    script.write_text("import sys\nprint('a process started', file=sys.stderr)\n")
+    # One write of the whole line: two processes' print() calls (text, then newline) interleave.
+    script.write_text("import os\nos.write(2, b'a process started\\n')\n")
     done = on_one_core("launch", "--cpu", "--devices", "2", str(script), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
