@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ import accelctl
 from accelctl.cli import _apart
 
 from fakedists import FakeSite
+
+#: The longest a test here waits for a child that should answer in well under a second.
+HANG_GUARD_S = 120
 
 EXIT_7 = (
     "the process accelctl asked it in ended with exit status {code} (os._exit, or an exit from "
@@ -137,3 +141,47 @@ def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: 
     assert result.exit_code == 0
     assert {row["name"] for row in json.loads(result.stdout)} >= {"chatty"}
     assert "hello from import" in result.stderr and "hello from detect" in result.stderr
+
+
+def test_a_module_a_thread_of_the_parent_is_importing_can_be_imported_in_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A late plugin's thread left inside an import holds that module's lock when the command
+    # forks; the child, where that thread does not exist, must not wait for it.
+    import importlib
+    import sys
+    import threading
+
+    gate = threading.Event()
+    monkeypatch.setattr(_apart, "_test_gate", gate, raising=False)
+    (tmp_path / "slow_to_import.py").write_text(
+        "from accelctl.cli import _apart\n_apart._test_gate.wait(60)\nVALUE = 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importing = threading.Thread(target=importlib.import_module, args=("slow_to_import",))
+    importing.start()
+    try:
+        while "slow_to_import" not in sys.modules:  # the thread is inside the import
+            threading.Event().wait(0.01)
+
+        def task():
+            import slow_to_import  # noqa: F401  half-imported in the parent: no wait here
+
+            yield "imported"
+
+        def hung(signum: int, frame: object) -> None:
+            raise TimeoutError("the child waited for the parent's import lock")
+
+        # A hang guard (the child takes well under a second): where the child waits for the
+        # lock, it would wait for ever.
+        previous = signal.signal(signal.SIGALRM, hung)
+        signal.alarm(HANG_GUARD_S)
+        try:
+            assert list(_apart.run_apart(task)) == ["imported"]
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    finally:
+        gate.set()
+        importing.join()
+        sys.modules.pop("slow_to_import", None)

@@ -192,6 +192,7 @@ def _child(
 ) -> NoReturn:
     code = 0
     try:
+        _forget_import_locks()
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
         if one_at_a_time:
@@ -218,6 +219,19 @@ def _child(
         code = 1
     finally:
         os._exit(code)  # the child's threads (a late plugin's) end with it
+
+
+def _forget_import_locks() -> None:
+    """In the child: drop the per-module import locks inherited from the parent. A thread of the
+    parent that was importing a module when it forked (a late plugin's, left running) holds that
+    module's lock for ever in the child, where that thread does not exist: the child's own import
+    of the module would wait for it (the global import lock is reset by ``os.fork`` itself)."""
+    import importlib._bootstrap as bootstrap
+
+    for name in ("_module_locks", "_blocking_on"):
+        table = getattr(bootstrap, name, None)
+        if isinstance(table, dict):
+            table.clear()
 
 
 def _portable(exc: BaseException) -> BaseException:
