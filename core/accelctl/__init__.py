@@ -29,6 +29,7 @@ from ._accelerator import Accelerator
 from ._errors import (
     AccelctlError,
     AcceleratorUnavailableError,
+    CPUFallbackWarning,
     DataLoaderError,
     DeviceSpecError,
     LaunchError,
@@ -42,6 +43,7 @@ from ._errors import (
     UnknownAcceleratorError,
 )
 from ._info import AcceleratorInfo
+from ._kernels import KernelGaps, MissingKernelError
 from ._markers import hookimpl, hookspec
 from ._peak import DevicePeak
 from ._plugin import AcceleratorHandle
@@ -95,12 +97,15 @@ __all__ = [
     "AcceleratorInfo",
     "AcceleratorStatus",
     "AcceleratorUnavailableError",
+    "CPUFallbackWarning",
     "DataLoaderError",
     "DevicePeak",
     "DeviceSpecError",
     "DeviceStats",
+    "KernelGaps",
     "LaunchError",
     "LaunchFailedError",
+    "MissingKernelError",
     "PluginConflictError",
     "PluginHookError",
     "PluginLoadError",

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._info import AcceleratorInfo
+from ._kernels.gaps import KernelGaps
 from ._peak import DevicePeak
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ class Accelerator(abc.ABC):
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
         """Default: unknown (None), so the Trainer logs no ``mfu``; see
         :func:`accelctl.hookspecs.device_peak`."""
+        return None
+
+    def kernel_gaps(self) -> KernelGaps | None:
+        """Default: nothing declared (None); see :func:`accelctl.hookspecs.kernel_gaps`."""
         return None
 
     def accelerator_info(self) -> AcceleratorInfo:

@@ -137,19 +137,32 @@ class PluginWarning(UserWarning):
     """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""
 
 
+class CPUFallbackWarning(UserWarning):
+    """Emitted once per operator that runs on the CPU in place of a kernel the device lacks
+    (``ACCELCTL_CPU_FALLBACK=1``), and where that switch can do nothing on the device."""
+
+
 #: The folder of accelctl's own modules: frames there are never the user's line.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+def warn_user(
+    message: str, category: type[Warning] = UserWarning, *, also_skip: tuple[str, ...] = ()
+) -> None:
     """``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
     led here), however many of accelctl's frames lie between: Python 3.12's
     ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
     soon as the warning is reached through another path (``resolve`` or a ``Trainer``). In a
-    thread of accelctl's own there is no user's line: the thread's first frame outside it."""
+    thread of accelctl's own there is no user's line: the thread's first frame outside it.
+    ``also_skip``: folders whose frames are not the user's either (torch's, for a warning from
+    a kernel torch calls)."""
     frame = sys._getframe(1)
     level = 2  # 1 is this function; 2 its caller, the first frame looked at
-    while frame.f_back is not None and (_is_ours(frame) or _is_import_machinery(frame)):
+    while frame.f_back is not None and (
+        _is_ours(frame)
+        or _is_import_machinery(frame)
+        or frame.f_code.co_filename.startswith(also_skip)
+    ):
         frame = frame.f_back
         if not _is_import_machinery(frame):  # warnings.warn does not count those
             level += 1

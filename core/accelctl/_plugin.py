@@ -25,6 +25,7 @@ from ._errors import (
 )
 from ._info import AcceleratorInfo
 from ._isolation import failure_text, import_torch, watch_import
+from ._kernels.gaps import KernelGaps
 from ._loading import HookDiagnosis, diagnose, hook_table, instantiate, name_of
 from ._returns import RETURN_CHECKS
 from ._text import clean, quote, safe_repr, safe_str
@@ -342,16 +343,26 @@ class AcceleratorHandle:
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``;
         the allocator's figures the plugin leaves out are read from ``torch.accelerator``
-        where this process already uses the device (docs/concepts.md section 7)."""
+        where this process already uses the device, and ``cpu_fallback_calls`` is added where
+        this process runs the device's missing kernels on the CPU (docs/concepts.md section 7)."""
         from ._torch_memory import with_torch_memory  # torch-free until a device is in use
 
         stats = cast("dict[str, int | float]", self._call("device_stats", device))
-        return with_torch_memory(stats, device)
+        stats = with_torch_memory(stats, device)
+        kernels = sys.modules.get("accelctl._kernels.setup")  # loaded where a fit set kernels up
+        if kernels is not None:
+            stats = kernels.with_fallback_calls(stats, str(device).split(":", 1)[0])
+        return stats
 
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
         """The device's peak FLOPs per data type and memory bandwidth; None: unknown (the
         plugin says so, or has no ``device_peak`` hook)."""
         return cast("DevicePeak | None", self._call("device_peak", device))
+
+    def kernel_gaps(self) -> KernelGaps:
+        """The operators the plugin declares its device lacks or must never run on the CPU,
+        and torch's own CPU-fallback switch for it (empty when the plugin has no such hook)."""
+        return cast("KernelGaps", self._call("kernel_gaps") or KernelGaps())
 
     def unavailable_reason(self) -> str | None:
         """Why the accelerator is not available here, when the plugin says."""

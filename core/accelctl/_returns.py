@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._info import AcceleratorInfo
+from ._kernels.gaps import KernelGaps
 from ._peak import DevicePeak
 from ._project import MAX_DEVICE_COUNT
 from ._text import clean, safe_repr
@@ -116,4 +117,5 @@ RETURN_CHECKS: dict[str, Callable[[Any], Any]] = {
     "teardown": lambda value: None,
     "environment_info": _check_facts,
     "device_peak": DevicePeak.coerce,
+    "kernel_gaps": KernelGaps.coerce,
 }

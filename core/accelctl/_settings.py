@@ -25,6 +25,8 @@ CKPT_PATH = "ACCELCTL_CKPT_PATH"
 LAUNCH_ID = "ACCELCTL_LAUNCH_ID"
 LAUNCH_NOTE = "ACCELCTL_LAUNCH_NOTE"
 PEAK_FLOPS = "ACCELCTL_PEAK_FLOPS"
+CPU_FALLBACK = "ACCELCTL_CPU_FALLBACK"
+DEBUG = "ACCELCTL_DEBUG"
 
 #: Seconds accelctl waits for one plugin's answer where it asks several at once.
 DEFAULT_HOOK_TIMEOUT_S = 10.0
@@ -52,6 +54,12 @@ VARIABLES: dict[str, str] = {
     PEAK_FLOPS: "the peak FLOPs per second of one device of the run, declared by the user (a "
     "number for every data type, or `bfloat16=2.4e12,float32=1.2e12`): the Trainer's `mfu` "
     "divides by it instead of the plugin's `device_peak`",
+    CPU_FALLBACK: "`1`: the kernels a device lacks run on the CPU (a PrivateUse1 backend's, "
+    "through accelctl's own kernels; MPS's, through torch's `PYTORCH_ENABLE_MPS_FALLBACK`), "
+    "each named once in a warning and its calls counted (`cpu_fallback_calls`); `0` or unset: "
+    "a missing kernel stops the run with `MissingKernelError`",
+    DEBUG: "`1`: an accelctl error that ends a script or a launch shows its traceback, not only "
+    "its one line (the CLI's `--debug`)",
 }
 
 #: The variables a plugin's import must leave alone (restored and reported when it does not).
@@ -173,6 +181,38 @@ def launcher_pid(environ: Mapping[str, str] | None = None) -> int | None:
     """The launcher's process id in a child of ``accelctl launch``; None elsewhere."""
     raw = _environ(environ).get(LAUNCHER_PID, "").strip()
     return int(raw) if raw.isdigit() else None
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def switched_on(value: str) -> bool:
+    """True for a variable's value that turns a switch on (``1``, ``true``, ``yes``, ``on``)."""
+    return value.strip().lower() in _TRUE
+
+
+def _switch(name: str, environ: Mapping[str, str] | None) -> bool:
+    raw = _environ(environ).get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SettingError(f"{name}={raw[:40]!r} is not accepted: give 1 (on) or 0 (off)")
+
+
+def cpu_fallback(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCELCTL_CPU_FALLBACK``: True for ``1`` (``true``, ``yes``, ``on``). Raises
+    :class:`SettingError` for a value that is neither on nor off."""
+    return _switch(CPU_FALLBACK, environ)
+
+
+def debug(environ: Mapping[str, str] | None = None) -> bool:
+    """``ACCELCTL_DEBUG``: True for ``1``; an unreadable value counts as on (it is read where
+    an error is being shown, and more detail is the safer mistake there)."""
+    try:
+        return _switch(DEBUG, environ)
+    except SettingError:
+        return True
 
 
 def declared_peak(environ: Mapping[str, str] | None = None) -> DevicePeak | None:

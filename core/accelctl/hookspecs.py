@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from ._info import AcceleratorInfo
+    from ._kernels.gaps import KernelGaps
     from ._peak import DevicePeak
 
 #: Hooks every plugin must implement; a plugin missing one fails to load.
@@ -38,6 +39,7 @@ OPTIONAL_HOOKS = (
     "teardown",
     "environment_info",
     "device_peak",
+    "kernel_gaps",
 )
 ALL_HOOKS = REQUIRED_HOOKS + OPTIONAL_HOOKS
 
@@ -328,5 +330,46 @@ def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | Non
         def device_peak(device):
             kind, index = accelctl.split_device(device)
             return DATASHEET.get(_model_name(index or 0))  # None: a model not in the table
+    """
+    raise NotImplementedError
+
+
+@hookspec(firstresult=True)
+def kernel_gaps() -> KernelGaps | dict[str, Any] | None:
+    """Say which of torch's operators the device lacks, which must never run on the CPU in its
+    place, and torch's own switch that runs its missing kernels on the CPU, where there is one.
+
+    Optional: without it (or with ``None``) nothing is declared, and accelctl learns of a missing
+    kernel from the error torch raises at its first call (an operator without any kernel for the
+    device). Called once per process that trains on the device (the Trainer's ``fit``, a bridge's
+    set-up), after :func:`setup_device`, and by ``accelctl validate --capabilities``.
+
+    :returns: an :class:`accelctl.KernelGaps` (or a ``dict`` of its fields), operators named as
+        torch's dispatcher names them (``"aten::convolution_overrideable"``,
+        ``"aten::add_.Tensor"``):
+
+        - ``missing``: operators the device lacks, or has a placeholder kernel for (one
+          registered that returns no real result). Such a placeholder is replaced: by a kernel
+          that stops with :class:`accelctl.MissingKernelError` at its first call, or with
+          ``ACCELCTL_CPU_FALLBACK=1`` by the CPU's kernel;
+        - ``never_fall_back``: operators that must never run on the CPU in the device's place
+          (their CPU result would differ in a way that matters): they stop with
+          ``MissingKernelError`` even with ``ACCELCTL_CPU_FALLBACK=1``;
+        - ``fallback_variable``: torch's own switch for the device (MPS:
+          ``"PYTORCH_ENABLE_MPS_FALLBACK"``), which accelctl's switch then sets (torch reads it
+          when it is imported: ``accelctl launch`` sets it in its children's environment).
+
+    Rules: no device work (a list, not a probe); operators named must exist in this torch (the
+    conformance kit checks them).
+
+    .. code-block:: python
+
+        @accelctl.hookimpl
+        def kernel_gaps():
+            return accelctl.KernelGaps(
+                missing=("aten::_scaled_dot_product_fused_attention_overrideable",),
+                never_fall_back=("aten::_fused_adamw_",),
+                note="fused attention lands in the 2.1 driver",
+            )
     """
     raise NotImplementedError

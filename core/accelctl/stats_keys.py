@@ -3,7 +3,8 @@
 A reading is a flat ``dict`` of ``str`` to ``int`` or ``float``. Its keys follow two rules:
 
 - **A unit in the key's suffix** (:data:`UNIT_SUFFIXES`): ``_bytes``, ``_percent`` (0 to 100),
-  ``_watts``, ``_celsius``, ``_hz``, ``_per_second``; no suffix means a plain count or ratio.
+  ``_watts``, ``_celsius``, ``_hz``, ``_per_second``, ``_calls`` (a count of calls); no suffix
+  means a plain count or ratio.
 - **Common or prefixed**: a key without a dot is one of :data:`VOCABULARY`, the same figure on
   every accelerator, so that one dashboard reads them all; anything else is the accelerator's
   own, prefixed with its name and a dot (``cuda.power_limit_watts``, ``mps.recommended_max_
@@ -32,6 +33,7 @@ UNIT_SUFFIXES: dict[str, str] = {
     "_watts": "watts",
     "_celsius": "celsius",
     "_hz": "hertz",
+    "_calls": "calls",
 }
 
 #: Suffixes that look like a unit but are not one of :data:`UNIT_SUFFIXES`, and the one to use.
@@ -85,11 +87,16 @@ VOCABULARY: dict[str, StatKey] = {
             "the first contract; the same reading as its utilization_percent)",
         ),
         StatKey("swap_percent", "the CPU accelerator's machine-wide swap in use"),
+        StatKey(
+            "cpu_fallback_calls",
+            "calls of operators the device lacks that ran on the CPU in this process "
+            "(ACCELCTL_CPU_FALLBACK=1), since it started",
+        ),
     )
 }
 
 #: Figures no reading can have below zero, by suffix; ``_percent`` is also at most 100.
-_NON_NEGATIVE = ("_bytes", "_percent", "_watts", "_hz", "_per_second")
+_NON_NEGATIVE = ("_bytes", "_percent", "_watts", "_hz", "_per_second", "_calls")
 
 #: Pairs of common keys where the first can never exceed the second in one reading.
 ORDERED_KEYS: tuple[tuple[str, str], ...] = (

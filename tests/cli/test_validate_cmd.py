@@ -55,7 +55,7 @@ def test_broken_import_exits_1_with_the_cause_and_no_traceback(cli: Cli, site: F
     result = cli("validate", "broken")
     assert result.exit_code == 1
     assert "Traceback" not in result.output
-    assert result.stdout.startswith("broken (acme-broken 1.0): FAILED (1 failed, 17 skipped)\n")
+    assert result.stdout.startswith("broken (acme-broken 1.0): FAILED (1 failed, 18 skipped)\n")
     line = next(li for li in result.stdout.splitlines() if li.strip().startswith("FAIL"))
     assert "loads" in line
     assert (
@@ -106,7 +106,7 @@ def test_only_passing_plugins_exit_0(cli: Cli, site: FakeSite) -> None:
     result = cli("validate", "good", "npu")
     assert result.exit_code == 0
     assert result.stdout.rstrip().endswith("2 accelerator(s) validated, all passed")
-    assert "good (acme-good 1.0): passed (16 passed, 2 skipped)" in result.stdout
+    assert "good (acme-good 1.0): passed (17 passed, 2 skipped)" in result.stdout
 
 
 def test_unknown_name_fails_with_the_nearest_name(cli: Cli, site: FakeSite) -> None:

@@ -12,6 +12,7 @@ from accelctl._info import KNOWN_FAMILIES
 from accelctl._project import RESERVED_NAMES
 from accelctl._registry import Registry
 from accelctl._text import one_line
+from accelctl.torch_build import import_torch
 
 from . import probes
 from .results import Run, Unclocked
@@ -246,6 +247,57 @@ def check_environment(handle: AcceleratorHandle, run: Run) -> None:
         return
     shown = ", ".join(facts) if facts else "{} (nothing to add on this machine)"
     run.passed(check, f"{len(facts)} fact{'s' if len(facts) != 1 else ''}: {shown}")
+
+
+def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, None]:
+    """``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None, naming operators this torch
+    has (torch imported outside the deadline, as for ``detect``)."""
+    check = "kernel_gaps"
+    run.start(check)
+    if not handle.implements(check):
+        run.skipped(check, "not implemented (optional): missing kernels show as torch's errors")
+        return
+    try:
+        gaps = handle.kernel_gaps()
+    except AccelctlError as exc:
+        run.failed(check, strip_subject(one_line(exc), handle), exc)
+        return
+    yield Unclocked(import_torch)
+    unknown = [
+        name for name in (*gaps.missing, *gaps.never_fall_back) if not operator_exists(name)
+    ]
+    if unknown:
+        run.failed(
+            check,
+            f"{', '.join(unknown)}: no such operator in torch {torch_version()} (names as "
+            "torch's dispatcher gives them: 'aten::convolution_overrideable')",
+        )
+        return
+    declared = (
+        f"{len(gaps.missing)} missing, {len(gaps.never_fall_back)} never to fall back, "
+        f"torch's switch {gaps.fallback_variable or 'none'}"
+    )
+    run.passed(check, declared + (f" ({gaps.note})" if gaps.note else ""))
+
+
+def operator_exists(name: str) -> bool:
+    """True where this torch has the operator ``namespace::name[.overload]``."""
+    import torch
+
+    namespace, _, rest = name.partition("::")
+    op_name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op_name)
+        getattr(packet, overload or "default")
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 def check_info(handle: AcceleratorHandle, registry: Registry, run: Run) -> None:

@@ -77,6 +77,11 @@ CHECKS: tuple[Check, ...] = (
         "without raising (accelctl env shows it)",
     ),
     Check(
+        "kernel_gaps",
+        "where implemented: a KernelGaps (or a dict of its fields) or None, every operator it "
+        "names one this torch has",
+    ),
+    Check(
         "bad_device_specs",
         "0, -5, 1.5, 'abc', None and True each raise DeviceSpecError (nothing else), naming "
         "the spec",
@@ -309,6 +314,8 @@ def _steps(
     plugin.check_info(handle, registry, run)
     yield None
     plugin.check_environment(handle, run)
+    yield None
+    yield from plugin.check_kernel_gaps(handle, run)
     yield None
     device.check_bad_specs(handle, run)
     if detected is not True:
