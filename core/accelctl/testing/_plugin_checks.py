@@ -263,9 +263,7 @@ def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocke
         run.failed(check, strip_subject(one_line(exc), handle), exc)
         return
     yield Unclocked(import_torch)
-    unknown = [
-        name for name in (*gaps.missing, *gaps.never_fall_back) if not operator_exists(name)
-    ]
+    unknown = [name for name in (*gaps.missing, *gaps.never_fall_back) if not operator_exists(name)]
     if unknown:
         run.failed(
             check,
