@@ -11,8 +11,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from .. import _settings
+from .._kernels.error import MissingKernelError
 from .._supervision import die_with_launcher
-from .failures import ERROR_FILE_VARIABLE
+from .failures import ERROR_FILE_VARIABLE, ERROR_PARTS
 
 
 def run_script(argv: Sequence[str]) -> None:
@@ -44,11 +46,34 @@ def run_script(argv: Sequence[str]) -> None:
         # Ctrl-C, passed on by the launcher to every process: its one line says what stopped and
         # where the last checkpoint is, not a traceback per process.
         end_without_teardown(128 + signal.SIGINT)
+    except MissingKernelError as exc:
+        # The launcher shows it once for the launch, in its own command line's words: no
+        # traceback per rank (ACCELCTL_DEBUG=1: the traceback too).
+        if error_file:
+            _add_parts(os.environ[ERROR_FILE_VARIABLE], exc)
+            _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
+        if _settings.debug() or not error_file:
+            raise
+        end_without_teardown(1)
     except BaseException:
         if error_file:
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
         raise
     end_without_teardown(0)
+
+
+def _add_parts(written: str, error: MissingKernelError) -> None:
+    """Add the error's parts to the record torch wrote, for the launcher's one line."""
+    import json
+
+    try:
+        with open(written) as file:
+            record = json.load(file)
+        record["message"]["extraInfo"][ERROR_PARTS] = error.parts()
+        with open(written, "w") as file:
+            json.dump(record, file)
+    except (OSError, ValueError, KeyError, TypeError):  # no record: the launcher says less
+        pass
 
 
 def _publish(written: str, error_file: str) -> None:

@@ -7,15 +7,18 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import AccelctlError
+from .._kernels.error import MissingKernelError
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 #: The variable torchrun's error handler writes a failing child's exception to.
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
+#: The key of that record's ``extraInfo`` under which a child puts a missing kernel's parts.
+ERROR_PARTS = "accelctl_missing_kernel"
 
 
 class LaunchFailedError(AccelctlError):
@@ -51,6 +54,14 @@ class RankFailure:
     #: ``"ValueError: boom"`` when the child raised, else a sentence about the exit.
     error: str
     traceback: str | None = None
+    #: The parts of a :class:`~accelctl.MissingKernelError` the child raised, where it did.
+    missing_kernel: Mapping[str, Any] | None = None
+
+    def missing_kernel_error(self) -> MissingKernelError | None:
+        """The child's :class:`~accelctl.MissingKernelError`, where it raised one."""
+        if self.missing_kernel is None:
+            return None
+        return MissingKernelError.from_parts(self.missing_kernel)
 
     @property
     def exit_code(self) -> int:
@@ -82,16 +93,19 @@ class RankFailure:
     ) -> RankFailure:
         """Read torch's record of a failed child (its error file, when it wrote one)."""
         message, traceback, error = failure.message, None, ""
+        parts = None
         if isinstance(message, Mapping):  # written by torch's error handler: the exception
-            traceback = message.get("extraInfo", {}).get("py_callstack") or None
+            extra = message.get("extraInfo", {})
+            traceback = extra.get("py_callstack") or None
             error = str(message.get("message", "")).strip()
+            parts = extra.get(ERROR_PARTS) if isinstance(extra.get(ERROR_PARTS), Mapping) else None
         if not error:
             error = (
                 "no Python exception was recorded; see its output above"
                 if failure.exitcode >= 0
                 else "stopped by a signal (out of memory? killed by the system?)"
             )
-        return cls(rank, world_size, failure.exitcode, error, traceback)
+        return cls(rank, world_size, failure.exitcode, error, traceback, parts)
 
     @classmethod
     def from_child_failed(cls, exc: ChildFailedError, world_size: int) -> RankFailure:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .. import _settings
 from .._errors import LaunchError
 from .._selection import resolve
 from .._supervision import launcher_environment
@@ -103,6 +104,8 @@ def launch(
         except ChildFailedError as exc:
             failure = RankFailure.from_child_failed(exc, nproc)
             trace = f"\n\nrank {failure.rank}'s traceback:\n{failure.traceback}"
+            if failure.error.startswith("MissingKernelError: ") and not _settings.debug():
+                trace = ""  # its one line says what and how to go on (ACCELCTL_DEBUG=1: more)
             raise LaunchFailedError(
                 failure.describe() + (trace if failure.traceback else ""), failure=failure
             ) from None

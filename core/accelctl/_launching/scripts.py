@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
-from .._errors import LaunchError
+from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
 from .._selection import Selection, resolve
 from .._supervision import (
     LaunchInterruptedError,
@@ -29,6 +29,7 @@ from .handoff import (
     launch_command_line,
     patched_environ,
     selection_environment,
+    typed_spec,
 )
 from .options import Nodes, check_processes, plan_nodes, torchrun_variables
 from .torch_logs import quiet_torch_logs
@@ -73,7 +74,11 @@ def launch_script(
     check_processes(selection, nproc * nodes.nnodes)
     if nodes.note:
         print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
-    env = {**selection_environment(selection), **launcher_environment()}
+    env = {
+        **selection_environment(selection),
+        **launcher_environment(),
+        **_fallback_switch(selection),
+    }
     command = launch_command_line(
         selection.shown_name, devices_spec(selection.parsed), [script, *script_args]
     )
@@ -91,7 +96,32 @@ def launch_script(
         except LaunchInterruptedError as exc:
             clause = resume_clause(note, command)
             raise LaunchInterruptedError(exc.signum, clause, phase.processes) from None
+        except LaunchFailedError as exc:
+            missing = exc.failure.missing_kernel_error() if exc.failure is not None else None
+            if missing is None:
+                raise
+            on_cpu = shlex.join(
+                ["accelctl", "launch", "--cpu", "--devices", str(nproc), script, *script_args]
+            )
+            as_launched = launch_command_line(
+                selection.shown_name, typed_spec(selection.parsed), [script, *script_args]
+            )
+            line = missing.for_launch(on_cpu, as_launched)
+            raise LaunchFailedError(line, failure=exc.failure) from None
     return selection
+
+
+def _fallback_switch(selection: Selection) -> dict[str, str]:
+    """With ``ACCELCTL_CPU_FALLBACK=1``, torch's own switch for the device where its plugin
+    names one (MPS's ``PYTORCH_ENABLE_MPS_FALLBACK``): torch reads it when a child imports it."""
+    if not _settings.cpu_fallback():
+        return {}
+    try:
+        variable = selection.accelerator.kernel_gaps().fallback_variable
+    except AccelctlError as exc:  # a broken hook: the children say what they can
+        warn_user(f"no fallback switch from the plugin: {exc}", PluginWarning)
+        return {}
+    return {variable: "1"} if variable else {}
 
 
 class Phase:

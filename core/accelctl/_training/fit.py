@@ -21,6 +21,9 @@ import torch
 
 from .. import _settings
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
+from .._kernels.error import MissingKernelError
+from .._kernels.setup import KernelSetup, fallback_calls, set_up_kernels
+from .._kernels.translate import missing_kernel_error, show_as_one_line
 from .._selection import known_name
 from .callbacks import Callback, Reporting
 from .checkpoint import (
@@ -132,6 +135,8 @@ class Fit:
         self.watch = HangWatch(env, self.progress, restarts) if env.distributed else None
         self.owns_group = False  # True once this fit created the process group
         self.device_stats = env.rank == 0  # rank 0's, until the hook fails once
+        #: What was done about the device's missing kernels (None until the device is set up).
+        self.kernels: KernelSetup | None = None
         #: What each point of the fit reports to the callbacks (the trainer's, the process's).
         self.reporting = Reporting(trainer, trainer.callbacks)
         # Made by _set_up_training, once the device is set up:
@@ -161,15 +166,22 @@ class Fit:
                 self._run_epoch(epoch)
             self._leave_together()
         except BaseException as exc:
+            missing = self._missing_kernel(exc)
             # Before the group goes: the report asks the other processes through its store.
             step = self.trainer.global_step
             explained = (
-                self.watch.explain(exc, timeout=self.timeout, step=step) if self.watch else None
+                self.watch.explain(exc, timeout=self.timeout, step=step)
+                if self.watch and missing is None
+                else None
             )
-            self._report_stop(exc)
+            self._report_stop(missing or exc)
             self._finish(quiet=True)
             if explained is not None:
                 raise explained from exc
+            if missing is not None:
+                show_as_one_line()
+                if missing is not exc:
+                    raise missing from exc
             raise
         self.report.finished(max_epochs=self.trainer.max_epochs, step=self.trainer.global_step)
         self._finish(quiet=False)
@@ -181,6 +193,7 @@ class Fit:
         (FSDP2 alone: a group of one process)."""
         accelerator = self.trainer.accelerator
         accelerator.setup_device(self.device)
+        self.kernels = set_up_kernels(accelerator, self.device, rank=self.env.rank)
         backend = accelerator.info.distributed_backend
         if self.sharded:  # on the device it trains on, before any group: no FSDP stack trace
             refuse_fsdp_gaps(accelerator.name, self.device.type, backend)
@@ -422,6 +435,9 @@ class Fit:
                 bar.close()
         figures = tally.figures()
         figures.update(self.throughput.figures(figures["samples_per_second"]))
+        calls = fallback_calls(self.device.type)
+        if calls is not None:  # ACCELCTL_CPU_FALLBACK: the cost, in every epoch's figures
+            figures["cpu_fallback_calls"] = float(calls)
         return figures
 
     def _train_steps(
@@ -467,7 +483,13 @@ class Fit:
             collective = "reduce-scatter" if self.sharded else "all-reduce"
             self.progress.mark(f"backward (the gradients' {collective})", step)
             scaled = self.scaler.scale(loss) if self.scaler is not None else loss
-            scaled.backward()  # type: ignore[no-untyped-call]
+            try:
+                scaled.backward()  # type: ignore[no-untyped-call]
+            except RuntimeError as exc:  # the graph names what the engine's error does not
+                missing = self._missing_kernel(exc, loss=scaled)
+                if missing is not None:
+                    raise missing from exc
+                raise
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -548,6 +570,19 @@ class Fit:
 
     # -- the end ------------------------------------------------------------------------------
 
+    def _missing_kernel(self, exc: BaseException, loss: Any = None) -> MissingKernelError | None:
+        """accelctl's error where ``exc`` is a kernel the device lacks (naming the layer of the
+        model that called it), else None."""
+        if not isinstance(exc, Exception):
+            return None
+        return missing_kernel_error(
+            exc,
+            accelerator=self.trainer.accelerator.name,
+            device=self.device,
+            model=self.model,
+            loss=loss,
+        )
+
     def _report_stop(self, exc: BaseException) -> None:
         """The log's line for a fit that did not finish: an error, or Ctrl-C (where no launcher
         reports it: under ``accelctl launch``, the launcher's one line names the checkpoint)."""
@@ -560,6 +595,10 @@ class Fit:
         if isinstance(exc, KeyboardInterrupt):
             if _settings.launcher_pid() is None:
                 self.report.interrupted(epoch=epoch, step=step, last=last)
+            return
+        if isinstance(exc, MissingKernelError):  # its own line says it all, but a checkpoint
+            if self.last_checkpoint is not None:
+                self.report.stopped_at(epoch=epoch, step=step, last=last)
             return
         self.report.failed(exc, epoch=epoch, step=step, last=last)
 

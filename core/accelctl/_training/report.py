@@ -137,6 +137,10 @@ class FitReport:
             f"stopped by an error in epoch {epoch + 1}, step {step}: {what}{also}", logging.ERROR
         )
 
+    def stopped_at(self, *, epoch: int, step: int, last: str) -> None:
+        """A stop whose error is shown on its own (a missing kernel): where, and the checkpoint."""
+        self._line(f"stopped in epoch {epoch + 1}, step {step}; {last}", logging.WARNING)
+
     def interrupted(self, *, epoch: int, step: int, last: str) -> None:
         self._line(
             f"interrupted (Ctrl-C) in epoch {epoch + 1}, step {step}; {last}", logging.WARNING
