@@ -103,6 +103,16 @@ class MPSAccelerator(accelctl.Accelerator):
         figures["memory_total_bytes"] = int(memory.total)
         return figures
 
+    def kernel_gaps(self) -> accelctl.KernelGaps:
+        """torch's own switch for the operators MPS lacks: ``PYTORCH_ENABLE_MPS_FALLBACK``, which
+        ``ACCELCTL_CPU_FALLBACK=1`` sets for the processes ``accelctl launch`` starts (torch
+        reads it when it is imported). The operators themselves are torch's to list: its error
+        names each one."""
+        return accelctl.KernelGaps(
+            fallback_variable="PYTORCH_ENABLE_MPS_FALLBACK",
+            note="torch's MPS backend runs its missing operators on the CPU with its own switch",
+        )
+
     def teardown(self) -> None:
         """Return torch's cached MPS memory to the system."""
         if self.detect():

@@ -147,6 +147,11 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
             if accelerator is not None and hasattr(accelerator, "empty_cache"):
                 accelerator.empty_cache()
 
+    def kernel_gaps(self) -> accelctl.KernelGaps | None:
+        """What the loaded backend is known to lack (:data:`KNOWN_GAPS`, by the backend's name);
+        None for a backend not in the table: its missing kernels show as torch's errors."""
+        return KNOWN_GAPS.get(probe().name or "")
+
     def accelerator_info(self) -> accelctl.AcceleratorInfo:
         """Priority 50, the backend's name as alias and device type, the distributed backend
         torch registered for it (or none: one process)."""
@@ -164,6 +169,21 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
             device_type=found.name if found.alias else None,
         )
 
+
+#: Backend name -> its gaps that torch's errors do not show: kernels registered as placeholders.
+#: PyTorch's own test backend routes attention to the fused "overrideable" operators (its
+#: ``_fused_sdp_choice``), whose kernels return uninitialised memory (forward) and undefined
+#: gradients (backward): without this, a model using ``scaled_dot_product_attention`` trains on
+#: garbage until its backward fails with "tensor does not have a device".
+KNOWN_GAPS: dict[str, accelctl.KernelGaps] = {
+    "openreg": accelctl.KernelGaps(
+        missing=(
+            "aten::_scaled_dot_product_fused_attention_overrideable",
+            "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+        ),
+        note="torch_openreg's fused attention kernels are placeholders",
+    ),
+}
 
 #: ``torch.accelerator.memory_stats`` keys worth a figure of their own (the byte counts are the
 #: common keys already): how often the allocator had to free its cache and retry, and ran out.
@@ -193,4 +213,4 @@ def _accelerator_api(torch: Any, name: str) -> Any:
     return accelerator if current is not None and current.type == name else None
 
 
-__all__ = ["PRIORITY", "PrivateUse1Accelerator"]
+__all__ = ["KNOWN_GAPS", "PRIORITY", "PrivateUse1Accelerator"]
