@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import _settings
 from .._errors import AccelctlError
+from .._text import LINE_LIMIT, clean
 
 #: The switch that runs the kernels a device lacks on the CPU.
 FALLBACK_SWITCH = f"{_settings.CPU_FALLBACK}=1"
@@ -88,7 +89,7 @@ class MissingKernelError(AccelctlError, NotImplementedError):
     def for_command(self, argv: Sequence[str]) -> str:
         """The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
         out as that command line with a variable before it."""
-        command = shlex.join(argv)
+        command = clean(shlex.join(argv), LINE_LIMIT // 4)  # one line, even for `python -c`
         return self._line(
             (f"{_settings.ACCELERATOR}=cpu {command}", f"{self.switch} {command}"),
             debug=True,

@@ -170,10 +170,14 @@ def _path_in(model: Any, module: torch.nn.Module) -> str | None:
     the wrappers a strategy adds (DDP's ``module``); None where it is not there."""
     import torch
 
-    seen = 0
-    while isinstance(model, torch.nn.Module) and seen < 4:
-        for name, candidate in model.named_modules():
+    wrappers: list[
+        torch.nn.Module
+    ] = []  # the model, then what it wraps: searched innermost first (no "module.")
+    while isinstance(model, torch.nn.Module) and len(wrappers) < 4:
+        wrappers.append(model)
+        model = getattr(model, "module", None)
+    for wrapper in reversed(wrappers):
+        for name, candidate in wrapper.named_modules():
             if candidate is module:
                 return str(name)
-        model, seen = getattr(model, "module", None), seen + 1
     return None

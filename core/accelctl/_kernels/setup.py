@@ -113,12 +113,15 @@ def _set_up(
     private = kind == _privateuse1_name()
     if private:
         if not wanted:
-            guarded = _guard(accelerator, kind, gaps)
+            guarded = _guard(accelerator, kind, gaps, gaps.missing)
             return KernelSetup(kind, name, "off", gaps, guarded=guarded)
         fallback = CPUFallback(kind, gaps, warn=rank == 0)
         fallback.install()
         _FALLBACKS[kind] = fallback
-        return KernelSetup(kind, name, "accelctl", gaps)
+        # A placeholder the plugin forbids to run on the CPU still stops at its first call.
+        kept = tuple(op for op in gaps.missing if not gaps.allows_fallback(op))
+        guarded = _guard(accelerator, kind, gaps, kept)
+        return KernelSetup(kind, name, "accelctl", gaps, guarded=guarded)
     variable = gaps.fallback_variable
     if variable is not None:
         switch = f"{variable}=1"
@@ -165,15 +168,17 @@ def _privateuse1_name() -> str | None:
     return None if read is None else str(read())
 
 
-def _guard(accelerator: AcceleratorHandle, kind: str, gaps: KernelGaps) -> tuple[str, ...]:
-    """A refusing kernel for each operator the plugin declares missing whose placeholder the
+def _guard(
+    accelerator: AcceleratorHandle, kind: str, gaps: KernelGaps, kernels: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A refusing kernel for each of ``kernels`` (declared missing) whose placeholder the
     backend registered (an operator without any kernel stops by itself)."""
     from .fallback import _has_own_kernel, _quietly, library
 
     guarded: list[str] = []
     libraries: list[Any] = []
     with _quietly():
-        for kernel in gaps.missing:
+        for kernel in kernels:
             if _overload(kernel) is None or not _has_own_kernel(kernel):
                 continue
             namespace, rest = kernel.split("::", 1)
