@@ -6,7 +6,9 @@ missing kernels on the CPU and ends with the CPU run's weights, in one process a
 from __future__ import annotations
 
 import json
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,25 @@ def test_cv_example_stops_at_once_with_one_line_naming_the_convolution(
     shown = " ".join(command)
     assert f"to train on the CPU, ACCELCTL_ACCELERATOR=cpu {shown};" in line
     assert f"the CPU, ACCELCTL_CPU_FALLBACK=1 {shown} (ACCELCTL_DEBUG=1" in line
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "missing-kernels.md"
+
+
+def test_the_pages_command_prints_the_pages_line(occl_machine: UserMachine) -> None:
+    """docs/missing-kernels.md's first command, run as the page shows it (from the clone's
+    root, ``python`` on the PATH), prints the page's line."""
+    text = PAGE.read_text()
+    command = re.search(r"```console\n\$ (python examples/cv_example.py)\n```", text)
+    shown = re.search(r"```text\n(accelctl: aten::convolution[^\n]*)\n```", text)
+    assert command is not None and shown is not None
+    root = EXAMPLE.parents[1]
+    with tempfile.TemporaryDirectory() as folder:  # the example writes into its working folder
+        done = occl_machine.run("python", str(root / "examples" / "cv_example.py"), cwd=Path(folder))
+    line = stopped_with_one_line(done)
+    assert line == shown.group(1).replace(
+        "examples/cv_example.py", str(root / "examples" / "cv_example.py")
+    )
 
 
 def test_the_debug_switch_shows_the_traceback_too(
