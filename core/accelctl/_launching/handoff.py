@@ -27,8 +27,8 @@ def devices_spec(parsed: int | Sequence[int]) -> str:
 
 def typed_spec(parsed: int | Sequence[int]) -> str:
     """The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
-    else :func:`devices_spec`'s exact form."""
-    if not isinstance(parsed, int) and len(parsed) > 1 and list(parsed) == list(range(len(parsed))):
+    ``"1"`` for the first one, else :func:`devices_spec`'s exact form."""
+    if not isinstance(parsed, int) and parsed and list(parsed) == list(range(len(parsed))):
         return str(len(parsed))
     return devices_spec(parsed)
 
