@@ -11,6 +11,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections fsdp-openreg  # ... and on 2 openreg devices
     python -m bench --sections discovery     # accelctl's scan against importlib.metadata's
     python -m bench --sections flops         # what counting the model's FLOPs costs a fit
+    python -m bench --sections kernels       # the CPU fallback's cost, the error translation's
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -34,6 +35,7 @@ from . import (
     faults,
     flops_overhead,
     fsdp_overhead,
+    kernels,
     scaling,
     startup,
 )
@@ -44,7 +46,7 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
-    "discovery", "flops",
+    "discovery", "flops", "kernels",
 )  # fmt: skip
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
@@ -160,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fsdp-openreg": lambda: fsdp_overhead.run(args.repeats, args.quick, "openreg"),
         "discovery": lambda: discovery.run(args.repeats, args.quick),
         "flops": lambda: flops_overhead.run(args.repeats, args.quick),
+        "kernels": lambda: kernels.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

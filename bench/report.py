@@ -268,6 +268,55 @@ def _flops(section: dict[str, Any]) -> str:
     return f"{section.get('model', '')}, {section.get('repeats')} runs each.\n\n{table}"
 
 
+def _ratio(summary: dict[str, Any]) -> str:
+    low, high = summary["ci95"]
+    return (
+        f"{summary['median']:g}x (quartiles {summary['p25']:g}-{summary['p75']:g}x; median's "
+        f"95% interval {low:g}-{high:g}x; {summary['pairs']} pairs)"
+    )
+
+
+def _kernels(section: dict[str, Any]) -> str:
+    fallback, translation = section["fallback"], section["translation"]
+    if "skipped" in fallback:
+        first = f"_the fallback's part skipped: {fallback['skipped']}_"
+    else:
+        rows = [
+            (
+                model["model"],
+                model["cpu_ms_per_step"],
+                model["fallback_ms_per_step"],
+                _ratio(model["ratio"]),
+                f"{model['fallback_calls_per_step']:g}",
+            )
+            for model in fallback["models"].values()
+        ]
+        headers = ("step", "CPU ms", f"{fallback['device']} + fallback ms",
+                   "ratio, pair by pair", "calls on the CPU a step")  # fmt: skip
+        first = (
+            f"A step on {fallback['device']} with ACCELCTL_CPU_FALLBACK=1 against the same step "
+            f"on the CPU, one of each in turn (medians):\n\n{_table(headers, rows)}\n\n"
+            f"Ran on the CPU: {', '.join(sorted(fallback['fallen_back'])) or 'nothing'}."
+        )
+    ms = translation["ms_per_step"]
+    verdict = "within" if translation["within_noise"] else "outside"
+    rows = [
+        ("as it is / without its try", ms["translated"], ms["untranslated"],
+         _ratio(translation["ratio_translated_untranslated"])),
+        ("as it is / as it is (the noise)", ms["translated"], ms["translated_again"],
+         _ratio(translation["ratio_translated_translated"])),
+    ]  # fmt: skip
+    table = _table(("steps compared", "first ms", "second ms", "ratio, pair by pair"), rows)
+    ns = translation["try_statement_ns"]
+    return (
+        f"{first}\n\nThe error translation on a step that raises nothing: "
+        f"{translation['fits']} fits of the Trainer on the CPU ({translation['model']}, "
+        f"{translation['steps_per_fit']} steps), its steps taking turns (medians):\n\n{table}"
+        f"\n\nVerdict: {verdict} the noise. The try statement alone, around a call that does "
+        f"nothing: {ns['try_except']} ns a call, {ns['bare']} ns bare."
+    )
+
+
 def render(results: dict[str, Any]) -> str:
     """All sections present in ``results`` as Markdown."""
     parts = [f"## Machine\n\n{_machine(results['machine'])}"]
@@ -283,6 +332,7 @@ def render(results: dict[str, Any]) -> str:
         ("fsdp-openreg", "Sharded training (FSDP2) on openreg", _fsdp),
         ("discovery", "Finding the plugins", _discovery),
         ("flops", "Counting the model's FLOPs (flops_per_second, mfu)", _flops),
+        ("kernels", "Missing kernels: the CPU fallback and the error translation", _kernels),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._text import describe_exception
+from ._kernels.gaps import KernelGaps
+from ._kernels.probe import MissingKernel
+from ._text import describe_exception, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -41,15 +43,49 @@ __all__ = [
 class Capability:
     """One row of the capability matrix: ``name`` (an id of :data:`CAPABILITIES`), whether the
     device has it, and ``reason``: what was run and seen, in the device's own words where it has
-    some (an exception's ``"TypeName: message"``)."""
+    some (an exception's ``"TypeName: message"``).
+
+    The ``kernels`` row has three fields more: ``missing_kernels``, what its cases found
+    missing or wrong (:class:`~accelctl._kernels.probe.MissingKernel`, each saying whether
+    ``ACCELCTL_CPU_FALLBACK=1`` runs it on the CPU); ``kernel_cases``, the cases it ran; and
+    ``kernel_gaps``, what the plugin declares (None where its hook failed or nothing ran).
+    """
 
     name: str
     supported: bool
     reason: str
+    missing_kernels: tuple[MissingKernel, ...] = ()
+    kernel_cases: tuple[str, ...] = ()
+    kernel_gaps: KernelGaps | None = None
 
-    def to_dict(self) -> dict[str, str | bool]:
-        """``{"name", "supported", "reason"}``, as ``--capabilities --json`` prints a row."""
-        return {"name": self.name, "supported": self.supported, "reason": self.reason}
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name", "supported", "reason"}``, as ``--capabilities --json`` prints a row; the
+        ``kernels`` row adds ``missing_kernels``, ``kernel_cases`` and ``kernel_gaps``."""
+        row: dict[str, Any] = {
+            "name": self.name,
+            "supported": self.supported,
+            "reason": self.reason,
+        }
+        if self.name == "kernels":
+            row["missing_kernels"] = [found.to_dict() for found in self.missing_kernels]
+            row["kernel_cases"] = list(self.kernel_cases)
+            row["kernel_gaps"] = None if self.kernel_gaps is None else self.kernel_gaps.to_dict()
+        return row
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Capability:
+        """The row :meth:`to_dict` wrote (the probe process's message)."""
+        gaps = data.get("kernel_gaps")
+        return cls(
+            str(data["name"]),
+            bool(data["supported"]),
+            str(data["reason"]),
+            missing_kernels=tuple(
+                MissingKernel.from_dict(found) for found in data.get("missing_kernels") or ()
+            ),
+            kernel_cases=tuple(str(case) for case in data.get("kernel_cases") or ()),
+            kernel_gaps=None if gaps is None else KernelGaps.coerce(gaps),
+        )
 
 
 #: Every row of the matrix, in the order :func:`probe_capabilities` probes and reports them.
@@ -64,6 +100,7 @@ CAPABILITIES: tuple[str, ...] = (
     "all-gather-into-tensor",
     "reduce-scatter-tensor",
     "compile",
+    "kernels",
 )
 #: What FSDP2 (``torch.distributed.fsdp.fully_shard``) needs of a device and its backend.
 FSDP_NEEDS: tuple[str, ...] = (
@@ -85,12 +122,18 @@ class _Probe:
     """What the probes of one device share: the device, and a 1-process group made on first need
     and destroyed by :meth:`close`."""
 
-    def __init__(self, device_type: str, backend: str | None) -> None:
+    def __init__(
+        self,
+        device_type: str,
+        backend: str | None,
+        kernel_gaps: Callable[[], KernelGaps] | None = None,
+    ) -> None:
         import torch
 
         self.torch = torch
         self.device_type = device_type
         self.backend = backend
+        self.kernel_gaps = kernel_gaps
         self.module: Any = None if device_type == "cpu" else getattr(torch, device_type, None)
         self.device = torch.device("cpu") if device_type == "cpu" else self._current_device()
         self._group: Any = None
@@ -337,7 +380,27 @@ def _compile(p: _Probe) -> str:
     )
 
 
-_PROBES: dict[str, Callable[[_Probe], str]] = {
+def _kernels(p: _Probe) -> Capability:
+    from ._kernels.probe import probe_kernels
+
+    gaps, failed = KernelGaps(), ""
+    if p.kernel_gaps is not None:
+        try:
+            gaps = p.kernel_gaps()
+        except Exception as exc:  # the plugin's hook: its failure is said, the probe goes on
+            failed = f" (the plugin's kernel_gaps() failed, so none are declared: {one_line(exc)})"
+    found = probe_kernels(p.device, gaps)
+    return Capability(
+        "kernels",
+        not found.missing,
+        found.reason + failed,
+        missing_kernels=found.missing,
+        kernel_cases=found.cases,
+        kernel_gaps=None if failed else gaps,
+    )
+
+
+_PROBES: dict[str, Callable[[_Probe], str | Capability]] = {
     "bf16-autocast": _autocast("bfloat16"),
     "fp16-autocast": _autocast("float16"),
     "rng-state": _rng_state,
@@ -352,6 +415,7 @@ _PROBES: dict[str, Callable[[_Probe], str]] = {
         "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor"
     ),
     "compile": _compile,
+    "kernels": _kernels,
 }
 
 
@@ -362,10 +426,15 @@ def _run(name: str, probe: _Probe) -> Capability:
         return Capability(name, False, str(missing))
     except Exception as exc:  # the device's own words
         return Capability(name, False, describe_exception(exc))
-    return Capability(name, True, seen)
+    return seen if isinstance(seen, Capability) else Capability(name, True, seen)
 
 
-def iter_capabilities(device_type: str, backend: str | None) -> Iterator[Capability]:
+def iter_capabilities(
+    device_type: str,
+    backend: str | None,
+    *,
+    kernel_gaps: Callable[[], KernelGaps] | None = None,
+) -> Iterator[Capability]:
     """:func:`probe_capabilities` one row at a time, in the order of :data:`CAPABILITIES` (a
     process that reports each row as it comes leaves the finished ones behind if a probe
     crashes it). The process group, made on first need, is destroyed when the iteration ends.
@@ -381,7 +450,7 @@ def iter_capabilities(device_type: str, backend: str | None) -> Iterator[Capabil
             "has a default process group: probe in a fresh process (accelctl validate "
             "--capabilities does)"
         )
-    probe = _Probe(device_type, backend)
+    probe = _Probe(device_type, backend, kernel_gaps)
     try:
         for name in CAPABILITIES:
             yield _run(name, probe)
@@ -389,17 +458,23 @@ def iter_capabilities(device_type: str, backend: str | None) -> Iterator[Capabil
         probe.close()
 
 
-def probe_capabilities(device_type: str, backend: str | None) -> tuple[Capability, ...]:
+def probe_capabilities(
+    device_type: str,
+    backend: str | None,
+    *,
+    kernel_gaps: Callable[[], KernelGaps] | None = None,
+) -> tuple[Capability, ...]:
     """Every row of the matrix (:data:`CAPABILITIES`), probed in THIS process on the current
     device of ``device_type`` (its module's ``current_device()``, else 0; ``"cpu"``: the CPU).
     The collective rows run on a 1-process group on ``backend`` (``init_process_group(backend,
     store=HashStore(), rank=0, world_size=1)``), destroyed after; ``backend=None`` (one process
-    only) makes them a "no" that says so.
+    only) makes them a "no" that says so. ``kernel_gaps``: the plugin's hook (its declared gaps
+    go into the ``kernels`` row); None: none declared.
 
     A probe can load a device runtime and leave state behind (a compiled function, the device's
     random state drawn from), so the kit runs it in a fresh process per plugin.
     """
-    return tuple(iter_capabilities(device_type, backend))
+    return tuple(iter_capabilities(device_type, backend, kernel_gaps=kernel_gaps))
 
 
 def fsdp_gaps(device_type: str, backend: str | None) -> tuple[Capability, ...]:

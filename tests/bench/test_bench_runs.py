@@ -4,6 +4,7 @@ and that the counts the targets rest on are what accelctl's lazy loading promise
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,7 +93,7 @@ def test_a_results_file_has_its_section_and_the_machine(
     # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent.
     assert set(SECTIONS) == {
         "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp",
-        "fsdp-openreg", "discovery", "flops",
+        "fsdp-openreg", "discovery", "flops", "kernels",
     }  # fmt: skip
     results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
@@ -251,3 +252,72 @@ def test_flops_section_times_fits_with_and_without_counting(
     assert section["ratio_fastest"] == pytest.approx(
         section["counted_fastest_s"] / section["plain_fastest_s"], rel=1e-2
     )
+
+
+@pytest.mark.slow
+def test_kernels_section_times_the_fallback_and_the_translation(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 45, item 5: a step on openreg with the CPU fallback against the CPU's, and the
+    Trainer's step with and without its error translation, each part in a process of its own."""
+    results, out = quick_run("kernels", tmp_path_factory)
+    section = results["sections"]["kernels"]
+    assert (section["repeats"], section["quick"]) == (1, True)
+    fallback = section["fallback"]
+    if importlib.util.find_spec("torch_openreg") is None:  # the sessions install it
+        assert fallback["skipped"].startswith("torch_openreg is not installed")
+    else:
+        assert (fallback["device"], fallback["accelerator"]) == ("openreg:0", "privateuse1")
+        # The convolution and the attention ran on the CPU, and nothing else did.
+        assert set(fallback["fallen_back"]) == {
+            "aten::convolution_overrideable",
+            "aten::convolution_backward_overrideable",
+            "aten::_scaled_dot_product_fused_attention_overrideable",
+        }
+        models = fallback["models"]
+        calls = {name: model["fallback_calls_per_step"] for name, model in models.items()}
+        assert calls == {"cnn": 6, "gpt": 1, "mlp": 0}  # the MLP: the device's own cost
+        for model in models.values():
+            assert model["ratio"]["pairs"] == 2  # a quick run's repeat: 2 pairs of steps
+            assert model["ratio"]["p25"] <= model["ratio"]["median"] <= model["ratio"]["p75"]
+            assert model["cpu_ms_per_step"] > 0 and model["fallback_ms_per_step"] > 0
+    translation = section["translation"]
+    assert translation["fits"] == 1 and set(translation["ms_per_step"]) == {
+        "translated", "untranslated", "translated_again",
+    }  # fmt: skip
+    for ratio in ("ratio_translated_untranslated", "ratio_translated_translated"):
+        summary = translation[ratio]
+        assert (
+            summary["pairs"] >= 1 and summary["ci95"][0] <= summary["median"] <= summary["ci95"][1]
+        )
+    assert translation["within_noise"] in (True, False)  # a quick run's few pairs: no claim
+    assert set(translation["try_statement_ns"]) == {"bare", "try_except"}
+    rendered = subprocess.run(
+        [sys.executable, "-m", "bench.report", str(out / "results.json")],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "## Missing kernels: the CPU fallback and the error translation" in rendered
+
+
+def test_the_translations_variant_is_the_step_without_its_try() -> None:
+    """The bench's step without translation is the Trainer's own step, its try around the
+    backward replaced by the try's body: nothing else differs."""
+    import ast
+    import inspect
+    import textwrap
+
+    from accelctl._training.fit import Fit
+
+    from bench.kernels import untranslated_step
+
+    variant = untranslated_step()
+    real = ast.parse(textwrap.dedent(inspect.getsource(Fit._step)))
+    tries = [node for node in ast.walk(real) if isinstance(node, ast.Try)]
+    assert len(tries) == 1
+    assert variant.__code__.co_filename == "<Fit._step without its try>"
+    assert (
+        variant.__code__.co_varnames[: variant.__code__.co_argcount]
+        == (Fit._step.__code__.co_varnames[: Fit._step.__code__.co_argcount])
+    )
+    assert "missing" not in variant.__code__.co_varnames  # the except's name is gone
+    assert "missing" in Fit._step.__code__.co_varnames

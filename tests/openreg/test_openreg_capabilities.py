@@ -115,3 +115,123 @@ def test_0_0_3_has_what_fsdp2_needs_and_restores_its_random_draws(openreg: dict[
     assert openreg["fsdp"] is True
     assert found["rng-state"]["supported"] is True  # a restored state repeats a draw
     assert found["compile"]["supported"] is False  # still no inductor code generator
+
+
+# -- the kernels row (issue 45): what each release lacks of the kernels common layers need ---------
+
+CONVOLUTION = "aten::convolution"
+ATTENTION = "aten::scaled_dot_product_attention"
+#: Every case of a convolution: its forward and backward are missing in each release.
+CONVOLUTIONS = ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv2d-bf16"]
+DECLARED = {
+    "missing": [
+        "aten::_scaled_dot_product_fused_attention_overrideable",
+        "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+    ],
+    "never_fall_back": [],
+    "fallback_variable": None,
+    "note": "torch_openreg's fused attention kernels are placeholders",
+}
+
+
+def found_missing(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The kernels row's findings: (op, kernel, phase, state, fallback)."""
+    kernels = rows(report)["kernels"]
+    return [
+        (m["op"], m["kernel"], m["phase"], m["state"], m["fallback"])
+        for m in kernels["missing_kernels"]
+    ]
+
+
+@pytest.fixture(scope="module")
+def without_backend(
+    no_backend_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """torch_openreg 0.0.1."""
+    return reported(no_backend_machine, tmp_path_factory, "no-backend")
+
+
+@pytest.mark.parametrize("release", ["openreg", "with_gaps"])
+def test_the_missing_convolution_and_attention_kernels_are_named(
+    release: str, request: pytest.FixtureRequest
+) -> None:
+    """0.0.3 and 0.0.2: no convolution (the overrideable operators' default kernels refuse the
+    device), a placeholder attention forward (garbage) whose backward leaves no gradient; the
+    CPU fallback runs all four, the attention because the plugin declares it a placeholder."""
+    report = request.getfixturevalue(release)
+    assert found_missing(report) == [
+        (CONVOLUTION, "aten::convolution_overrideable", "forward", "missing", True),
+        (CONVOLUTION, "aten::convolution_backward_overrideable", "backward", "missing", True),
+        (ATTENTION, "aten::_scaled_dot_product_fused_attention_overrideable", "forward",
+         "wrong-result", True),
+        (ATTENTION, "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+         "backward", "missing", True),
+    ]  # fmt: skip
+    kernels = rows(report)["kernels"]
+    assert kernels["supported"] is False
+    first, backward, placeholder, no_gradient = kernels["missing_kernels"]
+    assert first["cases"] == backward["cases"] == CONVOLUTIONS
+    assert first["seen"].startswith("NotImplementedError: convolution_overrideable not implemented")
+    assert placeholder["seen"].startswith("differs from the CPU's by")
+    assert no_gradient["seen"] == "RuntimeError: tensor does not have a device"
+    assert kernels["reason"] == (
+        "missing or wrong on openreg:0: aten::convolution (forward, backward), "
+        "aten::scaled_dot_product_attention (forward: wrong-result, backward); "
+        "ACCELCTL_CPU_FALLBACK=1 runs all of them on the CPU"
+    )
+    assert kernels["kernel_gaps"] == DECLARED
+    # Missing kernels are facts about the device: the command passes.
+    assert report["passed"] is True
+
+
+def test_0_0_1_lacks_more_an_autocast_rule_and_its_batch_norms_statistics(
+    without_backend: dict[str, Any],
+) -> None:
+    """0.0.1's autocast leaves a linear layer with a bias, and the attention, in float32 (the
+    CPU's runs them in bfloat16), and its batch norm does not update the running statistics
+    (fixed in 0.0.2): neither is a kernel the fallback could run."""
+    found = found_missing(without_backend)
+    assert found[:2] == [
+        (CONVOLUTION, "aten::convolution_overrideable", "forward", "missing", True),
+        (CONVOLUTION, "aten::convolution_backward_overrideable", "backward", "missing", True),
+    ]
+    assert ("aten::batch_norm", None, "forward", "wrong-result", False) in found
+    assert ("aten::linear", None, "forward", "wrong-dtype", False) in found
+    assert (ATTENTION, None, "forward", "wrong-dtype", False) in found
+    kernels = rows(without_backend)["kernels"]
+    entries = {(m["op"], m["state"]): m for m in kernels["missing_kernels"]}
+    assert entries["aten::batch_norm", "wrong-result"]["seen"].startswith("result 1 differs")
+    assert entries["aten::linear", "wrong-dtype"]["seen"] == (
+        "result 1 is float32 where the CPU's is bfloat16"
+    )
+    assert entries["aten::linear", "wrong-dtype"]["why_no_fallback"].startswith(
+        "the device's autocast does not cast it to bfloat16: an autocast rule"
+    )
+
+
+def test_what_the_row_says_the_fallback_runs_it_does(occl_machine: UserMachine) -> None:
+    """The kernels probe in a process where ACCELCTL_CPU_FALLBACK=1 set the device up, as the
+    Trainer does: every finding the row said the fallback covers is gone. What is left is what
+    the missing convolution hid: 0.0.3's autocast does not cast a convolution to bfloat16."""
+    found = occl_machine.python(
+        """
+        import json
+        import torch
+        import accelctl
+        from accelctl._kernels.probe import probe_kernels
+        from accelctl._kernels.setup import set_up_kernels
+
+        handle = accelctl.get_accelerator("openreg")
+        device = torch.device("openreg:0")
+        handle.setup_device(device)
+        setup = set_up_kernels(handle, device)
+        probed = probe_kernels(device, setup.gaps)
+        print(json.dumps([setup.fallback, [m.to_dict() for m in probed.missing]]))
+        """,
+        ACCELCTL_CPU_FALLBACK="1",
+    )
+    fallback, missing = found
+    assert fallback == "accelctl"
+    assert [(m["op"], m["phase"], m["state"], m["cases"]) for m in missing] == [
+        (CONVOLUTION, "forward", "wrong-dtype", ["conv2d-bf16"])
+    ]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+import accelctl
 from accelctl import capabilities
 from accelctl.capabilities import (
     CAPABILITIES,
@@ -312,3 +313,70 @@ def test_the_group_a_probe_made_is_destroyed_when_probing_stops(
     assert dist.is_initialized()
     rows.close()  # a generator
     assert not dist.is_initialized()
+
+
+# -- the kernels row -------------------------------------------------------------------------------
+
+
+def test_the_cpus_kernels_are_all_present_and_nothing_is_declared() -> None:
+    """The CPU is the reference: each case runs as on it (a check of the cases themselves)."""
+    from accelctl._kernels.cases import CASES
+
+    found = probe("kernels")
+    assert (found.supported, found.missing_kernels) == (True, ())
+    assert found.kernel_cases == tuple(case.name for case in CASES)
+    assert found.kernel_gaps == accelctl.KernelGaps()
+    assert found.reason == (
+        f"all {len(CASES)} cases (the layers and optimizer steps of a small CNN and a GPT-2 "
+        "block, in float32 and under bfloat16 autocast, forward and backward) ran on cpu as on "
+        "the CPU"
+    )
+    assert set(found.to_dict()) == {
+        "name", "supported", "reason", "missing_kernels", "kernel_cases", "kernel_gaps",
+    }  # fmt: skip
+
+
+def test_a_missing_kernel_makes_the_row_a_no_that_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case whose device run (the second) raises, on the CPU standing in for a device."""
+    from accelctl._kernels import probe as kernel_probe
+    from accelctl._kernels.cases import KernelCase
+
+    calls: list[None] = []
+
+    def conv(x: torch.Tensor) -> torch.Tensor:
+        calls.append(None)
+        if len(calls) > 1:
+            raise NotImplementedError("convolution_overrideable not implemented")
+        return x * 2
+
+    fake = KernelCase("conv2d", "aten::convolution", lambda g: (torch.ones(2),), conv)
+    probe_kernels = kernel_probe.probe_kernels
+    monkeypatch.setattr(
+        kernel_probe, "probe_kernels", lambda device, gaps: probe_kernels(device, gaps, [fake])
+    )
+    declared = accelctl.KernelGaps(never_fall_back=("aten::convolution_overrideable",))
+    state = capabilities._Probe("cpu", None, lambda: declared)
+    found = capabilities._run("kernels", state)
+    assert not found.supported
+    assert found.reason == (
+        "missing or wrong on cpu: aten::convolution (forward); ACCELCTL_CPU_FALLBACK=1 runs none "
+        "of them on the CPU"
+    )
+    (missing,) = found.missing_kernels
+    assert (missing.op, missing.phase, missing.state, missing.cases) == (
+        "aten::convolution", "forward", "missing", ("conv2d",)
+    )  # fmt: skip
+    assert found.kernel_gaps == declared
+    assert found.to_dict()["kernel_gaps"]["never_fall_back"] == ["aten::convolution_overrideable"]
+
+
+def test_a_kernel_gaps_hook_that_fails_is_said_and_the_kernels_are_probed() -> None:
+    def broken() -> accelctl.KernelGaps:
+        raise accelctl.AccelctlError("kernel_gaps() raised KeyError: 'openreg'")
+
+    found = capabilities._run("kernels", capabilities._Probe("cpu", None, broken))
+    assert found.supported and found.kernel_gaps is None
+    assert found.reason.endswith(
+        "(the plugin's kernel_gaps() failed, so none are declared: kernel_gaps() raised "
+        "KeyError: 'openreg')"
+    )

@@ -9,6 +9,7 @@ run each shared by their assertions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,9 @@ from fakeaccelerators import MetaAccelerator
 
 import accelctl
 import accelctl.testing
+from accelctl import KernelGaps
+from accelctl._kernels.cases import CASES
+from accelctl._kernels.probe import MissingKernel
 from accelctl.capabilities import CAPABILITIES, Capability
 from accelctl.testing import CapabilityReport, matrix
 
@@ -101,6 +105,59 @@ def test_a_declared_backend_on_which_ddp_fails_is_a_problem() -> None:
     )
     one_process = report_of([{"device": "cpu", "distributed_backend": None}, *rows])
     assert one_process.passed
+
+
+def test_the_kernels_rows_findings_and_declared_gaps_come_through() -> None:
+    found = MissingKernel(
+        op="aten::convolution",
+        phase="forward",
+        state="missing",
+        seen="NotImplementedError: convolution_overrideable not implemented.",
+        cases=("conv1d", "conv2d"),
+        kernel="aten::convolution_overrideable",
+        fallback=True,
+    )
+    gaps = KernelGaps(missing=("aten::convolution_overrideable",), note="no convolution yet")
+    row = Capability("kernels", False, "missing", (found,), ("conv1d", "conv2d"), gaps)
+    messages = [HEADER, *ALL_YES[:-1], row.to_dict()]
+    report = report_of(json.loads(json.dumps(messages)))  # as the child's JSON lines carry them
+    assert report.capability("kernels") == row
+    assert report.to_dict()["capabilities"][-1] == row.to_dict()
+    assert report.capability("ddp") == Capability("ddp", True, "ran")  # the others: 3 fields
+    assert set(report.capability("ddp").to_dict()) == {"name", "supported", "reason"}
+
+
+def test_the_table_lists_the_kernels_missing_under_their_row(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = MissingKernel(
+        op="aten::scaled_dot_product_attention",
+        phase="backward",
+        state="missing",
+        seen="RuntimeError: tensor does not have a device",
+        cases=("scaled_dot_product_attention",),
+        kernel="aten::_scaled_dot_product_fused_attention_overrideable_backward",
+        why_no_fallback="the CPU has no such kernel either",
+    )
+    gaps = KernelGaps(never_fall_back=("aten::add.Tensor",), note="a vendor's choice")
+    rows = (
+        *(Capability(name, True, "ran") for name in CAPABILITIES[:-1]),
+        Capability("kernels", False, "missing or wrong", (found,), ("sdpa",), gaps),
+    )
+    report = CapabilityReport("dev", "probed", "acme-dev", "2.0", None, "dev:0", "dccl", rows)
+    monkeypatch.setattr("accelctl.testing.command.probe_installed", lambda *a, **k: [report])
+    result = cli("validate", "--capabilities")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    at = lines.index(f"  no   {'kernels'.ljust(22)}  missing or wrong")
+    assert lines[at + 1 : at + 3] == [
+        " " * 31 + "aten::scaled_dot_product_attention backward "
+        "(aten::_scaled_dot_product_fused_attention_overrideable_backward): missing in "
+        "scaled_dot_product_attention: RuntimeError: tensor does not have a device; "
+        "ACCELCTL_CPU_FALLBACK=1 runs it on the CPU: no: the CPU has no such kernel either",
+        " " * 31 + "the plugin declares (kernel_gaps): never on the CPU aten::add.Tensor "
+        "(a vendor's choice)",
+    ]
 
 
 def test_a_report_names_its_rows_when_asked_for_another() -> None:
@@ -202,7 +259,7 @@ def test_an_instance_is_probed_in_this_process_on_its_first_device(
 ) -> None:
     probed: list[tuple[str, str | None]] = []
 
-    def rows(device_type: str, backend: str | None) -> Iterator[Capability]:
+    def rows(device_type: str, backend: str | None, **options: Any) -> Iterator[Capability]:
         probed.append((device_type, backend))
         yield from (Capability(name, True, "ran") for name in CAPABILITIES)
 
@@ -311,6 +368,11 @@ def test_the_cpu_plugin_probed_in_a_process_of_its_own(cli: Cli) -> None:
     assert rows["compile"]["reason"] == (
         "inductor has a code generator registered for 'cpu', and torch.compile(backend='eager') ran"
     )
+    # The CPU is the kernels' reference: every case runs as on it; the plugin declares nothing.
+    kernels = rows["kernels"]
+    assert (kernels["supported"], kernels["missing_kernels"]) == (True, [])
+    assert kernels["kernel_gaps"] == KernelGaps().to_dict()
+    assert kernels["kernel_cases"] == [case.name for case in CASES]
 
 
 #: Hostile plugins for the probe processes: on the CPU, each breaks the first probe it meets

@@ -527,6 +527,6 @@ def test_pytest_collects_one_test_per_check(fake_site: FakeSite, tmp_path: Path)
     )
     out = completed.stdout
     assert completed.returncode == 1, out
-    assert "1 failed, 10 passed, 7 skipped" in out  # one test per check, 18 in all
+    assert "1 failed, 11 passed, 7 skipped" in out  # one test per check, 19 in all
     assert "FAILED test_vendor_ci.py::TestCI::test_auto_device_count" in out
     assert "returned 3 while detect() is False" in out

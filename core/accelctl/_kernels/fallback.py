@@ -86,7 +86,7 @@ class CPUFallback:
         self._libraries.append(aten)
         with _quietly():  # torch warns when a kernel replaces the backend's own
             for kernel, (equivalent, keys) in _CPU_EQUIVALENT.items():
-                if not self._wanted(kernel):
+                if not _replaces(kernel, self.gaps):
                     continue
                 name = kernel.split("::", 1)[1]
                 function = self._cpu_equivalent(kernel, equivalent)
@@ -96,13 +96,10 @@ class CPUFallback:
             for kernel in self.gaps.missing:
                 if kernel in _CPU_EQUIVALENT or kernel in OVERRIDEABLE:
                     continue  # its forward's CPU equivalent covers its backward
-                if not self.gaps.allows_fallback(kernel) or kernel.split(".")[0] in _NEVER:
-                    continue
-                op = _overload(kernel)
-                if op is None or _returns_a_view(op):
+                if _per_op_refusal(kernel, self.gaps) is not None:
                     continue
                 self._library(kernel).impl(
-                    kernel.split("::", 1)[1], self._per_op(op), "PrivateUse1"
+                    kernel.split("::", 1)[1], self._per_op(_overload(kernel)), "PrivateUse1"
                 )
                 self.registered.append(kernel)
         if not _has_backend_fallback():
@@ -110,13 +107,6 @@ class CPUFallback:
             everything.fallback(self._boxed, "PrivateUse1")
             self._libraries.append(everything)
             self.backend_fallback = True
-
-    def _wanted(self, kernel: str) -> bool:
-        """An overrideable operator gets accelctl's CPU kernel where the backend has none of its
-        own, or the plugin declares its own a placeholder, and the plugin allows it."""
-        if not self.gaps.allows_fallback(kernel):
-            return False
-        return kernel in self.gaps.missing or not _has_own_kernel(kernel)
 
     def _library(self, kernel: str) -> Any:
         made = library(kernel.split("::", 1)[0])
@@ -243,14 +233,9 @@ class CPUFallback:
 
     def _boxed(self, op: Any, *args: Any, **kwargs: Any) -> Any:
         kernel = _name_of(op)
-        if kernel.split(".")[0] in _NEVER or not self.gaps.allows_fallback(kernel):
-            raise self._still_missing(
-                kernel, args, kwargs, f"the plugin declares that {kernel} must never run there"
-            )
-        if _returns_a_view(op):
-            raise self._still_missing(
-                kernel, args, kwargs, "it returns a view of the device's memory"
-            )
+        why = _per_op_refusal(kernel, self.gaps, op)
+        if why is not None:
+            raise self._still_missing(kernel, args, kwargs, why)
         return self._run(op, args, kwargs)
 
     def _run(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -365,6 +350,62 @@ class _NoAlias:
     """A return without alias information (an element of a returned list)."""
 
     alias_info = None
+
+
+def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
+    """Why :class:`CPUFallback` would not run ``kernel`` (torch's name) on the CPU for this
+    process's PrivateUse1 backend, by the rules :meth:`CPUFallback.install` and its fallback for
+    every operator apply; None where it would. For the capability matrix, before any job."""
+    if not gaps.allows_fallback(kernel):
+        return _never(kernel)
+    if kernel in _CPU_EQUIVALENT:
+        return None if _replaces(kernel, gaps) else _OWN_KERNEL
+    if kernel in OVERRIDEABLE:  # a backward: the CPU's runs where its forward runs on the CPU
+        op = OVERRIDEABLE[kernel][0]
+        forward = next(k for k in _CPU_EQUIVALENT if OVERRIDEABLE.get(k) == (op, "forward"))
+        why = fallback_refusal(forward, gaps)
+        return None if why is None else f"its forward, {forward}, stays on the device: {why}"
+    why = _per_op_refusal(kernel, gaps)
+    if why is not None or kernel in gaps.missing:
+        return why
+    if _has_own_kernel(kernel):
+        return _OWN_KERNEL
+    if _has_backend_fallback():
+        return "the backend's own fallback for missing kernels runs it in accelctl's place"
+    return None
+
+
+_OWN_KERNEL = (
+    "the backend's own kernel runs in its place; a plugin that declares it in kernel_gaps' "
+    "missing gets the CPU's"
+)
+
+
+def _never(kernel: str) -> str:
+    return f"the plugin declares that {kernel} must never run there"
+
+
+def _replaces(kernel: str, gaps: KernelGaps) -> bool:
+    """An overrideable operator gets accelctl's CPU kernel where the backend has none of its
+    own, or the plugin declares its own a placeholder, and the plugin allows it."""
+    if not gaps.allows_fallback(kernel):
+        return False
+    return kernel in gaps.missing or not _has_own_kernel(kernel)
+
+
+def _per_op_refusal(kernel: str, gaps: KernelGaps, op: Any = None) -> str | None:
+    """Why ``kernel`` cannot run on CPU copies of its inputs, one call at a time (``op``: its
+    ``OpOverload``, looked up by name where not given); None where it can."""
+    if not gaps.allows_fallback(kernel):
+        return _never(kernel)
+    if kernel.split(".")[0] in _NEVER:
+        return "it moves tensors between the CPU and the device"
+    op = op if op is not None else _overload(kernel)
+    if op is None:
+        return f"torch has no operator {kernel}"
+    if _returns_a_view(op):
+        return "it returns a view of the device's memory"
+    return None
 
 
 def library(namespace: str) -> Any:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import _settings
 from .._errors import AccelctlError, CPUFallbackWarning, PluginWarning, warn_user
 from .error import MissingKernelError
-from .fallback import CPUFallback, _overload
+from .fallback import CPUFallback, _never, _overload, fallback_refusal
 from .gaps import KernelGaps, shown_op
 
 if TYPE_CHECKING:
@@ -136,10 +136,7 @@ def _set_up(
         return KernelSetup(
             kind, name, "off" if not wanted else "none", gaps, unavailable=why, switch=switch
         )
-    why = (
-        f"it serves out-of-tree (PrivateUse1) backends and devices whose plugin names torch's own "
-        f"switch; {kind} is neither"
-    )
+    why = _neither(kind)
     if wanted and rank == 0:
         warn_user(
             f"{_settings.CPU_FALLBACK}=1 does nothing on {kind} ({name}): {why}",
@@ -149,6 +146,29 @@ def _set_up(
 
 
 _ON_CPU = "the model already runs on the CPU"
+
+
+def _neither(kind: str) -> str:
+    return (
+        f"it serves out-of-tree (PrivateUse1) backends and devices whose plugin names torch's own "
+        f"switch; {kind} is neither"
+    )
+
+
+def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str | None:
+    """Why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` (torch's name) on the CPU in a
+    process that trains on ``device_type``, as :func:`set_up_kernels` would set it up there
+    (and, on a PrivateUse1 backend, as :func:`.fallback.fallback_refusal` says); None where it
+    would. torch's own switch (``gaps.fallback_variable``) is taken to cover what it is asked."""
+    if device_type == "cpu":
+        return _ON_CPU
+    if device_type == _privateuse1_name():
+        return fallback_refusal(kernel, gaps)
+    if not gaps.allows_fallback(kernel):
+        return _never(kernel)
+    if gaps.fallback_variable is not None:
+        return None
+    return _neither(device_type)
 
 
 def _gaps_of(accelerator: AcceleratorHandle) -> KernelGaps:

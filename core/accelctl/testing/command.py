@@ -15,6 +15,7 @@ import traceback
 import click
 
 from accelctl._registry import get_registry
+from accelctl.capabilities import Capability
 from accelctl.cli._apart import run_apart
 from accelctl.cli._output import echo_line, emit_json
 
@@ -95,8 +96,31 @@ def _print_capabilities(report: CapabilityReport) -> None:
     for capability in report.capabilities:
         answer = "yes" if capability.supported else "no "
         echo_line(f"  {answer}  {capability.name.ljust(width)}  {capability.reason}")
+        if capability.name == "kernels":
+            _print_kernels(capability, indent=" " * (width + 9))
     for problem in report.problems:
         echo_line(f"  PROBLEM  {problem}")
+
+
+def _print_kernels(row: Capability, indent: str) -> None:
+    """Under the ``kernels`` row: a line per kernel missing, and what the plugin declares."""
+    for found in row.missing_kernels:
+        kernel = f" ({found.kernel})" if found.kernel else ""
+        fallback = "yes" if found.fallback else f"no: {found.why_no_fallback}"
+        echo_line(
+            f"{indent}{found.op} {found.phase}{kernel}: {found.state} in "
+            f"{', '.join(found.cases)}: {found.seen}; ACCELCTL_CPU_FALLBACK=1 runs it on the "
+            f"CPU: {fallback}"
+        )
+    gaps = row.kernel_gaps
+    if gaps is not None and (gaps.missing or gaps.never_fall_back or gaps.fallback_variable):
+        declared = [f"missing {', '.join(gaps.missing)}"] if gaps.missing else []
+        if gaps.never_fall_back:
+            declared.append(f"never on the CPU {', '.join(gaps.never_fall_back)}")
+        if gaps.fallback_variable:
+            declared.append(f"torch's own switch {gaps.fallback_variable}")
+        note = f" ({gaps.note})" if gaps.note else ""
+        echo_line(f"{indent}the plugin declares (kernel_gaps): {'; '.join(declared)}{note}")
 
 
 def _capabilities(names: tuple[str, ...], as_json: bool, timeout: float) -> bool:

@@ -305,9 +305,7 @@ def _report_of(
             problems=(f"the probe process could not start probing: {error}",),
         )
     rows = [
-        Capability(str(m["name"]), bool(m["supported"]), str(m["reason"]))
-        for m in messages[1:]
-        if {"name", "supported", "reason"} <= m.keys()
+        Capability.from_dict(m) for m in messages[1:] if {"name", "supported", "reason"} <= m.keys()
     ]
     device, backend = header.get("device"), header.get("distributed_backend")
     problems: list[str] = []
@@ -374,7 +372,7 @@ def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
         yield {"error": one_line(describe_exception(exc))}
         return
     yield {"device": str(device), "distributed_backend": backend}
-    for capability in iter_capabilities(device.type, backend):
+    for capability in iter_capabilities(device.type, backend, kernel_gaps=handle.kernel_gaps):
         yield capability.to_dict()
 
 
