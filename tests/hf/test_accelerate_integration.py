@@ -4,6 +4,9 @@ real NPU's are not CPUs). Real devices and several processes: tests/openreg/."""
 
 from __future__ import annotations
 
+import copy
+import io
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,9 @@ from accelerate.state import AcceleratorState, GradientState, PartialState  # no
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
 
 import accelctl  # noqa: E402
+from accelctl._kernels import setup  # noqa: E402
 from accelctl.integrations import _accelerate_state  # noqa: E402
+from accelctl.integrations._kernel_errors import TranslatedForward  # noqa: E402
 from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
 from accelctl.integrations.accelerate import ADAPTED, Accelerator  # noqa: E402
 
@@ -215,3 +220,137 @@ def test_the_readme_block_runs_as_it_stands(capsys: pytest.CaptureFixture[str]) 
     block = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(block, str(README), "exec"), {})
     assert capsys.readouterr().out.strip() == "cpu DistributedType.NO"
+
+
+# -- issue 45: a kernel the device lacks is accelctl's MissingKernelError ------------------------
+
+#: torch's dispatcher, for an operator the ``meta`` plugin's device has no kernel for.
+NO_KERNEL = "Could not run 'aten::frobnicate{}' with arguments from the 'Meta' backend."
+
+
+class Lacking(torch.nn.Module):
+    """A layer whose forward meets a kernel its device lacks."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(NO_KERNEL.format(""))
+
+
+class LackingBackward(torch.autograd.Function):
+    """The identity, whose backward meets a kernel the device lacks."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError(NO_KERNEL.format("_backward"))
+
+
+@pytest.fixture
+def _excepthook_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's excepthook as it was, after a test that raised accelctl's one line."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+
+
+@pytest.fixture
+def _kernels_set_up_afresh() -> Iterator[None]:
+    """What set_up_kernels did is per process: each test here starts without it."""
+    setup.forget()
+    yield
+    setup.forget()
+
+
+@pytest.mark.usefixtures("_kernels_set_up_afresh")
+def test_the_accelerator_sets_the_devices_kernels_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ACCELCTL_CPU_FALLBACK", "1")
+    plugin = MetaAccelerator()
+    with pytest.warns(accelctl.CPUFallbackWarning, match=r"does nothing on meta \(metaacc\)"):
+        Accelerator(plugin)
+    done = setup.setup_for("meta")
+    assert done is not None and (done.accelerator, done.fallback) == ("metaacc", "none")
+    assert plugin.set_up == ["meta:0"]
+
+
+@pytest.mark.usefixtures("_excepthook_kept")
+def test_a_kernel_the_device_lacks_in_the_forward_names_the_layer() -> None:
+    accelerator = Accelerator(MetaAccelerator())
+    model = accelerator.prepare(torch.nn.Sequential(torch.nn.Linear(4, 4), Lacking()))
+    with pytest.raises(accelctl.MissingKernelError) as info:
+        model(torch.zeros(2, 4, device=accelerator.device))
+    assert info.value.parts() == {
+        "op": "aten::frobnicate",
+        "kernel": "aten::frobnicate",
+        "layer": "Lacking at 1",
+        "device": "meta:0",
+        "accelerator": "metaacc",
+        "phase": "forward",
+        # accelctl's CPU fallback serves PrivateUse1 backends (openreg's: tests/hf/
+        # test_openreg_accelerate.py), and MPS through torch's own switch: the error says so.
+        "fallback": "it serves out-of-tree (PrivateUse1) backends and devices whose plugin "
+        "names torch's own switch; meta is neither",
+        "switch": "ACCELCTL_CPU_FALLBACK=1",
+    }
+    assert isinstance(info.value.__cause__, NotImplementedError)
+
+
+@pytest.mark.usefixtures("_excepthook_kept")
+def test_a_kernel_the_device_lacks_in_backward_is_named() -> None:
+    accelerator = Accelerator(MetaAccelerator())
+    x = torch.zeros(2, 4, device=accelerator.device, requires_grad=True)
+    with pytest.raises(accelctl.MissingKernelError) as info:
+        accelerator.backward(LackingBackward.apply(x).sum())
+    assert (info.value.op, info.value.phase) == ("aten::frobnicate_backward", "backward")
+    assert (info.value.device, info.value.accelerator) == ("meta:0", "metaacc")
+
+
+def test_other_errors_pass_through_the_forward_and_backward_unchanged() -> None:
+    raised = ValueError("the user's own")
+
+    class Failing(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise raised
+
+    accelerator = Accelerator(MetaAccelerator())
+    model = accelerator.prepare(Failing())
+    with pytest.raises(ValueError) as info:
+        model(torch.zeros(1, device=accelerator.device))
+    assert info.value is raised
+    with pytest.raises(RuntimeError) as engine:
+        accelerator.backward(torch.zeros(1, device=accelerator.device))  # no graph
+    assert type(engine.value) is RuntimeError and "does not require grad" in str(engine.value)
+
+
+def test_on_the_cpu_a_missing_kernel_stays_torchs_error() -> None:
+    # The CPU is the floor: nothing runs in its place, so torch's error is the whole story.
+    accelerator = Accelerator("cpu")
+    model = accelerator.prepare(torch.nn.Sequential(Lacking()))
+    with pytest.raises(NotImplementedError) as info:
+        model(torch.zeros(1))
+    assert not isinstance(info.value, accelctl.MissingKernelError)
+
+
+def test_the_prepared_forward_is_wrapped_once_and_copies_and_pickles() -> None:
+    accelerator = Accelerator("cpu")
+    model = torch.nn.Linear(2, 1)
+    prepared = accelerator.prepare(accelerator.prepare(model))
+    wrapper = prepared.forward.__func__
+    assert isinstance(wrapper, TranslatedForward)
+    assert wrapper.__wrapped__ is torch.nn.Linear.forward  # one wrapper, around the layer's own
+    copied = copy.deepcopy(prepared)
+    assert copied.forward.__self__ is copied  # bound to the copy, as Accelerate's wrapper is
+    assert torch.equal(copied(torch.ones(2)), prepared(torch.ones(2)))
+    buffer = io.BytesIO()
+    torch.save(prepared, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert torch.equal(loaded(torch.ones(2)), prepared(torch.ones(2)))
+
+
+def test_unwrapping_without_the_fp32_wrapper_gives_the_models_own_forward() -> None:
+    accelerator = Accelerator("cpu", mixed_precision="bf16")
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+    assert unwrapped.forward.__func__ is torch.nn.Linear.forward

@@ -162,3 +162,91 @@ def test_two_processes_without_a_backend_are_refused_when_the_accelerator_is_mad
     """
     )
     assert_single_process_refusal(message)
+
+
+# -- issue 45: kernels torch_openreg lacks, through the bridge's Accelerator ---------------------
+#
+# A small CNN (torch_openreg has no convolution: its ``convolution_overrideable`` refuses), 4
+# steps of SGD with ``Accelerator("auto")``; ``ACCELCTL_ACCELERATOR`` and
+# ``ACCELCTL_CPU_FALLBACK`` choose.
+FALLBACK = {"ACCELCTL_CPU_FALLBACK": "1"}
+#: accelerate_run.py's steps (16 samples, 4 a batch).
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def cnn_fallback(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    name = "accelerate-cnn-fallback"
+    return _run(occl_machine, tmp_path_factory, name, sys.executable, "cnn", **FALLBACK)
+
+
+@pytest.fixture(scope="module")
+def cnn_cpu(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cpu = {"ACCELCTL_ACCELERATOR": "cpu"}
+    return _run(occl_machine, tmp_path_factory, "accelerate-cnn-cpu", sys.executable, "cnn", **cpu)
+
+
+def test_a_convolution_without_the_fallback_is_a_missing_kernel_error_naming_the_layer(
+    occl_machine: UserMachine, tmp_path: Path
+) -> None:
+    succeeded(occl_machine.run(sys.executable, str(SCRIPT), str(tmp_path), "cnn", cwd=tmp_path))
+    seen = report(tmp_path, "cnn")
+    assert seen["parts"] == {
+        "op": "aten::convolution",
+        "kernel": "aten::convolution_overrideable",
+        "layer": "Conv2d at features.0",
+        "device": "openreg:0",
+        "accelerator": "privateuse1",
+        "phase": "forward",
+        "fallback": None,
+        "switch": "ACCELCTL_CPU_FALLBACK=1",
+    }
+    assert seen["cause"] == "NotImplementedError"  # torch's error, kept as __cause__
+    assert seen["error"] == (
+        "aten::convolution has no kernel for openreg:0 (plugin privateuse1), called by Conv2d at "
+        'features.0: to train on the CPU, pass accelerator="cpu" (or set ACCELCTL_ACCELERATOR=cpu)'
+        "; to run the kernels the device lacks on the CPU, set ACCELCTL_CPU_FALLBACK=1 in the "
+        "environment"
+    )
+
+
+def test_a_convolution_with_the_fallback_trains_to_the_cpu_weights(
+    cnn_fallback: Path, cnn_cpu: Path
+) -> None:
+    seen = report(cnn_fallback, "cnn")
+    assert (seen["accelerator"], seen["device"], seen["trained"]) == (
+        "privateuse1",
+        "openreg:0",
+        True,
+    )
+    # The convolution's forward and its backward, once a step each, on the CPU's kernels; the
+    # linear layer's matmuls are openreg's, bit-equal to the CPU's: the same weights exactly.
+    assert seen["cpu_fallback_calls"] == 2 * STEPS
+    assert report(cnn_cpu, "cnn")["device"] == "cpu"
+    assert_equal(weights(cnn_fallback, "cnn"), weights(cnn_cpu, "cnn"))
+
+
+def test_an_undefined_gradient_is_named_from_the_loss_in_backward(
+    machine: UserMachine, tmp_path: Path
+) -> None:
+    # The third-party plugin declares no gaps: torch_openreg's placeholder attention runs, and
+    # its backward leaves the gradients undefined ("tensor does not have a device", which names
+    # no operator); Accelerator.backward names it from the loss's graph.
+    environ = {"ACCELCTL_ACCELERATOR": "openreg"}
+    done = machine.run(
+        sys.executable, str(SCRIPT), str(tmp_path), "attention", cwd=tmp_path, **environ
+    )
+    assert (tmp_path / "attention" / "rank0.json").exists(), done.stderr[-4000:]
+    seen = report(tmp_path, "attention")
+    assert seen["accelerator"] == "openreg"
+    assert seen["parts"] == {
+        "op": "aten::scaled_dot_product_attention",
+        "kernel": "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+        "layer": None,  # the autograd engine's error: no module's forward on its traceback
+        "device": "openreg:0",
+        "accelerator": "openreg",
+        "phase": "backward",
+        "fallback": None,
+        "switch": "ACCELCTL_CPU_FALLBACK=1",
+    }
+    assert seen["cause"] == "RuntimeError"

@@ -4,6 +4,7 @@ are not CPUs). Real devices and several processes: tests/openreg/test_openreg_tr
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import subprocess
 import sys
@@ -362,3 +363,100 @@ def test_a_refusal_names_the_accelerator_as_the_user_knows_it(tmp_path: Path) ->
         "use_cpu=True asks for the CPU, but accelctl accelerator 'meta' runs on meta:0" in message
     )
     assert "privatemeta" not in message
+
+
+# -- issue 45: a kernel the device lacks stops Trainer.train with MissingKernelError -------------
+
+
+class _LackingModel(torch.nn.Module):
+    """A causal LM's interface whose second layer meets a kernel the device lacks (or raises
+    ``error``)."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        super().__init__()
+        lacking = NotImplementedError(
+            "Could not run 'aten::frobnicate' with arguments from the 'Meta' backend."
+        )
+        self.embed = torch.nn.Embedding(8, 4)
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4), _Raising(error or lacking)])
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> Any:
+        hidden = self.embed(input_ids)
+        for block in self.blocks:
+            hidden = block(hidden)
+        return {"loss": hidden.sum()}
+
+
+class _Raising(torch.nn.Module):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise self.error
+
+
+def _tokens() -> list[dict[str, torch.Tensor]]:
+    rows = torch.zeros(8, 4, dtype=torch.long)
+    return [{"input_ids": row, "labels": row} for row in rows]
+
+
+@pytest.fixture
+def _kernels_set_up_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What set_up_kernels did is per process: each test here starts without it; the process's
+    excepthook is kept as it was (accelctl's one line replaces it once it raised)."""
+    from accelctl._kernels import setup
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    setup.forget()
+    yield
+    setup.forget()
+
+
+@pytest.mark.usefixtures("_kernels_set_up_afresh")
+def test_the_arguments_set_the_devices_kernels_up(tmp_path: Path) -> None:
+    from accelctl._kernels import setup
+
+    args = arguments(tmp_path, accelerator=MetaAccelerator())
+    assert args.device == torch.device("meta", 0)  # the state made, then the kernels set up
+    done = setup.setup_for("meta")
+    assert done is not None and (done.accelerator, done.fallback) == ("metaacc", "off")
+
+
+@pytest.mark.usefixtures("_kernels_set_up_afresh")
+def test_a_kernel_the_device_lacks_stops_train_with_the_layer_named(tmp_path: Path) -> None:
+    trainer = transformers.Trainer(
+        _LackingModel(), arguments(tmp_path, accelerator=MetaAccelerator()), train_dataset=_tokens()
+    )
+    with pytest.raises(accelctl.MissingKernelError) as info:
+        trainer.train()
+    error = info.value
+    assert (error.op, error.layer, error.phase) == (
+        "aten::frobnicate",
+        "_Raising at blocks.1",
+        "forward",
+    )
+    assert (error.device, error.accelerator) == ("meta:0", "metaacc")
+    assert isinstance(error.__cause__, NotImplementedError)
+
+
+@pytest.mark.usefixtures("_kernels_set_up_afresh")
+def test_other_errors_leave_train_as_they_came(tmp_path: Path) -> None:
+    raised = ValueError("the user's own")
+    made = (
+        lambda: arguments(tmp_path, accelerator=MetaAccelerator()),
+        lambda: arguments(tmp_path, transformers.TrainingArguments, use_cpu=True),
+    )
+    for make in made:  # the bridge's arguments, and transformers' own
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        trainer = transformers.Trainer(_LackingModel(raised), make(), train_dataset=_tokens())
+        with pytest.raises(ValueError) as info:
+            trainer.train()
+        assert info.value is raised
+
+
+def test_train_is_adapted_keeping_transformers_own_signature() -> None:
+    train = transformers.Trainer.train
+    assert getattr(train, "__accelctl_adapted__", False)
+    assert "resume_from_checkpoint" in inspect.signature(train).parameters

@@ -5,8 +5,12 @@ MODE ``single`` (one process): ``Accelerator("openreg", mixed_precision="bf16")`
 (under ``accelctl launch`` or ``accelerate launch``, 2 processes): ``Accelerator(ACCELERATOR)``,
 2 epochs of DDP, then ``gather``, ``reduce``, ``wait_for_everyone``. MODE ``cpu`` (under
 ``accelerate launch``, 2 processes): Accelerate's own multi-CPU run (``accelerate.Accelerator(
-cpu=True)``), then the same on accelctl's ``cpu`` plugin (``Accelerator("cpu")``). Every process
-writes ``OUT/<run>/rank<r>.pt`` (its final weights) and ``rank<r>.json``.
+cpu=True)``), then the same on accelctl's ``cpu`` plugin (``Accelerator("cpu")``). MODE ``cnn`` and
+``attention`` (one process, ``Accelerator("auto")``: ``ACCELCTL_ACCELERATOR`` chooses): a small
+CNN (``Conv2d``), or a model calling ``scaled_dot_product_attention``, 4 steps of SGD; where
+``accelctl.MissingKernelError`` stops it (a kernel torch_openreg lacks: issue 45), its parts are
+the report. Every process writes ``OUT/<run>/rank<r>.pt`` (its final weights) and
+``rank<r>.json``.
 """
 
 import json
@@ -18,6 +22,8 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import set_seed
 
+import accelctl
+from accelctl._kernels.setup import fallback_calls
 from accelctl.integrations import accelerate as bridge
 
 OUT, MODE = Path(sys.argv[1]), sys.argv[2]
@@ -160,10 +166,69 @@ def cpu() -> None:
     plugin.end_training()
 
 
+class SmallCNN(torch.nn.Module):
+    """A convolution (``features.0``), then a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU())
+        self.head = torch.nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+class Attention(torch.nn.Module):
+    """Self-attention through ``scaled_dot_product_attention``, as transformers' default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 4)).permute(2, 0, 3, 1, 4)
+        mixed = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(mixed.transpose(1, 2).flatten(2)).mean(1)
+
+
+def kernels(run: str) -> None:
+    """``run`` (``cnn`` or ``attention``) on the chosen accelerator, 4 steps of SGD."""
+    accelerator = bridge.Accelerator("auto")
+    torch.manual_seed(0)
+    model = SmallCNN() if run == "cnn" else Attention()
+    generator = torch.Generator().manual_seed(0)
+    shape = (16, 1, 8, 8) if run == "cnn" else (16, 5, 8)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(*shape, generator=generator), torch.randint(0, 3, (16,), generator=generator)
+    )
+    model.initial = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    prepared, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    name = accelerator.accelctl_accelerator.name
+    try:
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(prepared(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    except accelctl.MissingKernelError as error:
+        report = {"accelerator": name, "error": str(error), "parts": error.parts()}
+        report["cause"] = type(error.__cause__).__name__
+        (OUT / run).mkdir(parents=True, exist_ok=True)
+        (OUT / run / "rank0.json").write_text(json.dumps(report))
+        return
+    calls = fallback_calls(accelerator.device.type)
+    write(run, accelerator, prepared, accelerator=name, cpu_fallback_calls=calls)
+
+
 if __name__ == "__main__":
     if MODE == "single":
         single()
     elif MODE == "processes":
         processes(sys.argv[3])
+    elif MODE in ("cnn", "attention"):
+        kernels(MODE)
     else:
         cpu()

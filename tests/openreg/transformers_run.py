@@ -9,7 +9,9 @@ arguments (the order the issue found broken); a float32 run, then, in the same p
 ``bf16`` run with new arguments. MODE ``processes`` (under a launcher, 2 processes): one float32
 run. MODE ``fsdp`` (under a launcher, 2 processes): one float32 run sharded with FSDP2 through
 transformers' own arguments (``fsdp="full_shard"``, each ``GPT2Block`` a unit); ``fsdp1`` asks
-for FSDP1 the same way. Every run writes
+for FSDP1 the same way. MODE ``sdpa`` (one process, or 2 under a launcher): one float32 run of
+the model with transformers' default attention (``scaled_dot_product_attention``), which
+torch_openreg lacks (issue 45). Every run writes
 ``OUT/<run>/rank<r>.pt`` (its final weights, whole) and ``rank<r>.json``.
 """
 
@@ -22,26 +24,29 @@ from accelerate.state import AcceleratorState, GradientState
 from torch.distributed.tensor import DTensor
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer
 
+from accelctl._kernels.setup import fallback_calls
 from accelctl.integrations import accelerate as bridge
 from accelctl.integrations.transformers import ADAPTED, TrainingArguments
 
 OUT, MODE, ACCELERATOR = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 
-def model_and_data():
+def model_and_data(attention: str | None = "eager"):
+    """The model; ``attention=None``: transformers' default attention (sdpa)."""
     torch.manual_seed(0)
+    # torch_openreg (0.0.2, 0.0.3) has no scaled_dot_product_attention: eager, unless asked.
+    chosen = {} if attention is None else {"attn_implementation": attention}
     config = GPT2Config(
         n_layer=2, n_embd=16, n_head=2, vocab_size=32, n_positions=16,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
-        # torch_openreg (0.0.2, 0.0.3) has no backward of scaled_dot_product_attention: eager.
-        attn_implementation="eager",
+        **chosen,
     )  # fmt: skip
     model = GPT2LMHeadModel(config)
     tokens = torch.randint(0, 32, (32, 8), generator=torch.Generator().manual_seed(0))
     return model, [{"input_ids": row, "labels": row} for row in tokens]
 
 
-def train(run: str, **arguments) -> Trainer:
+def train(run: str, attention: str | None = "eager", **arguments) -> Trainer:
     """Train the model 4 steps (4 sequences per process and step); write what ran where."""
     args = TrainingArguments(
         str(OUT / run / "output"), accelerator=ACCELERATOR, max_steps=4,
@@ -49,7 +54,7 @@ def train(run: str, **arguments) -> Trainer:
         save_strategy="no", logging_strategy="no", dataloader_num_workers=0,
         disable_tqdm=True, **arguments,
     )  # fmt: skip
-    model, data = model_and_data()
+    model, data = model_and_data(attention)
     initial = {key: value.clone() for key, value in model.state_dict().items()}
     ran = set()
 
@@ -87,11 +92,29 @@ def train(run: str, **arguments) -> Trainer:
         ),
         "tied": model.lm_head.weight is model.transformer.wte.weight,
         "trained": all(not torch.equal(state[key], whole(initial[key]).cpu()) for key in state),
+        "attention": model.config._attn_implementation,
+        "cpu_fallback_calls": fallback_calls(args.device.type),
     }
+    if attention is None:  # transformers' default: the attention itself against the CPU's
+        report["attention_as_on_cpu"] = attention_as_on_cpu(args.device)
     if torch.distributed.is_initialized():
         report["group_backend"] = torch.distributed.get_backend()
     (folder / f"rank{rank}.json").write_text(json.dumps(report))
     return trainer
+
+
+def attention_as_on_cpu(device: torch.device) -> bool:
+    """Whether ``scaled_dot_product_attention`` on ``device`` (its output and the gradients of
+    its inputs) equals the CPU's bit for bit."""
+    generator = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(2, 2, 8, 8, generator=generator) for _ in range(3)]
+    results = []
+    for where in ("cpu", device):
+        leaves = [tensor.detach().to(where).requires_grad_() for tensor in inputs]
+        out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+        out.backward(torch.ones_like(out))
+        results.append([out.detach().cpu(), *(leaf.grad.cpu() for leaf in leaves)])
+    return all(torch.equal(cpu, found) for cpu, found in zip(*results, strict=True))
 
 
 def whole(tensor: torch.Tensor) -> torch.Tensor:
@@ -120,5 +143,7 @@ if __name__ == "__main__":
         version = 1 if MODE == "fsdp1" else 2
         config = {"version": version, "transformer_layer_cls_to_wrap": ["GPT2Block"]}
         train(MODE, fsdp="full_shard", fsdp_config=config)
+    elif MODE == "sdpa":
+        train(MODE, attention=None)
     else:
         train("processes")

@@ -91,14 +91,15 @@ def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
     return None
 
 
-def undefined_grad(exc: BaseException, loss: Any) -> KernelFailure | None:
+def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None:
     """The kernel behind the autograd engine's ``tensor does not have a device``: a backward
     node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a device's
     placeholder kernel leaves its gradients undefined). None where ``exc`` is not that error or
-    the graph names no such node."""
+    the graph names no such node. ``loss`` None: the tensor whose ``backward()`` raised, where
+    the traceback shows it (:func:`backward_root`)."""
     if not isinstance(exc, RuntimeError) or UNDEFINED_GRADIENT not in str(exc):
         return None
-    grad_fn = getattr(loss, "grad_fn", None)
+    grad_fn = getattr(loss if loss is not None else backward_root(exc), "grad_fn", None)
     seen: set[int] = set()
     pending = [grad_fn] if grad_fn is not None else []
     while pending:
@@ -110,6 +111,21 @@ def undefined_grad(exc: BaseException, loss: Any) -> KernelFailure | None:
         if "Overrideable" in name:
             return KernelFailure(f"aten::{_overrideable_op(name)}_backward", "backward")
         pending.extend(child for child, _ in node.next_functions if child is not None)
+    return None
+
+
+def backward_root(exc: BaseException) -> Any:
+    """The tensor whose ``backward()`` raised ``exc``: the ``self`` of torch's
+    ``Tensor.backward`` on its traceback (a framework's training step calls it on a loss the
+    caller of the step never holds); None where it is not there."""
+    import torch
+
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        code = frame.f_code
+        if code.co_name == "backward" and code.co_filename.endswith("_tensor.py"):
+            tensor = frame.f_locals.get("self")
+            if isinstance(tensor, torch.Tensor):
+                return tensor
     return None
 
 

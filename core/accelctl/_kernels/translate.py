@@ -30,8 +30,9 @@ def missing_kernel_error(
     """accelctl's error for ``exc`` where it is a kernel ``device`` lacks (see
     :mod:`.recognize` for the shapes), naming the layer of ``model`` that called it; None for
     any other error. ``loss``: the tensor whose backward raised, where it did (the autograd
-    engine's error names no operator; the loss's graph does). An error that already is a
-    complete :class:`MissingKernelError` is returned as it is."""
+    engine's error names no operator; the loss's graph does); None: the one the traceback
+    shows, where it does. An error that already is a complete :class:`MissingKernelError` is
+    returned as it is."""
     kind = str(device).split(":", 1)[0]
     if isinstance(exc, MissingKernelError):
         if exc.op is None or (exc.accelerator and exc.layer):
@@ -45,7 +46,7 @@ def missing_kernel_error(
             }
         )
     failure = recognize(exc, kind)
-    if failure is None and loss is not None:
+    if failure is None:
         failure = undefined_grad(exc, loss)
     if failure is None:
         return None

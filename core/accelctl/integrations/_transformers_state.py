@@ -17,9 +17,13 @@ transformers chooses the device in private code, from a fixed list of device kin
    weights of a model (GPT-2's embedding and output layer) come apart and train as two,
    silently (transformers re-ties them for XLA only). Wrapped here: for the bridge's
    ``TrainingArguments`` the model moves keeping its parameters; for any other arguments it is
-   transformers' own.
+   transformers' own;
+4. ``Trainer.train`` lets an error out as it came: where it is a kernel the device lacks, the
+   bridge raises :class:`accelctl.MissingKernelError` from it instead, naming the layer of the
+   ``Trainer``'s model and, for the autograd engine's undefined gradient, the operator in the
+   loss's graph (docs/design/transformers-missing-kernels.md says why there).
 
-The first two act only on the bridge's ``TrainingArguments``; the third only on a ``Trainer``
+The first two act only on the bridge's ``TrainingArguments``; the last two only on a ``Trainer``
 made with them. :data:`ADAPTATION` checks, once, that the internals are there with the
 parameters the bridge passes (``accelctl.integrations._versions``). Where one changed, nothing
 is adapted, importing the bridge warns naming it, and ``TrainingArguments`` whose state
@@ -28,14 +32,18 @@ transformers made elsewhere than the plugin says are refused when they are made,
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
+
+from accelctl._kernels.translate import raise_missing_kernel
 
 from ._parameters import keeping_parameters
 from ._versions import TRANSFORMERS, Adaptation, Internal
 
 #: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
-#: to, and ``__post_init__``, which its subclass extends) and wraps (``_move_model_to_device``),
-#: with the parameters it passes, and the releases tested.
+#: to, and ``__post_init__``, which its subclass extends) and wraps (``_move_model_to_device``,
+#: ``train``), with the parameters it passes, and the releases tested.
 ADAPTATION = Adaptation(
     "transformers",
     TRANSFORMERS,
@@ -43,6 +51,7 @@ ADAPTATION = Adaptation(
         Internal("transformers:TrainingArguments", "_setup_devices", ("self",)),
         Internal("transformers:TrainingArguments", "__post_init__", ("self",)),
         Internal("transformers:Trainer", "_move_model_to_device", ("self", "model", "device")),
+        Internal("transformers:Trainer", "train", ("self",)),
     ),
 )
 
@@ -66,9 +75,10 @@ def is_active() -> bool:
 
 
 def install() -> bool:
-    """Wrap ``Trainer._move_model_to_device``. Idempotent. Returns whether the adaptation is
-    active: not where an internal changed (:data:`ADAPTATION` warns, naming it); a release
-    outside the tested window whose internals are all there is adapted, with a warning."""
+    """Wrap ``Trainer._move_model_to_device`` and ``Trainer.train``. Idempotent. Returns whether
+    the adaptation is active: not where an internal changed (:data:`ADAPTATION` warns, naming
+    it); a release outside the tested window whose internals are all there is adapted, with a
+    warning."""
     global _installed
     if _installed is not None:
         return _installed
@@ -87,11 +97,35 @@ def install() -> bool:
             with keeping_parameters(device):
                 move(self, model, device)
 
-        setattr(_move_model_to_device, _MARK, True)
-        _move_model_to_device.__doc__ = (
-            "accelctl's adaptation of transformers' Trainer._move_model_to_device for accelctl "
-            "accelerators (accelctl.integrations._transformers_state)."
-        )
-        Trainer._move_model_to_device = _move_model_to_device
+        _mark(Trainer, "_move_model_to_device", _move_model_to_device, move)
+    train = Trainer.train
+    if not getattr(train, _MARK, False):
+
+        @functools.wraps(train)
+        def _train(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return train(self, *args, **kwargs)
+            except Exception as exc:  # asked only once an error stopped the training
+                handle = getattr(self.args, "accelctl_accelerator", None)
+                if handle is not None:
+                    device = self.accelerator.device
+                    raise_missing_kernel(
+                        exc, accelerator=handle.name, device=device, model=self.model
+                    )
+                raise
+
+        _mark(Trainer, "train", _train, train)
     _installed = True
     return True
+
+
+def _mark(owner: type, name: str, function: Callable[..., Any], original: Any) -> None:
+    """Put ``function`` in ``owner``'s place of ``name`` (``original``), marked as the bridge's,
+    its docstring saying so before the original's."""
+    setattr(function, _MARK, True)
+    note = (
+        f"accelctl's adaptation of transformers' {owner.__name__}.{name} for accelctl "
+        "accelerators (accelctl.integrations._transformers_state)."
+    )
+    function.__doc__ = f"{note}\n\n{original.__doc__}" if original.__doc__ else note
+    setattr(owner, name, function)

@@ -44,9 +44,12 @@ from accelctl._distributed_backend import (
     unusable_backend,
 )
 from accelctl._errors import warn_user
+from accelctl._kernels.setup import set_up_kernels
+from accelctl._kernels.translate import raise_missing_kernel
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from . import _accelerate_state
+from ._kernel_errors import translate_forward
 from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
 
@@ -70,6 +73,11 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         ``cpu`` is accelctl's choice (True for an accelerator whose devices are CPUs).
 
     :attr:`accelctl_accelerator` is the accelerator's :class:`~accelctl.AcceleratorHandle`.
+
+    A kernel the device lacks, met in a prepared model's forward or in :meth:`backward`, is
+    :class:`accelctl.MissingKernelError` (the operator, the layer, the ways out); with
+    ``ACCELCTL_CPU_FALLBACK=1`` the device's missing kernels run on the CPU instead
+    (docs/missing-kernels.md).
 
     :raises accelctl.ProcessSetupError: several processes or devices on an accelerator without a
         distributed backend, several devices outside a launcher, a launcher that started another
@@ -110,23 +118,46 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
             with _accelerate_state.building(pending):
                 super().__init__(**kwargs)
         _check_state(self.state, handle, device, world_size, rank)
+        set_up_kernels(handle, device, rank=rank)  # once per process: after setup_device
         if device.type not in _accelerate_state.RANDOM_STATE_SAVED:
             self.register_for_checkpointing(_accelerate_state.DeviceRandomState(self, device))
 
     def prepare(self, *args: Any, device_placement: Any = None) -> Any:
         """Accelerate's ``prepare``; with FSDP2, each model is first moved to this process's
-        device where ``fully_shard`` could not move it there itself (``_parameters``)."""
+        device where ``fully_shard`` could not move it there itself (``_parameters``). A kernel
+        the device lacks in a model's forward is :class:`accelctl.MissingKernelError`, as for
+        :meth:`prepare_model` (Accelerate prepares an FSDP2 model without it)."""
+        models = [obj for obj in args if isinstance(obj, torch.nn.Module)]
         if self.is_fsdp2:
-            for obj in args:
-                if isinstance(obj, torch.nn.Module):
-                    move_before_sharding(obj, self.device)
-        return super().prepare(*args, device_placement=device_placement)
+            for model in models:
+                move_before_sharding(model, self.device)
+        prepared = super().prepare(*args, device_placement=device_placement)
+        for model in models:
+            translate_forward(model, self.accelctl_accelerator.name, self.device)
+        return prepared
 
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Accelerate's ``prepare_model``, moving the model without replacing its parameters, so
-        that an optimizer made before ``prepare`` steps the model's (``_parameters``)."""
+        that an optimizer made before ``prepare`` steps the model's (``_parameters``); a kernel
+        the device lacks in its forward is :class:`accelctl.MissingKernelError`
+        (``_kernel_errors``)."""
         with keeping_parameters(self.device):
-            return super().prepare_model(model, *args, **kwargs)
+            prepared = super().prepare_model(model, *args, **kwargs)
+        # The user's module, which a DDP or FSDP wrapper calls: the layers' paths are its own.
+        translate_forward(model, self.accelctl_accelerator.name, self.device)
+        return prepared
+
+    def backward(self, loss: Any, **kwargs: Any) -> None:
+        """Accelerate's ``backward``; a kernel the device lacks in the backward pass is
+        :class:`accelctl.MissingKernelError`, the operator named from ``loss``'s graph where
+        torch's error names none."""
+        try:
+            super().backward(loss, **kwargs)
+        except Exception as exc:
+            raise_missing_kernel(
+                exc, accelerator=self.accelctl_accelerator.name, device=self.device, loss=loss
+            )
+            raise
 
 
 def _named_backend(

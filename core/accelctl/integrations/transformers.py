@@ -40,6 +40,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     raise framework_missing("transformers", "transformers", exc) from exc
 
 import accelctl
+from accelctl._kernels.setup import set_up_kernels
 from accelctl._selection import known_name
 
 from . import _accelerate_state, _transformers_state
@@ -70,6 +71,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     Every other field is transformers' own. ``use_cpu`` is accelctl's choice (True for an
     accelerator whose devices are CPUs). :attr:`accelctl_accelerator` is the accelerator's
     :class:`~accelctl.AcceleratorHandle`.
+
+    A ``Trainer`` made with them stops on a kernel the device lacks with
+    :class:`accelctl.MissingKernelError` (the operator, the layer, the ways out), from
+    ``train()``; with ``ACCELCTL_CPU_FALLBACK=1`` the device's missing kernels run on the CPU
+    instead (docs/missing-kernels.md).
 
     :raises accelctl.ProcessSetupError: as the Accelerate bridge's ``Accelerator`` (several
         processes or devices on an accelerator without a distributed backend, several devices
@@ -210,6 +216,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
                 parent.func(self)  # transformers' own set-up, checked below
             self.__dict__["_accelctl_made"] = True
             place.check(self.distributed_state, made_here=True)
+            # Once per process, after the plugin's setup_device (made or found, the state is
+            # on the plugin's device): ACCELCTL_CPU_FALLBACK, or the declared gaps refused.
+            set_up_kernels(place.handle, place.device, rank=place.rank)
         else:
             place.check(_current_state(), made_here=False)
         return place.device
