@@ -62,7 +62,7 @@ def test_broken_import_exits_1_with_the_cause_and_no_traceback(cli: Cli, site: F
         "importing 'fakeplugins.lacks_runtime' failed: ModuleNotFoundError: No module named "
         "'vendor_runtime_that_is_missing'"
     ) in line
-    assert "SKIP  17 checks, import_is_light to distributed_backend: the plugin did not load" in (
+    assert "SKIP  18 checks, import_is_light to distributed_backend: the plugin did not load" in (
         result.stdout
     )
     assert result.stdout.rstrip().endswith("1 accelerator(s) validated, failed: broken")
