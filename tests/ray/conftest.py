@@ -22,6 +22,8 @@ from openregmachine import UserMachine, _require_wheel, shared_run
 from .raycluster import ray_cluster
 
 DRIVER = Path(__file__).with_name("ray_run.py")
+#: The second driver, whose script ends on a worker's missing kernel (``kernels.json``).
+KERNELS_DRIVER = Path(__file__).with_name("ray_kernels_run.py")
 #: A hang guard only: the driver's three runs start a dozen processes that each import torch and
 #: Ray (minutes on a loaded 2-core machine); nothing here is timed.
 DRIVER_TIMEOUT_S = 1800
@@ -71,22 +73,44 @@ def run_on_a_cluster(out: Path) -> None:
             ACCELCTL_DISABLE="privateuse1", HOME=str(user_home), **NODE_VARIABLES
         )
         with ray_cluster(head_env, node_env, resources, logs=out) as cluster:
+            driver_env = machine.environ(HOME=str(cluster.home), **RAY_TRAIN_SETTINGS)
             done = subprocess.run(
                 [sys.executable, str(DRIVER), str(out), cluster.address],
                 capture_output=True,
                 text=True,
-                env=machine.environ(HOME=str(cluster.home), **RAY_TRAIN_SETTINGS),
+                env=driver_env,
+                timeout=DRIVER_TIMEOUT_S,
+            )
+            kernels = subprocess.run(
+                [sys.executable, str(KERNELS_DRIVER), str(out / "kernels"), cluster.address],
+                capture_output=True,
+                text=True,
+                env=driver_env,
                 timeout=DRIVER_TIMEOUT_S,
             )
         record.update(returncode=done.returncode, stderr=done.stderr[-6000:])
+        (out / "kernels.json").write_text(
+            json.dumps({"returncode": kernels.returncode, "stderr": kernels.stderr})
+        )
     except Exception as exc:
         record.update(returncode=None, stderr=f"{type(exc).__name__}: {exc}")
     (out / "cluster.json").write_text(json.dumps(record))
 
 
+@pytest.fixture(autouse=True)
+def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a ``TorchConfig`` made in a test installs (accelctl's one-line hook for the script's
+    end, and Ray's carrier of workers' errors) ends with the test."""
+    from accelctl._kernels import translate
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(translate, "_carriers", [])
+    monkeypatch.setattr(translate, "_quiet", False)
+
+
 @pytest.fixture(scope="module")
 def ray_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of the driver's runs (``openreg``, ``cpu``, ``misconfigured``)."""
+    """The folder of the drivers' runs (``openreg``, ``cpu``, ``misconfigured``; ``kernels``)."""
     _require_wheel()
     out = shared_run(tmp_path_factory, "ray-runs", run_on_a_cluster)
     record = json.loads((out / "cluster.json").read_text())

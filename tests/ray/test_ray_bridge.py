@@ -19,6 +19,7 @@ from fakeaccelerators import MetaAccelerator
 from importgraph import CORE, imports_in, modules
 
 import accelctl
+from accelctl._kernels import setup as kernels
 from accelctl.integrations import _ray_placement
 from accelctl.integrations._ray_checkpoints import CheckpointMeta, Resume, resume_from, stage
 from accelctl.integrations._ray_placement import (
@@ -53,13 +54,14 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     test of the same worker look for an accelerator ``npu``.)"""
     names = (
         "ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES", "TORCHELASTIC_RESTART_COUNT",
-        "ACCELERATE_TORCH_DEVICE",
+        "ACCELERATE_TORCH_DEVICE", "ACCELCTL_CPU_FALLBACK",
     )  # fmt: skip
     for name in names:
         monkeypatch.setenv(name, "")  # recorded, so that the teardown restores or removes it
         monkeypatch.delenv(name)
     monkeypatch.setattr(_ray_placement, "_current", None)
     yield
+    kernels.forget()  # what placing set up for the devices' kernels
 
 
 def ranks(local_rank: int = 0, local_world_size: int = 2, world_size: int = 2) -> WorkerRanks:
@@ -206,6 +208,99 @@ def test_several_workers_on_an_accelerator_without_a_backend_are_refused(worker:
     assert "runs in a single process only" in str(raised.value)
     assert "Ray Train started 2 workers" in str(raised.value)
     assert "ScalingConfig(num_workers=1)" in str(raised.value)
+
+
+# -- a kernel the device lacks -----------------------------------------------------------------
+
+#: What torch raises where an ``*_overrideable`` operator has no kernel for the device.
+TORCHS_CONVOLUTION_ERROR = (
+    "convolution_overrideable not implemented. You are likely triggering this with tensor "
+    "backend other than CPU/CUDA/MKLDNN"
+)
+
+
+def test_placing_a_worker_sets_up_the_kernels_of_its_device(worker: None) -> None:
+    place(MetaAccelerator("gloo"), ranks(local_rank=1), restarts=0)
+    done = kernels.setup_for("meta")
+    assert done is not None and (done.accelerator, done.fallback) == ("metaacc", "off")
+
+
+def test_a_missing_kernel_leaves_the_training_function_as_accelctls_error_alone(
+    worker: None,
+) -> None:
+    """Ray logs a worker's error with its traceback: accelctl's, not torch's behind it."""
+    place(MetaAccelerator("gloo"), ranks(local_rank=1), restarts=0)
+    with pytest.raises(accelctl.MissingKernelError) as raised:
+        with on_device():
+            raise NotImplementedError(TORCHS_CONVOLUTION_ERROR)
+    error = raised.value
+    assert (error.op, error.device, error.accelerator) == ("aten::convolution", "meta:1", "metaacc")
+    assert error.cpu_way == (
+        "pass TorchConfig(\"cpu\") and leave 'meta' out of ScalingConfig(resources_per_worker=...)"
+    )
+    assert str(error).startswith("aten::convolution has no kernel for meta:1 (plugin metaacc): ")
+    assert error.__cause__ is None and error.__suppress_context__
+
+
+def test_the_debug_switch_keeps_torchs_error_behind_the_workers(
+    worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACCELCTL_DEBUG", "1")
+    place(MetaAccelerator("gloo"), ranks(), restarts=0)
+    with pytest.raises(accelctl.MissingKernelError) as raised:
+        with on_device():
+            raise NotImplementedError(TORCHS_CONVOLUTION_ERROR)
+    assert isinstance(raised.value.__cause__, NotImplementedError)
+
+
+def test_a_training_functions_other_error_leaves_it_as_it_is(worker: None) -> None:
+    place(MetaAccelerator("gloo"), ranks(), restarts=0)
+    error = ValueError("the user's own")
+    with pytest.raises(ValueError) as raised:
+        with on_device():
+            raise error
+    assert raised.value is error
+
+
+def test_the_driver_shows_a_workers_missing_kernel_as_accelctls_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ray's own WorkerGroupError, as fit() raises it in the driver: the lowest rank's
+    MissingKernelError is the line where the script ends on it; other errors stay Ray's."""
+    import ray.train
+
+    from accelctl.integrations.ray import TorchConfig
+
+    TorchConfig("npu")  # made in the driver: it shows the workers' missing kernels
+    missing = {
+        rank: accelctl.MissingKernelError(
+            op="aten::convolution", device=f"openreg:{rank}", accelerator="privateuse1",
+            cpu_way='pass TorchConfig("cpu")',
+        )
+        for rank in (1, 0)
+    }  # fmt: skip
+    failed = ray.train.WorkerGroupError("Traceback ... per worker", {**missing, 2: ValueError()})
+    sys.excepthook(type(failed), failed, None)
+    line = capsys.readouterr().err
+    assert line == f"accelctl: {missing[0].for_command(sys.orig_argv)}\n"
+    assert "openreg:0 (plugin privateuse1): to train on the CPU, pass TorchConfig(" in line
+    assert "ACCELCTL_CPU_FALLBACK=1 " in line and "Traceback" not in line
+    other = ray.train.WorkerGroupError("Traceback ... per worker", {0: ValueError("own")})
+    sys.excepthook(type(other), other, None)
+    assert "WorkerGroupError: Training failed due to worker errors" in capsys.readouterr().err
+
+
+def test_the_drivers_cpu_fallback_switch_travels_with_the_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accelctl.integrations.ray import TorchConfig
+
+    assert TorchConfig("npu").cpu_fallback is False
+    monkeypatch.setenv("ACCELCTL_CPU_FALLBACK", "1")
+    assert TorchConfig("npu").to_dict()["cpu_fallback"] is True
+    monkeypatch.setenv("ACCELCTL_CPU_FALLBACK", "maybe")
+    with pytest.raises(accelctl.AccelctlError, match="ACCELCTL_CPU_FALLBACK"):
+        TorchConfig("npu")
 
 
 # -- TorchConfig and the helpers ---------------------------------------------------------------

@@ -3,7 +3,8 @@ second node, ``conftest.py``), read from what one driver's runs left (``ray_run.
 workers on 2 openreg devices over occl, one of them killed once mid-run and restarted by Ray;
 the same on 2 CPU workers, never stopped; a run whose first ``fit()`` fails and whose second
 resumes from Ray's checkpoint; the Trainer on a Ray Data shard; a worker on a node without the
-plugin."""
+plugin; and, from a second driver (``ray_kernels_run.py``), a Conv2d openreg lacks a kernel for,
+with the driver's CPU fallback and without it."""
 
 from __future__ import annotations
 
@@ -146,3 +147,45 @@ def test_a_worker_on_a_node_without_the_plugin_is_refused_with_accelctls_error(
     )
     assert "ACCELCTL_DISABLE" in error  # accelctl's own reason, from that node
     assert not (ray_runs / "misconfigured" / "trainer").exists()  # refused before training
+
+
+def driver_lines(stderr: str) -> list[str]:
+    """The driver's own lines of ``stderr``: not what Ray forwards from its actors, each
+    prefixed with the actor (``(RayTrainWorker pid=...)``, coloured)."""
+    return [line for line in stderr.splitlines() if not line.startswith(("\x1b[", "("))]
+
+
+def test_a_workers_missing_kernel_ends_the_drivers_script_with_accelctls_one_line(
+    ray_runs: Path,
+) -> None:
+    """issue 45: Ray's WorkerGroupError carries the workers' MissingKernelError; the driver that
+    ends on it shows accelctl's line, its ways out in Ray Train's words, and no traceback."""
+    record = json.loads((ray_runs / "kernels.json").read_text())
+    stderr = record["stderr"]
+    assert record["returncode"] == 1, stderr[-4000:]
+    own = driver_lines(stderr)
+    assert not [line for line in own if "Traceback" in line], stderr[-4000:]
+    [line] = [line for line in own if line.startswith("accelctl: ")]
+    assert re.match(
+        r"accelctl: aten::convolution has no kernel for openreg:[01] \(plugin privateuse1\), "
+        r"called by Conv2d at features\.0: to train on the CPU, pass TorchConfig\(\"cpu\"\) and "
+        r"leave 'openreg' out of ScalingConfig\(resources_per_worker=\.\.\.\); to run the kernels "
+        r"the device lacks on the CPU, ACCELCTL_CPU_FALLBACK=1 \S+ \S+ray_kernels_run\.py ",
+        line,
+    ), line
+    # What Ray logs of each worker's error is accelctl's, without torch's error behind it.
+    assert "convolution_overrideable" not in stderr
+    assert not (ray_runs / "kernels" / "stopped" / "rank0.pt").exists()
+
+
+def test_the_drivers_cpu_fallback_trains_the_workers_to_the_cpu_runs_weights(
+    ray_runs: Path,
+) -> None:
+    """ACCELCTL_CPU_FALLBACK=1 set in the driver alone reaches the workers on their node."""
+    kernels = ray_runs / "kernels"
+    for rank in (0, 1):
+        seen = report(kernels, "fallback", rank)
+        assert seen["device"] == f"openreg:{rank}"
+        assert seen["metrics"]["cpu_fallback_calls"] > 0
+        assert report(kernels, "cpu", rank)["device"] == "cpu"
+        assert_equal(weights(kernels, "fallback", rank), weights(kernels, "cpu", 0))

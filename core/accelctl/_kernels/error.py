@@ -22,7 +22,9 @@ FALLBACK_SWITCH = f"{_settings.CPU_FALLBACK}=1"
 DEBUG_SWITCH = f"{_settings.DEBUG}=1"
 
 #: The structured parts, in the order the constructor and the launcher's record take them.
-_FIELDS = ("op", "kernel", "layer", "device", "accelerator", "phase", "fallback", "switch")
+_FIELDS = (
+    "op", "kernel", "layer", "device", "accelerator", "phase", "fallback", "switch", "cpu_way",
+)  # fmt: skip
 
 
 class MissingKernelError(AccelctlError, NotImplementedError):
@@ -49,6 +51,9 @@ class MissingKernelError(AccelctlError, NotImplementedError):
         else why it cannot (``"the CPU has no such kernel either"``).
     :param switch: the variable setting that runs the device's missing kernels on the CPU, where
         it is torch's own (``"PYTORCH_ENABLE_MPS_FALLBACK=1"``); None: ``ACCELCTL_CPU_FALLBACK=1``.
+    :param cpu_way: how this program trains on the CPU where a framework takes the accelerator
+        as an argument (``'pass accelerator="cpu" to lightning.Trainer'``); None: accelctl's own
+        choice (``accelerator="cpu"``, ``ACCELCTL_ACCELERATOR=cpu``, ``accelctl launch --cpu``).
     """
 
     __module__ = "accelctl"  # its public home, as tracebacks and pickles name it
@@ -65,11 +70,13 @@ class MissingKernelError(AccelctlError, NotImplementedError):
         phase: str | None = None,
         fallback: str | None = None,
         switch: str | None = None,
+        cpu_way: str | None = None,
     ) -> None:
         self.op, self.kernel, self.layer = op, kernel or op, layer
         self.device, self.accelerator, self.phase = device, accelerator, phase
         self.fallback = fallback
         self.switch = switch or FALLBACK_SWITCH
+        self.cpu_way = cpu_way
         super().__init__(message or self._line(self._python_ways()))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -88,21 +95,21 @@ class MissingKernelError(AccelctlError, NotImplementedError):
 
     def for_command(self, argv: Sequence[str]) -> str:
         """The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
-        out as that command line with a variable before it."""
+        out as that command line with a variable before it (the CPU's: :attr:`cpu_way` where
+        the error has one)."""
         command = clean(shlex.join(argv), LINE_LIMIT // 4)  # one line, even for `python -c`
-        return self._line(
-            (f"{_settings.ACCELERATOR}=cpu {command}", f"{self.switch} {command}"),
-            debug=True,
-        )
+        on_cpu = self.cpu_way or f"{_settings.ACCELERATOR}=cpu {command}"
+        return self._line((on_cpu, f"{self.switch} {command}"), debug=True)
 
     def for_launch(self, on_cpu: str, as_launched: str) -> str:
         """The line ``accelctl launch`` shows for a rank's error: ``on_cpu`` is the launch line
-        with ``--cpu``, ``as_launched`` the line the user ran."""
-        return self._line((on_cpu, f"{self.switch} {as_launched}"), debug=True)
+        with ``--cpu`` (:attr:`cpu_way` in its place where the error has one), ``as_launched``
+        the line the user ran."""
+        return self._line((self.cpu_way or on_cpu, f"{self.switch} {as_launched}"), debug=True)
 
     def _python_ways(self) -> tuple[str, str]:
         return (
-            f'pass accelerator="cpu" (or set {_settings.ACCELERATOR}=cpu)',
+            self.cpu_way or f'pass accelerator="cpu" (or set {_settings.ACCELERATOR}=cpu)',
             f"set {self.switch} in the environment",
         )
 

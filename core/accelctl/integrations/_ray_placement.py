@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
+from accelctl._kernels.setup import set_up_kernels
+from accelctl._kernels.translate import missing_kernel_error
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._ray_resources import resource_name
@@ -117,6 +119,7 @@ def place(
         )
     device = selection.devices[ranks.local_rank]
     handle.setup_device(device)
+    set_up_kernels(handle, device, rank=ranks.world_rank)  # ACCELCTL_CPU_FALLBACK, on this node
     # What `accelctl launch` hands its children: a Trainer() inside the training function runs
     # on this choice (Ray itself sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_*).
     if handle.entry_point is not None:  # an instance without one is passed to the Trainer
@@ -197,13 +200,40 @@ def current() -> Placement:
 @contextlib.contextmanager
 def on_device() -> Iterator[None]:
     """Around the training function, in its own thread (a current device is per thread): the
-    plugin's ``setup_device`` for this worker's device, and its ``teardown`` afterwards."""
+    plugin's ``setup_device`` for this worker's device, and its ``teardown`` afterwards.
+
+    A kernel the device lacks that stops the function leaves it as
+    :class:`accelctl.MissingKernelError` (:func:`missing_kernel`), without the error torch
+    raised behind it: Ray logs the worker's error with its traceback, and the driver shows the
+    line (``ACCELCTL_DEBUG=1``: the whole chain)."""
     placement = current()
     placement.accelerator.setup_device(placement.device)
     try:
         yield
+    except Exception as exc:
+        error = missing_kernel(exc, placement)
+        if error is None:
+            raise
+        if _settings.debug():
+            raise error from exc
+        raise error from None
     finally:
         placement.accelerator.teardown()
+
+
+def missing_kernel(exc: Exception, placement: Placement) -> accelctl.MissingKernelError | None:
+    """accelctl's error where ``exc`` is a kernel the worker's device lacks (the Trainer's own,
+    or torch's from a hand-written loop), its way to the CPU in Ray Train's words; None where
+    ``exc`` is another error."""
+    error = missing_kernel_error(
+        exc, accelerator=placement.accelerator.name, device=placement.device
+    )
+    if error is None or error.op is None or error.cpu_way is not None:
+        return error
+    way = 'pass TorchConfig("cpu")'
+    if placement.resource is not None:
+        way += f" and leave {placement.resource!r} out of ScalingConfig(resources_per_worker=...)"
+    return accelctl.MissingKernelError.from_parts({**error.parts(), "cpu_way": way})
 
 
 def check_config(

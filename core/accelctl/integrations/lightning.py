@@ -40,6 +40,7 @@ try:
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
+    from lightning.pytorch.utilities import rank_zero_only
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Lightning
     from ._missing import framework_missing
 
@@ -58,10 +59,11 @@ from accelctl import Accelerator as _AccelctlAccelerator
 
 # The same distribution as the core, released with it: the registry's internals and the rule
 # accelctl.resolve applies to "auto" come from there, not from copies.
+from accelctl._kernels.setup import set_up_kernels
 from accelctl._registry import Registry, get_registry
 from accelctl._selection import known_name, single_process
 
-from . import _lightning_connector, _lightning_registries
+from . import _lightning_connector, _lightning_kernels, _lightning_registries
 from ._lightning_registries import Registration
 
 if TYPE_CHECKING:
@@ -287,7 +289,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
     # -- per-process API ----------------------------------------------------------------------
 
     def setup_device(self, device: torch.device) -> None:
-        """The plugin's ``setup_device``, after checking Lightning picked one of its devices.
+        """The plugin's ``setup_device``, after checking Lightning picked one of its devices;
+        then what accelctl does about the kernels the device lacks (``ACCELCTL_CPU_FALLBACK=1``:
+        they run on the CPU; docs/missing-kernels.md), once per process.
 
         With the connector adaptation active, ``strategy="auto"`` gives the plugin's own device.
         On a Lightning version it is not tested with, Lightning's ``strategy="auto"`` places a
@@ -309,11 +313,16 @@ class LightningAccelerator(_LightningAcceleratorBase):
                 f"devices: Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
                 f"SingleDeviceStrategy(device='{expected}:0')), or leave strategy='auto'"
             )
-        self.accelctl_handle().setup_device(device)
+        handle = self.accelctl_handle()
+        handle.setup_device(device)
+        # Lightning's rank of this process, known here under each of its launchers.
+        set_up_kernels(handle, device, rank=getattr(rank_zero_only, "rank", None))
 
     def setup(self, trainer: pl.Trainer) -> None:
         """Called by the strategy in each process before the model is moved, wrapped and given
-        its optimizers. Does what Lightning does by accelerator type for its own CPU
+        its optimizers. The strategy's steps then raise :class:`accelctl.MissingKernelError`
+        for a kernel the device lacks (:mod:`accelctl.integrations._lightning_kernels`), and
+        ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
         accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory.
 
         On a Lightning version the connector adaptation is not tested with, a
@@ -321,6 +330,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         group backend and the FSDP2 capability check are that adaptation's."""
         if not _lightning_connector.is_active():
             _refuse_unadapted_sharding(known_name(self.accelctl_handle()), trainer.strategy)
+        _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().name)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"
         if module is not None and cpu and trainer.world_size > 1:

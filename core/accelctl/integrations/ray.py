@@ -32,7 +32,7 @@ has the whole story.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 try:
@@ -49,6 +49,7 @@ import torch
 import accelctl
 from accelctl import _settings  # the one reader of ACCELCTL_*: the same distribution
 from accelctl._errors import warn_user
+from accelctl._kernels.translate import show_as_one_line
 from accelctl._training.callbacks import add_process_callback
 from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
 
@@ -97,6 +98,12 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         writes (a ``ray.train.Checkpoint``, copied into ``RunConfig(storage_path)``), so that
         ``Result.checkpoint`` is its last and a new ``fit()`` of the run resumes from it.
 
+    ``ACCELCTL_CPU_FALLBACK=1`` where the config is made (the driver) runs the kernels the
+    workers' devices lack on the CPU (docs/missing-kernels.md), as the variable set on a node
+    does. A worker stopped by a missing kernel fails the run with accelctl's
+    :class:`~accelctl.MissingKernelError` in Ray's ``WorkerGroupError.worker_failures``; a
+    driver that ends on it shows accelctl's one line, not Ray's traceback.
+
     Each worker takes ``devices[local_rank]`` of its node (the first devices, one per worker of
     the run there), the group's backend is the plugin's ``distributed_backend``; Ray's own
     ``backend`` argument is therefore not taken.
@@ -130,6 +137,9 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         self.accelerator = accelerator
         #: Whether the workers' Trainer reports to Ray Train, and its checkpoints too.
         self.report, self.report_checkpoints = report, report_checkpoints
+        #: ``ACCELCTL_CPU_FALLBACK`` in the driver, turned on in every worker where it is on.
+        self.cpu_fallback = _settings.cpu_fallback()
+        show_as_one_line(carried=_worker_missing_kernel)
 
     @property
     def backend_cls(self) -> type[_TorchBackend]:
@@ -141,7 +151,8 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "accelerator": str(self.accelerator),
-                "report": self.report, "report_checkpoints": self.report_checkpoints}  # fmt: skip
+                "report": self.report, "report_checkpoints": self.report_checkpoints,
+                "cpu_fallback": self.cpu_fallback}  # fmt: skip
 
 
 def _backend_refusal(accelerator: Any, backend: Any) -> str:
@@ -187,6 +198,7 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
             restarts,
             backend_config.report,
             backend_config.report_checkpoints,
+            backend_config.cpu_fallback,
         )
         backends = {backend for backend, _ in placed}
         if len(backends) > 1:
@@ -212,11 +224,14 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
 
 
 def _place_worker(
-    accelerator: Any, starts: int, report: bool, report_checkpoints: bool
+    accelerator: Any, starts: int, report: bool, report_checkpoints: bool, cpu_fallback: bool
 ) -> tuple[str | None, str | None]:
     """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`), hand
     its fits the run's id, Ray's restarts and Ray's checkpoint, and install the reporter; its
-    backend and the resource that counts its devices, for the checks across the workers."""
+    backend and the resource that counts its devices, for the checks across the workers.
+    ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""
+    if cpu_fallback:
+        os.environ[_settings.CPU_FALLBACK] = "1"
     context = ray.train.get_context()
     node = ray.util.get_node_ip_address()
     ranks = _ray_placement.WorkerRanks(
@@ -237,6 +252,20 @@ def _place_worker(
     if report:
         add_process_callback(RayReport(launch, resume.restarts, checkpoints=report_checkpoints))
     return placement.backend, placement.resource
+
+
+def _worker_missing_kernel(exc: BaseException) -> accelctl.MissingKernelError | None:
+    """The :class:`~accelctl.MissingKernelError` that stopped a worker of the run whose failure
+    ``exc`` is: Ray Train's ``WorkerGroupError`` carries each failed worker's error in
+    ``worker_failures`` (world rank -> error); the lowest rank's. None where no worker's was."""
+    failures = getattr(exc, "worker_failures", None)
+    if not isinstance(failures, Mapping):
+        return None
+    for rank in sorted(failures):
+        error = failures[rank]
+        if isinstance(error, accelctl.MissingKernelError):
+            return error
+    return None
 
 
 def _point_accelerate_at_the_device() -> None:
