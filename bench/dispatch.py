@@ -69,6 +69,9 @@ def _null_plugin() -> accelctl.Accelerator:
         def device_peak(self, device: torch.device) -> None:
             return None
 
+        def kernel_gaps(self) -> None:
+            return None
+
     return NullAccelerator()
 
 
@@ -99,6 +102,7 @@ def _hook_calls(
         "teardown": ({}, handle.teardown),
         "environment_info": ({}, handle.environment_info),
         "device_peak": ({"device": device}, lambda: handle.device_peak(device)),
+        "kernel_gaps": ({}, handle.kernel_gaps),
     }
 
 

@@ -74,7 +74,7 @@ def test_generated_package_installs_and_passes_validate(cli: Cli, tmp_path: Path
         check=False,
     )
     assert tests.returncode == 0, tests.stdout
-    assert "12 passed, 6 skipped" in tests.stdout
+    assert "13 passed, 6 skipped" in tests.stdout
 
 
 def test_refuses_to_overwrite(cli: Cli, tmp_path: Path) -> None:

@@ -66,7 +66,9 @@ def test_the_pages_command_prints_the_pages_line(occl_machine: UserMachine) -> N
     assert command is not None and shown is not None
     root = EXAMPLE.parents[1]
     with tempfile.TemporaryDirectory() as folder:  # the example writes into its working folder
-        done = occl_machine.run("python", str(root / "examples" / "cv_example.py"), cwd=Path(folder))
+        done = occl_machine.run(
+            "python", str(root / "examples" / "cv_example.py"), cwd=Path(folder)
+        )
     line = stopped_with_one_line(done)
     assert line == shown.group(1).replace(
         "examples/cv_example.py", str(root / "examples" / "cv_example.py")
