@@ -45,7 +45,7 @@ def test_json_shape_for_a_passing_plugin(cli: Cli, site: FakeSite) -> None:
 
 def test_absent_hardware_passes_and_says_why_checks_skipped(cli: Cli, site: FakeSite) -> None:
     result = cli("validate", "npu", "--json")
-    assert result.exit_code == 0
+    assert result.exit_code == 0, result.output
     checks = {c["check"]: c for c in as_json(result)[0]["checks"]}
     assert checks["devices_auto"]["status"] == "skip"
     assert checks["devices_auto"]["detail"].endswith("no npu hardware here")

@@ -8,6 +8,7 @@ validate --capabilities openreg --json`` run per release and session, shared by 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,11 @@ def test_what_the_row_says_the_fallback_runs_it_does(occl_machine: UserMachine) 
     assert [(m["op"], m["phase"], m["state"], m["cases"]) for m in missing] == [
         (CONVOLUTION, "forward", "wrong-dtype", ["conv2d-bf16"])
     ]
+
+
+def test_the_row_docs_missing_kernels_shows_is_the_row_printed(openreg: dict[str, Any]) -> None:
+    """docs/missing-kernels.md quotes the kernels row's first line on 0.0.3: the report's."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "missing-kernels.md").read_text()
+    quoted = re.search(r"```text\n(  no   kernels +)([^\n]*)\n```", page)
+    assert quoted is not None, "the page no longer quotes the row"
+    assert quoted.group(2) == rows(openreg)["kernels"]["reason"]
