@@ -117,6 +117,11 @@ def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> 
     monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", HOOK_TIMEOUT_S)
     with accelctl.testing.installed_plugins(project_site.root):
         yield
+    # A Trainer or a bridge set the device's kernels up once for this process: not for the next
+    # test (imported only where one did; the module holds the setups and their torch kernels).
+    kernels = sys.modules.get("accelctl._kernels.setup")
+    if kernels is not None:
+        kernels.forget()
 
 
 @pytest.fixture
