@@ -292,6 +292,7 @@ def test_a_kernel_the_device_lacks_in_the_forward_names_the_layer() -> None:
         "fallback": "it serves out-of-tree (PrivateUse1) backends and devices whose plugin "
         "names torch's own switch; meta is neither",
         "switch": "ACCELCTL_CPU_FALLBACK=1",
+        "cpu_way": None,  # no wording of its own: ACCELCTL_ACCELERATOR=cpu
     }
     assert isinstance(info.value.__cause__, NotImplementedError)
 

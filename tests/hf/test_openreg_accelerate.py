@@ -200,6 +200,7 @@ def test_a_convolution_without_the_fallback_is_a_missing_kernel_error_naming_the
         "phase": "forward",
         "fallback": None,
         "switch": "ACCELCTL_CPU_FALLBACK=1",
+        "cpu_way": None,  # no wording of its own: ACCELCTL_ACCELERATOR=cpu
     }
     assert seen["cause"] == "NotImplementedError"  # torch's error, kept as __cause__
     assert seen["error"] == (
@@ -248,5 +249,6 @@ def test_an_undefined_gradient_is_named_from_the_loss_in_backward(
         "phase": "backward",
         "fallback": None,
         "switch": "ACCELCTL_CPU_FALLBACK=1",
+        "cpu_way": None,  # no wording of its own: ACCELCTL_ACCELERATOR=cpu
     }
     assert seen["cause"] == "RuntimeError"
