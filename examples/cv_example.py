@@ -139,7 +139,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lr", type=float, default=None, help="default 2e-3 (digits), 1e-3 (--synthetic)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--root-dir", default=".", help="where metrics.jsonl goes")
+    parser.add_argument(
+        "--root-dir",
+        default="runs/cv_example",
+        help="the run folder: metrics.jsonl and checkpoints/ (default runs/cv_example)",
+    )
     args = parser.parse_args(argv)
     if args.cpu:
         if args.accelerator not in ("auto", "cpu"):
