@@ -71,7 +71,7 @@ NOT_IN_THE_README_INSTALL = ("torch_openreg", "accelctl_hpu")
 #: a two-process training, takes a minute on a loaded two-core machine).
 HANG_GUARD_S = 900
 
-_FENCE = re.compile(r"^```([a-z]*)\s*$")
+_FENCE = re.compile(r"^```([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*(.*?)\s*-->$")
 _NOT_RUN = re.compile(r"^not run(?P<texts>(?:\s*\"[^\"]+\",?)*)\s*:\s*(?P<reason>.*)$")
 _RUN_BY = re.compile(r"^(?P<path>tests/\S+\.py) (?:runs|checks) the next (?:block|command)")
@@ -170,7 +170,7 @@ def read(page: Path) -> list[Block]:
     index, previous_end = 0, -1
     while index < len(lines):
         opening = _FENCE.match(lines[index])
-        if not opening or not opening.group(1):
+        if not opening:
             index += 1
             continue
         end = index + 1

@@ -31,6 +31,11 @@ def test_the_pages_have_blocks_to_run() -> None:
     assert len(RUNNABLE) > 50, "the pages' blocks are no longer found: the reader is wrong"
 
 
+def test_every_block_names_its_language() -> None:
+    """A block without one (a bare fence) could hold commands that nothing would run."""
+    assert [block.id for block in BLOCKS if not block.language] == []
+
+
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.id)
 def test_every_block_a_user_runs_is_run_or_says_why_not(block: Block) -> None:
     for marker in block.markers:
