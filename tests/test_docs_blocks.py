@@ -140,11 +140,21 @@ def read_any(page: Path) -> list[Block]:
 CORE_PAGES = sorted({b.page for b in RUNNABLE if b.session == "core" and b.runs_here()})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", CORE_PAGES)
-def test_the_pages_blocks_run_and_print_what_the_page_shows(page: str, tmp_path: Path) -> None:
-    problems = run_page(page, tmp_path)
-    assert not problems, "\n\n".join(problems)
+class _Page:
+    """One page's blocks, run: a class per page (below), so that the session's workers, which
+    take a module or a class at a time (``--dist loadscope``), run the pages side by side."""
+
+    page: str
+
+    @pytest.mark.slow
+    def test_the_pages_blocks_run_and_print_what_the_page_shows(self, tmp_path: Path) -> None:
+        problems = run_page(self.page, tmp_path)
+        assert not problems, "\n\n".join(problems)
+
+
+for _page in CORE_PAGES:  # TestReadmeMd, TestDocsTrainingMd, ...
+    _name = "Test" + "".join(word.title() for word in re.split(r"[^A-Za-z0-9]+", _page))
+    globals()[_name] = type(_name, (_Page,), {"page": _page, "__doc__": f"{_page}, run."})
 
 
 def test_a_test_count_on_a_page_is_printed_by_a_command_run_here() -> None:
