@@ -113,7 +113,7 @@ def data(count: int, seed: int) -> TensorDataset:
     return TensorDataset(x, torch.sin(3 * x) + x / 2)
 
 
-def main(epochs: int = 20, root_dir: str = ".") -> dict[str, float]:
+def main(epochs: int = 20, root_dir: str = "runs/custom_accelerator") -> dict[str, float]:
     torch.manual_seed(0)
     accelerator = CPUAsCustomAccelerator()
     trainer = accelctl.Trainer(accelerator=accelerator, max_epochs=epochs, root_dir=root_dir)

@@ -10,7 +10,9 @@ heavy enough to show an accelerator's speed-up over the CPU.
     accelctl launch --cpu --devices 2 examples/cv_example.py --epochs 5
     python examples/cv_example.py --synthetic 20000 --epochs 2          # time it with --cpu too
 
-Needs scikit-learn (``pip install scikit-learn``) for the digits.
+Needs scikit-learn (``pip install scikit-learn``) for the digits. Writes into ``runs/cv_example``
+(``--root-dir``): each run's checkpoints in ``checkpoints/run-N``, every run's figures in
+``metrics.jsonl`` (``accelctl plot runs/cv_example`` draws the last run).
 """
 
 from __future__ import annotations
@@ -139,7 +141,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lr", type=float, default=None, help="default 2e-3 (digits), 1e-3 (--synthetic)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--root-dir", default=".", help="where metrics.jsonl goes")
+    parser.add_argument(
+        "--root-dir",
+        default="runs/cv_example",
+        help="the run folder: metrics.jsonl and checkpoints/ (default runs/cv_example)",
+    )
     args = parser.parse_args(argv)
     if args.cpu:
         if args.accelerator not in ("auto", "cpu"):

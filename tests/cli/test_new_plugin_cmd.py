@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ def test_generated_package_installs_and_passes_validate(cli: Cli, tmp_path: Path
         "src/accelctl_my_chip/py.typed",
         "tests/test_accelctl_my_chip_conformance.py",
     ]
-    assert f"pip install -e {root}" in result.output
+    assert f"pip install -e {shlex.quote(f'{root}[test]')}" in result.output
     assert 'my-chip = "accelctl_my_chip:MyChipAccelerator"' in (root / "pyproject.toml").read_text()
 
     target = tmp_path / "site"

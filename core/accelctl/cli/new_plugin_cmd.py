@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -62,7 +63,8 @@ def new_plugin_command(name: str, parent: Path) -> None:
         click.echo(f"  {path.relative_to(root)}")
     click.echo("")
     click.echo("next:")
-    click.echo(f"  pip install -e {root}")
+    # With its test extra (accelctl[testing], pytest): the `pytest` line below needs it.
+    click.echo(f"  pip install -e {shlex.quote(f'{root}[test]')}")
     click.echo(f"  accelctl validate {name}")
     click.echo(f"  pytest {root / 'tests'}")
     click.echo(
