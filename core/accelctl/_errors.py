@@ -133,6 +133,13 @@ class TrainerError(AccelctlError, ValueError):
     """A Trainer argument, or a model that does not follow the Trainer's protocol."""
 
 
+class FrameworkVersionError(AccelctlError, ImportError):
+    """The installed release of a framework is one its accelctl bridge cannot run on: older than
+    the releases it is tested with, or without a name the bridge uses (or with its signature
+    changed). Raised when the bridge is imported, before anything of the framework runs; the
+    message names the window of releases and the line that installs one."""
+
+
 class PluginWarning(UserWarning):
     """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""
 

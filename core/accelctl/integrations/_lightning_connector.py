@@ -76,6 +76,7 @@ from accelctl._selection import known_name  # the name a message uses: "openreg"
 
 from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
+from ._uses import USES
 from ._versions import LIGHTNING, Adaptation, Internal
 
 _TRAINER_CONNECTOR = (
@@ -114,6 +115,7 @@ ADAPTATION = Adaptation(
         Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
         Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),
     ),
+    USES["lightning"],
 )
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
@@ -150,9 +152,7 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     global _installed
     if _installed is not None:
         return _installed
-    if not ADAPTATION.check(lightning_version(), stacklevel=4):
-        _installed = False
-        return False
+    ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from lightning.fabric import connector as fabric_connector
     from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
     from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDP

@@ -39,6 +39,7 @@ from typing import Any
 from accelctl._kernels.translate import raise_missing_kernel
 
 from ._parameters import keeping_parameters
+from ._uses import USES
 from ._versions import TRANSFORMERS, Adaptation, Internal
 
 #: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
@@ -53,6 +54,7 @@ ADAPTATION = Adaptation(
         Internal("transformers:Trainer", "_move_model_to_device", ("self", "model", "device")),
         Internal("transformers:Trainer", "train", ("self",)),
     ),
+    USES["transformers"],
 )
 
 #: Attribute set on the wrapped method, so that installing twice wraps once.
@@ -82,9 +84,7 @@ def install() -> bool:
     global _installed
     if _installed is not None:
         return _installed
-    if not ADAPTATION.check(transformers_version(), stacklevel=4):
-        _installed = False
-        return False
+    ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from transformers import Trainer
 
     move = Trainer._move_model_to_device

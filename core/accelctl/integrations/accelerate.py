@@ -26,7 +26,11 @@ import dataclasses
 import os
 from typing import Any
 
+from . import _accelerate_state
+
 try:
+    # Before anything of Accelerate: a release the bridge cannot run on is refused here.
+    _accelerate_state.ADAPTATION.require()
     import accelerate
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Accelerate
     from ._missing import framework_missing
@@ -48,7 +52,6 @@ from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import raise_missing_kernel
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
-from . import _accelerate_state
 from ._kernel_errors import translate_forward
 from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps

@@ -32,7 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import _transformers_state
+
 try:
+    # Before anything of transformers: a release the bridge cannot run on is refused here.
+    _transformers_state.ADAPTATION.require()
     import transformers
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without transformers
     from ._missing import framework_missing
@@ -43,7 +47,7 @@ import accelctl
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._selection import known_name
 
-from . import _accelerate_state, _transformers_state
+from . import _accelerate_state
 from ._parameters import replaces_parameters
 from ._transformers_callback import DeviceStatsCallback, add_device_stats
 from .accelerate import _placement, _refuse_unusable_backend, check_sharding
