@@ -17,7 +17,11 @@ dependency group; then its framework:
 - ``*-oldest``: the oldest minor of the window, as the extra's lower bound names it;
 - ``*-newest``: the extra itself, unpinned, as ``pip install 'accelctl[lightning]'`` gives a
   user today; ``test_framework_window.py`` of its tests fails there the day a release
-  outside the window ships.
+  outside the window ships;
+- ``*-below``: releases below the window (``BELOW``), each installed alone into a folder of its
+  own (``pip --target``, no dependencies: the bridge refuses them before importing them, and
+  the newest extra's dependencies are there for the few it imports), and tests/below, which
+  imports the bridge on each and expects it refused, naming the window.
 """
 
 from __future__ import annotations
@@ -166,6 +170,48 @@ def _framework_session(name: str, end: str) -> None:
 for _name in FRAMEWORKS:
     for _end in ("oldest", "newest"):
         _framework_session(_name, _end)
+
+
+#: Releases below each window that its bridge must refuse when it is imported: one minor below
+#: the window's oldest, and the oldest release of the previous major line that installs beside
+#: torch 2.13 on Python 3.11 (Lightning 1.8.0.post1; Accelerate 0.0.1; transformers 4.23.0, as
+#: 4.0 to 4.22 need tokenizers without Python 3.11 wheels; Ray has no 1.x for Python 3.11, so
+#: its oldest that installs, 2.3.0), and the releases issue 46 met crashing inside the bridges
+#: (Accelerate 1.0.0, 1.3.0; Lightning 2.2.5 is the one below).
+BELOW = {
+    "lightning": ("lightning==2.2.5", "lightning==1.8.0.post1"),
+    "hf": ("accelerate==1.12.0", "accelerate==1.3.0", "accelerate==1.0.0", "accelerate==0.0.1",
+           "transformers==5.20.2", "transformers==4.23.0"),
+    "ray": ("ray==2.56.1", "ray==2.3.0"),
+}  # fmt: skip
+
+
+def _below_session(name: str) -> None:
+    extras, _ = FRAMEWORKS[name]
+
+    def run(session: nox.Session) -> None:
+        # The newest extra's dependencies (not Ray's: no release below is imported), and
+        # setuptools<81 for Lightning 2.2's pkg_resources.
+        install(session, *(extras if name != "ray" else ()), also=OLDEST_NEEDS.get(name, ()))
+        folders = []
+        for release in BELOW[name]:
+            folder = Path(session.create_tmp()) / "below" / release.replace("==", "-")
+            if not any(folder.glob("*.dist-info")):
+                session.run("uv", "pip", "install", "--quiet", "--no-deps", "--target",
+                            str(folder), release, env=_find_links())  # fmt: skip
+            folders.append(str(folder))
+        session.run(
+            "python", "-m", "pytest", *PYTEST, *(session.posargs or ("tests/below",)),
+            env={"ACCELCTL_BELOW_RELEASES": os.pathsep.join(folders),
+                 "ACCELCTL_TEST_BACKENDS": str(BACKENDS)},
+        )  # fmt: skip
+
+    run.__doc__ = f"tests/below on {', '.join(BELOW[name])}, each installed alone."
+    nox.session(name=f"{name}-below", python=PYTHON, tags=[name, "below"])(run)
+
+
+for _name in FRAMEWORKS:
+    _below_session(_name)
 
 
 @nox.session(python=PYTHON)

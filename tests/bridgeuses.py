@@ -3,8 +3,9 @@
 The bridges (``accelctl/integrations``) declare what they use of their frameworks in
 ``accelctl/integrations/_uses.py``, and each bridge checks those names on the installed release
 when it is imported (``accelctl.integrations._versions``). This module derives the same list
-from the code, so that a test keeps the declaration complete (``tests/integrations/test_bridge_uses.py``);
-``python tests/bridgeuses.py --write`` writes it anew after a bridge changed.
+from the code, so that a test keeps the declaration complete
+(``tests/integrations/test_bridge_uses.py``); ``python tests/bridgeuses.py --write`` writes it
+anew after a bridge changed.
 
 What is read, in each module of a bridge (``lightning.py`` and ``_lightning_*.py``, ...):
 
@@ -110,7 +111,9 @@ class _Walker(ast.NodeVisitor):
     # -- the module's names ---------------------------------------------------------------
 
     def _collect_imports(self, tree: ast.Module) -> None:
-        typing_only = {id(node) for block in _type_checking_blocks(tree) for node in ast.walk(block)}
+        typing_only = {
+            id(node) for block in _type_checking_blocks(tree) for node in ast.walk(block)
+        }
         imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
         for node in imports:  # the modules first: they are the module part of every use
             self.modules.update(path for _, path, module in _imported(node) if module)
@@ -261,7 +264,7 @@ class _Walker(ast.NodeVisitor):
         arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         for argument in arguments:
             annotated = self._annotation(argument.annotation)
-            if annotated and argument.arg not in ("self", "cls"):
+            if annotated:  # ``self`` too, where a wrapper declares what it is handed
                 scope.names[argument.arg] = annotated
                 scope.instances.pop(argument.arg, None)
                 scope.instances[argument.arg] = ""  # an instance of a framework class
@@ -329,7 +332,9 @@ class _Walker(ast.NodeVisitor):
 
 
 def _is_super(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+    )
 
 
 def _imported(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str, bool]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anotherrelease import META_ACCELERATOR, run_scenario
+from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -189,26 +189,28 @@ def test_a_newer_accelerate_with_the_same_internals_is_adapted_with_one_warning(
 
 
 @pytest.mark.slow
-def test_a_changed_internal_is_named_and_a_run_elsewhere_is_refused() -> None:
+def test_a_changed_internal_is_refused_when_the_bridge_is_imported() -> None:
     # What a release that renamed a parameter looks like to the bridge (Accelerate itself
     # passes them by position, and runs as before).
-    result = _another_accelerate(
+    result = refused_import(
+        "accelerate",
+        "from accelerate.state import PartialState",
         "original = PartialState._prepare_backend\n"
         "def _prepare_backend(self, cpu=False, sagemaker=False, backend=None):\n"
         "    return original(self, cpu, sagemaker, backend)\n"
-        "PartialState._prepare_backend = _prepare_backend"
+        "PartialState._prepare_backend = _prepare_backend",
+        probe="hasattr(PartialState._prepare_backend, '__accelctl_adapted__')",
     )
-    assert (result["adapted"], result["wrapped"], result["cpu"]) == (False, False, "cpu")
-    changed = (
-        f"accelctl.integrations.accelerate cannot adapt accelerate {accelerate.__version__}: "
-        "accelerate.state.PartialState._prepare_backend no longer takes "
-        "(self, cpu, sagemaker_dp, backend): it takes (self, cpu, sagemaker, backend)"
+    assert result["refused"] == (
+        f"accelctl.integrations.accelerate cannot run on accelerate {accelerate.__version__}: "
+        "accelerate.state.PartialState._prepare_backend has changed: it takes (self, cpu, "
+        "sagemaker, backend), the bridge passes (self, cpu, sagemaker_dp, backend). The bridge "
+        "is tested with accelerate 1.13 to 1.16: pip install 'accelerate>=1.13,<1.17' installs "
+        "a tested release (pip install 'accelctl[accelerate]' the newest)"
     )
-    (warning,) = result["warnings"]
-    assert warning.startswith(changed)
-    # Never a silent run on the CPU: the plugin's device was not Accelerate's choice.
-    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["meta"]
-    assert changed in result["meta"]
+    # Refused before the bridge ran anything of Accelerate's, never from inside it.
+    assert str(result["raised_in"]).endswith("_versions.py")
+    assert (result["probe"], result["warnings"]) == (False, [])
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -30,13 +30,13 @@ def test_the_declared_uses_are_the_ones_the_bridges_code_has() -> None:
 def test_each_bridges_adaptation_checks_its_uses() -> None:
     from accelctl.integrations import (
         _accelerate_state,
-        _lightning_connector,
+        _lightning_adaptation,
         _ray_adaptation,
         _transformers_state,
     )
 
     adaptations = {
-        "lightning": _lightning_connector.ADAPTATION,
+        "lightning": _lightning_adaptation.ADAPTATION,
         "accelerate": _accelerate_state.ADAPTATION,
         "transformers": _transformers_state.ADAPTATION,
         "ray": _ray_adaptation.ADAPTATION,

@@ -32,7 +32,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from types import ModuleType
 from typing import Any
@@ -176,11 +176,13 @@ class Adaptation:
         if problems:
             first = problems[0]
             framework = first.split(".", 1)[0].split(" ", 1)[0]
-            window = BY_MODULE.get(framework, self.window)
+            own = framework == self.window.framework
+            window = self.window if own else BY_MODULE.get(framework, self.window)
             seen = installed_version(window.framework) or version
-            more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])}" if problems[1:] else ""
-            more += ", ..." if len(problems) > 4 else ""
-            more += ")" if problems[1:] else ""
+            more = ""
+            if problems[1:]:
+                listed = "; ".join(problems[1:4]) + ("; ..." if problems[4:] else "")
+                more = f" (and {len(problems) - 1} more: {listed})"
             self.refusal = (
                 f"accelctl.integrations.{self.bridge} cannot run on {window.framework} {seen}: "
                 f"{first}{more}. The bridge is tested with {window.text()}: "
@@ -291,9 +293,7 @@ def _signature_problem(dotted: str, raw: Any, call: str) -> str | None:
         signature.bind(*positional, **keywords)
     except TypeError:
         shown = ", ".join(passed)
-        return (
-            f"{dotted} has changed: it takes {signature}, and the bridge passes ({shown})"
-        )
+        return f"{dotted} has changed: it takes {signature}, and the bridge passes ({shown})"
     return None
 
 
@@ -314,7 +314,7 @@ def _instance_attribute(cls: type, name: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=None)
+@cache
 def _assigned_in(module_name: str) -> frozenset[str]:
     """The attributes the module's code sets on ``self``."""
     module = sys.modules.get(module_name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Annotated, Any
 
 from . import _accelerate_state
 
@@ -60,6 +60,9 @@ __all__ = ["ADAPTATION", "ADAPTED", "Accelerator"]
 
 #: torchrun's variables that mark a process it started (all three set).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+#: Accelerate's state, as the bridge reads it (untyped: Accelerate ships no types); declared so
+#: that the names the bridge uses of it are checked with the rest (tests/bridgeuses.py).
+_State = Annotated[Any, "accelerate.state:AcceleratorState"]
 
 
 class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate ships no types
@@ -391,7 +394,7 @@ def _this_process_device(
 
 
 def _check_state(
-    state: Any, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
+    state: _State, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
 ) -> None:
     """Refuse an Accelerate state that does not run where the plugin says (made before this
     Accelerator by other code, or by an Accelerate version the bridge leaves alone)."""

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from . import _lightning_connector
+from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 
 try:
     # Before anything of Lightning: a release the bridge cannot run on is refused here.
-    _lightning_connector.ADAPTATION.require()
+    _ADAPTATION.require()
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
@@ -67,7 +67,7 @@ from accelctl._kernels.setup import set_up_kernels
 from accelctl._registry import Registry, get_registry
 from accelctl._selection import known_name, single_process
 
-from . import _lightning_kernels, _lightning_registries
+from . import _lightning_connector, _lightning_kernels, _lightning_registries
 from ._lightning_registries import Registration
 
 if TYPE_CHECKING:

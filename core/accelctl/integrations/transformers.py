@@ -30,7 +30,7 @@ through a ``TrainerCallback``, with any ``TrainingArguments``::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from . import _transformers_state
 
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["ADAPTATION", "ADAPTED", "DeviceStatsCallback", "TrainingArguments", "add_device_stats"]
+
+#: Accelerate's state, as the bridge reads it (untyped: Accelerate ships no types); declared so
+#: that the names the bridge uses of it are checked with the rest (tests/bridgeuses.py).
+_PartialState = Annotated[Any, "accelerate.state:PartialState"]
 
 
 @dataclass
@@ -266,7 +270,7 @@ class _Place:
     rank: int
     world_size: int
 
-    def check(self, state: Any, *, made_here: bool) -> None:
+    def check(self, state: _PartialState, *, made_here: bool) -> None:
         """Refuse an Accelerate state that does not run where the plugin says."""
         if state is not None and state.initialized:
             same_device = state.device == self.device or (
