@@ -90,8 +90,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         number of processes than there are devices, several processes over a backend torch
         cannot carry the device's tensors over (``InitProcessGroupKwargs(backend=...)``'s, else
         the plugin's), or an Accelerate state that does not match
-        the plugin (made earlier by something else, or an Accelerate version the bridge does not
-        adapt).
+        the plugin (made earlier by something else). An Accelerate release the bridge cannot
+        run on is refused before, when the bridge is imported
+        (:class:`accelctl.FrameworkVersionError`).
     """
 
     def __init__(self, accelerator: Any = "auto", *, devices: Any = "auto", **kwargs: Any) -> None:
@@ -306,6 +307,7 @@ def check_sharding(
     ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own); refused otherwise,
     as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a device with gaps
     (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here too.
+    (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
 
     :param asked: how the user asked for FSDP, for the messages.
     :param fsdp2: how to ask for FSDP2 instead of FSDP1.
@@ -317,12 +319,6 @@ def check_sharding(
         raise accelctl.ProcessSetupError(
             f"{asked} wraps the model in FSDP1, which the accelctl bridge does not adapt for "
             f"{device.type!r} devices (accelerator {handle.name!r}). Use {fsdp2}"
-        )
-    if not _accelerate_state.is_active():
-        raise accelctl.ProcessSetupError(
-            f"FSDP2 on accelctl accelerator {handle.name!r} needs the bridge's adaptation of "
-            f"Accelerate's state (Accelerate enables FSDP for its own list of device kinds), "
-            f"and {_accelerate_state.ADAPTATION.refusal}; or train with DDP ({without})"
         )
     refuse_fsdp_gaps(handle, device.type, backend, asked, without)
     return True
@@ -397,7 +393,7 @@ def _check_state(
     state: _State, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
 ) -> None:
     """Refuse an Accelerate state that does not run where the plugin says (made before this
-    Accelerator by other code, or by an Accelerate version the bridge leaves alone)."""
+    Accelerator by other code)."""
     same_device = state.device == device or (device.type == "cpu" == state.device.type)
     if same_device and state.num_processes == world and state.process_index == rank:
         return
@@ -406,8 +402,6 @@ def _check_state(
         "or a transformers TrainingArguments made earlier in this process); make this "
         "Accelerator first"
     )
-    if not _accelerate_state.is_active():
-        why = str(_accelerate_state.ADAPTATION.refusal)
     raise accelctl.ProcessSetupError(
         f"accelctl accelerator {handle.name!r} runs process {rank} of {world} on {device}, but "
         f"Accelerate's state is process {state.process_index} of {state.num_processes} on "
