@@ -233,6 +233,21 @@ def test_a_release_older_than_the_window_is_refused_without_being_imported(
     )
     assert "pip install 'frame>=2.3,<2.7'" in message and "'accelctl[fake]'" in message
     assert "frame" not in sys.modules and "no longer" not in message
+    # The bridge's import tried again in the same process: refused again, never let through.
+    with pytest.raises(FrameworkVersionError, match="older than the releases"):
+        adaptation.require()
+
+
+def test_a_refused_release_is_refused_again_when_the_bridge_is_imported_again(
+    framework: types.ModuleType,
+) -> None:
+    delattr(framework.Engine, "state")  # type: ignore[attr-defined]
+    adaptation = _adaptation()
+    framework.__version__ = "2.6.0"  # type: ignore[attr-defined]
+    adaptation.window = Window("fakeframework", WINDOW.oldest, WINDOW.newest)
+    for _ in range(2):
+        with pytest.raises(FrameworkVersionError, match=r"Engine\.state is not there"):
+            adaptation.require()
 
 
 def test_a_framework_that_is_not_installed_is_left_to_the_bridges_import() -> None:

@@ -149,18 +149,20 @@ class Adaptation:
 
         :raises accelctl.FrameworkVersionError: naming the window and the install line.
         """
+        if self.refusal:  # refused before in this process: the bridge's import is tried again
+            raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
         if self.refusal is not None:
             return
         version = installed_version(self.window.framework)
         if version is None:
             return
         if _older(version, self.window):
-            raise FrameworkVersionError(
+            self.refusal = (
                 f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
                 f"{version}: it is older than the releases the bridge is tested with "
-                f"({self.window.text()}), and nothing older was ever run. {self._install()}",
-                name=f"accelctl.integrations.{self.bridge}",
+                f"({self.window.text()}), and nothing older was ever run. {self._install()}"
             )
+            raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
         self.check(version, stacklevel=stacklevel + 1)
 
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
