@@ -34,12 +34,10 @@ import itertools
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
 from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 
 try:
-    # Before anything of Lightning: a release the bridge cannot run on is refused here.
+    # Before torch and anything of Lightning: a release the bridge cannot run on is refused here.
     _ADAPTATION.require()
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -49,6 +47,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     from ._missing import framework_missing
 
     raise framework_missing("lightning", "Lightning", exc) from exc
+
+import torch
 
 from accelctl import (
     AccelctlError,
