@@ -163,6 +163,13 @@ class Adaptation:
                 f"({self.window.text()}), and nothing older was ever run. {self._install()}"
             )
             raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
+        try:
+            importlib.import_module(self.window.framework)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] == self.window.framework:
+                return  # metadata without the module: the bridge's import says what installs it
+        except Exception:  # what fails to import is named by the checks below
+            pass
         self.check(version, stacklevel=stacklevel + 1)
 
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
