@@ -3,7 +3,8 @@ and the newest release of its window (``accelctl/integrations/_versions.py``).
 
     nox                         every session (what ``bash scripts/test`` and CI run)
     nox -l                      the sessions, with what each installs
-    nox -s lightning-newest     one session; ``-t lightning`` both of Lightning's
+    nox -s lightning-newest     one session; ``-t lightning`` all of Lightning's
+    nox -t below                the refusals of releases below each window
     nox -s core -- -k stats     arguments after ``--`` go to pytest
 
 Why nox: its sessions are Python, so the windows' ends come from the same ``pyproject.toml``
