@@ -201,8 +201,10 @@ def _below_session(name: str) -> None:
                 session.run("uv", "pip", "install", "--quiet", "--no-deps", "--target",
                             str(folder), release, env=_find_links())  # fmt: skip
             folders.append(str(folder))
+        # In this process (-n 0): a few imports each, less than starting xdist's workers.
         session.run(
-            "python", "-m", "pytest", *PYTEST, *(session.posargs or ("tests/below",)),
+            "python", "-m", "pytest", "-n", "0", "--durations=15",
+            *(session.posargs or ("tests/below",)),
             env={"ACCELCTL_BELOW_RELEASES": os.pathsep.join(folders),
                  "ACCELCTL_TEST_BACKENDS": str(BACKENDS)},
         )  # fmt: skip
