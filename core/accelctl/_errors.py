@@ -134,10 +134,11 @@ class TrainerError(AccelctlError, ValueError):
 
 
 class FrameworkVersionError(AccelctlError, ImportError):
-    """The installed release of a framework is one its accelctl bridge cannot run on: older than
-    the releases it is tested with, or without a name the bridge uses (or with its signature
-    changed). Raised when the bridge is imported, before anything of the framework runs; the
-    message names the window of releases and the line that installs one."""
+    """The installed release of a framework is one its accelctl bridge cannot run on: without a
+    name the bridge uses (or with its signature changed), or failing to import at all; never for
+    its version number alone. Raised when the bridge is imported, before any process starts; the
+    message is one line naming what is wrong, the window of releases tested and the line that
+    installs one."""
 
 
 class PluginWarning(UserWarning):

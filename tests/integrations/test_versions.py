@@ -151,7 +151,7 @@ def test_a_changed_internal_is_refused_naming_it_and_the_window(
 
 def test_an_internal_of_a_module_that_cannot_be_imported_is_named() -> None:
     problem = Internal("no_such_framework.state:Thing", "run").problem()
-    assert problem is not None and problem.startswith("cannot be imported (no_such_framework")
+    assert problem == "is not there (no module no_such_framework)"
 
 
 # -- every name a bridge uses (accelctl/integrations/_uses.py) --------------------------------
@@ -215,27 +215,91 @@ def test_each_name_a_bridge_uses_is_checked_as_the_bridge_uses_it(
         assert problem is not None and problem.startswith(said), problem
 
 
-def test_a_release_older_than_the_window_is_refused_without_being_imported(
+def _release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, source: str) -> None:
+    """A real distribution ``frame`` of ``version`` on the path: its metadata (a dist-info
+    folder) and its module, whose code is ``source``."""
+    info = tmp_path / f"frame-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: frame\nVersion: {version}\n")
+    (tmp_path / "frame.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "frame", raising=False)
+
+
+#: A release of ``frame`` whose ``Engine.run`` is there as the bridge below uses it.
+FRAME = "class Engine:\n    def run(self, devices):\n        pass\n"
+
+
+def _frame_adaptation() -> Adaptation:
+    return Adaptation("fake", WINDOW, (Internal("frame:Engine", "run", ("self", "devices")),))
+
+
+def test_a_release_older_than_the_window_with_all_there_is_adapted_with_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A real distribution's metadata (a dist-info folder on the path), no module at all.
-    info = tmp_path / "frame-2.2.5.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: frame\nVersion: 2.2.5\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    adaptation = Adaptation("fake", WINDOW, (Internal("frame.never:Imported", "x"),))
+    # Never refused by its number alone: the shape checks decide, as above the window.
+    _release(tmp_path, monkeypatch, "2.2.5", FRAME)
+    adaptation = _frame_adaptation()
+    with pytest.warns(UserWarning) as caught:
+        adaptation.require()
+    (warning,) = caught
+    message = str(warning.message)
+    assert "tested with frame 2.3 to 2.6, not 2.2.5" in message
+    assert "the 1 names it uses of frame are there as it expects, so it adapts them" in message
+    assert adaptation.refusal == ""
+
+
+def test_a_release_older_than_the_window_lacking_a_name_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _release(tmp_path, monkeypatch, "2.2.5", "class Engine:\n    pass\n")
+    adaptation = _frame_adaptation()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned about
+        with pytest.raises(FrameworkVersionError) as refused:
+            adaptation.require()
+    assert str(refused.value) == (
+        "accelctl.integrations.fake cannot run on frame 2.2.5: frame.Engine.run is not there. "
+        "The bridge is tested with frame 2.3 to 2.6: pip install 'frame>=2.3,<2.7' installs a "
+        "tested release (pip install 'accelctl[fake]' the newest)"
+    )
+
+
+def test_a_release_that_fails_to_import_is_refused_with_what_its_import_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As an old release beside a torch or numpy it predates: its own import raises.
+    _release(tmp_path, monkeypatch, "1.8.0", 'raise ValueError("needs numpy<2\\n(and more)")\n')
+    adaptation = _frame_adaptation()
     with pytest.raises(FrameworkVersionError) as refused:
         adaptation.require()
     message = str(refused.value)
-    assert message.startswith(
-        "accelctl.integrations.fake cannot run on frame 2.2.5: it is older than the releases "
-        "the bridge is tested with (frame 2.3 to 2.6)"
+    assert message == (
+        "accelctl.integrations.fake cannot run on frame 1.8.0: importing it raised ValueError: "
+        "needs numpy<2. The bridge is tested with frame 2.3 to 2.6: pip install "
+        "'frame>=2.3,<2.7' installs a tested release (pip install 'accelctl[fake]' the newest)"
     )
-    assert "pip install 'frame>=2.3,<2.7'" in message and "'accelctl[fake]'" in message
-    assert "frame" not in sys.modules and "no longer" not in message
+    assert "\n" not in message  # one line
+    assert isinstance(refused.value.__cause__, ValueError)
     # The bridge's import tried again in the same process: refused again, never let through.
-    with pytest.raises(FrameworkVersionError, match="older than the releases"):
+    with pytest.raises(FrameworkVersionError, match="importing it raised ValueError"):
         adaptation.require()
+
+
+def test_an_internal_whose_module_raises_on_import_is_refused_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray 2.3.0 on Python 3.11: ray imports, ray.train raises ValueError (a dataclass default).
+    package = tmp_path / "brokenframework"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text('raise ValueError("mutable default")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("brokenframework", "brokenframework.train"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    said = "cannot be imported (brokenframework.train raised ValueError: mutable default)"
+    assert Internal("brokenframework.train:Backend", "start").problem() == said
+    assert use_problem("brokenframework.train:Backend") == f"brokenframework.train.Backend {said}"
 
 
 def test_a_refused_release_is_refused_again_when_the_bridge_is_imported_again(

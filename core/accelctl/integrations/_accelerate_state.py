@@ -120,7 +120,7 @@ def install() -> bool:
     """Wrap ``PartialState._prepare_backend`` and ``set_device``. Idempotent. Returns whether the
     adaptation is active: always, once :data:`ADAPTATION` let the bridge be imported (a release
     where one of the two changed is refused there, with :class:`accelctl.FrameworkVersionError`);
-    a release newer than the tested window that has both is adapted, with a warning."""
+    a release outside the tested window that has both is adapted, with a warning."""
     global _installed
     if _installed is not None:
         return _installed

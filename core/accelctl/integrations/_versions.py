@@ -10,16 +10,17 @@ choice, Ray Train's torch backend):
   signature its code uses (:data:`accelctl.integrations._uses.USES`, derived from the code and
   kept so by a test), and the internals it replaces, with the parameters its wrappers pass on
   (:class:`Internal`). :meth:`Adaptation.require` looks at them once, when the bridge is
-  imported, before anything else of the framework is:
+  imported, before anything else of the framework is, whatever the release's version number
+  (a release is refused for what it lacks, never for its number alone):
 
-  - a release older than the window: refused (never imported), naming the window and the
-    install line; nothing below the window was ever run;
   - all there, in the window: the bridge adapts them, silently;
-  - all there, newer than the window: it adapts them, with one warning naming the untested
-    release;
+  - all there, older or newer than the window: it adapts them, with one warning naming the
+    untested release;
   - one missing or changed: refused, naming it ("is not there", "has changed"), the window and
     the install line: :class:`accelctl.FrameworkVersionError`, never an error from inside the
-    bridge later on.
+    bridge later on;
+  - the framework fails to import at all (an old release beside a torch or numpy it predates):
+    refused with what its import raised, the window and the install line.
 
 docs/design/bridge-uses.md says why the list is derived from the code and checked at import.
 """
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from accelctl._errors import FrameworkVersionError
 
@@ -98,8 +99,12 @@ class Internal:
         module_name, _, class_name = self.owner.partition(":")
         try:
             owner: object = importlib.import_module(module_name)
-        except ImportError as exc:
-            return f"cannot be imported ({module_name}: {exc})"
+        except ModuleNotFoundError as exc:
+            if _names_module(exc, module_name):
+                return f"is not there (no module {exc.name})"
+            return f"cannot be imported ({module_name} raised {_raised(exc)})"
+        except Exception as exc:  # an old release that cannot import beside this torch
+            return f"cannot be imported ({module_name} raised {_raised(exc)})"
         if class_name:
             owner = getattr(owner, class_name, None)
             if owner is None:
@@ -142,10 +147,10 @@ class Adaptation:
 
     def require(self, *, stacklevel: int = 3) -> None:
         """Refuse the installed release where the bridge cannot run on it, before the bridge
-        imports anything else of the framework: older than the window (it is not imported), or
-        a name the bridge uses not there or changed. A release newer than the window with all
-        there is adapted, with one warning. Nothing is done where the framework is not
-        installed: the bridge's own import of it says which extra installs it.
+        imports anything else of the framework: it fails to import, or a name the bridge uses is
+        not there or changed. A release outside the window (older or newer) with all there is
+        adapted, with one warning. Nothing is done where the framework is not installed: the
+        bridge's own import of it says which extra installs it.
 
         :raises accelctl.FrameworkVersionError: naming the window and the install line.
         """
@@ -156,20 +161,14 @@ class Adaptation:
         version = installed_version(self.window.framework)
         if version is None:
             return
-        if _older(version, self.window):
-            self.refusal = (
-                f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
-                f"{version}: it is older than the releases the bridge is tested with "
-                f"({self.window.text()}), and nothing older was ever run. {self._install()}"
-            )
-            raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
         try:
             importlib.import_module(self.window.framework)
         except ModuleNotFoundError as exc:
             if (exc.name or "").split(".")[0] == self.window.framework:
                 return  # metadata without the module: the bridge's import says what installs it
-        except Exception:  # what fails to import is named by the checks below
-            pass
+            self._refuse_import(version, exc)
+        except Exception as exc:  # e.g. an old release beside a torch or numpy it predates
+            self._refuse_import(version, exc)
         self.check(version, stacklevel=stacklevel + 1)
 
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
@@ -211,6 +210,18 @@ class Adaptation:
             )
         return True
 
+    def _refuse_import(self, version: str, exc: BaseException) -> NoReturn:
+        """Refuse a release that fails to import at all, with what its import raised (its
+        first line: a refusal is one line), the window and the install line."""
+        self.refusal = (
+            f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
+            f"{version}: importing it raised {_raised(exc)}. The bridge is tested with "
+            f"{self.window.text()}: {self._install()}"
+        )
+        raise FrameworkVersionError(
+            self.refusal, name=f"accelctl.integrations.{self.bridge}"
+        ) from exc
+
     def _install(self, window: Window | None = None) -> str:
         window = window or self.window
         return (
@@ -233,9 +244,18 @@ def installed_version(framework: str) -> str | None:
         return None
 
 
-def _older(version: str, window: Window) -> bool:
-    minor = _minor(version)
-    return minor is not None and minor < window.oldest
+def _raised(exc: BaseException) -> str:
+    """``"ValueError: mutable default ..."``: an exception's type and the first line of its
+    message (a refusal is one line)."""
+    line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether ``exc`` says ``module_name`` itself (or a package above it) is missing, rather
+    than a module it imports."""
+    missing = exc.name or ""
+    return bool(missing) and (module_name == missing or module_name.startswith(f"{missing}."))
 
 
 _MISSING = object()
@@ -253,9 +273,11 @@ def use_problem(use: str) -> str | None:
     try:
         found: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        return f"{dotted} is not there (no module {exc.name})"
+        if _names_module(exc, module_name):
+            return f"{dotted} is not there (no module {exc.name})"
+        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
     except Exception as exc:  # an old release that cannot import beside this torch
-        return f"{dotted} is not there ({module_name} cannot be imported: {exc})"
+        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
     raw: Any = found
     for name in attributes.split(".") if attributes else ():
         if isinstance(found, ModuleType):

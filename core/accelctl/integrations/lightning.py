@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 
 try:
-    # Before torch and anything of Lightning: a release the bridge cannot run on is refused here.
+    # Before the bridge uses anything of Lightning: a release it cannot run on is refused here.
     _ADAPTATION.require()
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
