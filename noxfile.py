@@ -3,7 +3,8 @@ and the newest release of its window (``accelctl/integrations/_versions.py``).
 
     nox                         every session (what ``bash scripts/test`` and CI run)
     nox -l                      the sessions, with what each installs
-    nox -s lightning-newest     one session; ``-t lightning`` both of Lightning's
+    nox -s lightning-newest     one session; ``-t lightning`` all of Lightning's
+    nox -t below                the refusals of releases below each window
     nox -s core -- -k stats     arguments after ``--`` go to pytest
 
 Why nox: its sessions are Python, so the windows' ends come from the same ``pyproject.toml``
@@ -17,13 +18,18 @@ dependency group; then its framework:
 - ``*-oldest``: the oldest minor of the window, as the extra's lower bound names it;
 - ``*-newest``: the extra itself, unpinned, as ``pip install 'accelctl[lightning]'`` gives a
   user today; ``test_framework_window.py`` of its tests fails there the day a release
-  outside the window ships.
+  outside the window ships;
+- ``*-below``: releases below the window (``BELOW``), each installed with its dependencies into
+  a folder of its own (``uv pip install --target``, torch held to the session's build), and
+  tests/below, which imports the bridge on each and asserts what its shape checks find: refused
+  naming what is missing or what the import raised, or adapted with one warning.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -166,6 +172,63 @@ def _framework_session(name: str, end: str) -> None:
 for _name in FRAMEWORKS:
     for _end in ("oldest", "newest"):
         _framework_session(_name, _end)
+
+
+#: Releases below each window, on which tests/below imports each bridge and asserts what it does:
+#: one minor below the window's oldest, and the oldest release of the previous major line that
+#: installs beside torch 2.13 on Python 3.11 (Lightning 1.8.0.post1; Accelerate 0.0.1;
+#: transformers 4.23.0, as 4.0 to 4.22 need tokenizers without Python 3.11 wheels; Ray has no 1.x
+#: for Python 3.11, so its oldest that installs, 2.3.0), and the releases issue 46 met crashing
+#: inside the bridges (Accelerate 1.0.0, 1.3.0; Lightning 2.2.5 is the one below).
+BELOW = {
+    "lightning": ("lightning==2.2.5", "lightning==1.8.0.post1"),
+    "hf": ("accelerate==1.12.0", "accelerate==1.3.0", "accelerate==1.0.0", "accelerate==0.0.1",
+           "transformers==5.20.2", "transformers==4.23.0"),
+    "ray": ("ray[train]==2.56.1", "ray[train]==2.3.0"),
+}  # fmt: skip
+#: Installed beside each release below: the old ones import ``pkg_resources``, which Python
+#: 3.11's own venv has (it seeds setuptools) and setuptools 81 removed; torch 2.13 needs >=77.
+BELOW_NEEDS = ("setuptools<81",)
+
+
+def _below_session(name: str) -> None:
+    extras, _ = FRAMEWORKS[name]
+
+    def run(session: nox.Session) -> None:
+        # The newest extras for what the releases below do not bring (transformers' bridge is
+        # built on Accelerate's: a transformers below runs beside the newest Accelerate).
+        install(session, *(extras if name != "ray" else ()))
+        # Each release with its dependencies in a folder of its own (a venv each would install
+        # torch and the project again), torch held to the session's build by a constraint.
+        constraints = Path(session.create_tmp()) / "torch.txt"
+        constraints.write_text(f"{TORCH}\n")
+        folders = []
+        for release in BELOW[name]:
+            requirement = re.sub(r"\[.*\]", "", release)
+            folder = Path(session.create_tmp()) / "below" / requirement.replace("==", "-")
+            wanted = " ".join((release, *BELOW_NEEDS, TORCH))
+            stamp = folder / "accelctl-below.txt"
+            if not stamp.is_file() or stamp.read_text() != wanted:
+                shutil.rmtree(folder, ignore_errors=True)
+                session.run("uv", "pip", "install", "--quiet", "--target", str(folder),
+                            release, *BELOW_NEEDS, "--constraint", str(constraints),
+                            env=_find_links())  # fmt: skip
+                stamp.write_text(wanted)
+            folders.append(str(folder))
+        # In this process (-n 0): one import of a bridge each, less than starting xdist's workers.
+        session.run(
+            "python", "-m", "pytest", "-n", "0", "--durations=15",
+            *(session.posargs or ("tests/below",)),
+            env={"ACCELCTL_BELOW_RELEASES": os.pathsep.join(folders),
+                 "ACCELCTL_TEST_BACKENDS": str(BACKENDS)},
+        )  # fmt: skip
+
+    run.__doc__ = f"tests/below on {', '.join(BELOW[name])}, each with its dependencies."
+    nox.session(name=f"{name}-below", python=PYTHON, tags=[name, "below"])(run)
+
+
+for _name in FRAMEWORKS:
+    _below_session(_name)
 
 
 @nox.session(python=PYTHON)

@@ -45,3 +45,37 @@ def run_scenario(script: str, cwd: Path | None = None) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+#: Import a bridge after ``{change}`` to its framework; what refused it, where, and ``{probe}``.
+REFUSED_IMPORT = """
+import json, traceback, warnings
+import accelctl
+{imports}
+{change}
+where = None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        from accelctl.integrations import {bridge}
+        refused = None
+    except accelctl.FrameworkVersionError as error:
+        refused = str(error)
+        where = traceback.extract_tb(error.__traceback__)[-1].filename
+print(json.dumps({{
+    "refused": refused,
+    "raised_in": where,
+    "probe": {probe},
+    "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
+}}))
+"""
+
+
+def refused_import(bridge: str, imports: str, change: str, probe: str = "None") -> dict[str, Any]:
+    """Import ``accelctl.integrations.<bridge>`` in a fresh interpreter after ``imports`` and
+    ``change``: ``refused`` (the FrameworkVersionError's message, or None), ``raised_in`` (the
+    file that raised it), ``probe`` (an expression's value after the import) and the accelctl
+    warnings."""
+    return run_scenario(
+        REFUSED_IMPORT.format(bridge=bridge, imports=imports, change=change, probe=probe)
+    )

@@ -133,6 +133,14 @@ class TrainerError(AccelctlError, ValueError):
     """A Trainer argument, or a model that does not follow the Trainer's protocol."""
 
 
+class FrameworkVersionError(AccelctlError, ImportError):
+    """The installed release of a framework is one its accelctl bridge cannot run on: without a
+    name the bridge uses (or with its signature changed), or failing to import at all; never for
+    its version number alone. Raised when the bridge is imported, before any process starts; the
+    message is one line naming what is wrong, the window of releases tested and the line that
+    installs one."""
+
+
 class PluginWarning(UserWarning):
     """Emitted when a broken plugin is skipped (by ``resolve("auto")``, say): never silently."""
 

@@ -18,7 +18,6 @@ import accelerate
 import pytest
 
 import accelctl
-from accelctl.integrations import _accelerate_state
 from accelctl.integrations.accelerate import Accelerator
 
 HERE = Path(__file__).parents[1] / "integrations"  # the helper modules and run scripts
@@ -72,20 +71,6 @@ def test_accelerate_fsdp1_off_cuda_is_refused(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("FSDP_VERSION", "1")
     with pytest.raises(accelctl.ProcessSetupError, match="--fsdp_version 2"):
         Accelerator("cpu")
-
-
-@pytest.mark.usefixtures("two_processes")
-def test_accelerate_fsdp2_on_an_unadapted_accelerate_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # As where an internal changed: not installed, and the reason recorded.
-    refusal = "accelctl.integrations.accelerate cannot adapt accelerate 9.0: X no longer exists"
-    monkeypatch.setattr(_accelerate_state, "_installed", False)
-    monkeypatch.setattr(_accelerate_state.ADAPTATION, "refusal", refusal)
-    with pytest.raises(accelctl.ProcessSetupError) as refused:
-        Accelerator("cpu", fsdp_plugin=_fsdp_plugin(2))
-    assert "needs the bridge's adaptation of Accelerate's state" in str(refused.value)
-    assert refusal in str(refused.value)
 
 
 # -- 2 CPU processes

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anotherrelease import META_ACCELERATOR, run_scenario
+from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -179,36 +179,43 @@ def _another_accelerate(change: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_a_newer_accelerate_with_the_same_internals_is_adapted_with_one_warning() -> None:
-    result = _another_accelerate('accelerate.__version__ = "1.99.0"')
+@pytest.mark.parametrize("version", ["1.99.0", "1.3.0"], ids=["newer", "older"])
+def test_an_accelerate_outside_the_window_with_the_same_internals_is_adapted_with_one_warning(
+    version: str,
+) -> None:
+    # Older as newer: never refused by its number alone (the shape checks decide; the real
+    # 1.3.0 lacks Accelerator.is_fsdp2 and is refused for it: tests/below).
+    result = _another_accelerate(f'accelerate.__version__ = "{version}"')
     assert (result["adapted"], result["wrapped"], result["cpu"]) == (True, True, "cpu")
     assert result["meta"] == "meta:0"  # the plugin's device, not Accelerate's CPU
     (warning,) = result["warnings"]
-    assert "tested with accelerate 1.13 to 1.16, not 1.99.0" in warning
+    assert f"tested with accelerate 1.13 to 1.16, not {version}" in warning
     assert "so it adapts them" in warning
 
 
 @pytest.mark.slow
-def test_a_changed_internal_is_named_and_a_run_elsewhere_is_refused() -> None:
+def test_a_changed_internal_is_refused_when_the_bridge_is_imported() -> None:
     # What a release that renamed a parameter looks like to the bridge (Accelerate itself
     # passes them by position, and runs as before).
-    result = _another_accelerate(
+    result = refused_import(
+        "accelerate",
+        "from accelerate.state import PartialState",
         "original = PartialState._prepare_backend\n"
         "def _prepare_backend(self, cpu=False, sagemaker=False, backend=None):\n"
         "    return original(self, cpu, sagemaker, backend)\n"
-        "PartialState._prepare_backend = _prepare_backend"
+        "PartialState._prepare_backend = _prepare_backend",
+        probe="hasattr(PartialState._prepare_backend, '__accelctl_adapted__')",
     )
-    assert (result["adapted"], result["wrapped"], result["cpu"]) == (False, False, "cpu")
-    changed = (
-        f"accelctl.integrations.accelerate cannot adapt accelerate {accelerate.__version__}: "
-        "accelerate.state.PartialState._prepare_backend no longer takes "
-        "(self, cpu, sagemaker_dp, backend): it takes (self, cpu, sagemaker, backend)"
+    assert result["refused"] == (
+        f"accelctl.integrations.accelerate cannot run on accelerate {accelerate.__version__}: "
+        "accelerate.state.PartialState._prepare_backend has changed: it takes (self, cpu, "
+        "sagemaker, backend), the bridge passes (self, cpu, sagemaker_dp, backend). The bridge "
+        "is tested with accelerate 1.13 to 1.16: pip install 'accelerate>=1.13,<1.17' installs "
+        "a tested release (pip install 'accelctl[accelerate]' the newest)"
     )
-    (warning,) = result["warnings"]
-    assert warning.startswith(changed)
-    # Never a silent run on the CPU: the plugin's device was not Accelerate's choice.
-    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["meta"]
-    assert changed in result["meta"]
+    # Refused before the bridge ran anything of Accelerate's, never from inside it.
+    assert str(result["raised_in"]).endswith("_versions.py")
+    assert (result["probe"], result["warnings"]) == (False, [])
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"

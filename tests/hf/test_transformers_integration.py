@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from anotherrelease import META_ACCELERATOR, run_scenario
+from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator
 
 import accelctl
@@ -308,22 +308,27 @@ def test_a_newer_transformers_with_the_same_internals_is_adapted_with_one_warnin
 
 
 @pytest.mark.slow
-def test_a_changed_internal_is_named_and_a_run_elsewhere_is_refused(tmp_path: Path) -> None:
+def test_a_changed_internal_is_refused_when_the_bridge_is_imported() -> None:
     # What a release whose Trainer moves the model with other arguments looks like to the bridge.
-    result = _another_transformers(
-        "transformers.Trainer._move_model_to_device = lambda self, model: None", tmp_path
+    result = refused_import(
+        "transformers",
+        "import transformers",
+        "transformers.Trainer._move_model_to_device = lambda self, model: None",
+        probe="hasattr(transformers.Trainer.train, '__accelctl_adapted__')",
     )
-    assert (result["adapted"], result["wrapped"], result["cpu"]) == (False, False, "cpu")
-    changed = (
-        "accelctl.integrations.transformers cannot adapt transformers "
-        f"{transformers.__version__}: transformers.Trainer._move_model_to_device no longer "
-        "takes (self, model, device): it takes (self, model)"
+    refused = str(result["refused"])
+    assert refused.startswith(
+        f"accelctl.integrations.transformers cannot run on transformers "
+        f"{transformers.__version__}: transformers.Trainer._move_model_to_device has changed: it "
+        "takes (self, model), the bridge passes (self, model, device)"
     )
-    (warning,) = result["warnings"]
-    assert warning.startswith(changed)
-    # Never a silent run on the CPU: the plugin's device was not transformers' choice.
-    assert "runs process 0 of 1 on meta:0, but Accelerate's state is" in result["meta"]
-    assert changed in result["meta"]
+    assert (
+        "The bridge is tested with transformers 5.21 to 5.25: pip install "
+        "'transformers>=5.21,<5.26' installs a tested release (pip install "
+        "'accelctl[transformers]' the newest)"
+    ) in refused
+    assert str(result["raised_in"]).endswith("_versions.py")
+    assert (result["probe"], result["warnings"]) == (False, [])
 
 
 @pytest.mark.slow

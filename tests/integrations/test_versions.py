@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from accelctl import FrameworkVersionError
 from accelctl.integrations._versions import (
     ACCELERATE,
     LIGHTNING,
@@ -22,6 +23,7 @@ from accelctl.integrations._versions import (
     Adaptation,
     Internal,
     Window,
+    use_problem,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +109,7 @@ def test_a_release_outside_the_window_with_its_internals_there_is_adapted_with_o
     (warning,) = caught
     message = str(warning.message)
     assert "tested with frame 2.3 to 2.6, not 2.7.0" in message
-    assert "the 4 internals it adapts are there as it expects, so it adapts them" in message
+    assert "the 4 names it uses of frame are there as it expects, so it adapts them" in message
     assert "pip install 'frame>=2.3,<2.7'" in message
     assert adaptation.refusal == ""
 
@@ -117,34 +119,202 @@ def test_a_release_outside_the_window_with_its_internals_there_is_adapted_with_o
     [
         (
             lambda m: setattr(m.Engine, "choose", lambda self, devices: None),
-            "fakeframework.Engine.choose no longer takes (self, devices, backend): "
-            "it takes (self, devices)",
+            "fakeframework.Engine.choose has changed: it takes (self, devices), the bridge "
+            "passes (self, devices, backend)",
         ),
-        (lambda m: delattr(m.Engine, "state"), "fakeframework.Engine.state no longer exists"),
-        (lambda m: delattr(m, "ALIASES"), "fakeframework.ALIASES no longer exists"),
+        (lambda m: delattr(m.Engine, "state"), "fakeframework.Engine.state is not there"),
+        (lambda m: delattr(m, "ALIASES"), "fakeframework.ALIASES is not there"),
         (
             lambda m: delattr(m, "Engine"),
-            "fakeframework.Engine.choose no longer exists (fakeframework has no Engine)",
+            "fakeframework.Engine.choose is not there (fakeframework has no Engine)",
         ),
     ],
     ids=["signature", "property", "module-name", "class"],
 )
-def test_a_changed_internal_is_named_and_nothing_is_adapted(
+def test_a_changed_internal_is_refused_naming_it_and_the_window(
     framework: types.ModuleType, change: object, said: str
 ) -> None:
     change(framework)  # type: ignore[operator]
     adaptation = _adaptation()
-    with pytest.warns(UserWarning) as caught:
-        assert adaptation.check("2.6.0") is False  # in the window: the shape decides
-    (warning,) = caught
-    assert adaptation.refusal is not None
-    assert adaptation.refusal.startswith(
-        f"accelctl.integrations.fake cannot adapt frame 2.6.0: {said}."
-    )
-    assert "tested with frame 2.3 to 2.6: pip install 'frame>=2.3,<2.7'" in adaptation.refusal
-    assert str(warning.message).startswith(adaptation.refusal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned about
+        with pytest.raises(FrameworkVersionError) as refused:
+            adaptation.check("2.6.0")  # in the window: the shape decides
+    message = str(refused.value)
+    assert message.startswith(f"accelctl.integrations.fake cannot run on frame 2.6.0: {said}")
+    assert "tested with frame 2.3 to 2.6: pip install 'frame>=2.3,<2.7'" in message
+    assert "'accelctl[fake]'" in message
+    assert "no longer" not in message
+    assert adaptation.refusal == message
+    assert isinstance(refused.value, ImportError)  # raised where the bridge is imported
 
 
 def test_an_internal_of_a_module_that_cannot_be_imported_is_named() -> None:
     problem = Internal("no_such_framework.state:Thing", "run").problem()
-    assert problem is not None and problem.startswith("cannot be imported (no_such_framework")
+    assert problem == "is not there (no module no_such_framework)"
+
+
+# -- every name a bridge uses (accelctl/integrations/_uses.py) --------------------------------
+
+
+#: A framework as a real module with a source file: instance attributes are read from it.
+SOURCED = """
+import functools
+
+ALIASES = ("a",)
+
+
+class Engine:
+    def __init__(self):
+        self.size = 1
+
+    def choose(self, devices: int, backend: str = "") -> None: ...
+
+    @functools.cached_property
+    def devices(self) -> int:
+        return 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("use", "said"),
+    [
+        ("sourcedframework:Engine", None),
+        ("sourcedframework:Engine.choose(self, _, backend)", None),
+        ("sourcedframework:Engine.choose(self, _, _)", None),
+        ("sourcedframework:Engine.devices", None),
+        ("sourcedframework:Engine.devices.real", None),  # a value's attribute: not known here
+        ("sourcedframework:Engine.size", None),  # set on each instance by the class's code
+        ("sourcedframework:ALIASES", None),
+        ("sourcedframework:Engine()", None),
+        ("sourcedframework:Engine.gone", "sourcedframework.Engine.gone is not there"),
+        ("sourcedframework:Gone.choose", "sourcedframework.Gone.choose is not there"),
+        ("no_such_framework:Thing", "no_such_framework.Thing is not there (no module "),
+        (
+            "sourcedframework:Engine.choose(self, _, _, _)",
+            "sourcedframework.Engine.choose has changed: it takes (self, devices: int, "
+            "backend: str = '') -> None, and the bridge passes (self, _, _, _)",
+        ),
+        (
+            "sourcedframework:Engine.choose(self, _, device)",
+            "sourcedframework.Engine.choose has changed",
+        ),
+        ("sourcedframework:Engine(_)", "sourcedframework.Engine has changed: it takes ()"),
+    ],
+)
+def test_each_name_a_bridge_uses_is_checked_as_the_bridge_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use: str, said: str | None
+) -> None:
+    (tmp_path / "sourcedframework.py").write_text(SOURCED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "sourcedframework", raising=False)
+    problem = use_problem(use)
+    if said is None:
+        assert problem is None
+    else:
+        assert problem is not None and problem.startswith(said), problem
+
+
+def _release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, source: str) -> None:
+    """A real distribution ``frame`` of ``version`` on the path: its metadata (a dist-info
+    folder) and its module, whose code is ``source``."""
+    info = tmp_path / f"frame-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: frame\nVersion: {version}\n")
+    (tmp_path / "frame.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "frame", raising=False)
+
+
+#: A release of ``frame`` whose ``Engine.run`` is there as the bridge below uses it.
+FRAME = "class Engine:\n    def run(self, devices):\n        pass\n"
+
+
+def _frame_adaptation() -> Adaptation:
+    return Adaptation("fake", WINDOW, (Internal("frame:Engine", "run", ("self", "devices")),))
+
+
+def test_a_release_older_than_the_window_with_all_there_is_adapted_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Never refused by its number alone: the shape checks decide, as above the window.
+    _release(tmp_path, monkeypatch, "2.2.5", FRAME)
+    adaptation = _frame_adaptation()
+    with pytest.warns(UserWarning) as caught:
+        adaptation.require()
+    (warning,) = caught
+    message = str(warning.message)
+    assert "tested with frame 2.3 to 2.6, not 2.2.5" in message
+    assert "the 1 names it uses of frame are there as it expects, so it adapts them" in message
+    assert adaptation.refusal == ""
+
+
+def test_a_release_older_than_the_window_lacking_a_name_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _release(tmp_path, monkeypatch, "2.2.5", "class Engine:\n    pass\n")
+    adaptation = _frame_adaptation()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned about
+        with pytest.raises(FrameworkVersionError) as refused:
+            adaptation.require()
+    assert str(refused.value) == (
+        "accelctl.integrations.fake cannot run on frame 2.2.5: frame.Engine.run is not there. "
+        "The bridge is tested with frame 2.3 to 2.6: pip install 'frame>=2.3,<2.7' installs a "
+        "tested release (pip install 'accelctl[fake]' the newest)"
+    )
+
+
+def test_a_release_that_fails_to_import_is_refused_with_what_its_import_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As an old release beside a torch or numpy it predates: its own import raises.
+    _release(tmp_path, monkeypatch, "1.8.0", 'raise ValueError("needs numpy<2\\n(and more)")\n')
+    adaptation = _frame_adaptation()
+    with pytest.raises(FrameworkVersionError) as refused:
+        adaptation.require()
+    message = str(refused.value)
+    assert message == (
+        "accelctl.integrations.fake cannot run on frame 1.8.0: importing it raised ValueError: "
+        "needs numpy<2. The bridge is tested with frame 2.3 to 2.6: pip install "
+        "'frame>=2.3,<2.7' installs a tested release (pip install 'accelctl[fake]' the newest)"
+    )
+    assert "\n" not in message  # one line
+    assert isinstance(refused.value.__cause__, ValueError)
+    # The bridge's import tried again in the same process: refused again, never let through.
+    with pytest.raises(FrameworkVersionError, match="importing it raised ValueError"):
+        adaptation.require()
+
+
+def test_an_internal_whose_module_raises_on_import_is_refused_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray 2.3.0 on Python 3.11: ray imports, ray.train raises ValueError (a dataclass default).
+    package = tmp_path / "brokenframework"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text('raise ValueError("mutable default")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("brokenframework", "brokenframework.train"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    said = "cannot be imported (brokenframework.train raised ValueError: mutable default)"
+    assert Internal("brokenframework.train:Backend", "start").problem() == said
+    assert use_problem("brokenframework.train:Backend") == f"brokenframework.train.Backend {said}"
+
+
+def test_a_refused_release_is_refused_again_when_the_bridge_is_imported_again(
+    framework: types.ModuleType,
+) -> None:
+    delattr(framework.Engine, "state")  # type: ignore[attr-defined]
+    adaptation = _adaptation()
+    framework.__version__ = "2.6.0"  # type: ignore[attr-defined]
+    adaptation.window = Window("fakeframework", WINDOW.oldest, WINDOW.newest)
+    for _ in range(2):
+        with pytest.raises(FrameworkVersionError, match=r"Engine\.state is not there"):
+            adaptation.require()
+
+
+def test_a_framework_that_is_not_installed_is_left_to_the_bridges_import() -> None:
+    adaptation = Adaptation("fake", Window("no-such-framework", (1, 0), (1, 1)), ())
+    adaptation.require()  # the bridge's own import then says which extra installs it
+    assert adaptation.refusal is None

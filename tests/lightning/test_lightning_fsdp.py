@@ -20,7 +20,6 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
 import accelctl
-from accelctl.integrations import _lightning_connector
 from accelctl.integrations.lightning import LightningAccelerator
 
 HERE = Path(__file__).parents[1] / "integrations"  # the helper modules and run scripts
@@ -139,22 +138,6 @@ def test_fsdp1_is_refused_with_the_sharded_path_that_runs(make: Any, strategy: s
 def test_lightnings_own_accelerators_keep_lightnings_fsdp_refusal() -> None:
     with pytest.raises(ValueError, match="requires a GPU accelerator"):
         lightning.Trainer(accelerator="cpu", devices=2, strategy="fsdp")
-
-
-def test_model_parallel_on_an_unadapted_lightning_is_refused_before_sharding(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    trainer = _sharded(lightning.Trainer, LightningAccelerator("cpu"))
-    # As where an internal changed: not installed, and the reason recorded.
-    refusal = "accelctl.integrations.lightning cannot adapt lightning 9.0: X no longer exists"
-    monkeypatch.setattr(_lightning_connector, "_installed", False)
-    monkeypatch.setattr(_lightning_connector.ADAPTATION, "refusal", refusal)
-    with pytest.raises(lightning.fabric.utilities.exceptions.MisconfigurationException) as refused:
-        trainer.accelerator.setup(trainer)
-    assert "ModelParallelStrategy on accelctl accelerator 'cpu' needs the bridge's adaptation" in (
-        str(refused.value)
-    )
-    assert refusal in str(refused.value)
 
 
 # -- 2 CPU processes

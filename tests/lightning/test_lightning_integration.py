@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anotherrelease import META_ACCELERATOR, run_scenario
+from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
 
 lightning = pytest.importorskip("lightning")
 
@@ -284,31 +284,37 @@ def _another_lightning(change: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_a_newer_lightning_with_the_same_internals_is_adapted_with_one_warning() -> None:
-    result = _another_lightning('lightning.__version__ = "2.99.0"')
+@pytest.mark.parametrize("version", ["2.99.0", "2.2.0"], ids=["newer", "older"])
+def test_a_lightning_outside_the_window_with_the_same_internals_is_adapted_with_one_warning(
+    version: str,
+) -> None:
+    # Older as newer: never refused by its number alone (the shape checks decide).
+    result = _another_lightning(f'lightning.__version__ = "{version}"')
     assert (result["adapted"], result["wrapped"], result["root"]) == (True, True, "meta:0")
     assert result["refused"] is None
     (warning,) = result["warnings"]
-    assert "tested with lightning 2.3 to 2.6, not 2.99.0" in warning
+    assert f"tested with lightning 2.3 to 2.6, not {version}" in warning
 
 
 @pytest.mark.slow
-def test_a_changed_internal_is_named_and_a_run_elsewhere_is_refused() -> None:
+def test_a_changed_internal_is_refused_when_the_bridge_is_imported() -> None:
     # What a release that renamed a private name the bridge imports looks like (Lightning's own
     # connectors bound it when they were imported, and run as before).
-    result = _another_lightning(
-        "import lightning.fabric.strategies.fsdp as fsdp; del fsdp._FSDP_ALIASES"
+    result = refused_import(
+        "lightning",
+        "from lightning.pytorch.trainer.connectors.accelerator_connector import "
+        "_AcceleratorConnector",
+        "import lightning.fabric.strategies.fsdp as fsdp; del fsdp._FSDP_ALIASES",
+        probe="hasattr(_AcceleratorConnector._choose_strategy, '__accelctl_adapted__')",
     )
-    assert (result["adapted"], result["wrapped"], result["root"]) == (False, False, "cpu")
-    changed = (
-        f"accelctl.integrations.lightning cannot adapt lightning {lightning.__version__}: "
-        "lightning.fabric.strategies.fsdp._FSDP_ALIASES no longer exists"
+    assert result["refused"] == (
+        f"accelctl.integrations.lightning cannot run on lightning {lightning.__version__}: "
+        "lightning.fabric.strategies.fsdp._FSDP_ALIASES is not there. The bridge is tested with "
+        "lightning 2.3 to 2.6: pip install 'lightning>=2.3,<2.7' installs a tested release (pip "
+        "install 'accelctl[lightning]' the newest)"
     )
-    (warning,) = result["warnings"]
-    assert warning.startswith(changed)
-    # Never a silent run on the CPU: Lightning's choice, refused before training.
-    assert changed in result["refused"]
-    assert "SingleDeviceStrategy(device='meta:0')" in result["refused"]
+    assert str(result["raised_in"]).endswith("_versions.py")
+    assert (result["probe"], result["warnings"]) == (False, [])
 
 
 def test_a_bad_devices_spec_reaches_the_user_as_the_plugins_error() -> None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelctl._selection import known_name
 
+from ._uses import USES
 from ._versions import ACCELERATE, Adaptation, Internal
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ ADAPTATION = Adaptation(
         ),
         Internal("accelerate.state:PartialState", "set_device", ("self",)),
     ),
+    USES["accelerate"],
 )
 
 #: Device types whose random state Accelerate's ``save_state`` saves itself
@@ -116,14 +118,13 @@ def building(pending: Pending) -> Iterator[None]:
 
 def install() -> bool:
     """Wrap ``PartialState._prepare_backend`` and ``set_device``. Idempotent. Returns whether the
-    adaptation is active: not where one of the two changed (:data:`ADAPTATION` warns, naming
-    it); a release outside the tested window that has both is adapted, with a warning."""
+    adaptation is active: always, once :data:`ADAPTATION` let the bridge be imported (a release
+    where one of the two changed is refused there, with :class:`accelctl.FrameworkVersionError`);
+    a release outside the tested window that has both is adapted, with a warning."""
     global _installed
     if _installed is not None:
         return _installed
-    if not ADAPTATION.check(accelerate_version(), stacklevel=4):
-        _installed = False
-        return False
+    ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType
 

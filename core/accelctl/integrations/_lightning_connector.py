@@ -67,54 +67,50 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from accelctl import PrecisionError, ProcessSetupError
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
+from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
-from ._versions import LIGHTNING, Adaptation, Internal
 
-_TRAINER_CONNECTOR = (
-    "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
-)
-_FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
-_CONNECTOR_METHODS = (
-    "_choose_strategy",
-    "_check_strategy_and_fallback",
-    "_init_strategy",
-    "_check_and_init_precision",
-)
-_REDUCE = ("self", "tensor", "group", "reduce_op")
+#: Every method :func:`install` wraps and every name of Lightning the bridge uses (checked when
+#: the bridge is imported, before torch and Lightning are).
+ADAPTATION = _ADAPTATION
 
-#: Every method :func:`install` wraps, with the parameters its wrapper passes on, the one private
-#: name it imports, and the releases tested.
-ADAPTATION = Adaptation(
-    "lightning",
-    LIGHTNING,
-    (
-        *(Internal(_TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        *(Internal(_FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        Internal("lightning.pytorch.strategies:DDPStrategy", "_setup_model", ("self", "model")),
-        Internal("lightning.fabric.strategies:DDPStrategy", "setup_module", ("self", "module")),
-        Internal("lightning.pytorch.strategies:DDPStrategy", "reduce", _REDUCE),
-        Internal("lightning.fabric.strategies:DDPStrategy", "all_reduce", _REDUCE),
-        Internal("lightning.pytorch.strategies:ModelParallelStrategy", "reduce", _REDUCE),
-        Internal("lightning.fabric.strategies:ModelParallelStrategy", "all_reduce", _REDUCE),
-        Internal(
-            "lightning.pytorch.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
-        ),
-        Internal(
-            "lightning.fabric.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
-        ),
-        Internal("lightning.fabric:Fabric", "setup", ("self",)),
-        Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
-        Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),
-    ),
-)
+# What the wrappers below are handed, untyped to mypy (Lightning's own types are narrower than
+# what the wrappers do with them): declared here as the framework's classes, so that the names
+# the bridge uses of them are checked with the rest (tests/bridgeuses.py reads these).
+_Connector = Annotated[
+    Any,
+    "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector",
+    "lightning.fabric.connector:_Connector",
+]
+_DDP = Annotated[
+    Any, "lightning.pytorch.strategies:DDPStrategy", "lightning.fabric.strategies:DDPStrategy"
+]
+_Sharded = Annotated[
+    Any,
+    "lightning.pytorch.strategies:ModelParallelStrategy",
+    "lightning.fabric.strategies:ModelParallelStrategy",
+]
+_Reducing = Annotated[
+    Any,
+    "lightning.pytorch.strategies:DDPStrategy",
+    "lightning.fabric.strategies:DDPStrategy",
+    "lightning.pytorch.strategies:ModelParallelStrategy",
+    "lightning.fabric.strategies:ModelParallelStrategy",
+]
+_MixedPrecision = Annotated[
+    Any,
+    "lightning.pytorch.plugins.precision:MixedPrecision",
+    "lightning.fabric.plugins.precision:MixedPrecision",
+]
+_Fabric = Annotated[Any, "lightning.fabric:Fabric"]
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
@@ -150,9 +146,7 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     global _installed
     if _installed is not None:
         return _installed
-    if not ADAPTATION.check(lightning_version(), stacklevel=4):
-        _installed = False
-        return False
+    ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from lightning.fabric import connector as fabric_connector
     from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
     from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDP
@@ -240,22 +234,22 @@ def _wrap(
         return
     interactive = sys.modules[connector.__module__]
 
-    def _choose_strategy(self: Any) -> Any:
+    def _choose_strategy(self: _Connector) -> Any:
         if not is_bridge(self.accelerator):
             return choose(self)
         return _auto_strategy(self, kinds, bool(getattr(interactive, "_IS_INTERACTIVE", False)))
 
-    def _check_strategy_and_fallback(self: Any) -> None:
+    def _check_strategy_and_fallback(self: _Connector) -> None:
         if is_bridge(self.accelerator):
             _refuse_fsdp1(self, kinds)
         check_fallback(self)
 
-    def _init_strategy(self: Any) -> None:
+    def _init_strategy(self: _Connector) -> None:
         init_strategy(self)
         if is_bridge(self.accelerator):
             _check_strategy(self, kinds)
 
-    def _check_and_init_precision(self: Any) -> Any:
+    def _check_and_init_precision(self: _Connector) -> Any:
         if not is_bridge(self.accelerator):
             return init_precision(self)
         with warnings.catch_warnings():
@@ -286,7 +280,7 @@ def _is(obj: object, kind: Any) -> bool:
     return isinstance(obj, kind)
 
 
-def _auto_strategy(connector: Any, kinds: _Kinds, interactive: bool) -> Any:
+def _auto_strategy(connector: _Connector, kinds: _Kinds, interactive: bool) -> Any:
     """Lightning's rule for ``strategy="auto"`` with the plugin's own device for one device
     (Lightning gives unknown accelerators ``"cpu"``), and without Lightning's refusal of the name
     ``"hpu"``, which is aimed at Lightning's own, removed HPU accelerator."""
@@ -298,7 +292,7 @@ def _auto_strategy(connector: Any, kinds: _Kinds, interactive: bool) -> Any:
     return "ddp_fork" if interactive else "ddp"
 
 
-def _check_strategy(connector: Any, kinds: _Kinds) -> None:
+def _check_strategy(connector: _Connector, kinds: _Kinds) -> None:
     """A strategy that starts ``torch.distributed`` is refused for a plugin without a backend
     (torch has none for its devices: every rank would die in ``init_process_group``); a DDP
     strategy with no backend named takes the plugin's."""
@@ -347,7 +341,7 @@ def _check_strategy(connector: Any, kinds: _Kinds) -> None:
         )
 
 
-def _refuse_fsdp1(connector: Any, kinds: _Kinds) -> None:
+def _refuse_fsdp1(connector: _Connector, kinds: _Kinds) -> None:
     """``strategy="fsdp"`` (``FSDPStrategy``, FSDP1) on an accelctl accelerator: Lightning's
     refusal names CUDA accelerators only; this one names the sharded path that does run."""
     flag = connector._strategy_flag
@@ -368,7 +362,7 @@ def _refuse_fsdp1(connector: Any, kinds: _Kinds) -> None:
     )
 
 
-def _precision(accelerator: Any, precision: Any, given: Any, kinds: _Kinds) -> Any:
+def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: _Kinds) -> Any:
     """Mixed precision autocasts on the plugin's device type (Lightning picks ``"cuda"`` for
     every accelerator it does not know); a device type torch has no autocast for is refused."""
     if not _is(precision, kinds.mixed):
@@ -405,7 +399,7 @@ def _wrap_ddp_setup(strategy: type, setup: str, is_bridge: Callable[[object], bo
     if getattr(original_setup, _MARK, False):
         return
 
-    def setup_module(self: Any, module: torch.nn.Module) -> Any:
+    def setup_module(self: _DDP, module: torch.nn.Module) -> Any:
         device = self.root_device
         if not is_bridge(self.accelerator) or device.type == "cuda":
             return original_setup(self, module)
@@ -427,7 +421,7 @@ def _wrap_setup_distributed(strategy: type, is_bridge: Callable[[object], bool])
     if getattr(original, _MARK, False):
         return
 
-    def setup_distributed(self: Any) -> None:
+    def setup_distributed(self: _Sharded) -> None:
         original(self)
         if is_bridge(self.accelerator):
             unbind_unless_splitting(self.root_device)
@@ -464,7 +458,7 @@ def _wrap_reduce(strategy: type, reduce: str, is_bridge: Callable[[object], bool
         return
 
     def reduce_mean_as_sum(
-        self: Any, tensor: Any, group: Any = None, reduce_op: Any = "mean"
+        self: _Reducing, tensor: Any, group: Any = None, reduce_op: Any = "mean"
     ) -> Any:
         if not (
             is_bridge(self.accelerator)
@@ -507,7 +501,7 @@ def _wrap_fabric_setup(
     if getattr(original, _MARK, False):
         return
 
-    def setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def setup(self: _Fabric, *args: Any, **kwargs: Any) -> Any:
         strategy = self._strategy
         if not is_bridge(strategy.accelerator):
             return original(self, *args, **kwargs)

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from accelctl._kernels.translate import raise_missing_kernel
 
 from ._parameters import keeping_parameters
+from ._uses import USES
 from ._versions import TRANSFORMERS, Adaptation, Internal
 
 #: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
@@ -53,10 +54,15 @@ ADAPTATION = Adaptation(
         Internal("transformers:Trainer", "_move_model_to_device", ("self", "model", "device")),
         Internal("transformers:Trainer", "train", ("self",)),
     ),
+    USES["transformers"],
 )
 
 #: Attribute set on the wrapped method, so that installing twice wraps once.
 _MARK = "__accelctl_adapted__"
+
+#: transformers' Trainer, as the wrappers read it (untyped to mypy); declared so that the names
+#: the bridge uses of it are checked with the rest (tests/bridgeuses.py).
+_Trainer = Annotated[Any, "transformers:Trainer"]
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
@@ -82,15 +88,13 @@ def install() -> bool:
     global _installed
     if _installed is not None:
         return _installed
-    if not ADAPTATION.check(transformers_version(), stacklevel=4):
-        _installed = False
-        return False
+    ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from transformers import Trainer
 
     move = Trainer._move_model_to_device
     if not getattr(move, _MARK, False):
 
-        def _move_model_to_device(self: Any, model: Any, device: Any) -> None:
+        def _move_model_to_device(self: _Trainer, model: Any, device: Any) -> None:
             if getattr(self.args, "accelctl_accelerator", None) is None:
                 move(self, model, device)
                 return
@@ -102,7 +106,7 @@ def install() -> bool:
     if not getattr(train, _MARK, False):
 
         @functools.wraps(train)
-        def _train(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def _train(self: _Trainer, *args: Any, **kwargs: Any) -> Any:
             try:
                 return train(self, *args, **kwargs)
             except Exception as exc:  # asked only once an error stopped the training

@@ -1,4 +1,4 @@
-"""Which framework releases a bridge supports, and whether the internals it adapts are there.
+"""Which framework releases a bridge supports, and whether what it uses of them is there.
 
 One rule for every bridge (Lightning's connectors, Accelerate's state, transformers' device
 choice, Ray Train's torch backend):
@@ -6,16 +6,23 @@ choice, Ray Train's torch backend):
 - each bridge is **tested** with a :class:`Window` of releases, every minor from ``oldest`` to
   ``newest`` (the extra of ``pyproject.toml`` names ``oldest`` as its lower bound, with no upper
   bound, and the test command runs each bridge's tests on both ends);
-- what the bridge relies on is the **shape** of the internals it replaces or calls
-  (:class:`Internal`: there, and taking the parameters it passes), never the version number.
-  :meth:`Adaptation.check` looks at them once, when the bridge is imported:
+- what the bridge relies on is the **shape** of its framework: every module, name, attribute and
+  signature its code uses (:data:`accelctl.integrations._uses.USES`, derived from the code and
+  kept so by a test), and the internals it replaces, with the parameters its wrappers pass on
+  (:class:`Internal`). :meth:`Adaptation.require` looks at them once, when the bridge is
+  imported, before anything else of the framework is, whatever the release's version number
+  (a release is refused for what it lacks, never for its number alone):
 
   - all there, in the window: the bridge adapts them, silently;
-  - all there, outside the window: it adapts them, with one warning naming the untested release;
-  - one missing or changed: nothing is adapted, a warning names the internal, and the bridge's
-    own checks of the effect (the device the framework chose, its process group) refuse a run
-    that would go elsewhere than the plugin says, with that internal named
-    (:attr:`Adaptation.refusal`), never a silent run on the CPU.
+  - all there, older or newer than the window: it adapts them, with one warning naming the
+    untested release;
+  - one missing or changed: refused, naming it ("is not there", "has changed"), the window and
+    the install line: :class:`accelctl.FrameworkVersionError`, never an error from inside the
+    bridge later on;
+  - the framework fails to import at all (an old release beside a torch or numpy it predates):
+    refused with what its import raised, the window and the install line.
+
+docs/design/bridge-uses.md says why the list is derived from the code and checked at import.
 """
 
 from __future__ import annotations
@@ -23,8 +30,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
+from types import ModuleType
+from typing import Any, NoReturn
+
+from accelctl._errors import FrameworkVersionError
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,8 @@ ACCELERATE = Window("accelerate", (1, 13), (1, 16))
 TRANSFORMERS = Window("transformers", (5, 21), (5, 25))
 RAY = Window("ray", (2, 57), (2, 60))
 WINDOWS = (LIGHTNING, ACCELERATE, TRANSFORMERS, RAY)
+#: The window of each framework, by the top-level module a use starts from.
+BY_MODULE = {window.framework: window for window in WINDOWS}
 
 
 @dataclass(frozen=True)
@@ -83,16 +99,20 @@ class Internal:
         module_name, _, class_name = self.owner.partition(":")
         try:
             owner: object = importlib.import_module(module_name)
-        except ImportError as exc:
-            return f"cannot be imported ({module_name}: {exc})"
+        except ModuleNotFoundError as exc:
+            if _names_module(exc, module_name):
+                return f"is not there (no module {exc.name})"
+            return f"cannot be imported ({module_name} raised {_raised(exc)})"
+        except Exception as exc:  # an old release that cannot import beside this torch
+            return f"cannot be imported ({module_name} raised {_raised(exc)})"
         if class_name:
             owner = getattr(owner, class_name, None)
             if owner is None:
-                return f"no longer exists ({module_name} has no {class_name})"
+                return f"is not there ({module_name} has no {class_name})"
         # The class's own attribute (a property or cached_property as itself, not its value).
         found = inspect.getattr_static(owner, self.name, None)
         if found is None:
-            return "no longer exists"
+            return "is not there"
         if self.parameters is None:
             return None
         function = getattr(found, "func", None) or getattr(found, "fget", None) or found
@@ -101,52 +121,242 @@ class Internal:
         try:
             taken = tuple(inspect.signature(function).parameters)
         except (TypeError, ValueError):
-            return "is no longer a Python function"
+            return "has changed: it is not a Python function"
         if taken[: len(self.parameters)] != self.parameters:
-            return f"no longer takes ({', '.join(self.parameters)}): it takes ({', '.join(taken)})"
+            return (
+                f"has changed: it takes ({', '.join(taken)}), the bridge passes "
+                f"({', '.join(self.parameters)})"
+            )
         return None
 
 
 @dataclass
 class Adaptation:
-    """What one bridge adapts in its framework: the window it is tested with and the internals
-    it replaces or calls. :meth:`check` once; then :attr:`refusal` says why nothing was adapted."""
+    """What one bridge uses of its framework: the window it is tested with, the internals it
+    replaces or calls (with the parameters its wrappers pass), and every name its code uses
+    (``uses``, as :data:`accelctl.integrations._uses.USES` lists them). :meth:`require` once,
+    when the bridge is imported; then :attr:`refusal` is ``""``."""
 
     bridge: str
     window: Window
     internals: tuple[Internal, ...]
-    #: None until :meth:`check`; then the reason nothing was adapted, or "" when adapted.
+    uses: tuple[str, ...] = field(default=())
+    #: None until checked; then "" (adapted). A release that cannot be adapted is refused with
+    #: :class:`~accelctl.FrameworkVersionError` instead.
     refusal: str | None = None
 
+    def require(self, *, stacklevel: int = 3) -> None:
+        """Refuse the installed release where the bridge cannot run on it, before the bridge
+        imports anything else of the framework: it fails to import, or a name the bridge uses is
+        not there or changed. A release outside the window (older or newer) with all there is
+        adapted, with one warning. Nothing is done where the framework is not installed: the
+        bridge's own import of it says which extra installs it.
+
+        :raises accelctl.FrameworkVersionError: naming the window and the install line.
+        """
+        if self.refusal:  # refused before in this process: the bridge's import is tried again
+            raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
+        if self.refusal is not None:
+            return
+        version = installed_version(self.window.framework)
+        if version is None:
+            return
+        try:
+            importlib.import_module(self.window.framework)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] == self.window.framework:
+                return  # metadata without the module: the bridge's import says what installs it
+            self._refuse_import(version, exc)
+        except Exception as exc:  # e.g. an old release beside a torch or numpy it predates
+            self._refuse_import(version, exc)
+        self.check(version, stacklevel=stacklevel + 1)
+
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
-        """Whether the bridge may adapt ``version`` (its internals are all there); warns once for
-        a release outside the window, and once for an internal that changed."""
-        problems = [(i, p) for i in self.internals if (p := i.problem()) is not None]
+        """Whether the bridge may adapt ``version``: True when every name it uses and every
+        internal it adapts is there as it expects (with one warning for a release outside the
+        window); else refused.
+
+        :raises accelctl.FrameworkVersionError: naming the first problem and the window.
+        """
+        problems = [f"{i.path} {p}" for i in self.internals if (p := i.problem()) is not None]
+        problems += [p for use in self.uses if (p := use_problem(use)) is not None]
+        problems = list(dict.fromkeys(problems))  # a name and a call of it: said once
         if problems:
-            internal, problem = problems[0]
+            first = problems[0]
+            framework = first.split(".", 1)[0].split(" ", 1)[0]
+            own = framework == self.window.framework
+            window = self.window if own else BY_MODULE.get(framework, self.window)
+            seen = installed_version(window.framework) or version
+            more = ""
+            if problems[1:]:
+                listed = "; ".join(problems[1:4]) + ("; ..." if problems[4:] else "")
+                more = f" (and {len(problems) - 1} more: {listed})"
             self.refusal = (
-                f"accelctl.integrations.{self.bridge} cannot adapt {self.window.framework} "
-                f"{version}: {internal.path} {problem}. The bridge is tested with "
-                f"{self.window.text()}: pip install '{self.window.pinned()}'"
+                f"accelctl.integrations.{self.bridge} cannot run on {window.framework} {seen}: "
+                f"{first}{more}. The bridge is tested with {window.text()}: "
+                f"{self._install(window)}"
             )
-            warnings.warn(
-                f"{self.refusal}; until then {self.window.framework}'s own choices apply, and a "
-                "run they would place elsewhere than the accelctl plugin says is refused",
-                UserWarning,
-                stacklevel=stacklevel,
-            )
-            return False
+            raise FrameworkVersionError(self.refusal, name=f"accelctl.integrations.{self.bridge}")
         self.refusal = ""
         if not self.window.covers(version):
             warnings.warn(
                 f"accelctl.integrations.{self.bridge} is tested with {self.window.text()}, not "
-                f"{version}; the {len(self.internals)} internals it adapts are there as it "
-                f"expects, so it adapts them. If a run misbehaves, install a tested release "
-                f"(pip install '{self.window.pinned()}') and tell accelctl",
+                f"{version}; the {len(self.internals) + len(self.uses)} names it uses of "
+                f"{self.window.framework} are there as it expects, so it adapts them. If a run "
+                f"misbehaves, install a tested release (pip install '{self.window.pinned()}') and "
+                "tell accelctl",
                 UserWarning,
                 stacklevel=stacklevel,
             )
         return True
+
+    def _refuse_import(self, version: str, exc: BaseException) -> NoReturn:
+        """Refuse a release that fails to import at all, with what its import raised (its
+        first line: a refusal is one line), the window and the install line."""
+        self.refusal = (
+            f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
+            f"{version}: importing it raised {_raised(exc)}. The bridge is tested with "
+            f"{self.window.text()}: {self._install()}"
+        )
+        raise FrameworkVersionError(
+            self.refusal, name=f"accelctl.integrations.{self.bridge}"
+        ) from exc
+
+    def _install(self, window: Window | None = None) -> str:
+        window = window or self.window
+        return (
+            f"pip install '{window.pinned()}' installs a tested release (pip install "
+            f"'accelctl[{self.bridge}]' the newest)"
+        )
+
+
+def installed_version(framework: str) -> str | None:
+    """The installed release of ``framework``: its module's ``__version__`` where it is imported
+    already, else its distribution's metadata, read without importing it (an old release may not
+    import beside this torch at all); None where it is not installed."""
+    module = sys.modules.get(framework)
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return metadata.version(framework)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _raised(exc: BaseException) -> str:
+    """``"ValueError: mutable default ..."``: an exception's type and the first line of its
+    message (a refusal is one line)."""
+    line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether ``exc`` says ``module_name`` itself (or a package above it) is missing, rather
+    than a module it imports."""
+    missing = exc.name or ""
+    return bool(missing) and (module_name == missing or module_name.startswith(f"{missing}."))
+
+
+_MISSING = object()
+#: ``self.name = ...`` (or ``self.name: T = ...``) in a module's source.
+_OWN_SOURCE = re.compile(r"\bself\.(\w+)\s*(?::[^=\n]*)?=(?!=)")
+
+
+def use_problem(use: str) -> str | None:
+    """None when ``use`` (``"module:Class.attribute"``, with ``(self, _, keyword)`` after a
+    call: :mod:`accelctl.integrations._uses`) is there on the installed release as the bridge
+    uses it; else what is not, in words ("... is not there", "... has changed: ...")."""
+    target, _, call = use.partition("(")
+    module_name, _, attributes = target.partition(":")
+    dotted = target.replace(":", ".")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if _names_module(exc, module_name):
+            return f"{dotted} is not there (no module {exc.name})"
+        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
+    except Exception as exc:  # an old release that cannot import beside this torch
+        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
+    raw: Any = found
+    for name in attributes.split(".") if attributes else ():
+        if isinstance(found, ModuleType):
+            raw = getattr(found, name, _MISSING)
+            if raw is _MISSING:  # ``from package import submodule``
+                try:
+                    raw = importlib.import_module(f"{found.__name__}.{name}")
+                except ImportError:
+                    return f"{dotted} is not there"
+        elif isinstance(found, type):
+            raw = inspect.getattr_static(found, name, _MISSING)
+            if raw is _MISSING:
+                if _instance_attribute(found, name):
+                    return None  # set on each instance: what it holds is not known here
+                return f"{dotted} is not there"
+        else:
+            return None  # a value's attribute: its type is not known here
+        found = raw if isinstance(raw, (ModuleType, type)) else _MISSING
+    if not call:
+        return None
+    return _signature_problem(dotted, raw, call.rstrip(")"))
+
+
+def _signature_problem(dotted: str, raw: Any, call: str) -> str | None:
+    passed = [part.strip() for part in call.split(",") if part.strip()]
+    function = raw
+    if isinstance(raw, staticmethod):
+        function = raw.__func__
+        passed = passed[1:] if passed[:1] == ["self"] else passed
+    elif isinstance(raw, classmethod):
+        function = raw.__func__
+        passed = passed if passed[:1] == ["self"] else ["self", *passed]
+    elif isinstance(raw, type):
+        passed = passed[1:] if passed[:1] == ["self"] else passed
+    elif not callable(raw):
+        return None
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without one: nothing to compare
+        return None
+    positional = [None for part in passed if part in ("self", "_")]
+    keywords = {part: None for part in passed if part not in ("self", "_", "...")}
+    try:
+        signature.bind(*positional, **keywords)
+    except TypeError:
+        shown = ", ".join(passed)
+        return f"{dotted} has changed: it takes {signature}, and the bridge passes ({shown})"
+    return None
+
+
+def _instance_attribute(cls: type, name: str) -> bool:
+    """Whether instances of ``cls`` get ``name`` (a dataclass field, an annotation, a slot, or
+    ``self.name = ...`` in the source of a module of its classes)."""
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        if name in getattr(klass, "__dataclass_fields__", {}) or name in vars(klass).get(
+            "__annotations__", {}
+        ):
+            return True
+        if name in (getattr(klass, "__slots__", ()) or ()):
+            return True
+        if name in _assigned_in(klass.__module__):
+            return True
+    return False
+
+
+@cache
+def _assigned_in(module_name: str) -> frozenset[str]:
+    """The attributes the module's code sets on ``self``."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return frozenset()
+    try:
+        with open(path, encoding="utf-8") as source:
+            return frozenset(_OWN_SOURCE.findall(source.read()))
+    except OSError:
+        return frozenset()
 
 
 def _minor(version: str) -> tuple[int, int] | None:

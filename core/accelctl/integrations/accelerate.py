@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Annotated, Any
+
+from . import _accelerate_state
 
 try:
+    # Before anything of Accelerate: a release the bridge cannot run on is refused here.
+    _accelerate_state.ADAPTATION.require()
     import accelerate
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Accelerate
     from ._missing import framework_missing
@@ -48,7 +52,6 @@ from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import raise_missing_kernel
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
-from . import _accelerate_state
 from ._kernel_errors import translate_forward
 from ._parameters import keeping_parameters, move_before_sharding
 from ._sharding import refuse_fsdp_gaps
@@ -57,6 +60,9 @@ __all__ = ["ADAPTATION", "ADAPTED", "Accelerator"]
 
 #: torchrun's variables that mark a process it started (all three set).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+#: Accelerate's state, as the bridge reads it (untyped: Accelerate ships no types); declared so
+#: that the names the bridge uses of it are checked with the rest (tests/bridgeuses.py).
+_State = Annotated[Any, "accelerate.state:AcceleratorState"]
 
 
 class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate ships no types
@@ -84,8 +90,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         number of processes than there are devices, several processes over a backend torch
         cannot carry the device's tensors over (``InitProcessGroupKwargs(backend=...)``'s, else
         the plugin's), or an Accelerate state that does not match
-        the plugin (made earlier by something else, or an Accelerate version the bridge does not
-        adapt).
+        the plugin (made earlier by something else). An Accelerate release the bridge cannot
+        run on is refused before, when the bridge is imported
+        (:class:`accelctl.FrameworkVersionError`).
     """
 
     def __init__(self, accelerator: Any = "auto", *, devices: Any = "auto", **kwargs: Any) -> None:
@@ -300,6 +307,7 @@ def check_sharding(
     ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own); refused otherwise,
     as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a device with gaps
     (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here too.
+    (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
 
     :param asked: how the user asked for FSDP, for the messages.
     :param fsdp2: how to ask for FSDP2 instead of FSDP1.
@@ -311,12 +319,6 @@ def check_sharding(
         raise accelctl.ProcessSetupError(
             f"{asked} wraps the model in FSDP1, which the accelctl bridge does not adapt for "
             f"{device.type!r} devices (accelerator {handle.name!r}). Use {fsdp2}"
-        )
-    if not _accelerate_state.is_active():
-        raise accelctl.ProcessSetupError(
-            f"FSDP2 on accelctl accelerator {handle.name!r} needs the bridge's adaptation of "
-            f"Accelerate's state (Accelerate enables FSDP for its own list of device kinds), "
-            f"and {_accelerate_state.ADAPTATION.refusal}; or train with DDP ({without})"
         )
     refuse_fsdp_gaps(handle, device.type, backend, asked, without)
     return True
@@ -388,10 +390,10 @@ def _this_process_device(
 
 
 def _check_state(
-    state: Any, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
+    state: _State, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
 ) -> None:
     """Refuse an Accelerate state that does not run where the plugin says (made before this
-    Accelerator by other code, or by an Accelerate version the bridge leaves alone)."""
+    Accelerator by other code)."""
     same_device = state.device == device or (device.type == "cpu" == state.device.type)
     if same_device and state.num_processes == world and state.process_index == rank:
         return
@@ -400,8 +402,6 @@ def _check_state(
         "or a transformers TrainingArguments made earlier in this process); make this "
         "Accelerator first"
     )
-    if not _accelerate_state.is_active():
-        why = str(_accelerate_state.ADAPTATION.refusal)
     raise accelctl.ProcessSetupError(
         f"accelctl accelerator {handle.name!r} runs process {rank} of {world} on {device}, but "
         f"Accelerate's state is process {state.process_index} of {state.num_processes} on "

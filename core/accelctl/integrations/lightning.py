@@ -34,9 +34,11 @@ import itertools
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 
 try:
+    # Before the bridge uses anything of Lightning: a release it cannot run on is refused here.
+    _ADAPTATION.require()
     from lightning.fabric.accelerators.registry import _AcceleratorRegistry
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
@@ -45,6 +47,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     from ._missing import framework_missing
 
     raise framework_missing("lightning", "Lightning", exc) from exc
+
+import torch
 
 from accelctl import (
     AccelctlError,
@@ -293,23 +297,15 @@ class LightningAccelerator(_LightningAcceleratorBase):
         then what accelctl does about the kernels the device lacks (``ACCELCTL_CPU_FALLBACK=1``:
         they run on the CPU; docs/missing-kernels.md), once per process.
 
-        With the connector adaptation active, ``strategy="auto"`` gives the plugin's own device.
-        On a Lightning version it is not tested with, Lightning's ``strategy="auto"`` places a
-        single device on ``cpu``; for an accelerator whose devices are not CPUs that is refused
-        here, before training, with the strategy to pass instead.
+        With the connector adaptation (always active once the bridge is imported: a Lightning
+        it cannot adapt is refused there), ``strategy="auto"`` gives the plugin's own device; a
+        strategy naming another device is refused here, before training, with the one to pass.
         """
         expected = type(self).device_type()
         if expected is not None and device.type != expected:
-            why = ""
-            if not _lightning_connector.is_active():
-                why = (
-                    f" (Lightning {_lightning_connector.lightning_version()} places one device of "
-                    f"an accelerator it does not know on 'cpu', and "
-                    f"{_lightning_connector.ADAPTATION.refusal})"
-                )
             raise MisconfigurationException(
                 f"accelctl accelerator {self.name()!r} was asked to set up device "
-                f"{str(device)!r}, but its devices are {expected!r} devices{why}. Pass one of its "
+                f"{str(device)!r}, but its devices are {expected!r} devices. Pass one of its "
                 f"devices: Trainer(accelerator=..., strategy=lightning.pytorch.strategies."
                 f"SingleDeviceStrategy(device='{expected}:0')), or leave strategy='auto'"
             )
@@ -323,13 +319,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         its optimizers. The strategy's steps then raise :class:`accelctl.MissingKernelError`
         for a kernel the device lacks (:mod:`accelctl.integrations._lightning_kernels`), and
         ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
-        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory.
-
-        On a Lightning version the connector adaptation is not tested with, a
-        ``ModelParallelStrategy`` is refused here, before the model is sharded: its process
-        group backend and the FSDP2 capability check are that adaptation's."""
-        if not _lightning_connector.is_active():
-            _refuse_unadapted_sharding(known_name(self.accelctl_handle()), trainer.strategy)
+        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
         _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().name)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"
@@ -364,18 +354,6 @@ class LightningAccelerator(_LightningAcceleratorBase):
             cls,
             description=_lightning_registries.description(handle),
             override=True,
-        )
-
-
-def _refuse_unadapted_sharding(name: str, strategy: object) -> None:
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
-    if isinstance(strategy, ModelParallelStrategy):
-        raise MisconfigurationException(
-            f"ModelParallelStrategy on accelctl accelerator {name!r} needs the bridge's "
-            f"adaptation of Lightning (the plugin's process group backend, and the check that "
-            f"its device can run FSDP2), and {_lightning_connector.ADAPTATION.refusal}; or use "
-            "strategy='ddp'"
         )
 
 

@@ -35,10 +35,15 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ._ray_adaptation import ADAPTATION
+
 try:
+    # Before anything of Ray: a release the bridge cannot run on is refused here.
+    ADAPTATION.require()
     import ray
     import ray.train
     import ray.train.torch
+    from ray.train.torch.config import _TorchBackend
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Ray
     from ._missing import framework_missing
 
@@ -57,29 +62,9 @@ from . import _ray_placement
 from ._ray_checkpoints import resume_from
 from ._ray_report import RayReport, run_id
 from ._ray_resources import ray_resources
-from ._versions import RAY, Adaptation, Internal
 
 __all__ = ["ADAPTATION", "TorchConfig", "dataset_loader", "get_device", "prepare_data_loader",
            "prepare_model", "ray_resources"]  # fmt: skip
-
-#: What the bridge extends: Ray Train's private torch backend (its ``on_start``, called with
-#: the parameters below) and the two properties of ``TorchConfig`` that name it and the training
-#: function's context; and the releases tested.
-ADAPTATION = Adaptation(
-    "ray",
-    RAY,
-    (
-        Internal("ray.train.torch.config:_TorchBackend", "on_start",
-                 ("self", "worker_group", "backend_config")),
-        Internal("ray.train.torch:TorchConfig", "backend_cls"),
-        Internal("ray.train.torch:TorchConfig", "train_func_context"),
-    ),
-)  # fmt: skip
-
-if ADAPTATION.check(ray.__version__, stacklevel=2):
-    from ray.train.torch.config import _TorchBackend
-else:  # TorchConfig refuses to be made, naming what changed
-    _TorchBackend = object
 
 
 class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to mypy
@@ -112,8 +97,6 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         :class:`accelctl.Accelerator`.
     :raises ValueError: for an ``init_method`` or ``timeout_s`` Ray would refuse only once the
         workers run.
-    :raises accelctl.ProcessSetupError: where Ray Train's internals that the bridge extends
-        changed (:data:`ADAPTATION` names which).
     """
 
     def __init__(
@@ -126,8 +109,6 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
         report_checkpoints: bool = True,
         **kwargs: Any,
     ) -> None:
-        if ADAPTATION.refusal:
-            raise accelctl.ProcessSetupError(ADAPTATION.refusal)
         # Refused here, in the driver: in a worker they would come after the group started.
         if "backend" in kwargs:
             raise TypeError(_backend_refusal(accelerator, kwargs["backend"]))

@@ -30,9 +30,13 @@ through a ``TrainerCallback``, with any ``TrainingArguments``::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from . import _transformers_state
 
 try:
+    # Before anything of transformers: a release the bridge cannot run on is refused here.
+    _transformers_state.ADAPTATION.require()
     import transformers
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without transformers
     from ._missing import framework_missing
@@ -43,7 +47,7 @@ import accelctl
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._selection import known_name
 
-from . import _accelerate_state, _transformers_state
+from . import _accelerate_state
 from ._parameters import replaces_parameters
 from ._transformers_callback import DeviceStatsCallback, add_device_stats
 from .accelerate import _placement, _refuse_unusable_backend, check_sharding
@@ -52,6 +56,10 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["ADAPTATION", "ADAPTED", "DeviceStatsCallback", "TrainingArguments", "add_device_stats"]
+
+#: Accelerate's state, as the bridge reads it (untyped: Accelerate ships no types); declared so
+#: that the names the bridge uses of it are checked with the rest (tests/bridgeuses.py).
+_PartialState = Annotated[Any, "accelerate.state:PartialState"]
 
 
 @dataclass
@@ -86,8 +94,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         FSDP1 (``fsdp_config`` version 1) elsewhere than on CUDA, or FSDP2 on a device that
         cannot run it (``accelctl.capabilities.fsdp_gaps``, checked in local rank 0); an
         Accelerate state made earlier in the process that does not match, or one replaced
-        after these arguments were made (raised when the ``Trainer`` is made); a transformers
-        version the bridge does not adapt, on a device transformers does not know.
+        after these arguments were made (raised when the ``Trainer`` is made). A transformers
+        release the bridge cannot run on is refused before, when the bridge is imported
+        (:class:`accelctl.FrameworkVersionError`).
     """
 
     accelerator: str = field(
@@ -135,7 +144,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             )
         self.use_cpu = on_cpu  # Accelerate's own CPU set-up for an accelerator of CPUs
         bf16 = self.bf16, self.bf16_full_eval
-        hide = not on_cpu and any(bf16) and _transformers_state.is_active()
+        hide = not on_cpu and any(bf16)
         if hide:
             _check_bf16(handle, device)
             # transformers' own check knows its list of kinds only: ours stands in for it.
@@ -209,11 +218,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         other arguments made since) is refused, not a run elsewhere."""
         place = self._accelctl_placed()
         if not self.__dict__.get("_accelctl_made"):
-            if _transformers_state.is_active():
-                self._accelctl_make_state(place)
-            else:
-                parent = transformers.TrainingArguments.__dict__["_setup_devices"]
-                parent.func(self)  # transformers' own set-up, checked below
+            self._accelctl_make_state(place)
             self.__dict__["_accelctl_made"] = True
             place.check(self.distributed_state, made_here=True)
             # Once per process, after the plugin's setup_device (made or found, the state is
@@ -262,7 +267,7 @@ class _Place:
     rank: int
     world_size: int
 
-    def check(self, state: Any, *, made_here: bool) -> None:
+    def check(self, state: _PartialState, *, made_here: bool) -> None:
         """Refuse an Accelerate state that does not run where the plugin says."""
         if state is not None and state.initialized:
             same_device = state.device == self.device or (
@@ -287,14 +292,12 @@ class _Place:
                 "Trainer would run there. Make these arguments last, or the others on the same "
                 "accelerator"
             )
-        elif _transformers_state.is_active():
+        else:
             why = (
                 "it was made earlier in this process (a PartialState, an Accelerator or other "
                 "TrainingArguments) on another device. Make these TrainingArguments first, or "
                 "the earlier object on the same accelerator"
             )
-        else:
-            why = str(_transformers_state.ADAPTATION.refusal)
         raise accelctl.ProcessSetupError(
             f"accelctl accelerator {known_name(self.handle)!r} runs process {self.rank} of "
             f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
