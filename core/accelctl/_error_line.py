@@ -1,0 +1,117 @@
+"""accelctl's error that ends a program, shown as one line on standard error, not a traceback.
+
+Where accelctl runs a user's script (its Trainer's fit, a bridge's step), an
+:class:`~accelctl.AccelctlError` that leaves it installs :func:`show_as_one_line`: should the
+error end the program, Python's hook shows ``accelctl: <the error>`` instead of the traceback
+(``ACCELCTL_DEBUG=1``: the traceback as well). Of a launch's processes, rank 0 alone shows it
+(torchrun's ``RANK``, or the bridge's own rank); under ``accelctl launch`` the child records the
+error instead (:mod:`accelctl._launching.child`) and the launcher shows it, once. A Ctrl-C the
+fit already reported (:func:`reported`) ends without a word more. Other errors are shown as
+before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _settings
+from ._errors import AccelctlError
+from ._text import LINE_LIMIT, clean
+
+#: The switch that shows the traceback behind accelctl's one line.
+DEBUG_SWITCH = f"{_settings.DEBUG}=1"
+
+#: A function that finds the error a framework's own error carries (Ray's, from its workers).
+Carrier = Callable[[BaseException], AccelctlError | None]
+
+#: What the hook shows: nothing at all in a process whose launch shows the line in another one,
+#: and the errors the carriers find.
+_quiet = False
+_carriers: list[Carrier] = []
+#: The Ctrl-C a fit reported in its log (its traceback would say it again).
+_reported: list[BaseException] = []
+
+
+def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = None) -> None:
+    """From now on, an :class:`~accelctl.AccelctlError` that ends this program is shown as
+    accelctl's one line on standard error (a :class:`~accelctl.MissingKernelError`'s ways out
+    written as the command line that ran it; ``ACCELCTL_DEBUG=1``: Python's traceback as well).
+    Other errors are shown as before.
+
+    :param quiet: from now on this process ends on one without a word: its launch shows the
+        line in another process (rank 0). None: quiet where torchrun's ``RANK`` (set by every
+        launcher that follows torchrun: ``accelerate launch``, ``torchrun``) is not 0.
+    :param carried: from now on, also the error this finds in a framework's own error (Ray's
+        ``WorkerGroupError``, which carries its workers' errors); None where there is none.
+    """
+    global _quiet
+    if quiet is None:
+        quiet = os.environ.get("RANK", "0").strip() not in ("", "0")
+    _quiet = _quiet or quiet
+    if carried is not None and carried not in _carriers:
+        _carriers.append(carried)
+    previous = sys.excepthook
+    if getattr(previous, "_accelctl_one_line", False):
+        return
+
+    def one_line(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if any(value is interrupt for interrupt in _reported):
+            if _settings.debug():
+                previous(kind, value, tb)
+            return
+        error = shown(value)
+        if error is None:
+            previous(kind, value, tb)
+            return
+        if _settings.debug():
+            previous(kind, value, tb)
+        if not _quiet:
+            sys.stderr.write(f"accelctl: {line_for(error, command_line())}\n")
+            sys.stderr.flush()
+
+    one_line._accelctl_one_line = True  # type: ignore[attr-defined]
+    sys.excepthook = one_line
+
+
+def reported(interrupt: BaseException) -> None:
+    """``interrupt`` (a Ctrl-C) was reported by accelctl's own line: should it end the program,
+    no traceback follows (``ACCELCTL_DEBUG=1``: it does); Python still ends by SIGINT (a shell
+    shows 130)."""
+    _reported[:] = [interrupt]
+    show_as_one_line()
+
+
+def shown(value: BaseException) -> AccelctlError | None:
+    """The error the one line shows for ``value``; None where it shows none."""
+    if isinstance(value, AccelctlError):
+        return value
+    for carrier in _carriers:
+        try:
+            found = carrier(value)
+        except Exception:  # a carrier that breaks leaves Python's own report of the error
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def line_for(error: AccelctlError, argv: Sequence[str]) -> str:
+    """The one line for ``error`` that ended the program ``argv`` ran, without ``accelctl:``."""
+    from ._kernels.error import MissingKernelError
+
+    if isinstance(error, MissingKernelError) and error.op is not None:
+        return error.for_command(argv)
+    return f"{message_line(error)} ({DEBUG_SWITCH} shows the traceback)"
+
+
+def message_line(error: BaseException) -> str:
+    """``error``'s message as one printable line (its class's name where it has none)."""
+    return clean(str(error), LINE_LIMIT) or type(error).__name__
+
+
+def command_line() -> list[str]:
+    """The command line that started this process, as typed (``python train.py --epochs 3``)."""
+    return list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
