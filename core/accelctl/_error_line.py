@@ -19,10 +19,8 @@ from typing import Any
 
 from . import _settings
 from ._errors import AccelctlError
-from ._text import LINE_LIMIT, clean
-
-#: The switch that shows the traceback behind accelctl's one line.
-DEBUG_SWITCH = f"{_settings.DEBUG}=1"
+from ._kernels.error import DEBUG_SWITCH, MissingKernelError
+from ._text import printable_line
 
 #: A function that finds the error a framework's own error carries (Ray's, from its workers).
 Carrier = Callable[[BaseException], AccelctlError | None]
@@ -69,6 +67,8 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
         if _settings.debug():
             previous(kind, value, tb)
         if not _quiet:
+            for line in details(error):
+                sys.stderr.write(f"{line}\n")
             sys.stderr.write(f"accelctl: {line_for(error, command_line())}\n")
             sys.stderr.flush()
 
@@ -100,16 +100,25 @@ def shown(value: BaseException) -> AccelctlError | None:
 
 def line_for(error: AccelctlError, argv: Sequence[str]) -> str:
     """The one line for ``error`` that ended the program ``argv`` ran, without ``accelctl:``."""
-    from ._kernels.error import MissingKernelError
-
     if isinstance(error, MissingKernelError) and error.op is not None:
         return error.for_command(argv)
     return f"{message_line(error)} ({DEBUG_SWITCH} shows the traceback)"
 
 
 def message_line(error: BaseException) -> str:
-    """``error``'s message as one printable line (its class's name where it has none)."""
-    return clean(str(error), LINE_LIMIT) or type(error).__name__
+    """The first line of ``error``'s message, printable (its class's name where it has none)."""
+    lines = _lines(error)
+    return lines[0] if lines else type(error).__name__
+
+
+def details(error: BaseException) -> list[str]:
+    """The lines of ``error``'s message after its first (a hang's stacks of every rank), shown
+    above its one line."""
+    return _lines(error)[1:]
+
+
+def _lines(error: BaseException) -> list[str]:
+    return [printable_line(line) for line in str(error).strip().splitlines() if line.strip()]
 
 
 def command_line() -> list[str]:

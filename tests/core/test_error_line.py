@@ -41,9 +41,22 @@ def test_every_accelctl_error_is_one_line_with_the_switch_that_shows_more(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     show_as_one_line()
-    end_on(raised(accelctl.TrainerError(REFUSAL + ":\n  wait for it to end")))
+    end_on(raised(accelctl.TrainerError(REFUSAL + "; wait for it to end")))
     assert capsys.readouterr().err == (
-        f"accelctl: {REFUSAL}: wait for it to end (ACCELCTL_DEBUG=1 shows the traceback)\n"
+        f"accelctl: {REFUSAL}; wait for it to end (ACCELCTL_DEBUG=1 shows the traceback)\n"
+    )
+
+
+def test_a_message_of_several_lines_ends_with_its_first_as_the_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a message says after its first line (a hang's stacks of every rank) comes above the
+    one line, which stays the last."""
+    show_as_one_line()
+    end_on(raised(accelctl.TrainerError("rank 1 of 2 did not arrive\nrank 1: File x, line 3")))
+    assert capsys.readouterr().err == (
+        "rank 1: File x, line 3\n"
+        "accelctl: rank 1 of 2 did not arrive (ACCELCTL_DEBUG=1 shows the traceback)\n"
     )
 
 

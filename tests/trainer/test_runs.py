@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -298,10 +299,29 @@ def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> 
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         alone = run_script(root, "3", "last", ACCELCTL_ACCELERATOR="cpu")
+        debug = subprocess.Popen(  # the CLI's --debug: ACCELCTL_DEBUG=1 in its processes
+            [sys.executable, "-m", "accelctl", "--debug", "launch", "--cpu", "--devices", "2",
+             str(SCRIPT), str(root), "3", "last"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         outputs = {"launch": ended(launched), "torchrun": ended(torchrun), "alone": ended(alone)}
+        debugged = ended(debug)
     finally:
         (hold / "release").touch()
     finished(writer)
+    # The switch: each rank's traceback as well, and still the launch's line.
+    assert debugged.count("Traceback (most recent call last)") == 2, debugged
+    assert debugged.splitlines()[-1].startswith("accelctl launch: this fit would continue")
+    # The line docs/training.md shows, but for the run's folder, pid, host and time.
+    def shape(line: str) -> str:
+        line = re.sub(r" in \S+/checkpoints/run-0,", " in ROOT/checkpoints/run-0,", line)
+        line = re.sub(r"copy \S+/checkpoints/run-0/", "copy ROOT/checkpoints/run-0/", line)
+        return re.sub(r"\(pid \d+ on \S+, since \S+\)", "(pid PID on HOST, since TIME)", line)
+
+    page = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    shown = re.search(r"```text\n(accelctl launch: this fit would continue [^\n]*)\n```", page)
+    assert shown is not None
+    assert shape(outputs["launch"].strip().splitlines()[-1]) == shape(shown.group(1))
     refusal = "this fit would continue run run-0 (ckpt_path='last') in "
     hint = " (ACCELCTL_DEBUG=1 shows the traceback)"
     prefixes = {"launch": "accelctl launch: ", "torchrun": "accelctl: ", "alone": "accelctl: "}

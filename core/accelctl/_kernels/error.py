@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _settings
-from .._error_line import DEBUG_SWITCH
 from .._errors import AccelctlError
 from .._text import LINE_LIMIT, clean
 
 #: The switch that runs the kernels a device lacks on the CPU.
 FALLBACK_SWITCH = f"{_settings.CPU_FALLBACK}=1"
+#: The switch that shows the traceback behind accelctl's one line.
+DEBUG_SWITCH = f"{_settings.DEBUG}=1"
 
 #: The structured parts, in the order the constructor and the launcher's record take them.
 _FIELDS = (

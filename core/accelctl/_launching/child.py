@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
-from .._error_line import message_line
+from .._error_line import details, message_line
 from .._errors import AccelctlError
 from .._kernels.error import MissingKernelError
 from .._supervision import die_with_launcher
@@ -57,6 +57,8 @@ def run_script(argv: Sequence[str]) -> None:
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
         if _settings.debug() or not error_file:
             raise
+        for line in details(exc):  # what the message says beyond its first line (stacks)
+            print(line, file=sys.stderr)
         end_without_teardown(1)
     except BaseException:
         if error_file:
