@@ -10,9 +10,9 @@ its figures: ``loss`` (``train_loss`` per logging step, and each epoch's ``*loss
 points), ``throughput`` (``samples_per_second``), ``FLOP/s`` (``flops_per_second``), ``MFU``
 (``mfu``, 0-1) and ``memory`` (every ``memory_*_bytes`` figure, in GiB). Curves that share a
 panel never hide each other: each after the first is drawn in a line style of its own (dashed,
-dotted, ...), so that one lying exactly on another still shows both. Where an attempt after the first
-took over (a restart, a resumed fit), a dashed line marks its first step; a step written again
-shows its latest figures. matplotlib draws it (extra ``accelctl[plot]``) on its Agg canvas: no
+dotted, ...), so that one lying exactly on another still shows both. Where an attempt after the
+first took over (a restart, a resumed fit), a dashed line marks its first step; a step written
+again shows its latest figures. matplotlib draws it (extra ``accelctl[plot]``) on its Agg canvas: no
 display, no pyplot state.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import AccelctlError
 from ._extras import extra_missing
@@ -114,7 +114,9 @@ def _draw_loss(ax: Axes, metrics: RunMetrics) -> None:
     for index, key in enumerate(_epoch_losses(metrics)):
         # Points after the first series hollow, of another shape: equal figures show both.
         shape = MARKERS[index % len(MARKERS)]
-        hollow = {"markerfacecolor": "none", "markeredgewidth": 1.5} if index else {}
+        hollow: dict[str, Any] = (
+            {"markerfacecolor": "none", "markeredgewidth": 1.5} if index else {}
+        )
         ax.plot(*metrics.series(key, "epoch"), shape, label=f"{key} (epoch)", **hollow)
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)

@@ -112,7 +112,8 @@ def test_any_accelctl_error_of_a_step_is_rank_0s_one_line(
         strategy.training_step()
     assert raised.value is refusal
     sys.excepthook(type(refusal), refusal, None)
-    shown = "accelctl: npu: the device went away; use another (ACCELCTL_DEBUG=1 shows the traceback)\n"
+    shown = "accelctl: npu: the device went away; use another (ACCELCTL_DEBUG=1 shows the "
+    shown += "traceback)\n"
     assert capsys.readouterr().err == (shown if rank == 0 else "")
 
 

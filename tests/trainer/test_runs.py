@@ -281,6 +281,13 @@ def ended(process: subprocess.Popen[str]) -> str:
         raise
 
 
+def shape(line: str) -> str:
+    """A refusal's line with its run's folder, pid, host and time made placeholders."""
+    line = re.sub(r" in \S+/checkpoints/run-0,", " in ROOT/checkpoints/run-0,", line)
+    line = re.sub(r"copy \S+/checkpoints/run-0/", "copy ROOT/checkpoints/run-0/", line)
+    return re.sub(r"\(pid \d+ on \S+, since \S+\)", "(pid PID on HOST, since TIME)", line)
+
+
 def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> None:
     """Issue 46, item 2: the refusal to continue a run being written, raised in every rank, is
     shown once: by ``accelctl launch`` for its two processes, by rank 0 under torchrun, by the
@@ -313,11 +320,6 @@ def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> 
     assert debugged.count("Traceback (most recent call last)") == 2, debugged
     assert debugged.splitlines()[-1].startswith("accelctl launch: this fit would continue")
     # The line docs/training.md shows, but for the run's folder, pid, host and time.
-    def shape(line: str) -> str:
-        line = re.sub(r" in \S+/checkpoints/run-0,", " in ROOT/checkpoints/run-0,", line)
-        line = re.sub(r"copy \S+/checkpoints/run-0/", "copy ROOT/checkpoints/run-0/", line)
-        return re.sub(r"\(pid \d+ on \S+, since \S+\)", "(pid PID on HOST, since TIME)", line)
-
     page = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
     shown = re.search(r"```text\n(accelctl launch: this fit would continue [^\n]*)\n```", page)
     assert shown is not None

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
-from .._error_line import DEBUG_SWITCH
 from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
+from .._kernels.error import DEBUG_SWITCH
 from .._selection import Selection, resolve
 from .._supervision import (
     LaunchInterruptedError,

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import torch
 
 from .. import _settings
+from .._error_line import reported, show_as_one_line
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .._kernels.error import MissingKernelError
 from .._kernels.setup import KernelSetup, fallback_calls, set_up_kernels
-from .._error_line import reported, show_as_one_line
 from .._kernels.translate import missing_kernel_error
 from .._selection import known_name
 from .callbacks import Callback, Reporting
