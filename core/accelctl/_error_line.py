@@ -1,26 +1,31 @@
 """accelctl's error that ends a program, shown as one line on standard error, not a traceback.
 
-Where accelctl runs a user's script (its Trainer's fit, a bridge's step), an
+Where accelctl runs a user's script (its Trainer, a bridge's constructor or step), an
 :class:`~accelctl.AccelctlError` that leaves it installs :func:`show_as_one_line`: should the
 error end the program, Python's hook shows ``accelctl: <the error>`` instead of the traceback
 (``ACCELCTL_DEBUG=1``: the traceback as well). Of a launch's processes, rank 0 alone shows it
 (torchrun's ``RANK``, or the bridge's own rank); under ``accelctl launch`` the child records the
-error instead (:mod:`accelctl._launching.child`) and the launcher shows it, once. A Ctrl-C the
-fit already reported (:func:`reported`) ends without a word more. Other errors are shown as
+error instead (:mod:`accelctl._launching.child`) and the launcher shows it, once: its line is the
+message's first, and the process prints the lines after it (a hang's stacks) above it. A Ctrl-C
+the fit already reported (:func:`reported`) ends without a word more. Other errors are shown as
 before.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from . import _settings
 from ._errors import AccelctlError
 from ._kernels.error import DEBUG_SWITCH, MissingKernelError
 from ._text import printable_line
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: A function that finds the error a framework's own error carries (Ray's, from its workers).
 Carrier = Callable[[BaseException], AccelctlError | None]
@@ -67,8 +72,6 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
         if _settings.debug():
             previous(kind, value, tb)
         if not _quiet:
-            for line in details(error):
-                sys.stderr.write(f"{line}\n")
             sys.stderr.write(f"accelctl: {line_for(error, command_line())}\n")
             sys.stderr.flush()
 
@@ -99,10 +102,15 @@ def shown(value: BaseException) -> AccelctlError | None:
 
 
 def line_for(error: AccelctlError, argv: Sequence[str]) -> str:
-    """The one line for ``error`` that ended the program ``argv`` ran, without ``accelctl:``."""
+    """What ``error`` that ended the program ``argv`` ran is shown as, without ``accelctl:``: its
+    message and the switch that shows more; a message of several lines keeps them (a command to
+    run, a hang's stacks), the switch on a line of its own after them."""
     if isinstance(error, MissingKernelError) and error.op is not None:
         return error.for_command(argv)
-    return f"{message_line(error)} ({DEBUG_SWITCH} shows the traceback)"
+    lines = _lines(error) or [type(error).__name__]
+    if len(lines) == 1:
+        return f"{lines[0]} ({DEBUG_SWITCH} shows the traceback)"
+    return "\n".join([*lines, f"({DEBUG_SWITCH} shows the traceback)"])
 
 
 def message_line(error: BaseException) -> str:
@@ -112,9 +120,25 @@ def message_line(error: BaseException) -> str:
 
 
 def details(error: BaseException) -> list[str]:
-    """The lines of ``error``'s message after its first (a hang's stacks of every rank), shown
-    above its one line."""
+    """The lines of ``error``'s message after its first (a hang's stacks of every rank): under
+    ``accelctl launch`` the process that raised it prints them, above the launcher's line."""
     return _lines(error)[1:]
+
+
+def one_line_when_raised(function: Callable[P, R]) -> Callable[P, R]:
+    """``function``, which shows an :class:`~accelctl.AccelctlError` it raises as accelctl's
+    line should it end the program (:func:`show_as_one_line`): for the constructors whose
+    refusals a script meets first (``accelctl.Trainer``, a bridge's ``Accelerator``)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except AccelctlError:
+            show_as_one_line()
+            raise
+
+    return wrapper
 
 
 def _lines(error: BaseException) -> list[str]:

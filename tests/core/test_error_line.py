@@ -4,6 +4,7 @@ a Ctrl-C the fit already reported ends without a traceback; other errors keep Py
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -47,16 +48,16 @@ def test_every_accelctl_error_is_one_line_with_the_switch_that_shows_more(
     )
 
 
-def test_a_message_of_several_lines_ends_with_its_first_as_the_line(
+def test_a_message_of_several_lines_keeps_them_and_the_switch_follows(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """What a message says after its first line (a hang's stacks of every rank) comes above the
-    one line, which stays the last."""
+    """A message laid out on several lines (a command to run) is shown as written; the switch
+    comes after it, on a line of its own, not inside the command."""
     show_as_one_line()
-    end_on(raised(accelctl.TrainerError("rank 1 of 2 did not arrive\nrank 1: File x, line 3")))
+    end_on(raised(accelctl.ProcessSetupError("started alone. Run:\n    accelctl launch x.py")))
     assert capsys.readouterr().err == (
-        "rank 1: File x, line 3\n"
-        "accelctl: rank 1 of 2 did not arrive (ACCELCTL_DEBUG=1 shows the traceback)\n"
+        "accelctl: started alone. Run:\n    accelctl launch x.py\n"
+        "(ACCELCTL_DEBUG=1 shows the traceback)\n"
     )
 
 
@@ -102,3 +103,28 @@ def test_other_errors_keep_pythons_display(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "Traceback" in err and "ValueError: the user's own" in err
     assert "accelctl:" not in err
+
+
+TRAINER_REFUSED = """
+import accelctl
+accelctl.Trainer(accelerator="cpu", devices=2)  # several devices, started alone
+"""
+
+
+@pytest.mark.slow  # an interpreter that imports torch
+def test_a_trainer_refused_when_made_ends_the_script_without_a_traceback() -> None:
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELCTL_", "RANK"))}
+    done = subprocess.run(
+        [sys.executable, "-c", TRAINER_REFUSED],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a hang guard: an interpreter, torch's import
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "ProcessSetupError" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("accelctl: devices=2 ") and "started alone" in lines[0], lines
+    assert lines[-1] == "(ACCELCTL_DEBUG=1 shows the traceback)"
