@@ -34,8 +34,9 @@ Carrier = Callable[[BaseException], AccelctlError | None]
 #: and the errors the carriers find.
 _quiet = False
 _carriers: list[Carrier] = []
-#: The Ctrl-C a fit reported in its log (its traceback would say it again).
-_reported: list[BaseException] = []
+#: The attribute that marks a Ctrl-C a fit reported in its log (its traceback would say it
+#: again): on the exception itself, so that nothing here keeps its frames alive (a notebook's).
+REPORTED = "_accelctl_reported"
 
 
 def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = None) -> None:
@@ -61,7 +62,7 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
         return
 
     def one_line(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if any(value is interrupt for interrupt in _reported):
+        if getattr(value, REPORTED, False):
             if _settings.debug():
                 previous(kind, value, tb)
             return
@@ -83,7 +84,7 @@ def reported(interrupt: BaseException) -> None:
     """``interrupt`` (a Ctrl-C) was reported by accelctl's own line: should it end the program,
     no traceback follows (``ACCELCTL_DEBUG=1``: it does); Python still ends by SIGINT (a shell
     shows 130)."""
-    _reported[:] = [interrupt]
+    setattr(interrupt, REPORTED, True)
     show_as_one_line()
 
 

@@ -21,7 +21,6 @@ def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(_error_line, "_quiet", False)
     monkeypatch.setattr(_error_line, "_carriers", [])
-    monkeypatch.setattr(_error_line, "_reported", [])
     for name in ("RANK", "ACCELCTL_DEBUG"):
         monkeypatch.delenv(name, raising=False)
 
