@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
-from .._error_line import details, message_line
+from .._error_line import details, message_line, show_as_one_line
 from .._errors import AccelctlError
 from .._kernels.error import MissingKernelError
 from .._supervision import die_with_launcher
@@ -55,6 +55,8 @@ def run_script(argv: Sequence[str]) -> None:
         if error_file:
             _add_parts(os.environ[ERROR_FILE_VARIABLE], exc)
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
+        if error_file:  # the launcher's line is the one: this process adds none of its own
+            show_as_one_line(quiet=True)
         if _settings.debug() or not error_file:
             raise
         for line in details(exc):  # what the message says beyond its first line (stacks)
