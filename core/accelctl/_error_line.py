@@ -4,11 +4,11 @@ Where accelctl runs a user's script (its Trainer, a bridge's constructor or step
 :class:`~accelctl.AccelctlError` that leaves it installs :func:`show_as_one_line`: should the
 error end the program, Python's hook shows ``accelctl: <the error>`` instead of the traceback
 (``ACCELCTL_DEBUG=1``: the traceback as well). Of a launch's processes, rank 0 alone shows it
-(torchrun's ``RANK``, or the bridge's own rank); under ``accelctl launch`` the child records the
-error instead (:mod:`accelctl._launching.child`) and the launcher shows it, once: its line is the
-message's first, and the process prints the lines after it (a hang's stacks) above it. A Ctrl-C
-the fit already reported (:func:`reported`) ends without a word more. Other errors are shown as
-before.
+(its rank read from the launcher's variables as the Trainer reads them, or the bridge's own);
+under ``accelctl launch`` the child records the error instead (:mod:`accelctl._launching.child`)
+and the launcher shows it, once: its line is the message's first, and the process prints the
+lines after it (a hang's stacks) above it. A Ctrl-C the fit already reported (:func:`reported`)
+ends without a word more. Other errors are shown as before.
 """
 
 from __future__ import annotations
@@ -46,14 +46,15 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
     Other errors are shown as before.
 
     :param quiet: from now on this process ends on one without a word: its launch shows the
-        line in another process (rank 0). None: quiet where torchrun's ``RANK`` (set by every
-        launcher that follows torchrun: ``accelerate launch``, ``torchrun``) is not 0.
+        line in another process (rank 0). None: quiet where the launcher's variables say this
+        process's rank is not 0, read as the Trainer reads them (torchrun's ``RANK``, set by
+        ``accelerate launch`` too; ``mpirun``'s; a SLURM job step's).
     :param carried: from now on, also the error this finds in a framework's own error (Ray's
         ``WorkerGroupError``, which carries its workers' errors); None where there is none.
     """
     global _quiet
     if quiet is None:
-        quiet = os.environ.get("RANK", "0").strip() not in ("", "0")
+        quiet = _launched_rank() != 0
     _quiet = _quiet or quiet
     if carried is not None and carried not in _carriers:
         _carriers.append(carried)
@@ -78,6 +79,16 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
 
     one_line._accelctl_one_line = True  # type: ignore[attr-defined]
     sys.excepthook = one_line
+
+
+def _launched_rank() -> int:
+    """This process's rank as its launcher set it (0 alone, or where the variables are bad)."""
+    from ._training.processes import ProcessEnvironment
+
+    try:
+        return ProcessEnvironment.from_environ(os.environ).rank
+    except AccelctlError:  # a variable that is not a number: the Trainer says so, not this
+        return 0
 
 
 def reported(interrupt: BaseException) -> None:

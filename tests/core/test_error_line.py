@@ -21,8 +21,9 @@ def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(_error_line, "_quiet", False)
     monkeypatch.setattr(_error_line, "_carriers", [])
-    for name in ("RANK", "ACCELCTL_DEBUG"):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):  # this process runs alone, whatever started the tests
+        if name.startswith(("RANK", "LOCAL_", "WORLD_", "OMPI_", "SLURM_", "MASTER_", "ACCELCTL_")):
+            monkeypatch.delenv(name, raising=False)
 
 
 def end_on(error: BaseException) -> None:
@@ -71,15 +72,34 @@ def test_the_switch_shows_the_traceback_too(
     assert err.endswith(f"accelctl: {REFUSAL} (ACCELCTL_DEBUG=1 shows the traceback)\n")
 
 
-@pytest.mark.parametrize(("rank", "shown"), [("0", True), ("1", False), (None, True)])
+TORCHRUN = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+MPIRUN = {
+    "OMPI_COMM_WORLD_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+@pytest.mark.parametrize(
+    ("launched", "shown"),
+    [
+        ({**TORCHRUN, "RANK": "0", "LOCAL_RANK": "0"}, True),
+        ({**TORCHRUN, "RANK": "1", "LOCAL_RANK": "1"}, False),  # torchrun's, accelerate launch's
+        ({**MPIRUN, "OMPI_COMM_WORLD_RANK": "1"}, False),
+        ({}, True),  # alone
+    ],
+    ids=["torchrun-rank-0", "torchrun-rank-1", "mpirun-rank-1", "alone"],
+)  # fmt: skip
 def test_a_launchers_rank_other_than_0_ends_without_a_word(
-    rank: str | None,
+    launched: dict[str, str],
     shown: bool,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if rank is not None:
-        monkeypatch.setenv("RANK", rank)  # torchrun's, accelerate launch's
+    for name, value in launched.items():
+        monkeypatch.setenv(name, value)
     show_as_one_line()
     end_on(raised(accelctl.TrainerError(REFUSAL)))
     assert (capsys.readouterr().err != "") is shown
