@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import _settings
+from ._error_line import one_line_when_raised
 from ._plugin import AcceleratorHandle
 from ._selection import resolve
 from ._training.callbacks import Callback, check_callbacks
@@ -115,6 +116,7 @@ class Trainer:
     :attr:`world_size` and :attr:`metrics`.
     """
 
+    @one_line_when_raised  # a refusal here ends a script as accelctl's line, as fit's do
     def __init__(
         self,
         accelerator: Any = "auto",
@@ -200,6 +202,7 @@ class Trainer:
 
     # -- fit --------------------------------------------------------------------------------
 
+    @one_line_when_raised
     def fit(
         self,
         model: nn.Module,

@@ -5,12 +5,14 @@
     figure = plot_metrics("runs/1")            # the last run of runs/1/metrics.jsonl
     figure.savefig("run.png")
 
-One column of panels over the optimizer step, each drawn only where the run has its figures:
-``loss`` (``train_loss`` per logging step, and each epoch's ``*loss`` figures as points),
-``throughput`` (``samples_per_second``; ``flops_per_second`` on a second axis), ``MFU`` (``mfu``,
-0-1) and ``memory`` (every ``memory_*_bytes`` figure, in GiB). Where an attempt after the first
-took over (a restart, a resumed fit), a dashed line marks its first step; a step written again
-shows its latest figures. matplotlib draws it (extra ``accelctl[plot]``) on its Agg canvas: no
+One column of panels over the optimizer step, one unit each, each drawn only where the run has
+its figures: ``loss`` (``train_loss`` per logging step, and each epoch's ``*loss`` figures as
+points), ``throughput`` (``samples_per_second``), ``FLOP/s`` (``flops_per_second``), ``MFU``
+(``mfu``, 0-1) and ``memory`` (every ``memory_*_bytes`` figure, in GiB). Curves that share a
+panel never hide each other: each after the first is drawn in a line style of its own (dashed,
+dotted, ...), so that one lying exactly on another still shows both. Where an attempt after the
+first took over (a restart, a resumed fit), a dashed line marks its first step; a step written
+again shows its latest figures. matplotlib draws it (extra ``accelctl[plot]``) on its Agg canvas: no
 display, no pyplot state.
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import AccelctlError
 from ._extras import extra_missing
@@ -33,6 +35,10 @@ __all__ = ["RunMetrics", "plot_metrics", "read_metrics", "save_plot"]
 #: A memory figure: the vocabulary's ``memory_*_bytes``, or a vendor's ``<name>.memory_*_bytes``.
 MEMORY_KEY = re.compile(r"^(?:[\w-]+\.)?memory_\w*_bytes$")
 GIB = float(1 << 30)
+#: The line style of each curve of a panel, in turn: one lying on another still shows it.
+LINE_STYLES = ("-", "--", ":", "-.")
+#: The marker of each series of points of a panel, in turn (all but the first hollow).
+MARKERS = ("o", "s", "^", "D")
 
 
 def plot_metrics(source: str | Path | RunMetrics, run: str | None = None) -> Figure:
@@ -105,29 +111,38 @@ def _epoch_losses(metrics: RunMetrics) -> list[str]:
 def _draw_loss(ax: Axes, metrics: RunMetrics) -> None:
     if "train_loss" in metrics.keys():
         ax.plot(*metrics.series("train_loss"), label="train_loss", linewidth=1.2)
-    for key in _epoch_losses(metrics):
-        ax.plot(*metrics.series(key, "epoch"), "o", label=f"{key} (epoch)")
+    for index, key in enumerate(_epoch_losses(metrics)):
+        # Points after the first series hollow, of another shape: equal figures show both.
+        shape = MARKERS[index % len(MARKERS)]
+        hollow: dict[str, Any] = (
+            {"markerfacecolor": "none", "markeredgewidth": 1.5} if index else {}
+        )
+        ax.plot(*metrics.series(key, "epoch"), shape, label=f"{key} (epoch)", **hollow)
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)
 
 
 def _has_throughput(metrics: RunMetrics) -> bool:
-    return bool({"samples_per_second", "flops_per_second"} & set(metrics.keys()))
+    return "samples_per_second" in metrics.keys()
 
 
 def _draw_throughput(ax: Axes, metrics: RunMetrics) -> None:
-    keys = metrics.keys()
-    if "samples_per_second" in keys:
-        ax.plot(*metrics.series("samples_per_second"), label="samples_per_second")
-        ax.set_ylabel("samples/s")
-        ax.legend(fontsize=8, loc="upper left")
-    if "flops_per_second" in keys:
-        # A second axis: FLOP/s is some 10**9 times samples/s. Alone, the panel's own axis.
-        flops = ax.twinx() if "samples_per_second" in keys else ax
-        flops.plot(*metrics.series("flops_per_second"), color="tab:orange",
-                   label="flops_per_second")  # fmt: skip
-        flops.set_ylabel("FLOP/s")
-        flops.legend(fontsize=8, loc="upper right")
+    ax.plot(*metrics.series("samples_per_second"), label="samples_per_second")
+    ax.set_ylabel("samples/s")
+    ax.legend(fontsize=8)
+
+
+def _has_flops(metrics: RunMetrics) -> bool:
+    return "flops_per_second" in metrics.keys()
+
+
+def _draw_flops(ax: Axes, metrics: RunMetrics) -> None:
+    # A panel of its own, not a second axis over samples/s: the Trainer's FLOP/s is samples/s
+    # times the model's FLOPs per sample, and two axes each scaled to their curve drew the one
+    # exactly over the other.
+    ax.plot(*metrics.series("flops_per_second"), color="tab:orange", label="flops_per_second")
+    ax.set_ylabel("FLOP/s")
+    ax.legend(fontsize=8)
 
 
 def _has_mfu(metrics: RunMetrics) -> bool:
@@ -146,9 +161,13 @@ def _memory_keys(metrics: RunMetrics) -> list[str]:
 
 
 def _draw_memory(ax: Axes, metrics: RunMetrics) -> None:
-    for key in _memory_keys(metrics):
+    for index, key in enumerate(_memory_keys(metrics)):
         steps, values = metrics.series(key)
-        ax.plot(steps, [value / GIB for value in values], label=key)
+        style = LINE_STYLES[index % len(LINE_STYLES)]
+        # Wider beneath, narrower above: where two figures are equal (used and reserved), both
+        # colours stay in sight.
+        width = 2.4 - 0.5 * (index % len(LINE_STYLES))
+        ax.plot(steps, [value / GIB for value in values], style, linewidth=width, label=key)
     ax.set_ylabel("GiB")
     ax.legend(fontsize=8)
 
@@ -156,6 +175,7 @@ def _draw_memory(ax: Axes, metrics: RunMetrics) -> None:
 _PANELS = (
     ("loss", _has_loss, _draw_loss),
     ("throughput", _has_throughput, _draw_throughput),
+    ("FLOP/s", _has_flops, _draw_flops),
     ("MFU", _has_mfu, _draw_mfu),
     ("memory", lambda metrics: bool(_memory_keys(metrics)), _draw_memory),
 )

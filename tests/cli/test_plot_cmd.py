@@ -84,7 +84,7 @@ def test_a_real_fit_is_drawn_from_its_root_dir(cli: Cli, tmp_path: Path) -> None
     assert result.stdout == f"wrote {out}: run {run}, 4 logged steps, 2 epochs\n"
 
     drawn = panels(plotting.plot_metrics(root))
-    assert list(drawn) == ["loss", "throughput", "memory"]  # no FLOPs or MFU without a peak
+    assert list(drawn) == ["loss", "throughput", "FLOP/s", "memory"]  # no MFU without a peak
     loss = lines(drawn["loss"])
     assert loss["train_loss"] == ([2, 4, 6, 8], [r["train_loss"] for r in steps])
     epochs = [r for r in records if r["kind"] == "epoch"]
@@ -94,8 +94,9 @@ def test_a_real_fit_is_drawn_from_its_root_dir(cli: Cli, tmp_path: Path) -> None
         [2, 4, 6, 8],
         [r["samples_per_second"] for r in steps],
     )
-    # The model's FLOPs are counted on the first step: their rate on the second axis.
-    assert throughput["flops_per_second"] == ([2, 4, 6, 8], [r["flops_per_second"] for r in steps])
+    # The model's FLOPs are counted on the first step: their rate in a panel of its own.
+    flops = lines(drawn["FLOP/s"])
+    assert flops["flops_per_second"] == ([2, 4, 6, 8], [r["flops_per_second"] for r in steps])
     memory = lines(drawn["memory"])  # the CPU plugin's, in GiB
     assert set(memory) == {"memory_used_bytes", "memory_total_bytes"}
     assert memory["memory_total_bytes"][1] == [r["memory_total_bytes"] / GIB for r in steps]
@@ -133,7 +134,7 @@ def test_the_last_run_is_drawn_with_its_restart_and_latest_steps(cli: Cli, two_r
     assert (metrics.run, metrics.runs, metrics.skipped) == ("run-2", ["run-1", "run-2"], [3])
     assert metrics.resumes == [(3, "restart 1")]
     drawn = panels(plotting.plot_metrics(metrics))
-    assert list(drawn) == ["loss", "throughput", "MFU", "memory"]
+    assert list(drawn) == ["loss", "throughput", "FLOP/s", "MFU", "memory"]
     # Steps 3 and 4 were written again after the restart: the restart's figures stand.
     loss = lines(drawn["loss"])
     assert loss["train_loss"] == ([1, 2, 3, 4, 5, 6], [1, 2, 13, 14, 15, 16])
@@ -141,7 +142,7 @@ def test_the_last_run_is_drawn_with_its_restart_and_latest_steps(cli: Cli, two_r
     assert loss["train_loss (epoch)"] == ([6], [12.5])
     throughput = lines(drawn["throughput"])
     assert throughput["samples_per_second"][1] == [101, 102, 103, 104, 105, 106]
-    assert throughput["flops_per_second"][1] == [1e9 * step for step in range(1, 7)]
+    assert lines(drawn["FLOP/s"])["flops_per_second"][1] == [1e9 * step for step in range(1, 7)]
     assert lines(drawn["MFU"])["mfu"][1] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
     memory = lines(drawn["memory"])
     assert memory["acme.memory_hbm_bytes"][1] == [1, 2, 3, 4, 5, 6]
@@ -239,3 +240,65 @@ def test_without_matplotlib_the_command_says_what_to_install(
         "error: accelctl plot needs matplotlib (matplotlib is missing): pip install "
         "'accelctl[plot]' (in a clone of accelctl, from its folder: pip install -e '.[plot]')\n"
     )
+
+
+def drawn_curves(figure: Any) -> dict[tuple[float, ...], list[Any]]:
+    """The figure's visible, labelled curves by the place of their panel (a second y axis in the
+    same place is the same panel), in the order they are drawn."""
+    figure.draw_without_rendering()  # the axes' limits and the layout, as a saved file has them
+    found: dict[tuple[float, ...], list[Any]] = {}
+    for ax in figure.axes:
+        place = tuple(round(bound, 4) for bound in ax.get_position().bounds)
+        for line in ax.get_lines():
+            if line.get_visible() and not line.get_label().startswith("_"):
+                found.setdefault(place, []).append(line)
+    return found
+
+
+def on_screen(line: Any) -> Any:
+    import numpy as np
+
+    points = np.column_stack([line.get_xdata(), line.get_ydata()]).astype(float)
+    return line.get_transform().transform(points)
+
+
+def test_curves_that_share_a_panel_stay_visible(tmp_path: Path) -> None:
+    """Issue 46, item 5: a curve lying exactly on another one in its panel does not hide it.
+    The Trainer's FLOP/s is its samples/s times a constant, and a second axis scaled to each
+    drew one over the other; equal memory figures, equal epoch losses, likewise."""
+    import numpy as np
+
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path, run="run-0")
+    for step in range(1, 7):
+        samples = 100.0 + 10 * step * (-1) ** step
+        log.write({
+            "kind": "step", "step": step, "epoch": 0, "train_loss": 1 / step,
+            "samples_per_second": samples, "flops_per_second": 2e9 * samples,
+            "memory_allocated_bytes": step * GIB, "memory_reserved_bytes": step * GIB,
+        })  # fmt: skip
+    log.write({"kind": "epoch", "epoch": 0, "step": 6, "train_loss": 0.5, "val_loss": 0.5})
+    log.close()
+    panels = drawn_curves(plotting.plot_metrics(path))
+    labels = sorted(line.get_label() for curves in panels.values() for line in curves)
+    assert labels == sorted([
+        "train_loss", "train_loss (epoch)", "val_loss (epoch)", "samples_per_second",
+        "flops_per_second", "memory_allocated_bytes", "memory_reserved_bytes",
+    ])  # fmt: skip
+    hidden = []
+    for curves in panels.values():
+        for index, above in enumerate(curves):
+            for beneath in curves[:index]:
+                a, b = on_screen(above), on_screen(beneath)
+                if a.shape != b.shape or not np.allclose(a, b, atol=0.5, equal_nan=True):
+                    continue  # apart on the screen: both seen
+                # On the same pixels: the one above lets the one beneath show through.
+                if above.get_linestyle() not in ("None", ""):
+                    shows = above.get_linestyle() != "-" and above.get_linewidth() < (
+                        beneath.get_linewidth()
+                    )
+                else:
+                    shows = above.get_markerfacecolor() == "none"
+                if not shows:
+                    hidden.append((beneath.get_label(), above.get_label()))
+    assert hidden == []

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import accelctl
-from accelctl._kernels import translate
+from accelctl import _error_line
 from accelctl._kernels.translate import show_as_one_line
 
 WAY = 'pass accelerator="cpu" to lightning.Trainer'
@@ -25,8 +25,8 @@ def missing(**parts: str) -> accelctl.MissingKernelError:
 @pytest.fixture(autouse=True)
 def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(translate, "_quiet", False)
-    monkeypatch.setattr(translate, "_carriers", [])
+    monkeypatch.setattr(_error_line, "_quiet", False)
+    monkeypatch.setattr(_error_line, "_carriers", [])
 
 
 def test_a_frameworks_way_to_the_cpu_replaces_accelctls_in_every_form() -> None:

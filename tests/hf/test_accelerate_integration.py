@@ -96,6 +96,30 @@ def test_several_processes_without_a_backend_are_refused_when_made(
     assert not PartialState._shared_state  # refused before Accelerate made any state
 
 
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_refusal_when_made_ends_the_script_as_rank_0s_line(
+    rank: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 46, item 2: under ``accelerate launch`` every rank is refused; should it end the
+    script, rank 0 prints accelctl's line, no traceback, and the others nothing."""
+    from accelctl import _error_line
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(_error_line, "_quiet", False)
+    monkeypatch.setattr(_error_line, "_carriers", [])
+    for name, value in {**TWO_PROCESSES, "RANK": rank}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(accelctl.ProcessSetupError) as info:
+        Accelerator(MetaAccelerator())
+    sys.excepthook(type(info.value), info.value, info.value.__traceback__)
+    err = capsys.readouterr().err
+    if rank == "0":
+        assert err.startswith("accelctl: accelctl accelerator 'metaacc' runs in a single "), err
+        assert err.endswith(" (ACCELCTL_DEBUG=1 shows the traceback)\n") and "Traceback" not in err
+    else:
+        assert err == ""
+
+
 def test_several_devices_without_a_launcher_are_refused_with_the_command() -> None:
     with pytest.raises(accelctl.ProcessSetupError) as info:
         Accelerator(MetaAccelerator("fakeccl"), devices=2)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl._kernels import translate
+from accelctl import _error_line
 from accelctl.integrations._lightning_kernels import CPU_WAY, STEPS, TranslatedStep, translate_steps
 from accelctl.integrations.lightning import LightningAccelerator
 
@@ -28,8 +28,8 @@ TORCHS_CONVOLUTION_ERROR = (
 def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a translated step installs for the script's end ends with the test."""
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(translate, "_quiet", False)
-    monkeypatch.setattr(translate, "_carriers", [])
+    monkeypatch.setattr(_error_line, "_quiet", False)
+    monkeypatch.setattr(_error_line, "_carriers", [])
 
 
 class NoConvolution(torch.nn.Module):
@@ -96,6 +96,24 @@ def test_the_one_line_is_rank_0s_alone(capsys: pytest.CaptureFixture[str]) -> No
         strategy.validation_step()
     sys.excepthook(type(raised.value), raised.value, None)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_any_accelctl_error_of_a_step_is_rank_0s_one_line(
+    rank: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only a missing kernel: a refusal a step raises ends the program as one line, shown by
+    rank 0 alone, with no traceback (issue 46, item 2)."""
+    refusal = accelctl.AcceleratorUnavailableError("npu: the device went away; use another")
+    strategy = StandInStrategy(refusal, global_rank=rank)
+    translate_steps(strategy, "metaacc")
+    with pytest.raises(accelctl.AcceleratorUnavailableError) as raised:
+        strategy.training_step()
+    assert raised.value is refusal
+    sys.excepthook(type(refusal), refusal, None)
+    shown = "accelctl: npu: the device went away; use another (ACCELCTL_DEBUG=1 shows the "
+    shown += "traceback)\n"
+    assert capsys.readouterr().err == (shown if rank == 0 else "")
 
 
 def test_a_strategy_set_up_again_keeps_its_one_wrapper_of_each_step() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -261,6 +263,103 @@ def test_continuing_a_run_another_fit_is_writing_is_refused_naming_it(tmp_path: 
     assert fit(tmp_path / "root", 4, ckpt_path=run_0 / "last.ckpt").run_dir == run_0  # free now
 
 
+def held(hold: Path, writer: subprocess.Popen[str]) -> None:
+    """Wait until ``writer`` holds its run (rank 0 wrote ``hold/ready`` at step 9)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S  # hang guard
+    while not (hold / "ready").exists():
+        assert writer.poll() is None and time.monotonic() < deadline, writer.communicate()
+        time.sleep(0.1)
+
+
+def ended(process: subprocess.Popen[str]) -> str:
+    """``process``'s standard error once it ended (whatever its status)."""
+    try:
+        return process.communicate(timeout=RUN_TIMEOUT_S)[1]  # hang guard
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
+def shape(line: str) -> str:
+    """A refusal's line with its run's folder, pid, host and time made placeholders."""
+    line = re.sub(r" in \S+/checkpoints/run-0,", " in ROOT/checkpoints/run-0,", line)
+    line = re.sub(r"copy \S+/checkpoints/run-0/", "copy ROOT/checkpoints/run-0/", line)
+    return re.sub(r"\(pid \d+ on \S+, since \S+\)", "(pid PID on HOST, since TIME)", line)
+
+
+def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> None:
+    """Issue 46, item 2: the refusal to continue a run being written, raised in every rank, is
+    shown once: by ``accelctl launch`` for its two processes, by rank 0 under torchrun, by the
+    process alone; no rank's traceback, and no "stopped ... in epoch 1, step 0" for a fit that
+    never ran a step."""
+    hold, root = tmp_path / "hold", tmp_path / "root"
+    hold.mkdir()
+    writer = run_script(root, "3", ACCELCTL_TEST_HOLD=str(hold))
+    try:
+        held(hold, writer)
+        launched = run_script(root, "3", "last", launch=2)
+        torchrun = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", str(SCRIPT), str(root), "3", "last"],
+            env={**os.environ, "ACCELCTL_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        alone = run_script(root, "3", "last", ACCELCTL_ACCELERATOR="cpu")
+        debug = subprocess.Popen(  # the CLI's --debug: ACCELCTL_DEBUG=1 in its processes
+            [sys.executable, "-m", "accelctl", "--debug", "launch", "--cpu", "--devices", "2",
+             str(SCRIPT), str(root), "3", "last"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        outputs = {"launch": ended(launched), "torchrun": ended(torchrun), "alone": ended(alone)}
+        debugged = ended(debug)
+    finally:
+        (hold / "release").touch()
+    finished(writer)
+    # The switch: each rank's traceback as well, and still the launch's line.
+    assert debugged.count("Traceback (most recent call last)") == 2, debugged
+    assert debugged.splitlines()[-1].startswith("accelctl launch: this fit would continue")
+    # The line docs/training.md shows, but for the run's folder, pid, host and time.
+    page = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    shown = re.search(r"```text\n(accelctl launch: this fit would continue [^\n]*)\n```", page)
+    assert shown is not None
+    assert shape(outputs["launch"].strip().splitlines()[-1]) == shape(shown.group(1))
+    refusal = "this fit would continue run run-0 (ckpt_path='last') in "
+    hint = " (ACCELCTL_DEBUG=1 shows the traceback)"
+    prefixes = {"launch": "accelctl launch: ", "torchrun": "accelctl: ", "alone": "accelctl: "}
+    for how, stderr in outputs.items():
+        said = [line for line in stderr.splitlines() if "would continue run" in line]
+        assert len(said) == 1, (how, stderr)
+        assert said[0].startswith(prefixes[how] + refusal) and said[0].endswith(hint), said
+        assert "[rank" not in stderr and "CheckpointError" not in stderr, (how, stderr)
+        assert "stopped by an error" not in stderr and "epoch 1, step 0" not in stderr, stderr
+    assert "Traceback" not in outputs["launch"] + outputs["alone"]  # torchrun prints its own
+    assert (launched.returncode, alone.returncode) == (1, 1) and torchrun.returncode != 0
+
+
+def test_ctrl_c_in_a_process_alone_ends_with_the_one_line_and_130(tmp_path: Path) -> None:
+    """Issue 46, item 2: Ctrl-C once training has started: the log's line naming the last
+    checkpoint, no ``KeyboardInterrupt`` traceback, and the end by SIGINT (130 in a shell)."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    process = run_script(tmp_path / "root", "3", ACCELCTL_TEST_HOLD=str(hold),
+                         ACCELCTL_ACCELERATOR="cpu")  # fmt: skip
+    try:
+        held(hold, process)  # in its ninth step: the first epoch's checkpoint is written
+        process.send_signal(signal.SIGINT)
+        stderr = ended(process)
+    finally:
+        (hold / "release").touch()
+    assert process.returncode == -signal.SIGINT, stderr  # what a shell shows as 130
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    last = (tmp_path / "root" / "checkpoints" / "run-0" / "last.ckpt").resolve()
+    assert stderr.splitlines()[-1] == (
+        f"accelctl: interrupted (Ctrl-C) in epoch 2, step {STEPS}; the last checkpoint is {last} "
+        f"(epoch 1, step {STEPS}); resume from it with fit(ckpt_path='last'), or by running the "
+        f"same command with ACCELCTL_CKPT_PATH={last}"
+    )
+
+
 def test_sharded_runs_sharing_a_root_dir_keep_each_others_shards(tmp_path: Path) -> None:
     """Two FSDP fits in one root_dir, one writing a checkpoint at every step while the other
     holds mid-run: neither removes the other's shards, and continuing the held run is refused,
@@ -356,4 +455,16 @@ def test_an_error_is_logged_with_the_checkpoint_to_resume_from(
     (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert record.getMessage() == (
         "stopped by an error in epoch 1, step 2: Stop: stopped at step 3; no checkpoint was written"
+    )
+
+
+def test_a_fit_that_ran_no_step_says_so_not_epoch_1_step_0(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="accelctl"), pytest.raises(Stop):
+        fit(tmp_path, 3, lambda: Stopping(stop_at=1))
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == (
+        "stopped by an error before its first step ended: Stop: stopped at step 1; no checkpoint "
+        "was written"
     )

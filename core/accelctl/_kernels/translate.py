@@ -2,16 +2,15 @@
 
 Each training path asks here once, where an error already stopped it (the Trainer's fit, a
 bridge's step): nothing is asked while the model runs, so a step that raises nothing pays
-nothing. An error that is not a missing kernel is left as it is.
+nothing. An error that is not a missing kernel is left as it is. Should the error end the
+program, it is shown as accelctl's one line (:mod:`accelctl._error_line`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _settings
+from .._error_line import show_as_one_line
 from .error import MissingKernelError
 from .recognize import KernelFailure, calling_layer, phase_of, recognize, undefined_grad
 from .setup import KernelSetup, setup_for
@@ -98,64 +97,3 @@ def raise_missing_kernel(
     if error is exc:
         raise error
     raise error from exc
-
-
-#: A function that finds the error a framework's own error carries (Ray's, from its workers).
-Carrier = Callable[[BaseException], MissingKernelError | None]
-
-#: What the one-line hook shows: nothing at all in a process whose launch shows the line in
-#: another one, and the errors the carriers find.
-_quiet = False
-_carriers: list[Carrier] = []
-
-
-def show_as_one_line(*, quiet: bool = False, carried: Carrier | None = None) -> None:
-    """From now on, a :class:`MissingKernelError` that ends this program is shown as accelctl's
-    one line on standard error, its ways out written as the command line that ran it
-    (``ACCELCTL_DEBUG=1``: Python's traceback as well). Other errors are shown as before.
-
-    :param quiet: from now on this process ends on one without a word: its launch shows the
-        line in another process (the rank 0 of a launch Lightning made).
-    :param carried: from now on, also the error this finds in a framework's own error (Ray's
-        ``WorkerGroupError``, which carries its workers' errors); None where there is none.
-    """
-    global _quiet
-    _quiet = _quiet or quiet
-    if carried is not None and carried not in _carriers:
-        _carriers.append(carried)
-    previous = sys.excepthook
-    if getattr(previous, "_accelctl_one_line", False):
-        return
-
-    def one_line(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        error = _shown(value)
-        if error is None:
-            previous(kind, value, tb)
-            return
-        if _settings.debug():
-            previous(kind, value, tb)
-        if not _quiet:
-            sys.stderr.write(f"accelctl: {error.for_command(command_line())}\n")
-            sys.stderr.flush()
-
-    one_line._accelctl_one_line = True  # type: ignore[attr-defined]
-    sys.excepthook = one_line
-
-
-def _shown(value: BaseException) -> MissingKernelError | None:
-    """The error the one line shows for ``value``; None where it shows none."""
-    if isinstance(value, MissingKernelError):
-        return value if value.op is not None else None
-    for carrier in _carriers:
-        try:
-            found = carrier(value)
-        except Exception:  # a carrier that breaks leaves Python's own report of the error
-            found = None
-        if found is not None and found.op is not None:
-            return found
-    return None
-
-
-def command_line() -> list[str]:
-    """The command line that started this process, as typed (``python train.py --epochs 3``)."""
-    return list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])

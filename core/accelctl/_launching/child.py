@@ -12,9 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
+from .._error_line import details, message_line, show_as_one_line
+from .._errors import AccelctlError
 from .._kernels.error import MissingKernelError
 from .._supervision import die_with_launcher
-from .failures import ERROR_FILE_VARIABLE, ERROR_PARTS
+from .failures import ERROR_FILE_VARIABLE, ERROR_LINE, ERROR_PARTS
 
 
 def run_script(argv: Sequence[str]) -> None:
@@ -46,14 +48,19 @@ def run_script(argv: Sequence[str]) -> None:
         # Ctrl-C, passed on by the launcher to every process: its one line says what stopped and
         # where the last checkpoint is, not a traceback per process.
         end_without_teardown(128 + signal.SIGINT)
-    except MissingKernelError as exc:
-        # The launcher shows it once for the launch, in its own command line's words: no
+    except AccelctlError as exc:
+        # A refusal, a missing kernel, a run already being written: the launcher shows it once
+        # for the launch (a missing kernel's ways out in its own command line's words), no
         # traceback per rank (ACCELCTL_DEBUG=1: the traceback too).
         if error_file:
             _add_parts(os.environ[ERROR_FILE_VARIABLE], exc)
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
+        if error_file:  # the launcher's line is the one: this process adds none of its own
+            show_as_one_line(quiet=True)
         if _settings.debug() or not error_file:
             raise
+        for line in details(exc):  # what the message says beyond its first line (stacks)
+            print(line, file=sys.stderr)
         end_without_teardown(1)
     except BaseException:
         if error_file:
@@ -62,14 +69,18 @@ def run_script(argv: Sequence[str]) -> None:
     end_without_teardown(0)
 
 
-def _add_parts(written: str, error: MissingKernelError) -> None:
-    """Add the error's parts to the record torch wrote, for the launcher's one line."""
+def _add_parts(written: str, error: AccelctlError) -> None:
+    """Add the error's line (and a missing kernel's parts) to the record torch wrote, for the
+    launcher's one line."""
     import json
 
     try:
         with open(written) as file:
             record = json.load(file)
-        record["message"]["extraInfo"][ERROR_PARTS] = error.parts()
+        extra = record["message"]["extraInfo"]
+        extra[ERROR_LINE] = message_line(error)
+        if isinstance(error, MissingKernelError):
+            extra[ERROR_PARTS] = error.parts()
         with open(written, "w") as file:
             json.dump(record, file)
     except (OSError, ValueError, KeyError, TypeError):  # no record: the launcher says less

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
 #: The key of that record's ``extraInfo`` under which a child puts a missing kernel's parts.
 ERROR_PARTS = "accelctl_missing_kernel"
+#: The key under which a child puts the message of the accelctl error it raised (one line).
+ERROR_LINE = "accelctl_error"
 
 
 class LaunchFailedError(AccelctlError):
@@ -56,6 +58,9 @@ class RankFailure:
     traceback: str | None = None
     #: The parts of a :class:`~accelctl.MissingKernelError` the child raised, where it did.
     missing_kernel: Mapping[str, Any] | None = None
+    #: The message of the :class:`~accelctl.AccelctlError` the child raised, where it did: the
+    #: launch's one line (the child printed no traceback).
+    accelctl_error: str | None = None
 
     def missing_kernel_error(self) -> MissingKernelError | None:
         """The child's :class:`~accelctl.MissingKernelError`, where it raised one."""
@@ -93,19 +98,20 @@ class RankFailure:
     ) -> RankFailure:
         """Read torch's record of a failed child (its error file, when it wrote one)."""
         message, traceback, error = failure.message, None, ""
-        parts = None
+        parts, line = None, None
         if isinstance(message, Mapping):  # written by torch's error handler: the exception
             extra = message.get("extraInfo", {})
             traceback = extra.get("py_callstack") or None
             error = str(message.get("message", "")).strip()
             parts = extra.get(ERROR_PARTS) if isinstance(extra.get(ERROR_PARTS), Mapping) else None
+            line = extra.get(ERROR_LINE) if isinstance(extra.get(ERROR_LINE), str) else None
         if not error:
             error = (
                 "no Python exception was recorded; see its output above"
                 if failure.exitcode >= 0
                 else "stopped by a signal (out of memory? killed by the system?)"
             )
-        return cls(rank, world_size, failure.exitcode, error, traceback, parts)
+        return cls(rank, world_size, failure.exitcode, error, traceback, parts, line)
 
     @classmethod
     def from_child_failed(cls, exc: ChildFailedError, world_size: int) -> RankFailure:

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from .. import _settings
 from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
+from .._kernels.error import DEBUG_SWITCH
 from .._selection import Selection, resolve
 from .._supervision import (
     LaunchInterruptedError,
@@ -97,18 +98,34 @@ def launch_script(
             clause = resume_clause(note, command)
             raise LaunchInterruptedError(exc.signum, clause, phase.processes) from None
         except LaunchFailedError as exc:
-            missing = exc.failure.missing_kernel_error() if exc.failure is not None else None
-            if missing is None:
+            line = _one_line(exc, script, script_args, selection)
+            if line is None:
                 raise
-            on_cpu = shlex.join(
-                ["accelctl", "launch", "--cpu", "--devices", str(nproc), script, *script_args]
-            )
-            as_launched = launch_command_line(
-                selection.shown_name, typed_spec(selection.parsed), [script, *script_args]
-            )
-            line = missing.for_launch(on_cpu, as_launched)
             raise LaunchFailedError(line, failure=exc.failure) from None
     return selection
+
+
+def _one_line(
+    exc: LaunchFailedError, script: str, script_args: Sequence[str], selection: Selection
+) -> str | None:
+    """The launch's one line for the accelctl error a process raised (it printed no traceback):
+    a missing kernel's ways out as ``accelctl launch`` lines; None for any other failure."""
+    failure = exc.failure
+    if failure is None:
+        return None
+    missing = failure.missing_kernel_error()
+    if missing is None:
+        if failure.accelctl_error is None:
+            return None
+        return f"{failure.accelctl_error} ({DEBUG_SWITCH} shows the traceback)"
+    nproc = len(selection.devices)
+    on_cpu = shlex.join(
+        ["accelctl", "launch", "--cpu", "--devices", str(nproc), script, *script_args]
+    )
+    as_launched = launch_command_line(
+        selection.shown_name, typed_spec(selection.parsed), [script, *script_args]
+    )
+    return missing.for_launch(on_cpu, as_launched)
 
 
 def _fallback_switch(selection: Selection) -> dict[str, str]:

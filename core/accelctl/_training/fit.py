@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import torch
 
 from .. import _settings
+from .._error_line import reported, show_as_one_line
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .._kernels.error import MissingKernelError
 from .._kernels.setup import KernelSetup, fallback_calls, set_up_kernels
-from .._kernels.translate import missing_kernel_error, show_as_one_line
+from .._kernels.translate import missing_kernel_error
 from .._selection import known_name
 from .callbacks import Callback, Reporting
 from .checkpoint import (
@@ -130,6 +131,9 @@ class Fit:
         self.resume_from: Path | None = None
         #: The last checkpoint written or resumed from: (path, epoch, step), for the reports.
         self.last_checkpoint: tuple[Path, int, int] | None = None
+        #: The trainer's step when the training loop began (None: it never began); a step ran
+        #: in this fit where the trainer's step is past it.
+        self.first_step: int | None = None
         #: Where the loop is, for the hang watch's report (several processes only).
         self.progress = Progress()
         self.watch = HangWatch(env, self.progress, restarts) if env.distributed else None
@@ -161,6 +165,7 @@ class Fit:
             self._set_up_processes()
             self._plan_run()
             self._set_up_training(train_dataloader, val_dataloader)
+            self.first_step = self.trainer.global_step
             first = self.resume.epoch if self.resume else 0
             for epoch in range(first, self.trainer.max_epochs):
                 self._run_epoch(epoch)
@@ -176,12 +181,15 @@ class Fit:
             )
             self._report_stop(missing or exc)
             self._finish(quiet=True)
-            if explained is not None:
-                raise explained from exc
-            if missing is not None:
-                show_as_one_line()
-                if missing is not exc:
-                    raise missing from exc
+            raised = explained or missing or exc
+            if isinstance(raised, AccelctlError):
+                # Every process raises it; should it end the program, it is one line for the
+                # launch: rank 0's (under accelctl launch, the launcher's), no traceback.
+                show_as_one_line(quiet=self.env.rank != 0)
+            elif isinstance(exc, KeyboardInterrupt) and _settings.launcher_pid() is None:
+                reported(exc)  # the log's line said it: no traceback after it
+            if raised is not exc:
+                raise raised from exc
             raise
         self.report.finished(max_epochs=self.trainer.max_epochs, step=self.trainer.global_step)
         self._finish(quiet=False)
@@ -588,19 +596,22 @@ class Fit:
         reports it: under ``accelctl launch``, the launcher's one line names the checkpoint)."""
         if isinstance(exc, SystemExit):  # the requeue's exit: it said why
             return
-        epoch, step = self.trainer.current_epoch, self.trainer.global_step
+        # Where it stopped: None before this fit's first step (the trainer's figures may be a
+        # previous fit's, or the checkpoint's it resumed from).
+        ran = self.first_step is not None and self.trainer.global_step > self.first_step
+        at = (self.trainer.current_epoch, self.trainer.global_step) if ran else None
         # An error about checkpoints (or the requeue's) says itself what became of them.
         spoken = isinstance(exc, (CheckpointError, RequeueError))
         last = "" if spoken else resume_advice(self.last_checkpoint)
         if isinstance(exc, KeyboardInterrupt):
             if _settings.launcher_pid() is None:
-                self.report.interrupted(epoch=epoch, step=step, last=last)
+                self.report.interrupted(at, last=last)
             return
-        if isinstance(exc, MissingKernelError):  # its own line says it all, but a checkpoint
-            if self.last_checkpoint is not None:
-                self.report.stopped_at(epoch=epoch, step=step, last=last)
+        if isinstance(exc, AccelctlError):  # its own line says it all, but a checkpoint
+            if self.last_checkpoint is not None and not spoken:
+                self.report.stopped_at(at, last=last)
             return
-        self.report.failed(exc, epoch=epoch, step=step, last=last)
+        self.report.failed(exc, at, last=last)
 
 
 def _strategy_text(strategy: str, world_size: int) -> str:

@@ -129,19 +129,25 @@ class FitReport:
     def finished(self, *, max_epochs: int, step: int) -> None:
         self._line(f"stopped: max_epochs={max_epochs} reached, step {step}")
 
-    def failed(self, exc: BaseException, *, epoch: int, step: int, last: str) -> None:
+    def failed(self, exc: BaseException, at: tuple[int, int] | None, *, last: str) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         what = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         also = f"; {last}" if last else ""
-        self._line(
-            f"stopped by an error in epoch {epoch + 1}, step {step}: {what}{also}", logging.ERROR
-        )
+        self._line(f"stopped by an error {_where(at)}: {what}{also}", logging.ERROR)
 
-    def stopped_at(self, *, epoch: int, step: int, last: str) -> None:
-        """A stop whose error is shown on its own (a missing kernel): where, and the checkpoint."""
-        self._line(f"stopped in epoch {epoch + 1}, step {step}; {last}", logging.WARNING)
+    def stopped_at(self, at: tuple[int, int] | None, *, last: str) -> None:
+        """A stop whose error is shown on its own (accelctl's): where, and the checkpoint."""
+        self._line(f"stopped {_where(at)}; {last}", logging.WARNING)
 
-    def interrupted(self, *, epoch: int, step: int, last: str) -> None:
-        self._line(
-            f"interrupted (Ctrl-C) in epoch {epoch + 1}, step {step}; {last}", logging.WARNING
-        )
+    def interrupted(self, at: tuple[int, int] | None, *, last: str) -> None:
+        self._line(f"interrupted (Ctrl-C) {_where(at)}; {last}", logging.WARNING)
+
+
+def _where(at: tuple[int, int] | None) -> str:
+    """``in epoch 2, step 40`` (``at``: the epoch from 0 and the step), or ``before its first
+    step ended`` where the fit ran none (``at`` None: it stopped while setting up, or in its
+    first step)."""
+    if at is None:
+        return "before its first step ended"
+    epoch, step = at
+    return f"in epoch {epoch + 1}, step {step}"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import re
 
 import click
 
+from .. import _settings
 from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
 from .._launching.handoff import devices_spec
@@ -145,6 +147,9 @@ def launch_command(
         ctx.exit(exc.exit_code)
     if crowded:  # a choice the user may mean (trying a multi-process set-up): said, not refused
         click.echo(f"accelctl launch: warning: {crowded}", err=True)
+    debug = bool(ctx.find_root().params.get("debug"))
+    if debug:  # the processes' accelctl errors with their tracebacks, as the CLI's own
+        os.environ[_settings.DEBUG] = "1"
     try:
         launch_script(
             script,
@@ -155,10 +160,11 @@ def launch_command(
             node_rank=node_rank,
             master_addr=master_addr,
             master_port=master_port,
-            quiet=not ctx.find_root().params.get("debug"),
+            quiet=not debug,
             max_restarts=max_restarts,
         )
     except (LaunchFailedError, LaunchInterruptedError) as exc:
-        # The child printed its own traceback; the report is the line that names it.
+        # The child printed its own traceback (an accelctl error: none); the report is the line
+        # that names it.
         click.echo(f"accelctl launch: {exc}", err=True)
         ctx.exit(exc.exit_code)

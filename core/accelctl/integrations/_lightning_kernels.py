@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelctl import MissingKernelError
-from accelctl._kernels.translate import missing_kernel_error, show_as_one_line
+from accelctl import AccelctlError, MissingKernelError
+from accelctl._error_line import show_as_one_line
+from accelctl._kernels.translate import missing_kernel_error
 
 #: The strategy's methods that run the model: its steps, and the backward pass.
 STEPS = ("training_step", "validation_step", "test_step", "predict_step", "backward")
@@ -26,7 +27,8 @@ CPU_WAY = 'pass accelerator="cpu" to lightning.Trainer'
 
 class TranslatedStep:
     """A strategy's step whose error, where it is a kernel the strategy's device lacks, is
-    raised as :class:`accelctl.MissingKernelError` (plugin ``accelerator``) from it."""
+    raised as :class:`accelctl.MissingKernelError` (plugin ``accelerator``) from it; that one,
+    and any accelctl error, is shown as rank 0's one line should it end the program."""
 
     def __init__(self, strategy: Any, name: str, accelerator: str) -> None:
         self.strategy, self.name, self.accelerator = strategy, name, accelerator
@@ -37,12 +39,12 @@ class TranslatedStep:
             return self.step(*args, **kwargs)
         except Exception as exc:
             error = self.missing_kernel(exc, args)
-            if error is None:
+            if error is None and not isinstance(exc, AccelctlError):
                 raise
             # Every process raises it; the one line is rank 0's, for the whole launch (under
             # accelctl launch, the launcher's).
             show_as_one_line(quiet=self.strategy.global_rank != 0)
-            if error is exc:
+            if error is None or error is exc:
                 raise
             raise error from exc
 

@@ -47,6 +47,7 @@ from accelctl._distributed_backend import (
     named_backend_refusal,
     unusable_backend,
 )
+from accelctl._error_line import one_line_when_raised
 from accelctl._errors import warn_user
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import raise_missing_kernel
@@ -95,6 +96,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         (:class:`accelctl.FrameworkVersionError`).
     """
 
+    @one_line_when_raised  # a refusal ends the script as accelctl's line, rank 0's alone
     def __init__(self, accelerator: Any = "auto", *, devices: Any = "auto", **kwargs: Any) -> None:
         if "cpu" in kwargs:
             raise TypeError(

@@ -53,8 +53,8 @@ import torch
 
 import accelctl
 from accelctl import _settings  # the one reader of ACCELCTL_*: the same distribution
+from accelctl._error_line import show_as_one_line
 from accelctl._errors import warn_user
-from accelctl._kernels.translate import show_as_one_line
 from accelctl._training.callbacks import add_process_callback
 from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
 
