@@ -60,6 +60,7 @@ class Selection:
         """JSON-ready: ``accelerator``, ``devices`` (as strings), ``distributed_backend``..."""
         return {
             "accelerator": self.accelerator.name,
+            "plugin": self.accelerator.plugin_name,
             "devices": [str(device) for device in self.devices],
             "device_count": len(self.devices),
             "distributed_backend": self.distributed_backend,
@@ -71,18 +72,16 @@ class Selection:
 
 def known_name(handle: AcceleratorHandle, asked: object = None) -> str:
     """The accelerator's name as the user knows it, for messages and suggested commands: the
-    alias it was asked by (``openreg``), else the alias that is also its device type (the generic
-    PrivateUse1 plugin serves ``openreg`` devices, and answers to ``openreg``), else its
-    canonical name. ``--accelerator`` and ``accelerator=`` take each of them."""
-    try:
-        info = handle.info
-    except AccelctlError:
-        return handle.name
+    alias it was asked by (``rocm``), else its :attr:`~accelctl.AcceleratorHandle.name` (the
+    generic PrivateUse1 plugin's ``openreg``). ``--accelerator`` and ``accelerator=`` take
+    each of them."""
     key = asked.strip().lower() if isinstance(asked, str) else ""
-    if key and key in info.aliases:
-        return key
-    if info.device_type is not None and info.device_type in info.aliases:
-        return info.device_type
+    if key and key != handle.name:
+        try:
+            if key in handle.info.aliases:
+                return key
+        except AccelctlError:
+            pass
     return handle.name
 
 
@@ -297,7 +296,7 @@ def handed_to(handle: AcceleratorHandle, selected: str) -> bool:
         return True
     if handle.entry_point is None:  # no launcher names an object without an entry point
         return False
-    if name == handle.name:
+    if name in (handle.name, handle.plugin_name):
         return True
     try:
         return name in handle.info.aliases

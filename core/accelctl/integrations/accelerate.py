@@ -133,7 +133,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
                 move_before_sharding(model, self.device)
         prepared = super().prepare(*args, device_placement=device_placement)
         for model in models:
-            translate_forward(model, self.accelctl_accelerator.name, self.device)
+            translate_forward(model, self.accelctl_accelerator.plugin_name, self.device)
         return prepared
 
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -144,7 +144,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         with keeping_parameters(self.device):
             prepared = super().prepare_model(model, *args, **kwargs)
         # The user's module, which a DDP or FSDP wrapper calls: the layers' paths are its own.
-        translate_forward(model, self.accelctl_accelerator.name, self.device)
+        translate_forward(model, self.accelctl_accelerator.plugin_name, self.device)
         return prepared
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
@@ -155,7 +155,10 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
             super().backward(loss, **kwargs)
         except Exception as exc:
             raise_missing_kernel(
-                exc, accelerator=self.accelctl_accelerator.name, device=self.device, loss=loss
+                exc,
+                accelerator=self.accelctl_accelerator.plugin_name,
+                device=self.device,
+                loss=loss,
             )
             raise
 
