@@ -13,6 +13,7 @@ from typing import Any
 
 from ._errors import DeviceSpecError
 from ._project import MAX_DEVICE_COUNT
+from ._wording import setting
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class _Refusal:
     def __call__(self, problem: str) -> DeviceSpecError:
         accepted = self.forms.for_spec(self.spec)
         message = (
-            f"{self.accelerator}: devices={_shown(self.spec)} {problem}; {self.visible_phrase}. "
+            f"{self.accelerator}: {setting('devices', self.spec, shown=_shown(self.spec))} "
+            f"{problem}; {self.visible_phrase}. "
             f"Accepted: {accepted}."
         )
         return DeviceSpecError(
@@ -222,7 +224,8 @@ def _count_or_all(count: int, refuse: _Refusal) -> int | str:
     if count == -1:
         return _ALL
     if count == 0:
-        hint = "" if refuse.accelerator == "cpu" else '; to run on the CPU use accelerator="cpu"'
+        on_cpu = setting("accelerator", "cpu")
+        hint = "" if refuse.accelerator == "cpu" else f"; to run on the CPU use {on_cpu}"
         raise refuse(f"asks for no device (0){hint}")
     if count < 0:
         raise refuse("is negative; the only negative spec is -1 (all visible devices)")

@@ -21,6 +21,7 @@ from ._project import PROJECT_NAME
 from ._registry import Registry, get_registry, install_hint
 from ._status import AcceleratorStatus
 from ._text import end_sentence, quote, safe_repr
+from ._wording import setting
 
 if TYPE_CHECKING:
     import torch
@@ -113,7 +114,8 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
                 variable = _settings.ACCELERATOR
                 raise fresh_copy(
                     exc,
-                    f'{variable}={quote(override)} sets what accelerator="auto" means, and: '
+                    f"{variable}={quote(override)} sets what {setting('accelerator', 'auto')} "
+                    "means, and: "
                     f"{end_sentence(str(exc))} Unset {variable} to choose automatically.",
                 ) from exc
         return _select_best(registry, family=None)
@@ -123,10 +125,13 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
     if not handle.detect():
         reason = handle.unavailable_reason()
         because = f": {reason}" if reason else " (not detected)"
-        asked = repr(key) if key == handle.name else f"{key!r} (plugin {handle.name!r})"
+        asked = repr(key)
+        if key not in (handle.name, handle.plugin_name):
+            asked += f" (plugin {handle.plugin_name!r})"
         raise AcceleratorUnavailableError(
             f"accelerator {asked} is installed but not available here{because}. "
-            f'Use accelerator="auto" to take what is available, or `accelctl list` to see why',
+            f"Use {setting('accelerator', 'auto')} to take what is available, or `accelctl "
+            "list` to see why",
             name=handle.name,
             reason=reason,
         )
@@ -160,18 +165,20 @@ def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
         else:
             advice = "the CPU is the floor: " + install_hint(registry, "cpu")
         message = (
-            f'accelerator="auto" found no available accelerator (enabled and loadable: '
+            f"{setting('accelerator', 'auto')} found no available accelerator (enabled and "
+            "loadable: "
             f"{installed}); {advice}"
         )
     elif statuses:
         why = "; ".join(f"{s.name}: {_why(s)}" for s in statuses)
         message = (
-            f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
-            'Use accelerator="cpu" to run on the CPU'
+            f"{setting('accelerator', 'gpu')} found no available gpu-family accelerator "
+            f"({why}). Use {setting('accelerator', 'cpu')} to run on the CPU"
         )
     else:
         message = (
-            'accelerator="gpu" found no gpu-family accelerator installed; install one: '
+            f"{setting('accelerator', 'gpu')} found no gpu-family accelerator installed; "
+            "install one: "
             "pip install accelctl-cuda (NVIDIA, AMD ROCm) or accelctl-mps (Apple silicon)"
         )
     raise AcceleratorUnavailableError(message, name=family or "auto")
@@ -262,7 +269,8 @@ def resolve_chosen(
         # The user asked for "auto": say where the spec came from, on a copy of the error.
         raise fresh_copy(
             exc,
-            f'{_settings.DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
+            f"{_settings.DEVICES}={quote(from_environ)} sets what {setting('devices', 'auto')} "
+            "means, and: "
             f"{end_sentence(str(exc))} Unset {_settings.DEVICES} or give it an accepted spec.",
         ) from exc
     if automatic and handle.info.distributed_backend is None:
