@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _settings
 from ._accelerator import Accelerator
+from ._devices import given_spec
 from ._errors import (
     AccelctlError,
     AcceleratorTypeError,
@@ -37,11 +38,29 @@ class Selection:
     parsed: int | list[int]
     #: The name the accelerator was asked by (``"openreg"``, ``"auto"``), for messages.
     asked: str | None = field(default=None, compare=False, repr=False)
+    #: The devices spec as it was given (``"0,1"``, ``2``, ``"auto"``), for messages.
+    spec: Any = field(default=None, compare=False, repr=False)
+    #: The variable that gave :attr:`spec` in place of ``"auto"`` (``ACCELCTL_DEVICES``), or None.
+    spec_variable: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def shown_name(self) -> str:
         """The accelerator as the user knows it, for messages (:func:`known_name`)."""
         return known_name(self.accelerator, self.asked)
+
+    @property
+    def asked_devices(self) -> str:
+        """The devices spec as it was given, for a message: ``devices='0,1'``, or
+        ``ACCELCTL_DEVICES='0,1'`` where that variable gave it."""
+        if self.spec_variable:
+            return f"{self.spec_variable}={quote(str(self.spec))}"
+        return setting("devices", self.spec, shown=safe_repr(self.spec))
+
+    @property
+    def given_devices(self) -> str:
+        """The devices as the user gave them, for ``--devices`` in a suggested command (``0,1``
+        for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected)."""
+        return given_spec(self.spec, self.parsed)
 
     def first_device(self) -> Selection:
         """The same selection on its first device only (what one process alone can use)."""
@@ -251,6 +270,7 @@ def resolve_chosen(
     ``chosen``: the variables as :func:`resolve` read them (else read from ``environ`` now)."""
     if chosen is None:
         chosen = _settings.SelectionVariables.read(environ)
+    given = devices
     processes = processes_here(environ)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
@@ -284,6 +304,8 @@ def resolve_chosen(
         devices=handle.get_parallel_devices(parsed),
         parsed=parsed,
         asked=asked,
+        spec=from_environ or given,
+        spec_variable=_settings.DEVICES if from_environ else None,
     )
 
 

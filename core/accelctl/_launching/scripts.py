@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
+from .._devices import devices_spec
 from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
 from .._selection import Selection, resolve
 from .._supervision import (
@@ -25,11 +26,9 @@ from .._supervision import (
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import (
     cores_per_process,
-    devices_spec,
     launch_command_line,
     patched_environ,
     selection_environment,
-    typed_spec,
 )
 from .options import Nodes, check_processes, plan_nodes, torchrun_variables
 from .torch_logs import quiet_torch_logs
@@ -50,6 +49,7 @@ def launch_script(
     master_port: int | None = None,
     quiet: bool = True,
     max_restarts: int = 0,
+    typed_devices: str | None = None,
 ) -> Selection:
     """Run ``script`` on one process per device of the selection; what ``accelctl launch`` does.
 
@@ -61,6 +61,9 @@ def launch_script(
     :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
     :param max_restarts: restart the whole group up to this many times when a process fails
         (the Trainer resumes from its last checkpoint by itself).
+    :param typed_devices: the devices as the user typed them (``accelctl launch --devices 2``),
+        for the command lines an error suggests, where ``devices`` is their exact form; default:
+        ``devices`` as given.
     :returns: the selection the children ran on, when every process exited with status 0.
     :raises LaunchFailedError: when a child failed, naming it and its error.
     :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
@@ -104,7 +107,9 @@ def launch_script(
                 ["accelctl", "launch", "--cpu", "--devices", str(nproc), script, *script_args]
             )
             as_launched = launch_command_line(
-                selection.shown_name, typed_spec(selection.parsed), [script, *script_args]
+                selection.shown_name,
+                typed_devices or selection.given_devices,
+                [script, *script_args],
             )
             line = missing.for_launch(on_cpu, as_launched)
             raise LaunchFailedError(line, failure=exc.failure) from None

@@ -341,21 +341,19 @@ def _placement(
         devices = local_world_size  # one device per process (one, started alone)
     selection = accelctl.resolve(accelerator, devices)
     handle = selection.accelerator
-    device = _this_process_device(
-        selection.devices, handle, launched, local_rank, local_world_size, world_size
-    )
+    device = _this_process_device(selection, launched, local_rank, local_world_size, world_size)
     return handle, device, rank, world_size
 
 
 def _this_process_device(
-    devices: list[torch.device],
-    handle: accelctl.AcceleratorHandle,
+    selection: accelctl.Selection,
     launched: bool,
     local_rank: int,
     local_world_size: int,
     world_size: int,
 ) -> torch.device:
     """``devices[LOCAL_RANK]``, once the devices are known to fit the processes."""
+    devices, handle = selection.devices, selection.accelerator
     listed = ", ".join(str(device) for device in devices)
     if (len(devices) > 1 or world_size > 1) and handle.info.distributed_backend is None:
         asked = f"{len(devices)} devices ({listed})" if len(devices) > 1 else ""
@@ -368,15 +366,16 @@ def _this_process_device(
         )
     if len(devices) > 1 and not launched:
         raise accelctl.ProcessSetupError(
-            f"devices={len(devices)} on {known_name(handle)!r} needs one process per device, "
-            f"started by a launcher; this process was started alone. Run: accelctl launch "
-            f"--accelerator {known_name(handle)} --devices {len(devices)} <your script> (or "
+            f"{selection.asked_devices} ({listed}) on {selection.shown_name!r} needs one "
+            f"process per device, started by a launcher; this process was started alone. Run: "
+            f"accelctl launch --accelerator {selection.shown_name} --devices "
+            f"{selection.given_devices} <your script> (or "
             f"accelerate launch --multi_gpu --num_processes {len(devices)} <your script>)"
         )
     if launched and len(devices) != local_world_size:
         raise accelctl.ProcessSetupError(
             f"the launcher started {local_world_size} process(es) on this machine, but the "
-            f"Accelerator has {len(devices)} {handle.name} device(s) ({listed}). Leave "
+            f"Accelerator has {len(devices)} {selection.shown_name} device(s) ({listed}). Leave "
             "devices='auto' to take one device per process"
         )
     device = devices[local_rank]
