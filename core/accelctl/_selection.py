@@ -50,11 +50,17 @@ class Selection:
 
     @property
     def asked_devices(self) -> str:
-        """The devices spec as it was given, for a message: ``devices='0,1'``, or
-        ``ACCELCTL_DEVICES='0,1'`` where that variable gave it."""
+        """The devices spec as it was given and the devices it selected, for a message:
+        ``devices='0,1' (openreg:0, openreg:1)``, or ``ACCELCTL_DEVICES='0,1' (...)`` where that
+        variable gave it; processes that share one device (the CPU's) are not listed."""
         if self.spec_variable:
-            return f"{self.spec_variable}={quote(str(self.spec))}"
-        return setting("devices", self.spec, shown=safe_repr(self.spec))
+            given = f"{self.spec_variable}={quote(str(self.spec))}"
+        else:
+            given = setting("devices", self.spec, shown=safe_repr(self.spec))
+        shown = [str(device) for device in self.devices]
+        if len(set(shown)) > 1:
+            given += f" ({', '.join(shown)})"
+        return given
 
     @property
     def given_devices(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 import accelctl
 from accelctl import AcceleratorUnavailableError, UnknownAcceleratorError
+from accelctl._selection import Selection
 from accelctl._wording import on_command_line, setting
 from accelctl.testing import Registry
 
@@ -108,3 +109,24 @@ def test_a_setting_is_written_for_its_reader(
     with on_command_line():
         assert setting(name, value) == command_line
     assert setting(name, value) == python  # the CLI's wording ends with its command
+
+
+def test_devices_are_echoed_as_given(slot_site: FakeSite) -> None:
+    import torch
+
+    handle = registry(slot_site).get("twin")
+    devices = [torch.device("cpu", 0), torch.device("cpu", 1)]
+
+    def selection(spec: object, variable: str | None = None) -> Selection:
+        return Selection(handle, devices, [0, 1], spec=spec, spec_variable=variable)
+
+    # devices="0,1" is "0,1" (it was the count 2 in messages and in --devices), with the devices.
+    assert selection("0,1").asked_devices == "devices='0,1' (cpu:0, cpu:1)"
+    assert selection(" 0,1 ").given_devices == "0,1"
+    assert selection(2).given_devices == "2"
+    assert selection("auto").given_devices == "2"  # what "auto" selected, as a user types it
+    assert selection([0, 1]).given_devices == "2"  # no command line holds a list
+    from_environ = selection("0,1", "ACCELCTL_DEVICES")
+    assert from_environ.asked_devices == "ACCELCTL_DEVICES='0,1' (cpu:0, cpu:1)"
+    with on_command_line():
+        assert selection("0,1").asked_devices == "--devices 0,1 (cpu:0, cpu:1)"

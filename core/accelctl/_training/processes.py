@@ -153,9 +153,8 @@ def choose_device(
         if refusal is not None:
             raise ProcessSetupError(refusal)
     if count > 1 and not env.launched:
-        listed = ", ".join(str(device) for device in devices)
         raise ProcessSetupError(
-            f"{selection.asked_devices} ({listed}) on {accelerator!r} needs one process per "
+            f"{selection.asked_devices} on {accelerator!r} needs one process per "
             f"device, started by a launcher; this process was started alone. "
             f"Run:\n    {launch_command_line}"
         )

@@ -366,7 +366,7 @@ def _this_process_device(
         )
     if len(devices) > 1 and not launched:
         raise accelctl.ProcessSetupError(
-            f"{selection.asked_devices} ({listed}) on {selection.shown_name!r} needs one "
+            f"{selection.asked_devices} on {selection.shown_name!r} needs one "
             f"process per device, started by a launcher; this process was started alone. Run: "
             f"accelctl launch --accelerator {selection.shown_name} --devices "
             f"{selection.given_devices} <your script> (or "
