@@ -28,11 +28,6 @@ def on_command_line() -> Iterator[None]:
         _command_line = previous
 
 
-def reading_command_line() -> bool:
-    """True while messages are worded for a command line."""
-    return _command_line
-
-
 def setting(name: str, value: object, *, shown: str | None = None) -> str:
     """An argument as the reader writes it: ``accelerator="auto"`` in Python, ``--accelerator
     auto`` on a command line, which holds strings only (any other value is written for Python).
