@@ -8,11 +8,13 @@ from __future__ import annotations
 import operator
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import DeviceSpecError
 from ._project import MAX_DEVICE_COUNT
+from ._wording import setting
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class _Refusal:
     def __call__(self, problem: str) -> DeviceSpecError:
         accepted = self.forms.for_spec(self.spec)
         message = (
-            f"{self.accelerator}: devices={_shown(self.spec)} {problem}; {self.visible_phrase}. "
+            f"{self.accelerator}: {setting('devices', self.spec, shown=_shown(self.spec))} "
+            f"{problem}; {self.visible_phrase}. "
             f"Accepted: {accepted}."
         )
         return DeviceSpecError(
@@ -222,7 +225,8 @@ def _count_or_all(count: int, refuse: _Refusal) -> int | str:
     if count == -1:
         return _ALL
     if count == 0:
-        hint = "" if refuse.accelerator == "cpu" else '; to run on the CPU use accelerator="cpu"'
+        on_cpu = setting("accelerator", "cpu")
+        hint = "" if refuse.accelerator == "cpu" else f"; to run on the CPU use {on_cpu}"
         raise refuse(f"asks for no device (0){hint}")
     if count < 0:
         raise refuse("is negative; the only negative spec is -1 (all visible devices)")
@@ -305,3 +309,31 @@ def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> 
         phrase += " and it is not available here"
     refuse = _Refusal(accelerator, devices, visible, phrase, SINGLE_DEVICE_FORMS)
     return _select(_normalise(devices, refuse), min(visible, 1), refuse)
+
+
+def devices_spec(parsed: int | Sequence[int]) -> str:
+    """A devices spec that parses back to ``parsed``: ``"2"`` for a count, ``"0,2"`` for indices,
+    ``"1,"`` for a single index (``"1"`` would mean "the first one")."""
+    if isinstance(parsed, int):
+        return str(parsed)
+    indices = [str(index) for index in parsed]
+    return ",".join(indices) + ("," if len(indices) == 1 else "")
+
+
+def typed_spec(parsed: int | Sequence[int]) -> str:
+    """The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
+    ``"1"`` for the first one, else :func:`devices_spec`'s exact form."""
+    if not isinstance(parsed, int) and parsed and list(parsed) == list(range(len(parsed))):
+        return str(len(parsed))
+    return devices_spec(parsed)
+
+
+def given_spec(spec: object, parsed: int | Sequence[int]) -> str:
+    """A devices spec as the user gave it, for ``--devices`` in a suggested command: ``"0,1"``
+    stays ``0,1`` (never the count 2), ``2`` is ``2``; for ``"auto"`` or a list,
+    :func:`typed_spec`'s form of ``parsed``, what it selected."""
+    if isinstance(spec, str) and spec.strip() and spec.strip().lower() != "auto":
+        return spec.strip()
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return str(spec)
+    return typed_spec(parsed)

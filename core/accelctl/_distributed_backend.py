@@ -138,7 +138,7 @@ def unusable_backend(
     if problem is None or problem.startswith("skip: "):
         return None
     declared = (
-        f"accelerator {shown_name!r} (plugin {handle.name!r}, {_origin(handle)}) declares "
+        f"accelerator {shown_name!r} (plugin {handle.plugin_name!r}, {_origin(handle)}) declares "
         f"distributed_backend={backend!r}, which {problem}; {_devices_own(device_type)}: "
         f"{started.outcome()}"
     )
@@ -159,7 +159,7 @@ def unusable_backend(
     return (
         f"{declared}. Use one device (devices=1, or --devices 1), or ask the plugin's maker to "
         f"declare the backend their torch extension registers for {device_type!r} "
-        f"(`accelctl validate {handle.name}` reports the same)"
+        f"(`accelctl validate {handle.plugin_name}` reports the same)"
     )
 
 

@@ -68,8 +68,10 @@ class AcceleratorHandle:
         ``.dist-info`` folder (``origin``), why that distribution's files cannot be trusted
         (``problem``), why the user's variables disable it (``disabled``), and the error of a
         name that several distributions claim (``conflict``)."""
-        #: The canonical name: the entry point's name (or the object's, see :meth:`from_object`).
-        self.name = name
+        #: The plugin's own name, its canonical name: the entry point's name (or the object's, see
+        #: :meth:`from_object`); what ``ACCELCTL_PLUGINS``, ``validate`` and a lookup that loads
+        #: one plugin alone go by. :attr:`name` is the accelerator's, which may differ.
+        self.plugin_name = name
         self._entry_point = entry_point
         self._origin = origin
         self._identity: tuple[str | None, str | None, str | None] | None = None
@@ -135,6 +137,20 @@ class AcceleratorHandle:
     # -- identity -----------------------------------------------------------------------------
 
     @property
+    def name(self) -> str:
+        """The accelerator's name, the one a user types and accelctl shows: the device type a
+        loaded plugin also answers to as an alias (the generic PrivateUse1 plugin serves
+        ``openreg`` devices: ``openreg``), else :attr:`plugin_name`.
+
+        Read from what the plugin said when it was loaded (never a hook call): before loading,
+        and for a plugin whose ``accelerator_info()`` failed, it is the plugin's own name.
+        """
+        info = self._info
+        if info is not None and info.device_type is not None and info.device_type in info.aliases:
+            return info.device_type
+        return self.plugin_name
+
+    @property
     def distribution(self) -> str | None:
         """The distribution that installed the plugin; None for an object passed in directly."""
         return self._read_identity()[0]
@@ -169,11 +185,14 @@ class AcceleratorHandle:
         return self
 
     def describe(self) -> str:
-        """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it."""
+        """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it;
+        ``"accelerator 'openreg' (plugin 'privateuse1', accelctl-torch-backend 0.1.0)"`` where the
+        accelerator's name is not the plugin's."""
         dist, version = self._read_identity()
+        parts = [f"plugin {self.plugin_name!r}"] if self.name != self.plugin_name else []
         if dist:
-            return f"accelerator {self.name!r} ({dist}{f' {version}' if version else ''})"
-        return f"accelerator {self.name!r}"
+            parts.append(f"{dist} {version}" if version else dist)
+        return f"accelerator {self.name!r}" + (f" ({', '.join(parts)})" if parts else "")
 
     def __repr__(self) -> str:
         return f"<AcceleratorHandle {self.describe()} {self.state}>"
@@ -220,7 +239,7 @@ class AcceleratorHandle:
             self._fail("instantiate", exc)
             return
         if isinstance(plugin, Accelerator) and self._entry_point is not None:
-            plugin.bind_entry_point(self.name)
+            plugin.bind_entry_point(self.plugin_name)
         self.plugin = plugin
         try:
             table = hook_table(plugin, self.describe())
@@ -229,6 +248,13 @@ class AcceleratorHandle:
             return
         self._hooks = table
         self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
+        # Its info now, while loading (under the fan-out's deadline where several load at once),
+        # so that :attr:`name` is known from here on without calling a hook; a failure is raised
+        # where the info is used (:attr:`info`).
+        try:
+            self._info = self.accelerator_info()
+        except AccelctlError:
+            pass
         self._state = "loaded"
 
     def diagnose(self) -> HookDiagnosis | None:
@@ -249,7 +275,7 @@ class AcceleratorHandle:
         if self.state == "loaded":
             return self
         if self.state == "disabled":
-            name = self.name
+            name = self.plugin_name
             message = f"accelerator {name!r} is {self.reason}; unset or change it to use {name!r}"
             raise AcceleratorUnavailableError(message, name=name, reason=self.reason)
         assert self.error is not None
@@ -296,7 +322,7 @@ class AcceleratorHandle:
     def _hook_error(self, hook: str | None, problem: str) -> PluginHookError:
         return PluginHookError(
             f"{self.describe()}: {problem}",
-            name=self.name,
+            name=self.plugin_name,
             hook=hook,
             distribution=self.distribution,
         )

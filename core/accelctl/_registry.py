@@ -114,6 +114,34 @@ class Registry:
         """Canonical names of every installed accelerator (disabled and broken included)."""
         return list(self._scan())
 
+    def typed_names(self) -> dict[str, str]:
+        """Every name a user can type for an installed accelerator, each with how a message
+        names it: its name (``'openreg'``), the aliases its loaded plugin answers to
+        (``'rocm'``), and a plugin's own name where it is not the accelerator's
+        (``'privateuse1' (the plugin of 'openreg')``). Read from what the plugins said when
+        loaded: no hook is called."""
+        typed: dict[str, str] = {}
+        for handle in self.plugins():
+            typed.setdefault(handle.name, repr(handle.name))
+            for alias in handle._info.aliases if handle._info is not None else ():
+                typed.setdefault(alias, repr(alias))
+            if handle.plugin_name != handle.name:
+                typed.setdefault(
+                    handle.plugin_name, f"{handle.plugin_name!r} (the plugin of {handle.name!r})"
+                )
+        return typed
+
+    def shown_names(self) -> list[str]:
+        """The installed accelerators as a message lists them: each by its name, with the other
+        aliases a user can type for it (``cuda (or rocm)``); a plugin's own name where it is not
+        the accelerator's is left to ``accelctl list``'s PLUGIN column."""
+        shown: dict[str, None] = {}
+        for handle in self.plugins():
+            info = handle._info
+            others = [a for a in info.aliases if a != handle.name] if info is not None else []
+            shown[f"{handle.name} (or {', '.join(others)})" if others else handle.name] = None
+        return list(shown)
+
     def claimants(self, name: str) -> list[AcceleratorHandle]:
         """The handles of the entry points named ``name`` (more than one is a conflict)."""
         return list(self._scan().get(name.lower(), ()))
@@ -144,7 +172,7 @@ class Registry:
                 f"{key!r} selects an accelerator, it is not one: use "
                 f"accelctl.resolve({key!r}) or `accelctl resolve --accelerator {key}`",
                 name=key,
-                installed=self.names(),
+                installed=[handle.name for handle in self.plugins()],
             )
         handles = self._scan().get(key)
         if handles:
@@ -158,11 +186,11 @@ class Registry:
             if not isinstance(aliases, AccelctlError) and key in aliases
         ]
         if len(owners) > 1:
-            claimants = [f"{h.name} ({h.distribution or 'no distribution'})" for h in owners]
+            claimants = [f"{h.plugin_name} ({h.distribution or 'no distribution'})" for h in owners]
             raise PluginConflictError(
                 f"alias {key!r} is claimed by {' and '.join(claimants)}; use a canonical name",
                 name=key,
-                distributions=[h.distribution or h.name for h in owners],
+                distributions=[h.distribution or h.plugin_name for h in owners],
             )
         if owners:
             return owners[0]
@@ -204,22 +232,24 @@ class Registry:
         past the hook deadline, or failing in accelerator_info()), any of which may be the one
         asked for."""
         key = asked.strip().lower()
-        installed = self.names()
-        aliases = [a for h in self.plugins() if h._info is not None for a in h._info.aliases]
+        typed = self.typed_names()
+        installed = list(dict.fromkeys(handle.name for handle in self.plugins()))
         # "gpus" is a typo of the selector "gpu", not the name of a plugin to install.
-        close = nearest(key, installed + aliases + sorted(RESERVED_NAMES))
-        shown = ", ".join(installed) if installed else "none"
+        close = nearest(key, [*typed, *sorted(RESERVED_NAMES)])
+        shown = ", ".join(self.shown_names()) or "none"
         filters = ""
         if self.plugin_filter.active:
             filters = f" ({_settings.PLUGINS}/{_settings.DISABLE} are set)"
         message = f"no accelerator named {quote(asked)} is installed (installed: {shown}){filters}."
         if close:  # a typo of something installed: no package to install
-            message += f" Did you mean {close!r}?"
+            message += f" Did you mean {typed.get(close, repr(close))}?"
             if not is_valid_name(key):
                 message += " Accelerator names are lowercase letters, digits, '_' and '-'."
             return UnknownAcceleratorError(message, name=key, installed=installed)
         if unanswered:  # the name may well be installed: say which plugin could not answer
-            who = "; ".join(f"{handle.name}: {one_line(error)}" for handle, error in unanswered)
+            who = "; ".join(
+                f"{handle.plugin_name}: {one_line(error)}" for handle, error in unanswered
+            )
             return UnknownAcceleratorError(
                 f"{message} It may be an alias of a plugin that could not say its aliases ({who}).",
                 name=key,

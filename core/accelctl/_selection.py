@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _settings
 from ._accelerator import Accelerator
+from ._devices import given_spec
 from ._errors import (
     AccelctlError,
     AcceleratorTypeError,
@@ -21,6 +22,7 @@ from ._project import PROJECT_NAME
 from ._registry import Registry, get_registry, install_hint
 from ._status import AcceleratorStatus
 from ._text import end_sentence, quote, safe_repr
+from ._wording import setting
 
 if TYPE_CHECKING:
     import torch
@@ -36,11 +38,35 @@ class Selection:
     parsed: int | list[int]
     #: The name the accelerator was asked by (``"openreg"``, ``"auto"``), for messages.
     asked: str | None = field(default=None, compare=False, repr=False)
+    #: The devices spec as it was given (``"0,1"``, ``2``, ``"auto"``), for messages.
+    spec: Any = field(default=None, compare=False, repr=False)
+    #: The variable that gave :attr:`spec` in place of ``"auto"`` (``ACCELCTL_DEVICES``), or None.
+    spec_variable: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def shown_name(self) -> str:
         """The accelerator as the user knows it, for messages (:func:`known_name`)."""
         return known_name(self.accelerator, self.asked)
+
+    @property
+    def asked_devices(self) -> str:
+        """The devices spec as it was given and the devices it selected, for a message:
+        ``devices='0,1' (openreg:0, openreg:1)``, or ``ACCELCTL_DEVICES='0,1' (...)`` where that
+        variable gave it; processes that share one device (the CPU's) are not listed."""
+        if self.spec_variable:
+            given = f"{self.spec_variable}={quote(str(self.spec))}"
+        else:
+            given = setting("devices", self.spec, shown=safe_repr(self.spec))
+        shown = [str(device) for device in self.devices]
+        if len(set(shown)) > 1:
+            given += f" ({', '.join(shown)})"
+        return given
+
+    @property
+    def given_devices(self) -> str:
+        """The devices as the user gave them, for ``--devices`` in a suggested command (``0,1``
+        for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected)."""
+        return given_spec(self.spec, self.parsed)
 
     def first_device(self) -> Selection:
         """The same selection on its first device only (what one process alone can use)."""
@@ -60,6 +86,7 @@ class Selection:
         """JSON-ready: ``accelerator``, ``devices`` (as strings), ``distributed_backend``..."""
         return {
             "accelerator": self.accelerator.name,
+            "plugin": self.accelerator.plugin_name,
             "devices": [str(device) for device in self.devices],
             "device_count": len(self.devices),
             "distributed_backend": self.distributed_backend,
@@ -71,18 +98,16 @@ class Selection:
 
 def known_name(handle: AcceleratorHandle, asked: object = None) -> str:
     """The accelerator's name as the user knows it, for messages and suggested commands: the
-    alias it was asked by (``openreg``), else the alias that is also its device type (the generic
-    PrivateUse1 plugin serves ``openreg`` devices, and answers to ``openreg``), else its
-    canonical name. ``--accelerator`` and ``accelerator=`` take each of them."""
-    try:
-        info = handle.info
-    except AccelctlError:
-        return handle.name
+    alias it was asked by (``rocm``), else its :attr:`~accelctl.AcceleratorHandle.name` (the
+    generic PrivateUse1 plugin's ``openreg``). ``--accelerator`` and ``accelerator=`` take
+    each of them."""
     key = asked.strip().lower() if isinstance(asked, str) else ""
-    if key and key in info.aliases:
-        return key
-    if info.device_type is not None and info.device_type in info.aliases:
-        return info.device_type
+    if key and key != handle.name:
+        try:
+            if key in handle.info.aliases:
+                return key
+        except AccelctlError:
+            pass
     return handle.name
 
 
@@ -114,7 +139,8 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
                 variable = _settings.ACCELERATOR
                 raise fresh_copy(
                     exc,
-                    f'{variable}={quote(override)} sets what accelerator="auto" means, and: '
+                    f"{variable}={quote(override)} sets what {setting('accelerator', 'auto')} "
+                    "means, and: "
                     f"{end_sentence(str(exc))} Unset {variable} to choose automatically.",
                 ) from exc
         return _select_best(registry, family=None)
@@ -124,10 +150,13 @@ def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorH
     if not handle.detect():
         reason = handle.unavailable_reason()
         because = f": {reason}" if reason else " (not detected)"
-        asked = repr(key) if key == handle.name else f"{key!r} (plugin {handle.name!r})"
+        asked = repr(key)
+        if key not in (handle.name, handle.plugin_name):
+            asked += f" (plugin {handle.plugin_name!r})"
         raise AcceleratorUnavailableError(
             f"accelerator {asked} is installed but not available here{because}. "
-            f'Use accelerator="auto" to take what is available, or `accelctl list` to see why',
+            f"Use {setting('accelerator', 'auto')} to take what is available, or `accelctl "
+            "list` to see why",
             name=handle.name,
             reason=reason,
         )
@@ -161,18 +190,20 @@ def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
         else:
             advice = "the CPU is the floor: " + install_hint(registry, "cpu")
         message = (
-            f'accelerator="auto" found no available accelerator (enabled and loadable: '
+            f"{setting('accelerator', 'auto')} found no available accelerator (enabled and "
+            "loadable: "
             f"{installed}); {advice}"
         )
     elif statuses:
         why = "; ".join(f"{s.name}: {_why(s)}" for s in statuses)
         message = (
-            f'accelerator="gpu" found no available gpu-family accelerator ({why}). '
-            'Use accelerator="cpu" to run on the CPU'
+            f"{setting('accelerator', 'gpu')} found no available gpu-family accelerator "
+            f"({why}). Use {setting('accelerator', 'cpu')} to run on the CPU"
         )
     else:
         message = (
-            'accelerator="gpu" found no gpu-family accelerator installed; install one: '
+            f"{setting('accelerator', 'gpu')} found no gpu-family accelerator installed; "
+            "install one: "
             "pip install accelctl-cuda (NVIDIA, AMD ROCm) or accelctl-mps (Apple silicon)"
         )
     raise AcceleratorUnavailableError(message, name=family or "auto")
@@ -245,6 +276,7 @@ def resolve_chosen(
     ``chosen``: the variables as :func:`resolve` read them (else read from ``environ`` now)."""
     if chosen is None:
         chosen = _settings.SelectionVariables.read(environ)
+    given = devices
     processes = processes_here(environ)
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
@@ -263,7 +295,8 @@ def resolve_chosen(
         # The user asked for "auto": say where the spec came from, on a copy of the error.
         raise fresh_copy(
             exc,
-            f'{_settings.DEVICES}={quote(from_environ)} sets what devices="auto" means, and: '
+            f"{_settings.DEVICES}={quote(from_environ)} sets what {setting('devices', 'auto')} "
+            "means, and: "
             f"{end_sentence(str(exc))} Unset {_settings.DEVICES} or give it an accepted spec.",
         ) from exc
     if automatic and handle.info.distributed_backend is None:
@@ -277,6 +310,8 @@ def resolve_chosen(
         devices=handle.get_parallel_devices(parsed),
         parsed=parsed,
         asked=asked,
+        spec=from_environ or given,
+        spec_variable=_settings.DEVICES if from_environ else None,
     )
 
 
@@ -297,7 +332,7 @@ def handed_to(handle: AcceleratorHandle, selected: str) -> bool:
         return True
     if handle.entry_point is None:  # no launcher names an object without an entry point
         return False
-    if name == handle.name:
+    if name in (handle.name, handle.plugin_name):
         return True
     try:
         return name in handle.info.aliases

@@ -104,7 +104,7 @@ def _devices(handle: AcceleratorHandle) -> list[str]:
     """Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
     for a process count), without importing torch: the type is ``device_type``, else the name."""
     parsed = handle.parse_devices("auto")
-    kind = handle.info.device_type or handle.name
+    kind = handle.info.device_type or handle.plugin_name
     if isinstance(parsed, int):
         return [device_string(kind)]
     return list(dict.fromkeys(device_string(kind, index) for index in parsed))

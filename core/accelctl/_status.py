@@ -44,8 +44,13 @@ class AcceleratorStatus:
 
     @property
     def name(self) -> str:
-        """The accelerator's canonical name."""
+        """The accelerator's name (``openreg``; the handle's :attr:`~AcceleratorHandle.name`)."""
         return self.accelerator.name
+
+    @property
+    def plugin_name(self) -> str:
+        """The plugin's own name, its entry point's (``privateuse1``)."""
+        return self.accelerator.plugin_name
 
     @property
     def distribution(self) -> str | None:
@@ -89,6 +94,7 @@ class AcceleratorStatus:
         info = self.info
         return {
             "name": self.name,
+            "plugin": self.plugin_name,
             "available": self.available,
             "device_count": self.device_count,
             "family": self.family,

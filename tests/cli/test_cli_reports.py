@@ -27,7 +27,7 @@ def test_resolve_json_error_for_a_bad_devices_spec(cli: Cli, fake_site: FakeSite
     assert result.exit_code == 1
     document = json.loads(result.stdout)
     assert document["error_type"] == "DeviceSpecError"
-    assert "good: devices='7' asks for 7 devices, more than are visible" in document["error"]
+    assert "good: --devices 7 asks for 7 devices, more than are visible" in document["error"]
 
 
 def test_resolve_without_json_prints_nothing_on_stdout_on_error(cli: Cli) -> None:

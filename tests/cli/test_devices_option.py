@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,13 @@ def test_a_devices_error_lists_only_what_a_command_line_can_type(
     result = cli(command, *args, *([str(script)] if command == "launch" else []))
     assert result.exit_code == 1, result.output
     [line] = result.stderr.splitlines()
-    assert line.startswith(f"error: good: devices={spec!r} ")
+    # Worded for the command line it came from: the flag as typed, not a Python keyword.
+    typed = f"--devices {shlex.quote(spec)}"
+    assert line.startswith(f"error: good: {typed} "), line
     accepted = line.partition("Accepted: ")[2]
     assert accepted.startswith('"auto" or "-1" (all visible devices)'), line
     assert "2 good devices are visible (indices 0 and 1)" in line
-    assert NOT_A_COMMAND_LINE_FORM.search(line.replace(f"devices={spec!r}", "")) is None, line
+    assert NOT_A_COMMAND_LINE_FORM.search(line.replace(typed, "")) is None, line
 
 
 @pytest.mark.parametrize("command", ["resolve", "launch"])
@@ -50,6 +53,6 @@ def test_a_spec_from_the_environment_lists_the_string_forms_too(
     result = cli("resolve", "--accelerator", "good", env={"ACCELCTL_DEVICES": "[0,1]"})
     assert result.exit_code == 1, result.output
     [line] = result.stderr.splitlines()
-    assert line.startswith("error: ACCELCTL_DEVICES='[0,1]' sets what devices=\"auto\" means")
+    assert line.startswith("error: ACCELCTL_DEVICES='[0,1]' sets what --devices auto means")
     assert 'write the indices without brackets: "0,1"' in line
     assert NOT_A_COMMAND_LINE_FORM.search(line.replace("'[0,1]'", "")) is None, line

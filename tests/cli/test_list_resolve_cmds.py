@@ -119,9 +119,9 @@ def test_resolve_human(cli: Cli, site: FakeSite) -> None:
             ["-a", "broken"],
             "error: accelerator 'broken' (acme-broken 1.0): importing 'fakeplugins.lacks_runtime'",
         ),
-        (["-a", "cpu", "-d", "0,1"], "error: cpu: devices='0,1' lists device indices"),
-        (["-a", "good", "-d", "abc"], "error: good: devices='abc' is not \"auto\", a number"),
-        (["-a", "gpu"], 'error: accelerator="gpu" found no available gpu-family accelerator'),
+        (["-a", "cpu", "-d", "0,1"], "error: cpu: --devices 0,1 lists device indices"),
+        (["-a", "good", "-d", "abc"], 'error: good: --devices abc is not "auto", a number'),
+        (["-a", "gpu"], "error: --accelerator gpu found no available gpu-family accelerator"),
     ],
 )
 def test_resolve_errors_are_one_line_exit_1(

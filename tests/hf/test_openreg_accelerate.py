@@ -88,7 +88,7 @@ def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_one_process_trains_on_the_plugins_device(single: Path) -> None:
     seen = report(single, "single")
-    assert (seen["accelerator"], seen["adapted"]) == ("privateuse1", True)
+    assert (seen["accelerator"], seen["adapted"]) == ("openreg", True)  # its one name
     assert (seen["device"], seen["distributed_type"]) == ("openreg:0", "DistributedType.NO")
     assert seen["trained"], "the optimizer made before prepare() must step the openreg model"
 
@@ -117,7 +117,7 @@ def test_each_process_runs_on_its_own_device_over_the_plugins_backend(
     out: Path = request.getfixturevalue(run)
     for rank in (0, 1):
         seen = report(out, "processes", rank)
-        assert (seen["accelerator"], seen["device"]) == ("privateuse1", f"openreg:{rank}")
+        assert (seen["accelerator"], seen["device"]) == ("openreg", f"openreg:{rank}")
         assert (seen["num_processes"], seen["process_index"]) == (2, rank)
         assert seen["distributed_type"] == "DistributedType.MULTI_GPU"
         assert seen["backend"] == seen["group_backend"] == "occl"
@@ -216,7 +216,7 @@ def test_a_convolution_with_the_fallback_trains_to_the_cpu_weights(
 ) -> None:
     seen = report(cnn_fallback, "cnn")
     assert (seen["accelerator"], seen["device"], seen["trained"]) == (
-        "privateuse1",
+        "openreg",
         "openreg:0",
         True,
     )

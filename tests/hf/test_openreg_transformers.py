@@ -152,7 +152,7 @@ def assert_close_to_cpu(found: dict[str, torch.Tensor], cpu: dict[str, torch.Ten
 
 def test_one_process_trains_on_the_plugins_device(single: Path) -> None:
     seen = report(single, "float32")
-    assert (seen["accelerator"], seen["adapted"]) == ("privateuse1", True)
+    assert (seen["accelerator"], seen["adapted"]) == ("openreg", True)  # its one name
     assert (seen["device"], seen["n_gpu"], seen["world_size"]) == ("openreg:0", 1, 1)
     assert seen["distributed_type"] == "DistributedType.NO"
     assert seen["parameters_on"] == ["openreg:0"]
@@ -193,7 +193,7 @@ def test_each_process_runs_on_its_own_device_over_the_plugins_backend(
     out: Path = request.getfixturevalue(run)
     for rank in (0, 1):
         seen = report(out, "processes", rank)
-        assert (seen["accelerator"], seen["device"]) == ("privateuse1", f"openreg:{rank}")
+        assert (seen["accelerator"], seen["device"]) == ("openreg", f"openreg:{rank}")
         assert (seen["num_processes"], seen["process_index"], seen["world_size"]) == (2, rank, 2)
         assert seen["distributed_type"] == "DistributedType.MULTI_GPU"
         assert seen["parallel_mode"] == "ParallelMode.DISTRIBUTED"

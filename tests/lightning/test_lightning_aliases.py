@@ -80,3 +80,14 @@ def test_register_all_skips_a_disabled_plugin_without_importing_it(fake_site: An
         result = register_all(registry=reg)
     assert result.skipped == {"policed": "disabled by ACCELCTL_DISABLE"} and result.broken == {}
     assert "fakeplugins.exits_at_import" not in sys.modules
+
+
+def test_a_backend_plugin_is_registered_by_its_devices_name(fake_site: Any) -> None:
+    # Issue 46: one name per device. The generic PrivateUse1 plugin's shape (installed as "slot",
+    # devices and alias "twin") is registered as "twin", the name accelctl shows; the plugin's
+    # own name still finds it, as accelctl.resolve("slot") does.
+    result = register_all(registry=_registry(fake_site, slot="SlotAccelerator"))
+    assert (result.registered, result.aliases) == (["twin"], {"slot": "twin"})
+    for registry in (TRAINER_REGISTRY, FABRIC_REGISTRY):
+        assert registry["slot"]["accelerator"] is registry["twin"]["accelerator"]
+        assert registry["twin"]["accelerator"].name() == "twin"

@@ -76,7 +76,11 @@ def test_fsdp_is_refused_naming_what_the_device_lacks_before_any_process_starts(
     refusal = probe["refusal"]
     assert refusal["type"] == "ProcessSetupError"
     message = refusal["message"]
-    assert message.startswith("strategy='fsdp' cannot run on 'privateuse1' (device type 'openreg'")
+    # One name per device (issue 46): the backend's, not the plugin's privateuse1.
+    assert message.startswith("strategy='fsdp' cannot run on 'openreg' (backend 'occl'): it lacks")
+    assert message.endswith(
+        "`accelctl validate --capabilities openreg` shows what the device can do"
+    )
     assert "device-streams (module 'torch_openreg.openreg' has no attribute 'Stream'" in message
     assert " and storage-resize (NotImplementedError: You should register" in message
     assert "resizePrivateUse1Bytes" in message
@@ -90,7 +94,9 @@ def test_a_device_with_what_fsdp2_needs_is_not_refused_but_told_how_to_launch(
     assert probe["gaps"] == []
     refusal = probe["refusal"]  # 2 devices asked for in a process alone
     assert refusal["type"] == "ProcessSetupError"
-    assert refusal["message"].startswith("devices=2 on 'openreg' needs one process per device")
+    assert refusal["message"].startswith(
+        "devices=2 (openreg:0, openreg:1) on 'openreg' needs one process per device"
+    )
     assert "accelctl.launch(<your training function>, accelerator='openreg'" in refusal["message"]
     assert "cannot run" not in refusal["message"] and probe["group"] is False
 

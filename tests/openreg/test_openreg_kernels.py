@@ -108,7 +108,7 @@ def test_cv_example_with_the_fallback_learns_as_on_the_cpu(
 
     on_openreg = example(tmp_path / "openreg", **FALLBACK)
     on_cpu = example(tmp_path / "cpu", "--cpu")
-    assert "privateuse1 (openreg:0)" in on_openreg.stdout
+    assert "openreg (openreg:0)" in on_openreg.stdout
     # The same accuracy, losses and final line: the CPU's kernels, forward and backward.
     assert learned(on_openreg) == learned(on_cpu)
     warnings = [line for line in on_openreg.stderr.splitlines() if "CPUFallbackWarning" in line]

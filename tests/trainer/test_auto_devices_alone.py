@@ -37,7 +37,10 @@ def test_auto_alone_trains_on_the_first_device_and_says_once_how_to_use_all(
         warnings.simplefilter("always")
         trainer = accelctl.Trainer(root_dir="unused")  # the user's line
         again = accelctl.Trainer(root_dir="unused")
-    assert trainer.accelerator.name == again.accelerator.name == "slot"
+    # One name per device (issue 46): the accelerator's is its devices' (the user's), the
+    # plugin's own stays at hand.
+    assert trainer.accelerator.name == again.accelerator.name == "twin"
+    assert trainer.accelerator.plugin_name == "slot"
     assert trainer.devices == [trainer.device] == [torch.device("cpu")]
     assert (trainer.global_rank, trainer.world_size) == (0, 1)
     [warning] = [w for w in caught if "started alone" in str(w.message)]  # once, not twice
@@ -59,12 +62,22 @@ def test_an_explicit_count_alone_is_refused_with_the_launch_line(two_devices: No
     assert message.endswith(LAUNCH_LINE)
 
 
+def test_indices_alone_are_refused_as_given_not_as_a_count(two_devices: None) -> None:
+    # Issue 46: devices="0,1" was echoed back as devices=2 (and --devices 2 in the line).
+    with pytest.raises(accelctl.ProcessSetupError) as caught:
+        accelctl.Trainer(accelerator="twin", devices="0,1")
+    message = str(caught.value)
+    assert message.startswith("devices='0,1' on 'twin' needs one process per device")
+    assert message.endswith("accelctl launch --accelerator twin --devices 0,1 train.py --epochs 3")
+
+
 def test_accelctl_devices_set_by_hand_alone_is_explicit(
     two_devices: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACCELCTL_DEVICES", "0,1")
-    with pytest.raises(accelctl.ProcessSetupError, match="needs one process per device"):
+    with pytest.raises(accelctl.ProcessSetupError, match="needs one process per device") as caught:
         accelctl.Trainer()
+    assert str(caught.value).startswith("ACCELCTL_DEVICES='0,1' on 'twin'")  # its source
 
 
 def test_under_a_launcher_auto_takes_one_device_per_process(

@@ -11,7 +11,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, WeightedRandomSampler
 
 import accelctl
-from accelctl._launching.handoff import devices_spec, launch_command_line
+from accelctl._devices import devices_spec
+from accelctl._launching.handoff import launch_command_line
 from accelctl._training.data import DataLoaderError, batch_size, move_to_device, shard_loader
 from accelctl._training.processes import ProcessEnvironment, ProcessSetupError
 from accelctl.launcher import RankFailure

@@ -106,7 +106,7 @@ def _rank(rank: int | None) -> int:
 def _set_up(
     accelerator: AcceleratorHandle, device: torch.device, wanted: bool, rank: int
 ) -> KernelSetup:
-    kind, name = device.type, accelerator.name
+    kind, name = device.type, accelerator.plugin_name
     if kind == "cpu":
         return KernelSetup(kind, name, "off" if not wanted else "none", unavailable=_ON_CPU)
     gaps = _gaps_of(accelerator)
@@ -203,7 +203,7 @@ def _guard(
                 continue
             namespace, rest = kernel.split("::", 1)
             made = library(namespace)
-            made.impl(rest, _refusal(accelerator.name, kind, kernel, gaps), "PrivateUse1")
+            made.impl(rest, _refusal(accelerator.plugin_name, kind, kernel, gaps), "PrivateUse1")
             libraries.append(made)
             guarded.append(kernel)
     _GUARDS[kind] = libraries

@@ -11,26 +11,10 @@ import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
+from .._devices import devices_spec
 from .._selection import Selection
 from .._settings import ACCELERATOR as ENV_ACCELERATOR
 from .._settings import DEVICES as ENV_DEVICES
-
-
-def devices_spec(parsed: int | Sequence[int]) -> str:
-    """A devices spec that parses back to ``parsed``: ``"2"`` for a count, ``"0,2"`` for indices,
-    ``"1,"`` for a single index (``"1"`` would mean "the first one")."""
-    if isinstance(parsed, int):
-        return str(parsed)
-    indices = [str(index) for index in parsed]
-    return ",".join(indices) + ("," if len(indices) == 1 else "")
-
-
-def typed_spec(parsed: int | Sequence[int]) -> str:
-    """The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
-    ``"1"`` for the first one, else :func:`devices_spec`'s exact form."""
-    if not isinstance(parsed, int) and parsed and list(parsed) == list(range(len(parsed))):
-        return str(len(parsed))
-    return devices_spec(parsed)
 
 
 def selection_environment(selection: Selection) -> dict[str, str]:
@@ -38,7 +22,9 @@ def selection_environment(selection: Selection) -> dict[str, str]:
     devices for an instance without an entry point: the script passes the instance itself)."""
     env = {ENV_DEVICES: devices_spec(selection.parsed)}
     if selection.accelerator.entry_point is not None:
-        env[ENV_ACCELERATOR] = selection.accelerator.name
+        # The plugin's own name: a child's lookup by it loads that plugin alone (an alias such
+        # as "openreg" asks every plugin for its aliases).
+        env[ENV_ACCELERATOR] = selection.accelerator.plugin_name
     return env
 
 

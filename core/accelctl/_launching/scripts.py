@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .. import _settings
+from .._devices import devices_spec
 from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
 from .._kernels.error import DEBUG_SWITCH
 from .._selection import Selection, resolve
@@ -26,11 +27,9 @@ from .._supervision import (
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import (
     cores_per_process,
-    devices_spec,
     launch_command_line,
     patched_environ,
     selection_environment,
-    typed_spec,
 )
 from .options import Nodes, check_processes, plan_nodes, torchrun_variables
 from .torch_logs import quiet_torch_logs
@@ -51,6 +50,7 @@ def launch_script(
     master_port: int | None = None,
     quiet: bool = True,
     max_restarts: int = 0,
+    typed_devices: str | None = None,
 ) -> Selection:
     """Run ``script`` on one process per device of the selection; what ``accelctl launch`` does.
 
@@ -62,6 +62,9 @@ def launch_script(
     :param quiet: hide torch's elastic-agent log lines (the failure is reported by the error).
     :param max_restarts: restart the whole group up to this many times when a process fails
         (the Trainer resumes from its last checkpoint by itself).
+    :param typed_devices: the devices as the user typed them (``accelctl launch --devices 2``),
+        for the command lines an error suggests, where ``devices`` is their exact form; default:
+        ``devices`` as given.
     :returns: the selection the children ran on, when every process exited with status 0.
     :raises LaunchFailedError: when a child failed, naming it and its error.
     :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
@@ -98,7 +101,7 @@ def launch_script(
             clause = resume_clause(note, command)
             raise LaunchInterruptedError(exc.signum, clause, phase.processes) from None
         except LaunchFailedError as exc:
-            line = _one_line(exc, script, script_args, selection)
+            line = _one_line(exc, script, script_args, selection, typed_devices)
             if line is None:
                 raise
             raise LaunchFailedError(line, failure=exc.failure) from None
@@ -106,10 +109,15 @@ def launch_script(
 
 
 def _one_line(
-    exc: LaunchFailedError, script: str, script_args: Sequence[str], selection: Selection
+    exc: LaunchFailedError,
+    script: str,
+    script_args: Sequence[str],
+    selection: Selection,
+    typed_devices: str | None,
 ) -> str | None:
     """The launch's one line for the accelctl error a process raised (it printed no traceback):
-    a missing kernel's ways out as ``accelctl launch`` lines; None for any other failure."""
+    a missing kernel's ways out as ``accelctl launch`` lines (the devices as the user typed
+    them); None for any other failure."""
     failure = exc.failure
     if failure is None:
         return None
@@ -123,7 +131,7 @@ def _one_line(
         ["accelctl", "launch", "--cpu", "--devices", str(nproc), script, *script_args]
     )
     as_launched = launch_command_line(
-        selection.shown_name, typed_spec(selection.parsed), [script, *script_args]
+        selection.shown_name, typed_devices or selection.given_devices, [script, *script_args]
     )
     return missing.for_launch(on_cpu, as_launched)
 

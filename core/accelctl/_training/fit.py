@@ -585,7 +585,7 @@ class Fit:
             return None
         return missing_kernel_error(
             exc,
-            accelerator=self.trainer.accelerator.name,
+            accelerator=self.trainer.accelerator.plugin_name,
             device=self.device,
             model=self.model,
             loss=loss,

@@ -55,8 +55,10 @@ def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) ->
     if gaps:
         named = [f"{gap.name} ({clean(gap.reason).rstrip('.')})" for gap in gaps]
         lacking = " and ".join([", ".join(named[:-1]), named[-1]] if named[1:] else named)
+        # The device type where it is not the accelerator's name (a vendor's instance).
+        kind = f"device type {device_type!r}, " if device_type != accelerator else ""
         raise ProcessSetupError(
-            f"strategy='fsdp' cannot run on {accelerator!r} (device type {device_type!r}, "
+            f"strategy='fsdp' cannot run on {accelerator!r} ({kind}"
             f"backend {backend!r}): it lacks what FSDP2 needs: {lacking}. Train with "
             f"strategy='ddp' (or 'auto'); `accelctl validate --capabilities {accelerator}` "
             f"shows what the device can do"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .._cluster import slurm_step
 from .._distributed_backend import NOTHING_STARTED, Started, unusable_backend
 from .._errors import ProcessSetupError, warn_user
-from .._launching.handoff import launch_command_line, typed_spec
+from .._launching.handoff import launch_command_line
 
 if TYPE_CHECKING:
     import torch
@@ -154,8 +154,9 @@ def choose_device(
             raise ProcessSetupError(refusal)
     if count > 1 and not env.launched:
         raise ProcessSetupError(
-            f"devices={count} on {accelerator!r} needs one process per device, started by a "
-            f"launcher; this process was started alone. Run:\n    {launch_command_line}"
+            f"{selection.asked_devices} on {accelerator!r} needs one process per "
+            f"device, started by a launcher; this process was started alone. "
+            f"Run:\n    {launch_command_line}"
         )
     if env.launched and env.local_world_size != count:
         fix = "launch with --devices matching the script"
@@ -195,7 +196,7 @@ def launch_hint(selection: Selection) -> str:
     """The command that runs this script with one process per device of ``selection``, naming
     the accelerator as the user knows it (``--accelerator openreg``)."""
     name = selection.shown_name if selection.accelerator.entry_point is not None else None
-    spec = typed_spec(selection.parsed)
+    spec = selection.given_devices
     argv = script_argv()
     if argv is None:
         accelerator = repr(name) if name else "<your accelerator>"

@@ -83,6 +83,7 @@ def _accelerators() -> list[dict[str, Any]]:
 def _row(status: AcceleratorStatus) -> dict[str, Any]:
     return {
         "name": status.name,
+        "plugin": status.plugin_name,
         "distribution": status.distribution,
         "version": status.version,
         "state": status.state,
@@ -146,6 +147,8 @@ def render(env: Environment) -> str:
     width = max((len(a["name"]) for a in env.accelerators), default=0)
     for row in env.accelerators:
         plugin = " ".join(filter(None, [row["distribution"], row["version"]])) or "?"
+        if row["plugin"] != row["name"]:  # a bug report needs the plugin's own name too
+            plugin += f" (plugin {row['plugin']})"
         if row["error"]:
             state = f"broken: {row['error']}"
         elif row["available"]:

@@ -10,9 +10,9 @@ import re
 import click
 
 from .. import _settings
+from .._devices import devices_spec
 from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
-from .._launching.handoff import devices_spec
 from .._launching.options import NodeOptionError, plan_nodes
 from .._launching.scripts import interrupted_anywhere, launch_script
 from .._supervision import LaunchInterruptedError
@@ -156,6 +156,7 @@ def launch_command(
             script_args,
             accelerator=selection.accelerator,
             devices=devices_spec(selection.parsed),
+            typed_devices=selection.given_devices,  # as typed, for the lines an error suggests
             nnodes=nnodes,
             node_rank=node_rank,
             master_addr=master_addr,

@@ -16,16 +16,20 @@ HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESC
 
 def _row(status: AcceleratorStatus) -> tuple[object, ...]:
     state, plugin = status.state, status.distribution or "?"
-    # What else it answers to, after its name (the generic PrivateUse1 plugin: "privateuse1
-    # (openreg)", the backend's own name, which accelctl's messages use for it).
-    aliases = ", ".join(status.info.aliases) if status.info is not None else ""
+    # What else it answers to, after its name (the CUDA plugin on an AMD GPU: "cuda (rocm)").
+    info = status.info
+    aliases = ", ".join(a for a in info.aliases if a != status.name) if info is not None else ""
+    if status.version:
+        plugin += f" {status.version}"
+    if status.plugin_name != status.name:  # the generic PrivateUse1 plugin serving "openreg"
+        plugin += f" (plugin {status.plugin_name})"
     return (
         f"{status.name} ({aliases})" if aliases else status.name,
         state if state in ("broken", "disabled") else yes_no(status.available),
         status.device_count,
         status.family,
         status.priority,
-        f"{plugin} {status.version}" if status.version else plugin,
+        plugin,
         status.description or None,
     )
 

@@ -22,6 +22,7 @@ import click
 from .._errors import AccelctlError, PluginWarning
 from .._fanout import abandoned_threads
 from .._text import one_line, quote, safe_str
+from .._wording import on_command_line
 
 if TYPE_CHECKING:
     from ._contributed import Contributed
@@ -91,7 +92,8 @@ class AccelctlGroup(click.Group):
 
             warnings.showwarning = show
             try:
-                return super().invoke(ctx)
+                with on_command_line():  # messages name flags, not keyword arguments
+                    return super().invoke(ctx)
             except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
                 raise
             except BrokenPipeError:  # the reader went away (`| head`): click ends quietly, exit 1

@@ -32,7 +32,7 @@ class Registration:
     """What :func:`~accelctl.integrations.lightning.register_all` did, as plain data.
 
     - ``registered``: names now served by accelctl in Lightning's registries;
-    - ``aliases``: alias -> the registered name it serves too (``"openreg": "privateuse1"``);
+    - ``aliases``: alias -> the registered name it serves too (``"privateuse1": "openreg"``);
     - ``skipped``: name or alias -> why it was left alone (Lightning has it, or it is disabled);
     - ``broken``: name -> the plugin's one-line error (also emitted as a
       :class:`~accelctl.PluginWarning`).
@@ -71,18 +71,20 @@ def register(
     result = Registration()
     targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
     canonical = set(source.names())
-    for name in source.names():
-        blocked = source.claimants(name)[0].reason
+    for plugin_name in source.names():
+        blocked = source.claimants(plugin_name)[0].reason
         if blocked:
-            result.skipped[name] = blocked
+            result.skipped[plugin_name] = blocked
             continue
         try:
-            handle = source.get(name)
+            handle = source.get(plugin_name)
         except AccelctlError as exc:
             message = " ".join(str(exc).split())
-            result.broken[name] = message
+            result.broken[plugin_name] = message
             warnings.warn(f"not registering with Lightning: {message}", PluginWarning, stacklevel=3)
             continue
+        # The accelerator's name (the generic PrivateUse1 plugin's "openreg"), as accelctl shows it.
+        name = handle.name
         taken = _taken_by_others(name, is_ours)
         if taken and not override:
             result.skipped[name] = taken
@@ -91,14 +93,14 @@ def register(
         for target in targets:
             bound.register_accelerators(target)
         result.registered.append(name)
-        # Its aliases too (the generic PrivateUse1 plugin answers to "openreg"), as accelctl's
-        # own lookups take them; a canonical name of another plugin wins, as it does there.
+        # The other names accelctl's own lookups take: its aliases (the CUDA plugin's "rocm") and
+        # the plugin's own name ("privateuse1"); another plugin's name wins, as it does there.
         try:
             aliases = handle.info.aliases
         except AccelctlError:  # accelerator_info() fails: its name alone (it says why when used)
             aliases = ()
-        for alias in aliases:
-            if alias in canonical:
+        for alias in dict.fromkeys((*aliases, plugin_name)):
+            if alias == name or (alias in canonical and alias != plugin_name):
                 continue
             taken = _taken_by_others(alias, is_ours)
             if taken and not override:

@@ -123,7 +123,7 @@ def place(
     # What `accelctl launch` hands its children: a Trainer() inside the training function runs
     # on this choice (Ray itself sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_*).
     if handle.entry_point is not None:  # an instance without one is passed to the Trainer
-        os.environ[_settings.ACCELERATOR] = handle.name
+        os.environ[_settings.ACCELERATOR] = handle.plugin_name
     os.environ[_settings.DEVICES] = str(ranks.local_world_size)
     os.environ[RESTART_COUNT] = str(restarts)
     if launch is not None:
@@ -226,7 +226,7 @@ def missing_kernel(exc: Exception, placement: Placement) -> accelctl.MissingKern
     or torch's from a hand-written loop), its way to the CPU in Ray Train's words; None where
     ``exc`` is another error."""
     error = missing_kernel_error(
-        exc, accelerator=placement.accelerator.name, device=placement.device
+        exc, accelerator=placement.accelerator.plugin_name, device=placement.device
     )
     if error is None or error.op is None or error.cpu_way is not None:
         return error

@@ -27,7 +27,7 @@ from accelctl._selection import known_name  # the name a message uses: "openreg"
 def resource_name(handle: accelctl.AcceleratorHandle) -> str:
     """The custom resource that counts ``handle``'s devices: their torch device type (the
     generic PrivateUse1 plugin's ``openreg``), else the accelerator's name."""
-    return handle.info.device_type or handle.name
+    return handle.info.device_type or handle.plugin_name
 
 
 def ray_resources(accelerator: Any = "auto") -> dict[str, float]:

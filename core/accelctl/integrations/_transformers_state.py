@@ -114,7 +114,7 @@ def install() -> bool:
                 if handle is not None:
                     device = self.accelerator.device
                     raise_missing_kernel(
-                        exc, accelerator=handle.name, device=device, model=self.model
+                        exc, accelerator=handle.plugin_name, device=device, model=self.model
                     )
                 raise
 

@@ -142,7 +142,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
                 move_before_sharding(model, self.device)
         prepared = super().prepare(*args, device_placement=device_placement)
         for model in models:
-            translate_forward(model, self.accelctl_accelerator.name, self.device)
+            translate_forward(model, self.accelctl_accelerator.plugin_name, self.device)
         return prepared
 
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -153,7 +153,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         with keeping_parameters(self.device):
             prepared = super().prepare_model(model, *args, **kwargs)
         # The user's module, which a DDP or FSDP wrapper calls: the layers' paths are its own.
-        translate_forward(model, self.accelctl_accelerator.name, self.device)
+        translate_forward(model, self.accelctl_accelerator.plugin_name, self.device)
         return prepared
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
@@ -164,7 +164,10 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
             super().backward(loss, **kwargs)
         except Exception as exc:
             raise_missing_kernel(
-                exc, accelerator=self.accelctl_accelerator.name, device=self.device, loss=loss
+                exc,
+                accelerator=self.accelctl_accelerator.plugin_name,
+                device=self.device,
+                loss=loss,
             )
             raise
 
@@ -342,21 +345,19 @@ def _placement(
         devices = local_world_size  # one device per process (one, started alone)
     selection = accelctl.resolve(accelerator, devices)
     handle = selection.accelerator
-    device = _this_process_device(
-        selection.devices, handle, launched, local_rank, local_world_size, world_size
-    )
+    device = _this_process_device(selection, launched, local_rank, local_world_size, world_size)
     return handle, device, rank, world_size
 
 
 def _this_process_device(
-    devices: list[torch.device],
-    handle: accelctl.AcceleratorHandle,
+    selection: accelctl.Selection,
     launched: bool,
     local_rank: int,
     local_world_size: int,
     world_size: int,
 ) -> torch.device:
     """``devices[LOCAL_RANK]``, once the devices are known to fit the processes."""
+    devices, handle = selection.devices, selection.accelerator
     listed = ", ".join(str(device) for device in devices)
     if (len(devices) > 1 or world_size > 1) and handle.info.distributed_backend is None:
         asked = f"{len(devices)} devices ({listed})" if len(devices) > 1 else ""
@@ -369,15 +370,16 @@ def _this_process_device(
         )
     if len(devices) > 1 and not launched:
         raise accelctl.ProcessSetupError(
-            f"devices={len(devices)} on {known_name(handle)!r} needs one process per device, "
-            f"started by a launcher; this process was started alone. Run: accelctl launch "
-            f"--accelerator {known_name(handle)} --devices {len(devices)} <your script> (or "
+            f"{selection.asked_devices} on {selection.shown_name!r} needs one "
+            f"process per device, started by a launcher; this process was started alone. Run: "
+            f"accelctl launch --accelerator {selection.shown_name} --devices "
+            f"{selection.given_devices} <your script> (or "
             f"accelerate launch --multi_gpu --num_processes {len(devices)} <your script>)"
         )
     if launched and len(devices) != local_world_size:
         raise accelctl.ProcessSetupError(
             f"the launcher started {local_world_size} process(es) on this machine, but the "
-            f"Accelerator has {len(devices)} {handle.name} device(s) ({listed}). Leave "
+            f"Accelerator has {len(devices)} {selection.shown_name} device(s) ({listed}). Leave "
             "devices='auto' to take one device per process"
         )
     device = devices[local_rank]

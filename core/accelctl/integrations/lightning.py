@@ -215,7 +215,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         # name for an installed plugin, the plugin object itself for one passed in directly. A
         # user's subclass of a bound class is a module-level class: it travels by reference.
         handle = self.accelctl_handle()
-        spec = handle.name if handle.entry_point is not None else handle.plugin
+        spec = handle.plugin_name if handle.entry_point is not None else handle.plugin
         subclass = None if type(self) is _BOUND.get(handle) else type(self)
         return (_rebuild, (spec, subclass, dict(self.__dict__) or None))
 
@@ -228,7 +228,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def name(cls) -> str:
-        """The accelctl accelerator's canonical name."""
+        """The accelctl accelerator's name (``openreg`` for the generic PrivateUse1 plugin)."""
         return cls.accelctl_handle().name
 
     @classmethod
@@ -320,7 +320,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         for a kernel the device lacks (:mod:`accelctl.integrations._lightning_kernels`), and
         ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
         accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
-        _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().name)
+        _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().plugin_name)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"
         if module is not None and cpu and trainer.world_size > 1:
@@ -347,7 +347,8 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
-        """Register this bound class in ``accelerator_registry`` under the plugin's name."""
+        """Register this bound class in ``accelerator_registry`` under the accelerator's name
+        (``openreg`` for the generic PrivateUse1 plugin)."""
         handle = cls.accelctl_handle()
         accelerator_registry.register(
             handle.name,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from accelctl import AccelctlError, AcceleratorHandle, DevicePeak, DeviceSpecError
 from accelctl._text import one_line
+from accelctl._wording import setting
 from accelctl.stats_keys import VOCABULARY
 from accelctl.stats_keys import problems as vocabulary_problems
 
@@ -42,7 +43,8 @@ def check_bad_specs(handle: AcceleratorHandle, run: Run) -> None:
         try:
             value = handle.parse_devices(spec)
         except DeviceSpecError as exc:
-            if repr(spec) not in str(exc):
+            # As a Python program or a command line writes it (`validate` runs under the CLI).
+            if repr(spec) not in str(exc) and setting("devices", spec) not in str(exc):
                 problems.append(f"devices={spec!r}: the DeviceSpecError does not repeat the spec")
             continue
         except AccelctlError as exc:
@@ -130,9 +132,9 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
     # should name the device the Trainer passes. Test plugins often stand in for hardware with
     # cpu devices, so a mismatch is a note in the detail rather than a failure.
     try:
-        kind, aliases = handle.info.device_type or handle.name, handle.info.aliases
+        kind, aliases = handle.info.device_type or handle.plugin_name, handle.info.aliases
     except AccelctlError:  # a broken accelerator_info() fails its own check
-        kind, aliases = handle.name, ()
+        kind, aliases = handle.plugin_name, ()
     text = str(device)
     note = ""
     if device.type != kind:
@@ -148,7 +150,7 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
             shown = f"{text!r} (a str)" if isinstance(form, str) else f"torch.device({text!r})"
             run.failed(check, f"{shown}: {strip_subject(one_line(exc), handle)}", exc)
             return
-    prefixes = tuple(f"{name}." for name in (handle.name, *aliases))
+    prefixes = tuple(f"{name}." for name in (handle.plugin_name, *aliases))
     (stats, seconds), (by_text, text_seconds) = readings
     seconds = max(seconds, text_seconds)
     broken = list(dict.fromkeys(vocabulary_problems(stats, prefixes)))

@@ -156,7 +156,7 @@ def check_detect(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, An
     if load_backends is None:
         timing += (
             " (torch was imported before the check, with any vendor runtime it autoloads: run "
-            f"`accelctl validate {handle.name}` in a fresh process to time that import)"
+            f"`accelctl validate {handle.plugin_name}` in a fresh process to time that import)"
         )
     elif backends:
         timing += f" (the first includes loading torch backend(s) {', '.join(backends)})"
@@ -182,7 +182,7 @@ def check_detect(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, An
         run.skipped(
             check,
             "CUDA was initialised in this process before detect() ran; run `accelctl validate "
-            f"{handle.name}` in a fresh process to check",
+            f"{handle.plugin_name}` in a fresh process to check",
         )
     elif cuda_after:
         run.failed(
@@ -315,7 +315,7 @@ def check_info(handle: AcceleratorHandle, registry: Registry, run: Run) -> None:
             f"family {info.family!r} is unknown (known: {', '.join(sorted(KNOWN_FAMILIES))}, "
             f"or None)"
         )
-    clashes = alias_clashes(handle.name, info.aliases, registry)
+    clashes = alias_clashes(handle.plugin_name, info.aliases, registry)
     if clashes:
         problems.append(f"aliases clash: {'; '.join(clashes)}")
     if problems:
@@ -336,11 +336,11 @@ def alias_clashes(name: str, aliases: Sequence[str], registry: Registry) -> list
     owners: dict[str, list[str]] = {}
     if any(alias not in others and alias not in RESERVED_NAMES for alias in aliases):
         for other in registry.enabled():  # the others' aliases need them loaded
-            if other.name == name or other.load().state != "loaded":
+            if other.plugin_name == name or other.load().state != "loaded":
                 continue
             try:
                 for alias in other.info.aliases:
-                    owners.setdefault(alias, []).append(other.name)
+                    owners.setdefault(alias, []).append(other.plugin_name)
             except AccelctlError:
                 continue
     for alias in aliases:

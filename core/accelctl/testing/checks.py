@@ -247,12 +247,12 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
                 return None
     else:
         handle = AcceleratorHandle.from_object(accelerator, check=False)
-    run.name = handle.name
+    run.name = handle.plugin_name
     run.distribution, run.version = handle.distribution, handle.version
     handle.load()
     if handle.state == "disabled":
         run.failed(
-            "loads", f"{handle.name!r} is {handle.reason}; unset the variable to validate it"
+            "loads", f"{handle.plugin_name!r} is {handle.reason}; unset the variable to validate it"
         )
         run.skip_rest("not imported: the plugin is disabled")
         return None

@@ -127,18 +127,18 @@ def probe_installed(
     rows = registry.listing()
     chosen: list[tuple[str, AcceleratorStatus | None]]
     if names is None:
-        chosen = [(row.name, row) for row in rows]
+        chosen = [(row.plugin_name, row) for row in rows]
     else:
-        by_name = {row.name: row for row in rows}
+        by_name = {row.plugin_name: row for row in rows}
         for row in rows:  # aliases, where the listing read them
             for alias in row.info.aliases if row.info is not None else ():
                 by_name.setdefault(alias, row)
         chosen, seen = [], set()
         for name in dict.fromkeys(name.strip().lower() for name in names):
             found = by_name.get(name)
-            if found is None or found.name not in seen:  # a name and its alias: probed once
+            if found is None or found.plugin_name not in seen:  # a name and its alias: probed once
                 chosen.append((name, found))
-                seen.add(name if found is None else found.name)
+                seen.add(name if found is None else found.plugin_name)
 
     def report(item: tuple[str, AcceleratorStatus | None]) -> CapabilityReport:
         asked, row = item
@@ -160,7 +160,7 @@ def probe_accelerator(
     :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
     import by name, probed in this process (which must have no process group)."""
     if isinstance(accelerator, AcceleratorHandle) and accelerator.entry_point is not None:
-        accelerator = accelerator.name
+        accelerator = accelerator.plugin_name
     if isinstance(accelerator, str):
         return probe_installed([accelerator], registry=registry, timeout=timeout)[0]
     if isinstance(accelerator, AcceleratorHandle):
@@ -168,16 +168,16 @@ def probe_accelerator(
     else:
         handle = AcceleratorHandle.from_object(accelerator, check=False)
     if handle.state != "loaded":
-        error = one_line(handle.error or f"{handle.name!r} is {handle.state}")
-        return CapabilityReport(handle.name, "broken", reason=error, problems=(error,))
+        error = one_line(handle.error or f"{handle.plugin_name!r} is {handle.state}")
+        return CapabilityReport(handle.plugin_name, "broken", reason=error, problems=(error,))
     try:
         detected = handle.detect()
         why = None if detected else handle.unavailable_reason() or "not detected"
     except AccelctlError as exc:
         error = one_line(exc)
-        return CapabilityReport(handle.name, "broken", reason=error, problems=(error,))
+        return CapabilityReport(handle.plugin_name, "broken", reason=error, problems=(error,))
     if why is not None:
-        return CapabilityReport(handle.name, "unavailable", reason=why)
+        return CapabilityReport(handle.plugin_name, "unavailable", reason=why)
     return _report_of(handle, list(probe_here(handle)), None, None, "")
 
 
@@ -189,7 +189,7 @@ def _report_for(row: AcceleratorStatus, named: bool, timeout: float) -> Capabili
     if state == "disabled":
         problems = (f"{row.reason}; unset the variable to probe it",) if named else ()
         return CapabilityReport(
-            row.name,
+            row.plugin_name,
             "disabled",
             distribution=handle.distribution,
             version=handle.version,
@@ -199,7 +199,7 @@ def _report_for(row: AcceleratorStatus, named: bool, timeout: float) -> Capabili
     if state == "broken" or state == "not-run":
         error = row.error or "the plugin did not answer"
         return CapabilityReport(
-            row.name,
+            row.plugin_name,
             "broken",
             distribution=handle.distribution,
             version=handle.version,
@@ -207,7 +207,7 @@ def _report_for(row: AcceleratorStatus, named: bool, timeout: float) -> Capabili
             problems=(f"the plugin is broken: {error}",),
         )
     return CapabilityReport(
-        row.name,
+        row.plugin_name,
         "unavailable",
         distribution=handle.distribution,
         version=handle.version,
@@ -223,7 +223,7 @@ def _probe_in_child(handle: AcceleratorHandle, timeout: float) -> CapabilityRepo
     come: each message within its deadline, else the process is stopped."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, handle.name],
+            [sys.executable, "-c", _CHILD, handle.plugin_name],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -297,7 +297,7 @@ def _report_of(
     if "error" in header:
         error = str(header["error"])
         return CapabilityReport(
-            handle.name,
+            handle.plugin_name,
             "probe-failed",
             distribution=handle.distribution,
             version=handle.version,
@@ -332,7 +332,7 @@ def _report_of(
             f"it declares distributed_backend {backend!r}, but ddp fails on it: {ddp.reason}"
         )
     return CapabilityReport(
-        handle.name,
+        handle.plugin_name,
         state,
         distribution=handle.distribution,
         version=handle.version,

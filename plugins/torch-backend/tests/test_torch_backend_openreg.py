@@ -120,7 +120,9 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
         ("list", "--json"), ("list",), environ=with_backend(ACCELCTL_PLUGINS="cpu,privateuse1")
     )
     assert result.returncode == 0, result.stderr
-    row = next(r for r in json.loads(result.stdout) if r["name"] == "privateuse1")
+    # One name per device (issue 46): the backend's; the plugin's own under "plugin".
+    row = next(r for r in json.loads(result.stdout) if r["plugin"] == "privateuse1")
+    assert row["name"] == "openreg"
     assert (row["available"], row["device_count"], row["state"]) == (True, 2, "available")
     assert row["aliases"] == ["openreg"]
     # The package that provides the backend, as installed.
@@ -128,8 +130,10 @@ def test_list_shows_openreg_available_with_two_devices() -> None:
     assert row["description"] == f"PrivateUse1 backend 'openreg' (torch_openreg {version})"
     # The backend torch maps the device type to (Backend.default_device_backend_map).
     assert (row["priority"], row["family"], row["distributed_backend"]) == (50, None, "occl")
-    line = next(line for line in table.stdout.splitlines() if line.startswith("privateuse1"))
-    assert line.split()[:4] == ["privateuse1", "(openreg)", "yes", "2"] and "'openreg'" in line
+    line = next(line for line in table.stdout.splitlines() if line.startswith("openreg"))
+    assert line.split()[:3] == ["openreg", "yes", "2"] and "'openreg'" in line
+    assert "accelctl-torch-backend 0.1.0 (plugin privateuse1)" in line
+    assert not any(row.startswith("privateuse1") for row in table.stdout.splitlines())
 
 
 def test_validate_passes_with_the_device_checks_run() -> None:
@@ -160,13 +164,14 @@ def test_resolve_by_the_backend_name_and_auto_prefers_it_over_the_cpu() -> None:
     assert json.loads(named.stdout)["devices"] == ["openreg:1"]
     auto = json.loads(auto_run.stdout)
     # A distributed backend: "auto" is every visible device, one process each over occl.
-    assert (auto["accelerator"], auto["devices"]) == ("privateuse1", ["openreg:0", "openreg:1"])
+    assert (auto["accelerator"], auto["devices"]) == ("openreg", ["openreg:0", "openreg:1"])
+    assert auto["plugin"] == "privateuse1"
     assert auto["distributed_backend"] == "occl"
     assert json.loads(two.stdout)["distributed_backend"] == "occl", two.stderr
     # The error as a user sees it, from the console entry point in a process of its own.
     too_many = accelctl("resolve", "--accelerator", "openreg", "--devices", "3", environ=environ)
     assert too_many.returncode == 1
-    assert "openreg: devices='3' asks for 3 devices, more than are visible" in too_many.stderr
+    assert "openreg: --devices 3 asks for 3 devices, more than are visible" in too_many.stderr
 
 
 def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
@@ -207,7 +212,8 @@ def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
             trainer.fit(Model(), data)
             lines = [json.loads(l) for l in open(root + "/metrics.jsonl")]
             stats = [l for l in lines if any(k.startswith("memory_") for k in l)]
-            return {"name": trainer.accelerator.name, "device": str(trainer.device),
+            return {"name": trainer.accelerator.name, "plugin": trainer.accelerator.plugin_name,
+                    "device": str(trainer.device),
                     "loss": trainer.metrics["train_loss"], "stats": stats[-1] if stats else None}
 
         print(json.dumps({"openreg": fit("openreg", sys.argv[1]), "cpu": fit("cpu", sys.argv[2])}))
@@ -229,7 +235,9 @@ def test_trainer_on_openreg_matches_the_cpu_loss_and_logs_allocator_figures(
     )
     assert result.returncode == 0, result.stderr
     runs = json.loads(result.stdout)
-    assert (runs["openreg"]["name"], runs["openreg"]["device"]) == ("privateuse1", "openreg:0")
+    # One name per device (issue 46): the backend's, the plugin's own name kept beside it.
+    assert (runs["openreg"]["name"], runs["openreg"]["device"]) == ("openreg", "openreg:0")
+    assert runs["openreg"]["plugin"] == "privateuse1"
     # One device of the two, and one warning saying how to use both, by the backend's name.
     assert result.stderr.count("2 openreg devices are visible, but this process was started") == 1
     assert "accelerator='openreg', devices='2'" in result.stderr  # `python -c`: no script
@@ -299,4 +307,4 @@ def test_autoload_off_but_the_backend_imported_by_hand_is_found() -> None:
     """
     result = python(code, with_backend(TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == ["privateuse1", True, 2]
+    assert json.loads(result.stdout) == ["openreg", True, 2]
