@@ -1,0 +1,79 @@
+"""issue 47: ``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under
+``accelctl launch --devices 2``: ZeRO-2 and ZeRO-3 on 2 torch_openreg 0.0.3 devices over
+``occl`` (each process on its own device) end with the weights of the same runs on 2 CPU
+processes over gloo, bit for bit (openreg's kernels are the host's). Two launches
+(``deepspeed_run.py``, both stages one after the other in the same processes), each a fixture
+the tests read."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from openregmachine import UserMachine, shared_run, succeeded, temporary_folder
+from rankresults import assert_equal, report, weights
+
+pytestmark = [pytest.mark.openreg, pytest.mark.slow]
+
+pytest.importorskip("deepspeed")
+
+SCRIPT = Path(__file__).parent / "deepspeed_run.py"
+STAGES = (2, 3)
+
+
+def _launch(
+    machine: UserMachine, factory: pytest.TempPathFactory, accelerator: str, **extra: str
+) -> Path:
+    """``accelctl launch --accelerator ACCELERATOR --devices 2 deepspeed_run.py``, once per
+    session; the script itself asks for nothing but the bridge's import."""
+
+    def run(out: Path) -> None:
+        command = (
+            sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
+            "--devices", "2", str(SCRIPT), str(out), ",".join(map(str, STAGES)),
+        )  # fmt: skip
+        succeeded(machine.run(*command, cwd=out, TMPDIR=temporary_folder(out), **extra))
+
+    return shared_run(factory, f"deepspeed-{accelerator}", run)
+
+
+@pytest.fixture(scope="module")
+def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _launch(occl_machine, tmp_path_factory, "openreg")
+
+
+@pytest.fixture(scope="module")
+def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CPU plugin, on a machine without the openreg backend loaded."""
+    no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    return _launch(occl_machine, tmp_path_factory, "cpu", **no_openreg)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_process_trains_on_its_own_openreg_device_over_occl(
+    openreg: Path, stage: int
+) -> None:
+    for rank in (0, 1):
+        seen = report(openreg, f"zero{stage}", rank)
+        assert (seen["rank"], seen["world_size"]) == (rank, 2)
+        assert seen["device"] == seen["parameter_device"] == f"openreg:{rank}"
+        assert (seen["accelerator"], seen["accelctl"]) == ("PluginAccelerator", "privateuse1")
+        assert seen["backend"] == "occl"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_openreg_ends_with_the_weights_of_the_same_run_on_two_cpu_processes(
+    openreg: Path, cpus: Path, stage: int
+) -> None:
+    for rank in (0, 1):
+        seen = report(cpus, f"zero{stage}", rank)
+        assert (seen["device"], seen["accelctl"], seen["backend"]) == ("cpu", "cpu", "gloo")
+        assert report(openreg, f"zero{stage}", rank)["losses"] == seen["losses"]
+    reference = weights(cpus, f"zero{stage}", 0)
+    assert_equal(weights(cpus, f"zero{stage}", 1), reference)  # the ranks agree
+    for rank in (0, 1):
+        assert_equal(weights(openreg, f"zero{stage}", rank), reference)
+    # It trained: the weights moved from their initial values.
+    losses = report(cpus, f"zero{stage}", 0)["losses"]
+    assert len(losses) == 4 and len(set(losses)) == 4
