@@ -20,9 +20,7 @@ import accelctl.integrations.deepspeed as bridge
 def train(out: Path, stage: int, steps: int) -> None:
     """One run of ZeRO ``stage``, its results under ``out``."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
-    )
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     config = {
         "train_micro_batch_size_per_gpu": 4,

@@ -136,7 +136,8 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
 
     def manual_seed_all(self, seed: int) -> Any:
         rng = self._rng()
-        return rng.manual_seed_all(seed) if hasattr(rng, "manual_seed_all") else rng.manual_seed(seed)
+        seed_all = getattr(rng, "manual_seed_all", rng.manual_seed)
+        return seed_all(seed)
 
     def initial_seed(self) -> int:
         seed: int = self._rng().initial_seed()
@@ -148,7 +149,7 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
 
     # -- streams and events (none on the CPU, as DeepSpeed's CPU accelerator)
     @property
-    def Stream(self) -> Any:  # noqa: N802  # DeepSpeed's name
+    def Stream(self) -> Any:  # DeepSpeed's name
         return None if self._host else getattr(self._module, "Stream", None)
 
     def stream(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
@@ -166,7 +167,7 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
         return self._module.default_stream(device_index)
 
     @property
-    def Event(self) -> Any:  # noqa: N802  # DeepSpeed's name
+    def Event(self) -> Any:  # DeepSpeed's name
         return None if self._host else getattr(self._module, "Event", None)
 
     # -- memory: torch.accelerator's counters on a device, the process's resident set on a CPU
@@ -307,31 +308,31 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
         return functools.partial(torch.tensor, dtype=dtype, device=self._type)
 
     @property
-    def BFloat16Tensor(self) -> Any:  # noqa: N802  # DeepSpeed's names, from here on
+    def BFloat16Tensor(self) -> Any:  # DeepSpeed's names, from here on
         return self._tensor(torch.bfloat16, "BFloat16Tensor")
 
     @property
-    def ByteTensor(self) -> Any:  # noqa: N802
+    def ByteTensor(self) -> Any:
         return self._tensor(torch.uint8, "ByteTensor")
 
     @property
-    def DoubleTensor(self) -> Any:  # noqa: N802
+    def DoubleTensor(self) -> Any:
         return self._tensor(torch.float64, "DoubleTensor")
 
     @property
-    def FloatTensor(self) -> Any:  # noqa: N802
+    def FloatTensor(self) -> Any:
         return self._tensor(torch.float32, "FloatTensor")
 
     @property
-    def HalfTensor(self) -> Any:  # noqa: N802
+    def HalfTensor(self) -> Any:
         return self._tensor(torch.float16, "HalfTensor")
 
     @property
-    def IntTensor(self) -> Any:  # noqa: N802
+    def IntTensor(self) -> Any:
         return self._tensor(torch.int32, "IntTensor")
 
     @property
-    def LongTensor(self) -> Any:  # noqa: N802
+    def LongTensor(self) -> Any:
         return self._tensor(torch.int64, "LongTensor")
 
     # -- pinned host memory: torch pins for the current accelerator; nothing to pin for a CPU
@@ -369,7 +370,9 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
     def visible_devices_envs(self) -> list[str]:
         return []
 
-    def set_visible_devices_envs(self, current_env: dict[str, str], local_accelerator_ids: Any) -> None:
+    def set_visible_devices_envs(
+        self, current_env: dict[str, str], local_accelerator_ids: Any
+    ) -> None:
         return None
 
     def get_compile_backend(self) -> str:

@@ -118,9 +118,9 @@ def _missing_builder(class_name: str, accelerator: PluginAccelerator, base: type
     def load(self: Any, verbose: bool = True) -> Any:
         raise MissingOpError(message)
 
+    # NAME stays NotImplementedBuilder's: DeepSpeed looks it up among the ops it probed
+    # (deepspeed.ops.__compatible_ops__), where it is always there, and always False.
     namespace = {
-        "NAME": f"accelctl_missing_{class_name.removesuffix('Builder').lower()}",
-        "BUILD_VAR": "DS_BUILD_NOT_IMPLEMENTED",
         "is_compatible": is_compatible,
         "load": load,
         "jit_load": load,

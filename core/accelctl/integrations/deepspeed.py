@@ -98,7 +98,7 @@ def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccele
         ADAPTATION.check(deepspeed.__version__, stacklevel=3)
     if ADAPTATION.refusal == "":
         _deepspeed_ops.rebind()
-        _deepspeed_initialize.wrap(device)
+        _deepspeed_initialize.wrap(chosen)
     return chosen
 
 
