@@ -1,9 +1,10 @@
 """issue 47: ``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under
 ``accelctl launch --devices 2``: ZeRO-2 and ZeRO-3 on 2 torch_openreg 0.0.3 devices over
 ``occl`` (each process on its own device) end with the weights of the same runs on 2 CPU
-processes over gloo, bit for bit (openreg's kernels are the host's). Two launches
-(``deepspeed_run.py``, both stages one after the other in the same processes), each a fixture
-the tests read."""
+processes over gloo, bit for bit (openreg's kernels are the host's); a run cut by
+``save_checkpoint`` / ``load_checkpoint`` resumes to the uncut run's weights, and a checkpoint
+written on openreg resumes on the CPU processes. Two launches (``deepspeed_run.py``, both stages
+one after the other in the same processes), each a fixture the tests read, and the docs' block."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from openregmachine import UserMachine, shared_run, succeeded, temporary_folder
 from rankresults import assert_equal, report, weights
 
@@ -28,7 +30,11 @@ STAGES = (2, 3) if norms_follow_device() else (2,)
 
 
 def _launch(
-    machine: UserMachine, factory: pytest.TempPathFactory, accelerator: str, **extra: str
+    machine: UserMachine,
+    factory: pytest.TempPathFactory,
+    accelerator: str,
+    *more: str,
+    **extra: str,
 ) -> Path:
     """``accelctl launch --accelerator ACCELERATOR --devices 2 deepspeed_run.py``, once per
     session; the script itself asks for nothing but the bridge's import."""
@@ -36,7 +42,7 @@ def _launch(
     def run(out: Path) -> None:
         command = (
             sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
-            "--devices", "2", str(SCRIPT), str(out), ",".join(map(str, STAGES)),
+            "--devices", "2", str(SCRIPT), str(out), ",".join(map(str, STAGES)), *more,
         )  # fmt: skip
         succeeded(machine.run(*command, cwd=out, TMPDIR=temporary_folder(out), **extra))
 
@@ -49,10 +55,13 @@ def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
-def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The CPU plugin, on a machine without the openreg backend loaded."""
+def cpus(
+    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory, openreg: Path
+) -> Path:
+    """The CPU plugin, on a machine without the openreg backend loaded; it also resumes the
+    openreg run's cut checkpoints."""
     no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-    return _launch(occl_machine, tmp_path_factory, "cpu", **no_openreg)
+    return _launch(occl_machine, tmp_path_factory, "cpu", str(openreg), **no_openreg)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -77,9 +86,36 @@ def test_openreg_ends_with_the_weights_of_the_same_run_on_two_cpu_processes(
     assert_equal(weights(cpus, f"zero{stage}", 1), reference)  # the ranks agree
     for rank in (0, 1):
         assert_equal(weights(openreg, f"zero{stage}", rank), reference)
-    # It trained: the weights moved from their initial values.
+    # It trained: four steps, four losses.
     losses = report(cpus, f"zero{stage}", 0)["losses"]
     assert len(losses) == 4 and len(set(losses)) == 4
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_run_cut_by_save_and_load_checkpoint_resumes_to_the_uncut_runs_weights(
+    openreg: Path, cpus: Path, stage: int
+) -> None:
+    run = f"zero{stage}"
+    reference = weights(cpus, run, 0)
+    for out in (openreg, cpus):
+        for rank in (0, 1):
+            seen = report(out, run, rank)
+            assert seen["resumed_steps"] == 2  # load_checkpoint restored the step count
+            assert seen["resumed_losses"] == seen["losses"]
+            resumed = torch.load(out / run / f"resumed-rank{rank}.pt", weights_only=True)
+            assert_equal(resumed, reference)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_checkpoint_written_on_openreg_resumes_on_two_cpu_processes(
+    cpus: Path, stage: int
+) -> None:
+    run = f"zero{stage}"
+    reference = weights(cpus, run, 0)
+    for rank in (0, 1):
+        crossed = torch.load(cpus / run / f"crossed-rank{rank}.pt", weights_only=True)
+        assert_equal(crossed, reference)
+        assert report(cpus, run, rank)["crossed_losses"] == report(cpus, run, rank)["losses"][2:]
 
 
 DOCS = Path(__file__).parents[2] / "docs" / "deepspeed.md"
