@@ -97,6 +97,8 @@ def run(out: Path, stage: int, other: Path | None) -> None:
 
 
 if __name__ == "__main__":
-    other = Path(sys.argv[3]) if len(sys.argv) > 3 else None
-    for stage in sys.argv[2].split(","):
-        run(Path(sys.argv[1]) / f"zero{stage}", int(stage), other and other / f"zero{stage}")
+    # DeepSpeed's own launcher passes --local_rank=N first (LOCAL_RANK is set too).
+    argv = [arg for arg in sys.argv[1:] if not arg.startswith("--local_rank")]
+    other = Path(argv[2]) if len(argv) > 2 else None
+    for stage in argv[1].split(","):
+        run(Path(argv[0]) / f"zero{stage}", int(stage), other and other / f"zero{stage}")

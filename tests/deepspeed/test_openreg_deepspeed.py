@@ -139,3 +139,60 @@ def test_the_docs_script_runs_as_it_stands_under_the_docs_launch_line(
     said = done.stdout + done.stderr
     for rank in (0, 1):
         assert f"rank {rank} trained on openreg:{rank}, loss " in said
+
+
+# -- the other ways users start DeepSpeed: torchrun and DeepSpeed's own launcher ---------------
+
+
+def _started_by(
+    machine: UserMachine, factory: pytest.TempPathFactory, name: str, *launcher: str
+) -> Path:
+    """ZeRO-2 under ``launcher`` (which knows nothing of accelctl), on openreg:
+    ``ACCELCTL_ACCELERATOR`` says which plugin, as a user's environment would."""
+
+    def run(out: Path) -> None:
+        command = (*launcher, str(SCRIPT), str(out), "2")
+        chosen = {"ACCELCTL_ACCELERATOR": "openreg"}
+        succeeded(machine.run(*command, cwd=out, TMPDIR=temporary_folder(out), **chosen))
+
+    return shared_run(factory, name, run)
+
+
+@pytest.fixture(scope="module")
+def torchrun(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    launcher = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2")  # fmt: skip
+    return _started_by(occl_machine, tmp_path_factory, "deepspeed-torchrun", *launcher)
+
+
+@pytest.fixture(scope="module")
+def deepspeed_launcher(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    launcher = (str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2",
+                "--master_port", str(_free_port()))  # fmt: skip
+    return _started_by(occl_machine, tmp_path_factory, "deepspeed-launcher", *launcher)
+
+
+class TestOtherLaunchers:
+    """A class of its own: pytest-xdist runs it beside the module's other tests."""
+
+    @pytest.mark.parametrize("launched", ["torchrun", "deepspeed_launcher"])
+    def test_each_process_trains_on_its_own_device_to_the_accelctl_launch_runs_weights(
+        self, launched: str, openreg: Path, request: pytest.FixtureRequest
+    ) -> None:
+        out: Path = request.getfixturevalue(launched)
+        reference = weights(openreg, "zero2", 0)
+        for rank in (0, 1):
+            seen = report(out, "zero2", rank)
+            assert (seen["device"], seen["backend"]) == (f"openreg:{rank}", "occl")
+            assert seen["losses"] == report(openreg, "zero2", rank)["losses"]
+            assert_equal(weights(out, "zero2", rank), reference)
+
+
+def _free_port() -> int:
+    """A port free now (DeepSpeed's launcher takes no 0)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
