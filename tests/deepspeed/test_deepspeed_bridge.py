@@ -134,3 +134,22 @@ def test_on_openreg_the_accelerator_is_the_devices_and_fused_adam_is_refused_nam
             f"{deepspeed.__version__} computes ZeRO-3's gradient norms in float64"
         )
         assert "pip install 'deepspeed>=0.19.6', or use ZeRO stage 1 or 2" in seen["zero3"]
+
+
+def test_an_abstract_method_of_a_newer_deepspeed_is_named_before_anything_runs() -> None:
+    import abc
+
+    from accelctl.integrations._deepspeed_accelerator import PluginAccelerator, completed
+
+    class Newer(PluginAccelerator):  # as a release that added a method to the interface
+        @abc.abstractmethod
+        def frobnicate(self) -> None: ...
+
+    with pytest.raises(accelctl.ProcessSetupError) as caught:
+        completed(Newer)
+    assert str(caught.value).startswith(
+        f"DeepSpeed {deepspeed.__version__}'s DeepSpeedAccelerator declares methods the accelctl "
+        "bridge does not implement: frobnicate. The bridge is tested with deepspeed 0.14 to 0.19"
+    )
+    # The installed release's whole interface is implemented (0.14's older methods added).
+    assert not completed(PluginAccelerator).__abstractmethods__

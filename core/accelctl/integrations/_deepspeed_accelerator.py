@@ -402,13 +402,18 @@ _OLDER = {"pin_memory": _pin_memory, "is_pinned": _is_pinned}
 
 @functools.cache
 def accelerator_class() -> type[PluginAccelerator]:
-    """:class:`PluginAccelerator` for the installed DeepSpeed: with the methods its release
-    declares abstract that later ones implement (:data:`_OLDER`).
+    """:class:`PluginAccelerator` for the installed DeepSpeed (:func:`completed`)."""
+    return completed(PluginAccelerator)
+
+
+def completed(cls: type[PluginAccelerator]) -> type[PluginAccelerator]:
+    """``cls``, or a subclass with the methods the installed release declares abstract that
+    later ones implement (:data:`_OLDER`).
 
     :raises accelctl.ProcessSetupError: when the release declares an abstract method the bridge
         does not implement (a newer interface), naming it.
     """
-    abstract = set(getattr(PluginAccelerator, "__abstractmethods__", ()))
+    abstract = set(getattr(cls, "__abstractmethods__", ()))
     unknown = sorted(abstract - set(_OLDER))
     if unknown:
         import deepspeed
@@ -419,9 +424,9 @@ def accelerator_class() -> type[PluginAccelerator]:
             f"{_window_text()}: pip install '{_window_pinned()}'"
         )
     if not abstract:
-        return PluginAccelerator
+        return cls
     methods = {name: _OLDER[name] for name in abstract}
-    return type("PluginAccelerator", (PluginAccelerator,), methods)
+    return type(cls.__name__, (cls,), methods)
 
 
 def _window_text() -> str:
