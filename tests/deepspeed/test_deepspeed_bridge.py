@@ -149,7 +149,7 @@ def test_an_abstract_method_of_a_newer_deepspeed_is_named_before_anything_runs()
         completed(Newer)
     assert str(caught.value).startswith(
         f"DeepSpeed {deepspeed.__version__}'s DeepSpeedAccelerator declares methods the accelctl "
-        "bridge does not implement: frobnicate. The bridge is tested with deepspeed 0.14 to 0.19"
+        "bridge does not implement: frobnicate. The bridge is tested with deepspeed 0.16 to 0.19"
     )
-    # The installed release's whole interface is implemented (0.14's older methods added).
+    # The installed release's whole interface is implemented (0.16's older methods added).
     assert not completed(PluginAccelerator).__abstractmethods__

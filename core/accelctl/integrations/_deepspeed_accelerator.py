@@ -4,7 +4,7 @@ APIs: ``torch.accelerator`` (device index, memory, synchronize) and the device's
 as DeepSpeed's communication backend, its ``device_stats`` for the memory torch does not count,
 the dtypes the capability probe finds, and op builders from :mod:`._deepspeed_ops`.
 
-DeepSpeed's interface grows and shrinks between releases (0.14 declares ``amp``,
+DeepSpeed's interface grows and shrinks between releases (0.16 declares ``amp``,
 ``pin_memory`` and ``is_pinned`` abstract; 0.19 makes pinning concrete); :func:`accelerator_class`
 builds the class against the installed release and names any method it declares that the bridge
 does not know, instead of failing inside ``deepspeed.initialize``.
@@ -388,7 +388,7 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
         self._compile_backend = backend
 
 
-# -- methods older releases declare abstract that newer ones implement themselves (0.14 to 0.16)
+# -- methods older releases declare abstract that newer ones implement themselves (0.16)
 def _pin_memory(self: PluginAccelerator, tensor: torch.Tensor, align_bytes: int = 1) -> Any:
     return self._torch_pin_memory(tensor)
 

@@ -60,7 +60,7 @@ LIGHTNING = Window("lightning", (2, 3), (2, 6))
 ACCELERATE = Window("accelerate", (1, 13), (1, 16))
 TRANSFORMERS = Window("transformers", (5, 21), (5, 25))
 RAY = Window("ray", (2, 57), (2, 60))
-DEEPSPEED = Window("deepspeed", (0, 14), (0, 19))
+DEEPSPEED = Window("deepspeed", (0, 16), (0, 19))
 WINDOWS = (LIGHTNING, ACCELERATE, TRANSFORMERS, RAY, DEEPSPEED)
 
 
