@@ -1,5 +1,5 @@
 """issue 47: ``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under
-``accelctl launch --devices 2``: ZeRO-2 and ZeRO-3 on 2 torch_openreg 0.0.3 devices over
+``accelctl launch --devices 2``: ZeRO-1, 2 and 3 on 2 torch_openreg 0.0.3 devices over
 ``occl`` (each process on its own device) end with the weights of the same runs on 2 CPU
 processes over gloo, bit for bit (openreg's kernels are the host's); a run cut by
 ``save_checkpoint`` / ``load_checkpoint`` resumes to the uncut run's weights, and a checkpoint
@@ -25,8 +25,9 @@ pytest.importorskip("deepspeed")
 
 SCRIPT = Path(__file__).parent / "deepspeed_run.py"
 #: ZeRO-3 on openreg, which has no float64 abs, needs a DeepSpeed whose ZeRO-3 norms follow the
-#: device (0.19.6); before it, the bridge refuses it (test_deepspeed_bridge.py).
-STAGES = (2, 3) if norms_follow_device() else (2,)
+#: device (0.19.6); before it, the bridge refuses it (test_deepspeed_bridge.py). bf16 is not run:
+#: torch_openreg 0.0.3's abs is float32 only, and DeepSpeed's bf16 overflow check calls isfinite.
+STAGES = (1, 2, 3) if norms_follow_device() else (1, 2)
 
 
 def _launch(
