@@ -90,16 +90,22 @@ def _lowest(requirement: str) -> str:
     return f"{match.group(1)}=={match.group(2)}.*"
 
 
-def install(session: nox.Session, *extras: str, also: tuple[str, ...] = ()) -> None:
+def install(
+    session: nox.Session,
+    *extras: str,
+    also: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> None:
     """torch first (so no range pulls another build), then the project with ``extras``, its
-    plugins, the test group and the requirements ``also`` names (an oldest session's pins)."""
+    plugins, the test group and the requirements ``also`` names (an oldest session's pins), with
+    ``env`` set for the installs (a framework's build switches)."""
     session.install(TORCH, env=_find_links())
     projects = [str(p.parent) for p in sorted(ROOT.glob("plugins/*/pyproject.toml"))]
     projects += [str(p.parent) for p in sorted(ROOT.glob("examples/accelctl-*/pyproject.toml"))]
     editables = [arg for project in projects for arg in ("-e", project)]
     core = f".[{','.join(extras)}]" if extras else "."
     group = nox.project.dependency_groups(PYPROJECT, "test")
-    session.install("-e", core, *editables, *group, *also, env=_find_links())
+    session.install("-e", core, *editables, *group, *also, env={**_find_links(), **(env or {})})
     wheels = sorted(BACKENDS.glob(f"torch_openreg-{OPENREG}-*.whl"))
     if not wheels:
         message = f"no torch_openreg-{OPENREG} wheel in {BACKENDS} (ACCELCTL_TEST_BACKENDS)"
@@ -143,10 +149,14 @@ FRAMEWORKS = {
     "lightning": (("lightning",), "tests/lightning"),
     "hf": (("accelerate", "transformers"), "tests/hf"),
     "ray": (("ray",), "tests/ray"),
+    "deepspeed": (("deepspeed",), "tests/deepspeed"),
 }
 #: What an oldest minor needs beside it: Lightning 2.3 imports pkg_resources, which setuptools
 #: 81 removed (2.4 no longer does).
 OLDEST_NEEDS = {"lightning": ("setuptools<81",)}
+#: What a framework's install needs set: DeepSpeed compiles none of its ops at install (its
+#: bridge's devices have no build of them; docs/deepspeed.md).
+INSTALL_ENV = {"deepspeed": {"DS_BUILD_OPS": "0"}}
 
 
 def _framework_session(name: str, end: str) -> None:
@@ -159,10 +169,11 @@ def _framework_session(name: str, end: str) -> None:
         described = ", ".join(requirements) + " (the newest releases)"
 
     def run(session: nox.Session) -> None:
+        env = INSTALL_ENV.get(name)
         if end == "oldest":
-            install(session, also=pins)
+            install(session, also=pins, env=env)
         else:
-            install(session, *extras)
+            install(session, *extras, env=env)
         pytest(session, tests)
 
     run.__doc__ = f"{tests} on {described}."

@@ -37,7 +37,7 @@ from pathlib import Path
 
 INTEGRATIONS = Path(__file__).resolve().parents[1] / "core" / "accelctl" / "integrations"
 #: The frameworks the bridges adapt, by the top-level module a use starts from.
-FRAMEWORKS = ("lightning", "accelerate", "transformers", "ray")
+FRAMEWORKS = ("lightning", "accelerate", "transformers", "ray", "deepspeed")
 #: Each bridge: its public module and the private modules named after it.
 BRIDGES = FRAMEWORKS
 

@@ -39,7 +39,11 @@ except ModuleNotFoundError as exc:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("bridge", "framework", "what"),
-    [("lightning", "lightning", "Lightning"), ("accelerate", "accelerate", "HF Accelerate")],
+    [
+        ("lightning", "lightning", "Lightning"),
+        ("accelerate", "accelerate", "HF Accelerate"),
+        ("deepspeed", "deepspeed", "DeepSpeed"),
+    ],
 )
 def test_a_bridge_without_its_framework_names_the_extra_that_installs_it(
     bridge: str, framework: str, what: str

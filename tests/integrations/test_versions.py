@@ -16,6 +16,7 @@ import tomllib
 from accelctl import FrameworkVersionError
 from accelctl.integrations._versions import (
     ACCELERATE,
+    DEEPSPEED,
     LIGHTNING,
     RAY,
     TRANSFORMERS,
@@ -53,6 +54,7 @@ def test_each_extra_names_its_windows_oldest_minor_and_no_upper_bound() -> None:
     assert extras["accelerate"] == [ACCELERATE.requirement()]
     assert extras["transformers"] == [TRANSFORMERS.requirement(), ACCELERATE.requirement()]
     assert extras["ray"] == ["ray[train]" + RAY.requirement().removeprefix("ray")]
+    assert extras["deepspeed"] == [DEEPSPEED.requirement()]
     # At least four minors each (the floor: the last four minors and the newest).
     assert all(w.newest[0] > w.oldest[0] or w.newest[1] - w.oldest[1] >= 3 for w in WINDOWS)
 

@@ -7,7 +7,9 @@
 - :mod:`accelctl.integrations.transformers`: transformers' own ``Trainer`` on any accelctl
   accelerator, through its ``TrainingArguments`` (extra ``accelctl[transformers]``);
 - :mod:`accelctl.integrations.ray`: Ray Train's ``TorchTrainer`` on any accelctl accelerator,
-  through its ``TorchConfig`` (extra ``accelctl[ray]``).
+  through its ``TorchConfig`` (extra ``accelctl[ray]``);
+- :mod:`accelctl.integrations.deepspeed`: DeepSpeed's engine on any accelctl accelerator,
+  through DeepSpeed's ``set_accelerator`` (extra ``accelctl[deepspeed]``).
 
 Each module imports its framework on import; nothing in the core imports them (a test walks the
 core's imports: tests/core/test_dependencies.py). They adapt the frameworks' internals for the

@@ -74,7 +74,8 @@ LIGHTNING = Window("lightning", (2, 3), (2, 6))
 ACCELERATE = Window("accelerate", (1, 13), (1, 16))
 TRANSFORMERS = Window("transformers", (5, 21), (5, 25))
 RAY = Window("ray", (2, 57), (2, 60))
-WINDOWS = (LIGHTNING, ACCELERATE, TRANSFORMERS, RAY)
+DEEPSPEED = Window("deepspeed", (0, 16), (0, 19))
+WINDOWS = (LIGHTNING, ACCELERATE, TRANSFORMERS, RAY, DEEPSPEED)
 #: The window of each framework, by the top-level module a use starts from.
 BY_MODULE = {window.framework: window for window in WINDOWS}
 

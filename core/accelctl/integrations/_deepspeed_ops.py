@@ -1,0 +1,164 @@
+"""DeepSpeed's compiled ops on an accelctl accelerator: which builder each op gets, and the
+names DeepSpeed bound to the builders of the accelerator it found when it was imported.
+
+- On a CPU plugin every op is DeepSpeed's own CPU build (``deepspeed.ops.op_builder.cpu``),
+  as with DeepSpeed's CPU accelerator.
+- Elsewhere, the ops that run on the host whatever the device (the CPU optimizers of ZeRO-Offload,
+  asynchronous I/O, pinned memory) are DeepSpeed's CPU builds too, compiled on first use; every
+  other op (fused Adam, Lamb, Lion, the transformer kernels, ...) has no build for the device:
+  its builder says so (``is_compatible()`` is False) and loading it raises
+  :class:`MissingOpError`, naming the op, what asks for it and what to use instead, never a CPU
+  build run on the device's memory.
+
+``import deepspeed`` asks the accelerator it detects for every builder once and keeps them as
+names (``deepspeed.ops.op_builder.FusedAdamBuilder``, and the optimizers' modules import those
+names). :func:`rebind` points them at the accelctl accelerator's builders after
+``set_accelerator``, through DeepSpeed's own ``builder_closure``; the names are declared in
+:data:`INTERNALS` and shape-checked (``_versions``), and :func:`restore` undoes it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import accelctl
+
+from ._versions import Internal
+
+if TYPE_CHECKING:
+    from ._deepspeed_accelerator import PluginAccelerator
+
+#: DeepSpeed's CPU builds of its ops.
+HOST_BUILDERS = "deepspeed.ops.op_builder.cpu"
+#: The ops that run on the host whatever the device.
+HOST_OPS = frozenset(
+    {"CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder", "AsyncIOBuilder", "PinMemoryBuilder"}
+)
+#: DeepSpeed's own collectives for CPUs (shared memory, oneCCL), which its CPU accelerator builds
+#: when a group starts: the bridge's collectives are the plugin's backend's.
+COMMUNICATION_OPS = frozenset({"ShareMemCommBuilder", "CCLCommBuilder"})
+#: What asks for a device op, and what to use instead (the ops a training config reaches).
+_INSTEAD = {
+    "FusedAdamBuilder": (
+        'a DeepSpeed config\'s "optimizer": {"type": "Adam"} or "AdamW" (deepspeed.ops.adam.'
+        "FusedAdam)",
+        'set "torch_adam": true in the optimizer\'s "params" (torch\'s Adam on the device), or '
+        "pass a torch optimizer: deepspeed.initialize(optimizer=torch.optim.AdamW(...))",
+    ),
+    "FusedLambBuilder": (
+        'a DeepSpeed config\'s "optimizer": {"type": "Lamb"} (deepspeed.ops.lamb.FusedLamb)',
+        "pass a torch optimizer to deepspeed.initialize(optimizer=...)",
+    ),
+    "FusedLionBuilder": (
+        'a DeepSpeed config\'s "optimizer": {"type": "Lion"} (deepspeed.ops.lion.FusedLion)',
+        "pass a torch optimizer to deepspeed.initialize(optimizer=...)",
+    ),
+    "ShareMemCommBuilder": (
+        "DeepSpeed's shared-memory all-reduce for CPU inference (deepspeed.comm."
+        "inference_all_reduce)",
+        "the plugin's distributed backend carries the collectives (torch.distributed)",
+    ),
+    "CCLCommBuilder": (
+        "DeepSpeed's oneCCL collectives for CPUs",
+        "the plugin's distributed backend carries the collectives (torch.distributed)",
+    ),
+}
+
+#: The module where ``import deepspeed`` binds every builder name, and its function that asks the
+#: current accelerator for one; then the optimizers' modules that import a builder by name.
+INTERNALS = (
+    Internal("deepspeed.ops.op_builder", "builder_closure", ("member_name",)),
+    Internal("deepspeed.ops.adam.fused_adam", "FusedAdamBuilder"),
+    Internal("deepspeed.ops.adam.cpu_adam", "CPUAdamBuilder"),
+    Internal("deepspeed.ops.lamb.fused_lamb", "FusedLambBuilder"),
+    Internal("deepspeed.ops.lion.fused_lion", "FusedLionBuilder"),
+    Internal("deepspeed.ops.lion.cpu_lion", "CPULionBuilder"),
+    Internal("deepspeed.ops.adagrad.cpu_adagrad", "CPUAdagradBuilder"),
+)
+
+
+class MissingOpError(accelctl.AccelctlError, RuntimeError):
+    """One of DeepSpeed's compiled ops has no build for the accelctl accelerator's device."""
+
+
+def builder_class(class_name: str, accelerator: PluginAccelerator) -> type:
+    """The builder class of ``class_name`` (``"FusedAdamBuilder"``) for ``accelerator``, by the
+    rules of the module's docstring."""
+    host = importlib.import_module(HOST_BUILDERS)
+    if class_name in COMMUNICATION_OPS:
+        return _missing_builder(class_name, accelerator, host.NotImplementedBuilder)
+    if accelerator.device_name() == "cpu" or class_name in HOST_OPS:
+        found = getattr(host, class_name, None)
+        if isinstance(found, type):
+            return found
+        if accelerator.device_name() == "cpu":
+            fallback: type = host.NotImplementedBuilder  # as DeepSpeed's CPU accelerator
+            return fallback
+    return _missing_builder(class_name, accelerator, host.NotImplementedBuilder)
+
+
+def _missing_builder(class_name: str, accelerator: PluginAccelerator, base: type) -> type:
+    from accelctl._selection import known_name
+
+    shown = known_name(accelerator.handle)
+    device_type = accelerator.device_name()
+    asked_by, instead = _INSTEAD.get(
+        class_name, ("DeepSpeed", "leave out the feature that asks for it")
+    )
+    message = (
+        f"DeepSpeed's compiled op {class_name.removesuffix('Builder')} ({class_name}) has no "
+        f"build for accelctl accelerator {shown!r} ({device_type!r} devices): DeepSpeed builds "
+        f"its ops for its own list of devices, and {asked_by} asks for it. Instead: {instead}"
+    )
+
+    def is_compatible(self: Any, verbose: bool = False) -> bool:
+        return False
+
+    def load(self: Any, verbose: bool = True) -> Any:
+        raise MissingOpError(message)
+
+    # NAME stays NotImplementedBuilder's: DeepSpeed looks it up among the ops it probed
+    # (deepspeed.ops.__compatible_ops__), where it is always there, and always False.
+    namespace = {
+        "is_compatible": is_compatible,
+        "load": load,
+        "jit_load": load,
+        "message": message,
+        "__doc__": message,
+    }
+    return type(f"Missing{class_name}", (base,), namespace)
+
+
+#: The values :func:`rebind` replaced: ``(module name, attribute) -> value``.
+_replaced: dict[tuple[str, str], Any] = {}
+
+
+def rebind() -> None:
+    """Point the builder names ``import deepspeed`` bound at the current accelerator's builders,
+    remembering the old values for :func:`restore`."""
+    builders = importlib.import_module("deepspeed.ops.op_builder")
+    names = [
+        name
+        for name, value in vars(builders).items()
+        if name.endswith("Builder")
+        and name not in ("OpBuilder", "CUDAOpBuilder")
+        and isinstance(value, type)
+    ]
+    for name in names:
+        _replace(builders, name, builders.builder_closure(name))
+    for internal in INTERNALS[1:]:
+        module = importlib.import_module(internal.owner)
+        _replace(module, internal.name, getattr(builders, internal.name))
+
+
+def _replace(module: Any, name: str, value: Any) -> None:
+    _replaced.setdefault((module.__name__, name), getattr(module, name))
+    setattr(module, name, value)
+
+
+def restore() -> None:
+    """Undo :func:`rebind`: DeepSpeed's names as its import bound them."""
+    for (module_name, name), value in _replaced.items():
+        setattr(importlib.import_module(module_name), name, value)
+    _replaced.clear()

@@ -1,0 +1,103 @@
+"""DeepSpeed on any accelctl accelerator, through DeepSpeed's own door ``set_accelerator``.
+
+::
+
+    import deepspeed
+    import accelctl.integrations.deepspeed  # before deepspeed.initialize
+
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+
+DeepSpeed runs on the devices of its own list (``DS_ACCELERATOR``: cuda, cpu, xpu, npu, ...);
+importing this module makes DeepSpeed's accelerator the accelctl plugin's instead, in this
+process: :func:`use_plugin` with ``"auto"`` (``ACCELCTL_ACCELERATOR`` when set, as ``accelctl
+launch`` sets it, else the available accelerator of highest priority), one device per process
+under a launcher (``devices[LOCAL_RANK]``). Call :func:`use_plugin` to choose otherwise. The
+accelerator is a ``DeepSpeedAccelerator`` made from the plugin and torch's device-generic APIs
+(:mod:`._deepspeed_accelerator`); its communication backend is the plugin's
+``distributed_backend``; DeepSpeed's compiled ops the device has no build of say so when asked
+for (:mod:`._deepspeed_ops`). Nothing of DeepSpeed is patched but the builder names its import
+bound to the accelerator it found then (:data:`ADAPTATION`, checked by their shape).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _deepspeed_initialize, _deepspeed_ops
+from ._deepspeed_adaptation import ADAPTATION
+
+try:
+    # Before anything of DeepSpeed: a release the bridge cannot run on is refused here.
+    ADAPTATION.require()
+    import deepspeed
+    from deepspeed.accelerator import set_accelerator
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without DeepSpeed
+    from ._missing import framework_missing
+
+    raise framework_missing("deepspeed", "DeepSpeed", exc) from exc
+
+import os
+
+import accelctl
+from accelctl import _settings  # the same distribution: released with the core
+from accelctl._kernels.setup import set_up_kernels
+from accelctl._training.processes import (
+    ProcessEnvironment,
+    alone_on_first_device,
+    choose_device,
+    launch_hint,
+)
+
+from ._deepspeed_accelerator import PluginAccelerator, accelerator_class
+from ._deepspeed_ops import MissingOpError
+
+__all__ = ["ACCELERATOR", "ADAPTATION", "MissingOpError", "PluginAccelerator", "use_plugin"]
+
+
+def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccelerator:
+    """Make DeepSpeed's accelerator in this process the accelctl accelerator's, before
+    ``deepspeed.initialize``; returns the ``DeepSpeedAccelerator`` set.
+
+    :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"``, ``"gpu"``, a name or
+        alias, or an :class:`accelctl.Accelerator` instance.
+    :param devices: a devices spec of that accelerator. ``"auto"``: under a launcher,
+        ``ACCELCTL_DEVICES`` when set, else one device per process the launcher started on this
+        machine; in a process started alone, the first device. Process ``LOCAL_RANK`` takes
+        ``devices[LOCAL_RANK]``, made current with the plugin's ``setup_device``.
+
+    :raises accelctl.ProcessSetupError: several processes on an accelerator without a
+        distributed backend or over one that cannot carry its tensors, several devices without a
+        launcher, a launcher that started another number of processes than there are devices,
+        devices out of order (DeepSpeed takes device ``LOCAL_RANK``), or a DeepSpeed whose
+        ``DeepSpeedAccelerator`` declares methods the bridge does not implement.
+    """
+    env = ProcessEnvironment.from_environ(os.environ)
+    automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
+    automatic = automatic and not _settings.SelectionVariables.read().devices
+    if automatic and env.launched:
+        devices = env.local_world_size  # one device per process
+    selection = accelctl.resolve(accelerator, devices)
+    if automatic and not env.launched:
+        selection = alone_on_first_device(selection, launch_hint(selection))
+    device = choose_device(selection, env=env, launch_command_line=launch_hint(selection))
+    handle = selection.accelerator
+    if env.launched and device.type != "cpu" and device.index != env.local_rank:
+        raise accelctl.ProcessSetupError(
+            f"process {env.local_rank} of this machine would run on {device}, but DeepSpeed "
+            f"puts process LOCAL_RANK={env.local_rank} on device index {env.local_rank}. Launch "
+            f"on the devices in order (--devices {env.local_world_size})"
+        )
+    chosen = accelerator_class()(handle, device, env.local_world_size)
+    handle.setup_device(device)
+    set_up_kernels(handle, device, rank=env.rank)  # once per process: after setup_device
+    set_accelerator(chosen)
+    if ADAPTATION.refusal is None:
+        ADAPTATION.check(deepspeed.__version__, stacklevel=3)
+    if ADAPTATION.refusal == "":
+        _deepspeed_ops.rebind()
+        _deepspeed_initialize.wrap(chosen)
+    return chosen
+
+
+#: The accelerator importing this module set: ``use_plugin()``'s.
+ACCELERATOR: PluginAccelerator = use_plugin()
