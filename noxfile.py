@@ -238,7 +238,7 @@ def _below_session(name: str) -> None:
     nox.session(name=f"{name}-below", python=PYTHON, tags=[name, "below"])(run)
 
 
-for _name in FRAMEWORKS:
+for _name in BELOW:  # DeepSpeed's bridge has none yet (its window's floor is a behaviour's)
     _below_session(_name)
 
 
