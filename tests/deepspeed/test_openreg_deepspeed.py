@@ -71,7 +71,7 @@ def test_each_process_trains_on_its_own_openreg_device_over_occl(openreg: Path, 
         seen = report(openreg, f"zero{stage}", rank)
         assert (seen["rank"], seen["world_size"]) == (rank, 2)
         assert seen["device"] == seen["parameter_device"] == f"openreg:{rank}"
-        assert (seen["accelerator"], seen["accelctl"]) == ("PluginAccelerator", "privateuse1")
+        assert (seen["accelerator"], seen["accelctl"]) == ("PluginAccelerator", "openreg")
         assert seen["backend"] == "occl"
 
 

@@ -20,14 +20,23 @@ names). :func:`rebind` points them at the accelctl accelerator's builders after
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import accelctl
 
 from ._versions import Internal
 
-if TYPE_CHECKING:
-    from ._deepspeed_accelerator import PluginAccelerator
+
+class OpsAccelerator(Protocol):
+    """What the builders read of the bridge's ``DeepSpeedAccelerator``
+    (:class:`._deepspeed_accelerator.PluginAccelerator`, which imports this module)."""
+
+    handle: accelctl.AcceleratorHandle
+
+    def device_name(self, device_index: int | None = None) -> str:
+        """The device type (``"openreg"``)."""
+        ...
+
 
 #: DeepSpeed's CPU builds of its ops.
 HOST_BUILDERS = "deepspeed.ops.op_builder.cpu"
@@ -82,7 +91,7 @@ class MissingOpError(accelctl.AccelctlError, RuntimeError):
     """One of DeepSpeed's compiled ops has no build for the accelctl accelerator's device."""
 
 
-def builder_class(class_name: str, accelerator: PluginAccelerator) -> type:
+def builder_class(class_name: str, accelerator: OpsAccelerator) -> type:
     """The builder class of ``class_name`` (``"FusedAdamBuilder"``) for ``accelerator``, by the
     rules of the module's docstring."""
     host = importlib.import_module(HOST_BUILDERS)
@@ -98,7 +107,7 @@ def builder_class(class_name: str, accelerator: PluginAccelerator) -> type:
     return _missing_builder(class_name, accelerator, host.NotImplementedBuilder)
 
 
-def _missing_builder(class_name: str, accelerator: PluginAccelerator, base: type) -> type:
+def _missing_builder(class_name: str, accelerator: OpsAccelerator, base: type) -> type:
     from accelctl._selection import known_name
 
     shown = known_name(accelerator.handle)
