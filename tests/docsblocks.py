@@ -48,6 +48,7 @@ SESSIONS = {
     "docs/accelerate.md": "hf",
     "docs/transformers.md": "hf",
     "docs/ray.md": "ray",
+    "docs/deepspeed.md": "deepspeed",
 }
 #: Where each session's tests live (noxfile.py).
 SESSION_TESTS = {
@@ -55,6 +56,7 @@ SESSION_TESTS = {
     "lightning": "tests/lightning",
     "hf": "tests/hf",
     "ray": "tests/ray",
+    "deepspeed": "tests/deepspeed",
 }
 
 #: The languages whose blocks are run; others (toml, yaml, text) are read, not run.

@@ -120,7 +120,7 @@ def test_a_checkpoint_written_on_openreg_resumes_on_two_cpu_processes(
 
 
 DOCS = Path(__file__).parents[2] / "docs" / "deepspeed.md"
-MARKER = "<!-- tests/deepspeed/test_openreg_deepspeed.py runs the next two blocks -->"
+MARKER = "<!-- tests/deepspeed/test_openreg_deepspeed.py runs the next block -->"
 
 
 def test_the_docs_script_runs_as_it_stands_under_the_docs_launch_line(
