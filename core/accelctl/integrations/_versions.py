@@ -98,14 +98,9 @@ class Internal:
     def problem(self) -> str | None:
         """None when the internal is there with the parameters expected; else what changed."""
         module_name, _, class_name = self.owner.partition(":")
-        try:
-            owner: object = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if _names_module(exc, module_name):
-                return f"is not there (no module {exc.name})"
-            return f"cannot be imported ({module_name} raised {_raised(exc)})"
-        except Exception as exc:  # an old release that cannot import beside this torch
-            return f"cannot be imported ({module_name} raised {_raised(exc)})"
+        owner, problem = _import(module_name)
+        if problem is not None:
+            return problem
         if class_name:
             owner = getattr(owner, class_name, None)
             if owner is None:
@@ -245,6 +240,19 @@ def installed_version(framework: str) -> str | None:
         return None
 
 
+def _import(module_name: str) -> tuple[Any, str | None]:
+    """The module, or None and why it cannot be had ("is not there (no module x)", "cannot be
+    imported (x raised ...)": an old release that does not import beside this torch)."""
+    try:
+        return importlib.import_module(module_name), None
+    except ModuleNotFoundError as exc:
+        if _names_module(exc, module_name):
+            return None, f"is not there (no module {exc.name})"
+        return None, f"cannot be imported ({module_name} raised {_raised(exc)})"
+    except Exception as exc:
+        return None, f"cannot be imported ({module_name} raised {_raised(exc)})"
+
+
 def _raised(exc: BaseException) -> str:
     """``"ValueError: mutable default ..."``: an exception's type and the first line of its
     message (a refusal is one line)."""
@@ -271,14 +279,9 @@ def use_problem(use: str) -> str | None:
     target, _, call = use.partition("(")
     module_name, _, attributes = target.partition(":")
     dotted = target.replace(":", ".")
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if _names_module(exc, module_name):
-            return f"{dotted} is not there (no module {exc.name})"
-        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
-    except Exception as exc:  # an old release that cannot import beside this torch
-        return f"{dotted} cannot be imported ({module_name} raised {_raised(exc)})"
+    found, problem = _import(module_name)
+    if problem is not None:
+        return f"{dotted} {problem}"
     raw: Any = found
     for name in attributes.split(".") if attributes else ():
         if isinstance(found, ModuleType):
