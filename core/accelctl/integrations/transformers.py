@@ -29,6 +29,9 @@ through a ``TrainerCallback``, with any ``TrainingArguments``::
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -142,7 +145,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
                 f"{known_name(handle)!r} runs on {device}: use accelerator='cpu' for the CPU "
                 "(use_cpu is accelctl's choice)"
             )
-        self.use_cpu = on_cpu  # Accelerate's own CPU set-up for an accelerator of CPUs
+        # Accelerate's own CPU set-up for an accelerator of CPUs; it drops DeepSpeed, which then
+        # takes the bridge's set-up on CPUs too.
+        self.use_cpu = on_cpu and not self.deepspeed
         bf16 = self.bf16, self.bf16_full_eval
         hide = not on_cpu and any(bf16)
         if hide:
@@ -232,11 +237,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         from accelerate.state import PartialState
 
         handle, device = place.handle, place.device
-        if self.deepspeed:
-            raise accelctl.ProcessSetupError(
-                f"DeepSpeed makes its own device and launch choices: it is not available "
-                f"through accelctl accelerator {known_name(handle)!r}. Leave deepspeed unset"
-            )
+        if self.deepspeed:  # before the state, which starts DeepSpeed's process group
+            from ._deepspeed_device import use_device
+
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", place.world_size))
+            use_device(handle, device, local_world_size, rank=place.rank)
         # A matching state is always used (below): transformers' switch for that goes.
         config = self.accelerator_config
         if isinstance(config, transformers.trainer_pt_utils.AcceleratorConfig):
@@ -246,13 +251,17 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             # it stands when it matches (refused below otherwise), never dropped under the
             # objects that hold it, as transformers' own arguments would.
             state = PartialState()
-        elif device.type == "cpu" and not (self.fsdp and place.world_size > 1):
-            # Accelerate's own CPU set-up; FSDP on CPUs takes the bridge's, as the Accelerate
-            # bridge's does (Accelerate shards only on the device kinds it knows).
+        elif device.type == "cpu" and not (self.fsdp and place.world_size > 1 or self.deepspeed):
+            # Accelerate's own CPU set-up; FSDP and DeepSpeed on CPUs take the bridge's, as the
+            # Accelerate bridge's do (Accelerate shards only on the device kinds it knows, and
+            # drops DeepSpeed on its CPU set-up).
             state = PartialState(cpu=True, backend=self.ddp_backend)
         else:
             pending = _accelerate_state.Pending(handle, device, place.world_size > 1)
-            with _accelerate_state.building(pending):
+            # transformers' own arguments set Accelerate's variable for DeepSpeed while the
+            # state is made (it then starts DeepSpeed's process group), and unset it after.
+            deepspeed = {"ACCELERATE_USE_DEEPSPEED": "true"} if self.deepspeed else {}
+            with _accelerate_state.building(pending), _environment(deepspeed):
                 state = PartialState(backend=self.ddp_backend, timeout=self.ddp_timeout_delta)
         self.distributed_state = state
         self._n_gpu = 0 if device.type == "cpu" else 1  # one device per process
@@ -302,6 +311,21 @@ class _Place:
             f"accelctl accelerator {known_name(self.handle)!r} runs process {self.rank} of "
             f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
         )
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` set in ``os.environ`` inside the block, as they were after it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _current_state() -> Any:
