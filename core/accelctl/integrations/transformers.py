@@ -251,7 +251,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             # it stands when it matches (refused below otherwise), never dropped under the
             # objects that hold it, as transformers' own arguments would.
             state = PartialState()
-        elif device.type == "cpu" and not (self.fsdp and place.world_size > 1 or self.deepspeed):
+        elif device.type == "cpu" and not ((self.fsdp and place.world_size > 1) or self.deepspeed):
             # Accelerate's own CPU set-up; FSDP and DeepSpeed on CPUs take the bridge's, as the
             # Accelerate bridge's do (Accelerate shards only on the device kinds it knows, and
             # drops DeepSpeed on its CPU set-up).
