@@ -14,8 +14,9 @@ device for this process (``devices[LOCAL_RANK]`` under ``accelctl launch``, ``ac
 or ``torchrun``), its ``distributed_backend`` and DDP across the processes, autocast on its
 device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
 device mesh of the plugin's device type, where the device can run it
-(``accelctl.capabilities.fsdp_gaps``). A set-up that cannot run is refused here, with
-accelctl's error. The adaptation of
+(``accelctl.capabilities.fsdp_gaps``); with a ``DeepSpeedPlugin``, DeepSpeed's engine, its
+accelerator made the plugin's (``accelctl.integrations._deepspeed_device``), on CPU devices
+too. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
 Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
 ``docs/accelerate.md`` lists what it changes and why.
 """

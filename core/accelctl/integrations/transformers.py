@@ -15,7 +15,9 @@ silently. These ``TrainingArguments`` are transformers' own, with two more field
 bridge (the plugin's device for this process, its ``distributed_backend`` and DDP across the
 processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
 unchanged; with ``fsdp`` (FSDP2, ``fsdp_config={"version": 2}``, transformers' default), the model
-is sharded on a device mesh of the plugin's device type. A set-up that cannot run is refused when
+is sharded on a device mesh of the plugin's device type; with ``deepspeed`` (a config), DeepSpeed's
+accelerator is the plugin's (``accelctl.integrations._deepspeed_device``) and DeepSpeed's engine
+trains on the plugin's device. A set-up that cannot run is refused when
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
 (:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
@@ -80,8 +82,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         ``devices[LOCAL_RANK]``.
 
     Every other field is transformers' own. ``use_cpu`` is accelctl's choice (True for an
-    accelerator whose devices are CPUs). :attr:`accelctl_accelerator` is the accelerator's
-    :class:`~accelctl.AcceleratorHandle`.
+    accelerator whose devices are CPUs, but with ``deepspeed``, which Accelerate's CPU set-up
+    drops). ``deepspeed`` needs DeepSpeed (``accelctl[deepspeed]``). :attr:`accelctl_accelerator`
+    is the accelerator's :class:`~accelctl.AcceleratorHandle`.
 
     A ``Trainer`` made with them stops on a kernel the device lacks with
     :class:`accelctl.MissingKernelError` (the operator, the layer, the ways out), from
@@ -93,7 +96,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         outside a launcher, ...); several processes over a backend torch cannot carry the
         device's tensors over (``ddp_backend``, else the plugin's ``distributed_backend``);
         ``bf16`` on a device type that does not autocast;
-        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; ``fsdp`` with
+        ``use_cpu=True`` on an accelerator whose devices are not CPUs; ``fsdp`` with
         FSDP1 (``fsdp_config`` version 1) elsewhere than on CUDA, or FSDP2 on a device that
         cannot run it (``accelctl.capabilities.fsdp_gaps``, checked in local rank 0); an
         Accelerate state made earlier in the process that does not match, or one replaced
