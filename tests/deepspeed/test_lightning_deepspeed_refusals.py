@@ -11,13 +11,15 @@ from fakeaccelerators import MetaAccelerator
 import accelctl
 
 pytest.importorskip("deepspeed")
-lightning = pytest.importorskip("lightning")
-from accelctl.integrations.lightning import LightningAccelerator  # noqa: E402
 
 QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
 
 
 def test_deepspeed_on_a_plugin_without_a_backend_is_refused_when_the_trainer_is_made() -> None:
+    import lightning  # the session installs it (noxfile.py): imported here, not in every worker
+
+    from accelctl.integrations.lightning import LightningAccelerator
+
     with pytest.raises(accelctl.ProcessSetupError) as caught:
         lightning.Trainer(
             accelerator=LightningAccelerator(MetaAccelerator()), devices=1,
@@ -30,6 +32,8 @@ def test_deepspeed_on_a_plugin_without_a_backend_is_refused_when_the_trainer_is_
 
 
 def test_lightnings_own_cpu_accelerator_keeps_lightnings_deepspeed_refusal() -> None:
+    import lightning
+
     trainer = lightning.Trainer(accelerator="cpu", devices=1, strategy="deepspeed_stage_2", **QUIET)
     with pytest.raises(RuntimeError, match="only supported on CUDA GPUs but `CPUAccelerator`"):
         trainer.strategy.setup_environment()
