@@ -5,7 +5,6 @@ are not CPUs). Real devices and several processes: tests/openreg/test_openreg_tr
 from __future__ import annotations
 
 import importlib.metadata
-
 import inspect
 import pickle
 import subprocess
