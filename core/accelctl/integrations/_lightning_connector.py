@@ -462,9 +462,8 @@ def _wrap_deepspeed_environment(
         from ._deepspeed_device import use_device
 
         handle = type(self.accelerator).accelctl_handle()
-        processes = len(self.parallel_devices or ()) or 1  # one per device on this machine
-        use_device(handle, self.root_device, processes, rank=self.global_rank)
-        devices = list(self.parallel_devices or ())
+        devices = list(self.parallel_devices or ())  # one per process on this machine
+        use_device(handle, self.root_device, len(devices) or 1, rank=self.global_rank)
         if devices and all(device.type == "cpu" for device in devices):
             # DeepSpeed runs process i on device index i, and Lightning checks the devices'
             # indices and hands DeepSpeed the root device's: CPU devices are given theirs
