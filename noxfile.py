@@ -149,11 +149,15 @@ FRAMEWORKS = {
     "lightning": (("lightning",), "tests/lightning"),
     "hf": (("accelerate", "transformers"), "tests/hf"),
     "ray": (("ray",), "tests/ray"),
-    "deepspeed": (("deepspeed",), "tests/deepspeed"),
+    # DeepSpeed's own engine, and the Lightning, Accelerate and transformers paths to it
+    # (their bridges on DeepSpeed's: docs/deepspeed.md), each framework at the same end of its
+    # window as DeepSpeed (transformers' extra brings Accelerate's): the oldest session checks
+    # the four floors together, the newest the releases a user gets today.
+    "deepspeed": (("deepspeed", "lightning", "transformers"), "tests/deepspeed"),
 }
 #: What an oldest minor needs beside it: Lightning 2.3 imports pkg_resources, which setuptools
-#: 81 removed (2.4 no longer does).
-OLDEST_NEEDS = {"lightning": ("setuptools<81",)}
+#: 81 removed (2.4 no longer does); the DeepSpeed session's oldest installs Lightning 2.3 too.
+OLDEST_NEEDS = {"lightning": ("setuptools<81",), "deepspeed": ("setuptools<81",)}
 #: What a framework's install needs set: DeepSpeed compiles none of its ops at install (its
 #: bridge's devices have no build of them; docs/deepspeed.md).
 INSTALL_ENV = {"deepspeed": {"DS_BUILD_OPS": "0"}}

@@ -40,6 +40,7 @@ ADAPTATION = Adaptation(
         Internal(
             "lightning.fabric.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
         ),
+        Internal("lightning.pytorch.strategies:DeepSpeedStrategy", "setup_environment", ("self",)),
         Internal("lightning.fabric:Fabric", "setup", ("self",)),
         Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
         Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),

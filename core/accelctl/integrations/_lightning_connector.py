@@ -41,6 +41,11 @@ names CUDA accelerators only:
     (Fabric) calls ``fully_shard``, which moves it to the mesh's device in a way that raises
     where the device's tensors cannot take a CPU tensor's place (openreg's; ``_parameters``).
 
+and the Trainer's ``DeepSpeedStrategy`` (``strategy="deepspeed_stage_2"`` and the like):
+
+11. its ``setup_environment`` refuses every accelerator but Lightning's ``CUDAAccelerator``, and
+    DeepSpeed itself would take its accelerator from its own list of devices.
+
 For accelctl's accelerators only (``is_bridge``), :func:`install` wraps the three connector
 methods that make these choices, so that they follow the plugin: its device, its
 ``distributed_backend`` (for DDP and ``ModelParallelStrategy``), autocast on its device type;
@@ -51,8 +56,11 @@ that a group whose backend cannot split is not bound to a device (torch then mak
 subgroups with ``new_group``, as it does for any unbound group) and the Trainer's model is on its
 device before ``configure_model`` where ``fully_shard`` could not move it; DDP's model wrap, so that
 it is built on the current stream (as plain PyTorch does); the DDP and model-parallel reductions, so
-that a mean is a sum divided by the world size (what Lightning does for gloo); and Fabric's
-``setup`` and ``setup_module``, which move the model keeping its parameters. Every other accelerator
+that a mean is a sum divided by the world size (what Lightning does for gloo); Fabric's
+``setup`` and ``setup_module``, which move the model keeping its parameters; and
+``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
+process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the
+device, DeepSpeed's process group over the plugin's backend). Every other accelerator
 goes through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION`
 checks, once, that each is there with the parameters the wrapper passes on
 (``accelctl.integrations._versions``). Where one changed, :func:`install` changes nothing and
@@ -111,6 +119,7 @@ _MixedPrecision = Annotated[
     "lightning.fabric.plugins.precision:MixedPrecision",
 ]
 _Fabric = Annotated[Any, "lightning.fabric:Fabric"]
+_DeepSpeed = Annotated[Any, "lightning.pytorch.strategies:DeepSpeedStrategy"]
 
 #: What :func:`install` found: None before it ran, then whether the adaptation is active.
 _installed: bool | None = None
@@ -158,6 +167,7 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     from lightning.pytorch.plugins.precision import MixedPrecision
     from lightning.pytorch.strategies import (
         DDPStrategy,
+        DeepSpeedStrategy,
         FSDPStrategy,
         ModelParallelStrategy,
         ParallelStrategy,
@@ -198,6 +208,7 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
         _wrap_reduce(strategy, reduce, is_bridge)
     for strategy in (ModelParallelStrategy, FabricSharded):
         _wrap_setup_distributed(strategy, is_bridge)
+    _wrap_deepspeed_environment(DeepSpeedStrategy, DDPStrategy, is_bridge)
     from lightning.fabric import Fabric
 
     for name in ("setup", "setup_module"):
@@ -430,6 +441,37 @@ def _wrap_setup_distributed(strategy: type, is_bridge: Callable[[object], bool])
                 move_before_sharding(module, self.root_device)
 
     _mark(strategy, "_setup_distributed", setup_distributed)
+
+
+def _wrap_deepspeed_environment(
+    strategy: type, ddp: type, is_bridge: Callable[[object], bool]
+) -> None:
+    """``DeepSpeedStrategy.setup_environment`` on an accelctl accelerator: DeepSpeed's
+    accelerator is made the plugin's on this process's root device, then DDP's set-up runs
+    (the device's, then DeepSpeed's process group over the plugin's backend, which
+    ``_check_strategy`` gave the strategy); Lightning's refusal of every accelerator but its
+    CUDA one stays for the others."""
+    original = strategy.setup_environment  # type: ignore[attr-defined]
+    if getattr(original, _MARK, False):
+        return
+
+    def setup_environment(self: _DeepSpeed) -> None:
+        if not is_bridge(self.accelerator):
+            original(self)
+            return
+        from ._deepspeed_device import use_device
+
+        handle = type(self.accelerator).accelctl_handle()
+        devices = list(self.parallel_devices or ())  # one per process on this machine
+        use_device(handle, self.root_device, len(devices) or 1, rank=self.global_rank)
+        if devices and all(device.type == "cpu" for device in devices):
+            # DeepSpeed runs process i on device index i, and Lightning checks the devices'
+            # indices and hands DeepSpeed the root device's: CPU devices are given theirs
+            # (torch.device("cpu", i) is the CPU, whatever i).
+            self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
+        ddp.setup_environment(self)  # type: ignore[attr-defined]
+
+    _mark(strategy, "setup_environment", setup_environment)
 
 
 def unbind_unless_splitting(device: torch.device) -> None:

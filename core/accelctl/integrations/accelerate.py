@@ -14,8 +14,9 @@ device for this process (``devices[LOCAL_RANK]`` under ``accelctl launch``, ``ac
 or ``torchrun``), its ``distributed_backend`` and DDP across the processes, autocast on its
 device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
 device mesh of the plugin's device type, where the device can run it
-(``accelctl.capabilities.fsdp_gaps``). A set-up that cannot run is refused here, with
-accelctl's error. The adaptation of
+(``accelctl.capabilities.fsdp_gaps``); with a ``DeepSpeedPlugin``, DeepSpeed's engine, its
+accelerator made the plugin's (``accelctl.integrations._deepspeed_device``), on CPU devices
+too. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
 Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
 ``docs/accelerate.md`` lists what it changes and why.
 """
@@ -109,7 +110,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         distributed = world_size > 1
         named = _named_backend(kwargs, handle, device) if distributed else None
         sharded = distributed and _prepare_sharding(kwargs, handle, device, world_size, named)
-        accelerates_cpu = device.type == "cpu" and not sharded
+        deepspeed = _uses_deepspeed(kwargs)
+        # Accelerate's own CPU set-up drops DeepSpeed: a DeepSpeed run on CPUs takes the bridge's.
+        accelerates_cpu = device.type == "cpu" and not sharded and not deepspeed
         if distributed:  # before Accelerate makes the state, which joins the group
             _refuse_unusable_backend(
                 handle,
@@ -120,6 +123,11 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
                 leave_out="leave the backend out of InitProcessGroupKwargs (backend=None)",
                 accelerates_cpu=accelerates_cpu,
             )
+        if deepspeed:  # before Accelerate's state, which starts DeepSpeed's process group
+            from ._deepspeed_device import use_device
+
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+            use_device(handle, device, local_world_size if distributed else 1, rank=rank)
         if accelerates_cpu:
             super().__init__(cpu=True, **kwargs)  # Accelerate's own CPU set-up (gloo)
         else:
@@ -207,6 +215,14 @@ def _named_backend(
         "InitProcessGroupKwargs to say so"
     )
     return None
+
+
+def _uses_deepspeed(kwargs: dict[str, Any]) -> bool:
+    """Whether this Accelerator runs DeepSpeed: a ``deepspeed_plugin`` (or ``deepspeed_plugins``)
+    given, or ``accelerate launch --use_deepspeed``'s variable, as Accelerate reads them."""
+    if kwargs.get("deepspeed_plugin") is not None or kwargs.get("deepspeed_plugins") is not None:
+        return True
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
 def _cpu_backend(named: str | None) -> str:

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _deepspeed_initialize, _deepspeed_ops
 from ._deepspeed_adaptation import ADAPTATION
 
 try:
     # Before anything of DeepSpeed: a release the bridge cannot run on is refused here.
     ADAPTATION.require()
-    import deepspeed
-    from deepspeed.accelerator import set_accelerator
+    import deepspeed  # noqa: F401  # the framework, before anything of the bridge
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without DeepSpeed
     from ._missing import framework_missing
 
@@ -40,7 +38,6 @@ import os
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
-from accelctl._kernels.setup import set_up_kernels
 from accelctl._training.processes import (
     ProcessEnvironment,
     alone_on_first_device,
@@ -48,7 +45,8 @@ from accelctl._training.processes import (
     launch_hint,
 )
 
-from ._deepspeed_accelerator import PluginAccelerator, accelerator_class
+from ._deepspeed_accelerator import PluginAccelerator
+from ._deepspeed_device import use_device
 from ._deepspeed_ops import MissingOpError
 
 __all__ = ["ACCELERATOR", "ADAPTATION", "MissingOpError", "PluginAccelerator", "use_plugin"]
@@ -87,16 +85,7 @@ def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccele
             f"puts process LOCAL_RANK={env.local_rank} on device index {env.local_rank}. Launch "
             f"on the devices in order (--devices {env.local_world_size})"
         )
-    chosen = accelerator_class()(handle, device, env.local_world_size)
-    handle.setup_device(device)
-    set_up_kernels(handle, device, rank=env.rank)  # once per process: after setup_device
-    set_accelerator(chosen)
-    if ADAPTATION.refusal is None:
-        ADAPTATION.check(deepspeed.__version__, stacklevel=3)
-    if ADAPTATION.refusal == "":
-        _deepspeed_ops.rebind()
-        _deepspeed_initialize.wrap(chosen)
-    return chosen
+    return use_device(handle, device, env.local_world_size, rank=env.rank, stacklevel=3)
 
 
 #: The accelerator importing this module set: ``use_plugin()``'s.

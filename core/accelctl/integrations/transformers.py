@@ -15,7 +15,9 @@ silently. These ``TrainingArguments`` are transformers' own, with two more field
 bridge (the plugin's device for this process, its ``distributed_backend`` and DDP across the
 processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
 unchanged; with ``fsdp`` (FSDP2, ``fsdp_config={"version": 2}``, transformers' default), the model
-is sharded on a device mesh of the plugin's device type. A set-up that cannot run is refused when
+is sharded on a device mesh of the plugin's device type; with ``deepspeed`` (a config), DeepSpeed's
+accelerator is the plugin's (``accelctl.integrations._deepspeed_device``) and DeepSpeed's engine
+trains on the plugin's device. A set-up that cannot run is refused when
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
 (:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
@@ -29,6 +31,9 @@ through a ``TrainerCallback``, with any ``TrainingArguments``::
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -77,8 +82,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         ``devices[LOCAL_RANK]``.
 
     Every other field is transformers' own. ``use_cpu`` is accelctl's choice (True for an
-    accelerator whose devices are CPUs). :attr:`accelctl_accelerator` is the accelerator's
-    :class:`~accelctl.AcceleratorHandle`.
+    accelerator whose devices are CPUs, but with ``deepspeed``, which Accelerate's CPU set-up
+    drops). ``deepspeed`` needs DeepSpeed (``accelctl[deepspeed]``). :attr:`accelctl_accelerator`
+    is the accelerator's :class:`~accelctl.AcceleratorHandle`.
 
     A ``Trainer`` made with them stops on a kernel the device lacks with
     :class:`accelctl.MissingKernelError` (the operator, the layer, the ways out), from
@@ -90,7 +96,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         outside a launcher, ...); several processes over a backend torch cannot carry the
         device's tensors over (``ddp_backend``, else the plugin's ``distributed_backend``);
         ``bf16`` on a device type that does not autocast;
-        ``use_cpu=True`` on an accelerator whose devices are not CPUs; DeepSpeed; ``fsdp`` with
+        ``use_cpu=True`` on an accelerator whose devices are not CPUs; ``fsdp`` with
         FSDP1 (``fsdp_config`` version 1) elsewhere than on CUDA, or FSDP2 on a device that
         cannot run it (``accelctl.capabilities.fsdp_gaps``, checked in local rank 0); an
         Accelerate state made earlier in the process that does not match, or one replaced
@@ -142,7 +148,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
                 f"{known_name(handle)!r} runs on {device}: use accelerator='cpu' for the CPU "
                 "(use_cpu is accelctl's choice)"
             )
-        self.use_cpu = on_cpu  # Accelerate's own CPU set-up for an accelerator of CPUs
+        # Accelerate's own CPU set-up for an accelerator of CPUs; it drops DeepSpeed, which then
+        # takes the bridge's set-up on CPUs too.
+        self.use_cpu = on_cpu and not self.deepspeed
         bf16 = self.bf16, self.bf16_full_eval
         hide = not on_cpu and any(bf16)
         if hide:
@@ -232,11 +240,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         from accelerate.state import PartialState
 
         handle, device = place.handle, place.device
-        if self.deepspeed:
-            raise accelctl.ProcessSetupError(
-                f"DeepSpeed makes its own device and launch choices: it is not available "
-                f"through accelctl accelerator {known_name(handle)!r}. Leave deepspeed unset"
-            )
+        if self.deepspeed:  # before the state, which starts DeepSpeed's process group
+            from ._deepspeed_device import use_device
+
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", place.world_size))
+            use_device(handle, device, local_world_size, rank=place.rank)
         # A matching state is always used (below): transformers' switch for that goes.
         config = self.accelerator_config
         if isinstance(config, transformers.trainer_pt_utils.AcceleratorConfig):
@@ -246,13 +254,17 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             # it stands when it matches (refused below otherwise), never dropped under the
             # objects that hold it, as transformers' own arguments would.
             state = PartialState()
-        elif device.type == "cpu" and not (self.fsdp and place.world_size > 1):
-            # Accelerate's own CPU set-up; FSDP on CPUs takes the bridge's, as the Accelerate
-            # bridge's does (Accelerate shards only on the device kinds it knows).
+        elif device.type == "cpu" and not ((self.fsdp and place.world_size > 1) or self.deepspeed):
+            # Accelerate's own CPU set-up; FSDP and DeepSpeed on CPUs take the bridge's, as the
+            # Accelerate bridge's do (Accelerate shards only on the device kinds it knows, and
+            # drops DeepSpeed on its CPU set-up).
             state = PartialState(cpu=True, backend=self.ddp_backend)
         else:
             pending = _accelerate_state.Pending(handle, device, place.world_size > 1)
-            with _accelerate_state.building(pending):
+            # transformers' own arguments set Accelerate's variable for DeepSpeed while the
+            # state is made (it then starts DeepSpeed's process group), and unset it after.
+            deepspeed = {"ACCELERATE_USE_DEEPSPEED": "true"} if self.deepspeed else {}
+            with _accelerate_state.building(pending), _environment(deepspeed):
                 state = PartialState(backend=self.ddp_backend, timeout=self.ddp_timeout_delta)
         self.distributed_state = state
         self._n_gpu = 0 if device.type == "cpu" else 1  # one device per process
@@ -302,6 +314,21 @@ class _Place:
             f"accelctl accelerator {known_name(self.handle)!r} runs process {self.rank} of "
             f"{self.world_size} on {self.device}, but Accelerate's state is {found}: {why}"
         )
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    """``variables`` set in ``os.environ`` inside the block, as they were after it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _current_state() -> Any:
