@@ -135,6 +135,25 @@ def test_without_fork_the_task_runs_in_the_process(monkeypatch: pytest.MonkeyPat
     assert pid != os.getpid()
 
 
+def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
+    """Issue 48: ``list``'s rows (plain data) cross the pipe through marshal, so that the
+    command never imports pickle; anything marshal refuses (a dataclass, an error) through
+    pickle; both arrive equal, tuples as tuples."""
+    import dataclasses
+
+    import accelctl
+
+    rows = ("result", [({"name": "cpu", "count": 1, "ok": True, "why": None}, ("cpu", 1.5), None)])
+    plain = _apart._dumps(rows)
+    assert plain[:1] == b"m" and _apart._loads(plain) == rows
+    info = accelctl.AcceleratorInfo(description="x", priority=3, aliases=("a",))
+    other = _apart._dumps(("result", info))
+    assert other[:1] == b"p" and _apart._loads(other) == ("result", info)
+    assert dataclasses.is_dataclass(_apart._loads(other)[1])
+    [got] = _apart.run_apart(lambda: iter([rows[1]]))  # through a real child
+    assert got == rows[1]
+
+
 def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-chatty", {"chatty": "fakeplugins.chatty:ChattyAccelerator"})
     result = cli("list", "--json")

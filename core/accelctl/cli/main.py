@@ -9,7 +9,6 @@ for a name that is not built in and for the ``--help`` listing (:mod:`accelctl.c
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import os
 import sys
@@ -66,6 +65,8 @@ class AccelctlGroup(click.Group):
         name = click.utils.make_str(args[0])
         if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
             return super().resolve_command(ctx, args)
+        import difflib  # a mistyped command only: difflib and heapq cost every start ~4 ms
+
         close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
         hint = f" Did you mean {quote(close[0])}?" if close else ""
         raise click.UsageError(f"No such command {quote(name)}.{hint}", ctx)
