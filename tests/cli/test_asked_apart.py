@@ -8,6 +8,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,25 @@ def test_a_module_a_thread_of_the_parent_is_importing_can_be_imported_in_the_chi
         gate.set()
         importing.join()
         sys.modules.pop("slow_to_import", None)
+
+
+def test_a_command_asked_apart_skips_the_shutdowns_collection() -> None:
+    """Issue 48: once ``list`` asked its plugins in a child, ``main`` freezes the collector's
+    objects, so the interpreter's shutdown does not walk them; a command that asked nothing
+    apart (``--no-detect``: no plugin code) leaves the collector as it was. Both still exit
+    through ``SystemExit`` and run ``atexit`` handlers."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+        "from accelctl.cli import main\n"
+        "main()\n"
+    )
+    counts = {}
+    for args in (["list", "--json"], ["list", "--no-detect", "--json"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
+            timeout=300,
+        )  # fmt: skip
+        assert json.loads(done.stdout)  # the output is whole
+        counts[args[1]] = int(done.stderr.split("frozen ")[-1].split()[0])
+    assert counts["--json"] > 1000 and counts["--no-detect"] == 0

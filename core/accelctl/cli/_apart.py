@@ -34,6 +34,9 @@ _HEADER = struct.Struct("!I")
 #: Whether tasks run in a forked child: False where ``os.fork`` does not exist (Windows), and in
 #: tests of what a task computes (not of where).
 FORK = hasattr(os, "fork")
+#: True once a task ran in a child: the plugins' code ran there, not in this process (what
+#: ``accelctl.cli.main`` needs to know to skip the shutdown's garbage collection).
+asked_apart = False
 
 
 def _dumps(message: tuple[Any, ...]) -> bytes:
@@ -117,6 +120,8 @@ def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
     if not FORK:
         yield from task()
         return
+    global asked_apart
+    asked_apart = True
     ended: dict[str, str] = {}
     one_at_a_time = False
     while True:
