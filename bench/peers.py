@@ -80,8 +80,10 @@ PROCESSES = (1, 2)
 WORKLOADS = (("cnn", "32"), ("cnn", "bf16-mixed"), ("gpt", "32"), ("gpt", "bf16-mixed"))
 BATCH, CNN_WIDTH, GPT_WIDTH = 32, 16, 64
 #: Steps per run and process, the first of which the per-step figure leaves out.
-STEPS, WARM_STEPS = 30, 6
+STEPS, WARM_STEPS = 20, 5
 QUICK_STEPS, QUICK_WARM_STEPS = 6, 2
+#: The cells of the run in progress, rewritten after each (a long run cut short keeps them).
+PROGRESS = ROOT / "bench" / "results" / "tmp" / "peers-progress.json"
 #: A hang guard per cell (not a speed limit): a launch that never ends is killed, and named.
 CELL_TIMEOUT_S = 3600
 #: Targets, as ratios measured in the same run (issue 48).
@@ -650,6 +652,8 @@ def run(
                 cell = run_cell(path, device, n, rounds, steps, warm, warmup=not quick)
                 cells.append(cell)
                 took = time.perf_counter() - began
+                PROGRESS.parent.mkdir(parents=True, exist_ok=True)  # a long run's cells so far
+                PROGRESS.write_text(json.dumps({"cells": cells}, indent=1))
                 print(f"[bench] peers: {path} on {device} x{n}: {_said(cell)} ({took:.0f} s)",
                       file=sys.stderr, flush=True)  # fmt: skip
     import torch
