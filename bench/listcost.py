@@ -3,7 +3,8 @@
 Commands, each a fresh process, interleaved (the order reversed every other round), each a step
 more of what ``list --json`` does, so that the difference of two neighbours is one part's cost:
 
-1. the floor (``bench/floor.py``): click, pluggy, one entry-point scan, a JSON line;
+1. the floor (``bench/floor.py``): click, pluggy, one entry-point scan, a JSON line (and the
+   same with the collector's objects frozen at exit, the base of 2);
 2. ``list --no-detect --json``: accelctl's CLI and core imports and its scan, no plugin code
    (here and in 3 the collector's objects are frozen at exit, as 4 has them);
 3. ``list --json`` in one process (the forked child off, ``_apart.FORK = False``): every
@@ -44,6 +45,7 @@ from .measure import child_env
 FLOOR, NO_DETECT = "floor (click + pluggy + scan)", "list --no-detect --json (frozen at exit)"
 IN_PROCESS, LIST = "list --json, no child (FORK off, frozen at exit)", "list --json"
 COLLECTED = "list --json, shutdown collections kept"
+FLOOR_FROZEN = "floor, frozen at exit"
 TARGET = 1.2
 
 _MAIN = "from accelctl.cli import main; main()"
@@ -54,8 +56,11 @@ _COLLECTED = "import gc; gc.freeze = lambda: None; " + _MAIN
 
 def _argvs() -> dict[str, list[str]]:
     python = sys.executable
+    floor = list(commands.floor().argv)
+    run_floor = f"import runpy; runpy.run_path({floor[1]!r}, run_name='__main__')"
     return {
-        FLOOR: list(commands.floor().argv),
+        FLOOR: floor,
+        FLOOR_FROZEN: [python, "-c", _FROZEN + run_floor, "list"],
         NO_DETECT: [python, "-c", _FROZEN + _MAIN, "list", "--no-detect", "--json"],
         IN_PROCESS: [python, "-c", _IN_PROCESS, "list", "--json"],
         LIST: [python, "-c", _MAIN, "list", "--json"],
@@ -108,7 +113,9 @@ def run(repeats: int = 15, quick: bool = False) -> dict[str, Any]:
         "cpu_ratio_to_floor": {label: against(cpu, label) for label in measured},
         # Each part: the median of the pairs' differences of CPU time (ms) between neighbours.
         "parts_cpu_ms": {
-            "accelctl's imports and CLI, beyond the floor": part_ms(NO_DETECT, FLOOR),
+            "accelctl's imports and CLI, beyond the floor (both frozen at exit)": part_ms(
+                NO_DETECT, FLOOR_FROZEN
+            ),
             "plugins imported and detect() run (threads)": part_ms(IN_PROCESS, NO_DETECT),
             "the forked child and its pipe": part_ms(LIST, IN_PROCESS),
             "the shutdown's collections, before issue 48": part_ms(COLLECTED, LIST),

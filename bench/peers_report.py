@@ -22,19 +22,23 @@ def _figure(figures: dict[str, Any] | None, hand: bool) -> str:
     if figures is None:
         return ""
     if "error" in figures:
-        return "failed (results file)"
-    ratio = figures.get("ratio")
-    if ratio is None:
-        return ""
-    low, high = ratio["ci95"]
-    said = f"{ratio['median']:.3f}x [{low:.2f}, {high:.2f}]"
-    return f"{figures['hand_ms_per_step']:g} ms; {said}" if hand else said
+        return "failed (below)"
+    said = []
+    for kind, name in (("ratio", ""), ("cpu_ratio", "CPU ")):
+        ratio = figures.get(kind)
+        if ratio is not None:
+            low, high = ratio["ci95"]
+            said.append(f"{name}{ratio['median']:.2f}x [{low:.2f}, {high:.2f}]")
+    if hand and said:
+        said.insert(0, f"{figures['hand_ms_per_step']:g} ms")
+    return "; ".join(said)
 
 
 def render_peers(section: dict[str, Any]) -> str:
     """The section's table: a row per cell that ran, a column per workload (the per-step ratio
     to the hand loop in the same process, the median of the rounds' ratios and its 95%
-    interval; the hand loop's rows: its ms per step, and its ratio to itself, the noise)."""
+    interval, in wall-clock and in CPU time; the hand loop's rows: its ms per step, and its
+    ratio to itself, the noise)."""
     from .peers import PATHS
 
     keys = section["workloads"]
@@ -60,7 +64,7 @@ def render_peers(section: dict[str, Any]) -> str:
             if "error" in figures
         ]
     headers = ("path", "on", "start-up to 1st step s", "peak RSS MiB (largest process)",
-               *(f"{key}: per step / hand" for key in keys))  # fmt: skip
+               *(f"{key}: per step / hand (wall; CPU)" for key in keys))  # fmt: skip
     parts = [
         f"{section['steps_per_run']} steps a run and process ({section['warm_steps']} left out "
         f"as warm-up), batch {section['batch']}, {section['rounds']} round(s) of pairs per "
@@ -75,12 +79,17 @@ def render_peers(section: dict[str, Any]) -> str:
             + "\n".join(f"- {', '.join(cells)}: {reason}" for reason, cells in skipped.items())
         )
     if section.get("targets"):
-        parts.append(
-            _table(
-                ("target", "measured", "verdict"),
-                [(t["target"], f"{t['measured']:g}x", t["verdict"]) for t in section["targets"]],
-            )
-        )
+        cpu = {t["target"]: t for t in section.get("targets_cpu", [])}
+        rows = []
+        for t in section["targets"]:
+            other = cpu.get(t["target"])
+            rows.append((
+                t["target"], f"{t['measured']:g}x", t["verdict"],
+                "" if other is None else f"{other['measured']:g}x",
+                "" if other is None else other["verdict"],
+            ))  # fmt: skip
+        headers = ("target (per step)", "wall", "verdict", "CPU time", "verdict (CPU)")
+        parts.append(_table(headers, rows))
     listing = section.get("list")
     if listing:
         wall, cpu = listing["ratio_to_floor"], listing["cpu_ratio_to_floor"]

@@ -349,6 +349,9 @@ def test_peers_section_runs_a_cell_and_renders(tmp_path: Path) -> None:
         assert len(figures["path_ms"]) == len(figures["hand_ms"]) == 1
         own, hand = figures["path_ms"][0], figures["hand_ms"][0]
         assert figures["ratio"]["median"] == pytest.approx(own / hand, rel=1e-3)
+        own, hand = figures["path_cpu_ms"][0], figures["hand_cpu_ms"][0]
+        assert own > 0 and hand > 0  # the processes' CPU time, each step
+        assert figures["cpu_ratio"]["median"] == pytest.approx(own / hand, rel=1e-3)
     if importlib.util.find_spec("lightning") is None:
         assert cells["lightning"]["skipped"].startswith("lightning is not installed")
     else:
