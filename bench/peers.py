@@ -80,7 +80,7 @@ PROCESSES = (1, 2)
 WORKLOADS = (("cnn", "32"), ("cnn", "bf16-mixed"), ("gpt", "32"), ("gpt", "bf16-mixed"))
 BATCH, CNN_WIDTH, GPT_WIDTH = 32, 16, 64
 #: Steps per run and process, the first of which the per-step figure leaves out.
-STEPS, WARM_STEPS = 16, 4
+STEPS, WARM_STEPS = 12, 3
 QUICK_STEPS, QUICK_WARM_STEPS = 6, 2
 #: The cells of the run in progress, rewritten after each (a long run cut short keeps them).
 PROGRESS = ROOT / "bench" / "results" / "tmp" / "peers-progress.json"
@@ -516,6 +516,9 @@ def _env(path: str, device: str) -> dict[str, str]:
         env["ACCELCTL_CPU_FALLBACK"] = "1"
     if path == "deepspeed":
         env["DS_ACCELERATOR"] = "cpu"
+    # One intra-op thread per process, as torchrun sets for several: the 1- and 2-process cells
+    # compare, and no idle thread spins (which the CPU-time figure would count) on a busy machine.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     return env
 
@@ -685,7 +688,9 @@ def run(
             "cnn": f"ResNet-like CNN, width {CNN_WIDTH}, batch {BATCH} of 3x16x16",
             "gpt": f"GPT-2 block, width {GPT_WIDTH}, 4 heads, batch {BATCH} of 16 tokens",
         },
-        "torch_threads": torch.get_num_threads(),
+        # Each cell's intra-op threads (OMP_NUM_THREADS, 1 unless set: _env).
+        "threads_per_process": int(os.environ.get("OMP_NUM_THREADS", "1")),
+        "torch": torch.__version__,
         "cells": cells,
         # A quick run's few steps say nothing about the costs: no verdicts.
         "targets": [] if quick else targets(cells),
