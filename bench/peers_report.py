@@ -79,16 +79,24 @@ def render_peers(section: dict[str, Any]) -> str:
             + "\n".join(f"- {', '.join(cells)}: {reason}" for reason, cells in skipped.items())
         )
     if section.get("targets"):
-        cpu = {t["target"]: t for t in section.get("targets_cpu", [])}
+
+        def named(target: dict[str, Any]) -> tuple[str, str]:
+            """The target's words, and its worst workload (``targets`` puts it last)."""
+            words, _, worst = target["target"].partition(" (worst: ")
+            return words, worst.rstrip(")")
+
+        cpu = {named(t)[0]: t for t in section.get("targets_cpu", [])}
         rows = []
         for t in section["targets"]:
-            other = cpu.get(t["target"])
+            words, worst = named(t)
+            other = cpu.get(words)
             rows.append((
-                t["target"], f"{t['measured']:g}x", t["verdict"],
-                "" if other is None else f"{other['measured']:g}x",
+                words, f"{t['measured']:g}x ({worst})", t["verdict"],
+                "" if other is None else f"{other['measured']:g}x ({named(other)[1]})",
                 "" if other is None else other["verdict"],
             ))  # fmt: skip
-        headers = ("target (per step)", "wall", "verdict", "CPU time", "verdict (CPU)")
+        headers = ("target (per step; worst workload)", "wall", "verdict", "CPU time",
+                   "verdict (CPU)")  # fmt: skip
         parts.append(_table(headers, rows))
     listing = section.get("list")
     if listing:
