@@ -136,7 +136,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         default=None,
         help=f"PNG of the scaling section (default "
-        f"{DEFAULT_PLOT.relative_to(ROOT)}; quick: {QUICK_PLOT.relative_to(ROOT)})",
+        f"{DEFAULT_PLOT.relative_to(ROOT)}; quick: {QUICK_PLOT.relative_to(ROOT)}); the peers "
+        f"section's goes beside it, as {PEERS_PLOT}",
     )
     args = parser.parse_args(argv)
     if args.repeats is None:
