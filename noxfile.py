@@ -246,6 +246,24 @@ for _name in BELOW:  # DeepSpeed's bridge has none yet (its window's floor is a 
     _below_session(_name)
 
 
+#: The frameworks the bench's ``peers`` section trains through, side by side in one environment.
+BENCH_EXTRAS = ("lightning", "accelerate", "transformers", "deepspeed", "bench")
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """``python -m bench --sections peers --output bench/results/peers.json`` (arguments after
+    ``--`` replace those), in one
+    environment with Lightning, Accelerate, transformers and DeepSpeed together: not part of
+    ``nox`` alone nor of ``bash scripts/test`` (docs/performance.md, "Against the peers")."""
+    install(session, *BENCH_EXTRAS, env=INSTALL_ENV["deepspeed"])
+    session.run(
+        "python", "-m", "bench",
+        *(session.posargs or ("--sections", "peers", "--output", "bench/results/peers.json")),
+        env={"ACCELCTL_TEST_BACKENDS": str(BACKENDS)},
+    )  # fmt: skip
+
+
 @nox.session(python=PYTHON)
 def slurm(session: nox.Session) -> None:
     """tests/slurm on a two-node SLURM cluster the tests start (scripts/setup-machine installs

@@ -12,6 +12,8 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections discovery     # accelctl's scan against importlib.metadata's
     python -m bench --sections flops         # what counting the model's FLOPs costs a fit
     python -m bench --sections kernels       # the CPU fallback's cost, the error translation's
+    python -m bench --sections peers --output bench/results/peers.json   # the same training
+                                             # through every framework (nox -s bench)
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -36,6 +38,7 @@ from . import (
     flops_overhead,
     fsdp_overhead,
     kernels,
+    peers,
     scaling,
     startup,
 )
@@ -46,14 +49,19 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
-    "discovery", "flops", "kernels",
+    "discovery", "flops", "kernels", "peers",
 )  # fmt: skip
+#: ``python -m bench`` alone: every section but ``peers``, which needs every framework installed
+#: together and runs for half an hour (``nox -s bench`` runs it; docs/performance.md).
+DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
 #: Quick runs check that the suite works; they never overwrite the published figures.
 QUICK_OUTPUT = ROOT / "bench" / "results" / "tmp" / "quick.json"
 QUICK_PLOT = ROOT / "bench" / "results" / "tmp" / "quick.png"
+#: The peers section's plot: beside the scaling plot (``--plot``), named ``peers.png``.
+PEERS_PLOT = "peers.png"
 SCHEMA = 1
 
 
@@ -107,8 +115,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sections",
         type=_sections,
-        default=list(SECTIONS),
-        help=f"comma list of sections (default: {','.join(SECTIONS)})",
+        default=list(DEFAULT_SECTIONS),
+        help=f"comma list of sections, of {','.join(SECTIONS)} (default: all but peers)",
     )
     parser.add_argument(
         "--sizes",
@@ -128,7 +136,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         default=None,
         help=f"PNG of the scaling section (default "
-        f"{DEFAULT_PLOT.relative_to(ROOT)}; quick: {QUICK_PLOT.relative_to(ROOT)})",
+        f"{DEFAULT_PLOT.relative_to(ROOT)}; quick: {QUICK_PLOT.relative_to(ROOT)}); the peers "
+        f"section's goes beside it, as {PEERS_PLOT}",
     )
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -163,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "discovery": lambda: discovery.run(args.repeats, args.quick),
         "flops": lambda: flops_overhead.run(args.repeats, args.quick),
         "kernels": lambda: kernels.run(args.repeats, args.quick),
+        "peers": lambda: peers.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,
@@ -187,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "scaling" in results["sections"] and "error" not in results["sections"]["scaling"]:
         why_not = plot_scaling(results["sections"]["scaling"], args.plot)
         results["plot"] = str(args.plot) if why_not is None else f"skipped: {why_not}"
+    if "peers" in results["sections"] and "error" not in results["sections"]["peers"]:
+        from .peers_report import plot_peers
+
+        where = args.plot.with_name(PEERS_PLOT)
+        why_not = plot_peers(results["sections"]["peers"], where)
+        results["peers_plot"] = str(where) if why_not is None else f"skipped: {why_not}"
     results["duration_s"] = round(time.perf_counter() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1) + "\n")

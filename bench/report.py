@@ -317,6 +317,12 @@ def _kernels(section: dict[str, Any]) -> str:
     )
 
 
+def _peers(section: dict[str, Any]) -> str:
+    from .peers_report import render_peers
+
+    return render_peers(section)
+
+
 def render(results: dict[str, Any]) -> str:
     """All sections present in ``results`` as Markdown."""
     parts = [f"## Machine\n\n{_machine(results['machine'])}"]
@@ -333,6 +339,7 @@ def render(results: dict[str, Any]) -> str:
         ("discovery", "Finding the plugins", _discovery),
         ("flops", "Counting the model's FLOPs (flops_per_second, mfu)", _flops),
         ("kernels", "Missing kernels: the CPU fallback and the error translation", _kernels),
+        ("peers", "Against the peers: one training through every path", _peers),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

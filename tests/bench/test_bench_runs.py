@@ -93,7 +93,7 @@ def test_a_results_file_has_its_section_and_the_machine(
     # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent.
     assert set(SECTIONS) == {
         "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp",
-        "fsdp-openreg", "discovery", "flops", "kernels",
+        "fsdp-openreg", "discovery", "flops", "kernels", "peers",
     }  # fmt: skip
     results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1
@@ -321,3 +321,70 @@ def test_the_translations_variant_is_the_step_without_its_try() -> None:
     )
     assert "missing" not in variant.__code__.co_varnames  # the except's name is gone
     assert "missing" in Fit._step.__code__.co_varnames
+
+
+@pytest.mark.slow
+def test_peers_section_runs_a_cell_and_renders(tmp_path: Path) -> None:
+    """Issue 48: one cell of the peers section (accelctl's Trainer on 2 openreg devices under
+    ``accelctl launch``, the hand loop in DDP in the same processes), a few steps: every
+    workload has a figure of each, each rank its peak; the frameworks' cells say why they do
+    not run where their framework is not installed (the core session's); the table renders."""
+    from bench import peers
+    from bench.peers_report import render_peers
+
+    if importlib.util.find_spec("torch_openreg") is None:
+        pytest.skip("torch_openreg is not installed (the test sessions install it)")
+    section = peers.run(
+        quick=True, paths=("accelctl", "lightning"), devices=("openreg",), processes=(2,),
+        with_list=False,
+    )  # fmt: skip
+    cells = {cell["path"]: cell for cell in section["cells"]}
+    cell = cells["accelctl"]
+    assert "error" not in cell, cell
+    assert len(cell["peak_rss_mib"]) == 2 and min(cell["peak_rss_mib"]) > 100  # torch at least
+    assert cell["startup_s"] > 0
+    assert set(cell["workloads"]) == {"cnn 32", "cnn bf16-mixed", "gpt 32", "gpt bf16-mixed"}
+    for figures in cell["workloads"].values():
+        assert "error" not in figures, figures
+        assert len(figures["path_ms"]) == len(figures["hand_ms"]) == 1
+        own, hand = figures["path_ms"][0], figures["hand_ms"][0]
+        assert figures["ratio"]["median"] == pytest.approx(own / hand, rel=1e-3)
+        own, hand = figures["path_cpu_ms"][0], figures["hand_cpu_ms"][0]
+        assert own > 0 and hand > 0  # the processes' CPU time, each step
+        assert figures["cpu_ratio"]["median"] == pytest.approx(own / hand, rel=1e-3)
+    if importlib.util.find_spec("lightning") is None:
+        assert cells["lightning"]["skipped"].startswith("lightning is not installed")
+    else:
+        assert "own" in cells["lightning"]["skipped"]  # Lightning has no openreg of its own
+    table = render_peers(section)
+    assert "| accelctl.Trainer | openreg x2 |" in table and "Not run:" in table
+
+
+def test_peers_figures_and_targets_come_from_the_runs() -> None:
+    """The per-step figure leaves the warm-up out; a target takes its worst workload, a
+    bridge's the ratio of its ratio to its framework's, on the same device and processes."""
+    from bench import peers
+
+    assert peers.per_step_s([0.0, 1.0, 3.0, 6.0, 10.0], warm=1) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="5 steps recorded"):
+        peers.per_step_s([0.0, 1.0, 2.0, 3.0, 4.0], warm=4)
+
+    def cell(path: str, ratios: list[float]) -> dict:
+        keys = [peers.workload_key(m, p) for m, p in peers.WORKLOADS]
+        workloads = {k: {"ratio": {"median": r}} for k, r in zip(keys, ratios, strict=True)}
+        return {"path": path, "device": "cpu", "processes": 1, "workloads": workloads}
+
+    found = {
+        t["target"]: t
+        for t in peers.targets([
+            cell("accelctl", [1.01, 1.05, 1.0, 0.99]), cell("lightning", [1.2, 1.1, 1.3, 1.0]),
+            cell("accelerate", [1.1] * 4), cell("accelerate-bridge", [1.1, 1.1, 1.2, 1.1]),
+        ])
+    }  # fmt: skip
+    ours = found["accelctl.Trainer / hand <= 1.03, cpu x1 (worst: cnn bf16-mixed)"]
+    assert (ours["measured"], ours["holds"]) == (1.05, False)
+    versus = found["accelctl.Trainer / Lightning Trainer < 1, cpu x1 (worst: gpt bf16-mixed)"]
+    assert versus["measured"] == pytest.approx(0.99, abs=1e-3) and versus["holds"]
+    bridge = found["accelerate-bridge / accelerate <= 1.02, cpu x1 (worst: gpt 32)"]
+    assert bridge["measured"] == pytest.approx(1.2 / 1.1, abs=1e-3) and not bridge["holds"]
+    assert not any("transformers" in name for name in found)  # no cells: no target

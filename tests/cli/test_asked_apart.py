@@ -8,6 +8,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,25 @@ def test_without_fork_the_task_runs_in_the_process(monkeypatch: pytest.MonkeyPat
     assert pid != os.getpid()
 
 
+def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
+    """Issue 48: ``list``'s rows (plain data) cross the pipe through marshal, so that the
+    command never imports pickle; anything marshal refuses (a dataclass, an error) through
+    pickle; both arrive equal, tuples as tuples."""
+    import dataclasses
+
+    import accelctl
+
+    rows = ("result", [({"name": "cpu", "count": 1, "ok": True, "why": None}, ("cpu", 1.5), None)])
+    plain = _apart._dumps(rows)
+    assert plain[:1] == b"m" and _apart._loads(plain) == rows
+    info = accelctl.AcceleratorInfo(description="x", priority=3, aliases=("a",))
+    other = _apart._dumps(("result", info))
+    assert other[:1] == b"p" and _apart._loads(other) == ("result", info)
+    assert dataclasses.is_dataclass(_apart._loads(other)[1])
+    [got] = _apart.run_apart(lambda: iter([rows[1]]))  # through a real child
+    assert got == rows[1]
+
+
 def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-chatty", {"chatty": "fakeplugins.chatty:ChattyAccelerator"})
     result = cli("list", "--json")
@@ -185,3 +206,25 @@ def test_a_module_a_thread_of_the_parent_is_importing_can_be_imported_in_the_chi
         gate.set()
         importing.join()
         sys.modules.pop("slow_to_import", None)
+
+
+def test_a_command_asked_apart_skips_the_shutdowns_collection() -> None:
+    """Issue 48: once ``list`` asked its plugins in a child, ``main`` freezes the collector's
+    objects, so the interpreter's shutdown does not walk them; a command that asked nothing
+    apart (``--no-detect``: no plugin code) leaves the collector as it was. Both still exit
+    through ``SystemExit`` and run ``atexit`` handlers."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"
+        "from accelctl.cli import main\n"
+        "main()\n"
+    )
+    counts = {}
+    for args in (["list", "--json"], ["list", "--no-detect", "--json"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
+            timeout=300,
+        )  # fmt: skip
+        assert json.loads(done.stdout)  # the output is whole
+        counts[args[1]] = int(done.stderr.split("frozen ")[-1].split()[0])
+    assert counts["--json"] > 1000 and counts["--no-detect"] == 0
