@@ -132,6 +132,7 @@ DECLARED = {
     "never_fall_back": [],
     "fallback_variable": None,
     "note": "torch_openreg's fused attention kernels are placeholders",
+    "partial": ["aten::abs"],
 }
 
 
