@@ -182,24 +182,26 @@ def refuse_offload(
         '"zero_force_ds_cpu_optimizer": false in the config'
     )
     if isinstance(optimizer, torch.optim.Optimizer):
-        if config.get("zero_force_ds_cpu_optimizer", True) is not False and not type(
-            optimizer
-        ).__module__.startswith("deepspeed."):
+        forced = config.get("zero_force_ds_cpu_optimizer", True) is not False
+        if forced and not type(optimizer).__module__.startswith("deepspeed."):  # not CPUAdam
             raise accelctl.ProcessSetupError(
                 f"{where} with a torch optimizer ({type(optimizer).__name__}): DeepSpeed refuses "
                 'it unless the config sets "zero_force_ds_cpu_optimizer": false (the torch '
                 "optimizer then steps on the CPU); set it, or leave offload_optimizer out"
             )
         return
-    named = config.get("optimizer") or {}
-    kind = str(named.get("type", "")).lower() if isinstance(named, dict) else ""
-    params = named.get("params") or {} if isinstance(named, dict) else {}
-    builder = OFFLOAD_OPTIMIZERS.get(kind)
-    problem = host_build_problem()
-    if optimizer is not None or builder is None or problem is None:
+    named = config.get("optimizer")
+    if optimizer is not None or not isinstance(named, dict):  # a callable making one, or none
         return
-    if kind in ("adam", "adamw") and isinstance(params, dict) and params.get("torch_adam"):
-        return  # torch's Adam, on the CPU
+    kind = str(named.get("type", "")).lower()
+    params = named.get("params")
+    torch_adam = isinstance(params, dict) and bool(params.get("torch_adam"))
+    builder = OFFLOAD_OPTIMIZERS.get(kind)
+    if builder is None or (kind.startswith("adam") and torch_adam):
+        return  # no CPU op: torch's Adam steps on the CPU
+    problem = host_build_problem()
+    if problem is None:
+        return
     op = builder.removesuffix("Builder")
     raise accelctl.ProcessSetupError(
         f'{where} with "optimizer": {{"type": "{named.get("type")}"}} steps with DeepSpeed\'s '
