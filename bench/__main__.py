@@ -12,6 +12,7 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections discovery     # accelctl's scan against importlib.metadata's
     python -m bench --sections flops         # what counting the model's FLOPs costs a fit
     python -m bench --sections kernels       # the CPU fallback's cost, the error translation's
+    python -m bench --sections deepspeed     # a ZeRO-2 step through the DeepSpeed bridge
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    deepspeed_overhead,
     discovery,
     dispatch,
     distributed_overhead,
@@ -46,7 +48,7 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
-    "discovery", "flops", "kernels",
+    "discovery", "flops", "kernels", "deepspeed",
 )  # fmt: skip
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
@@ -163,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "discovery": lambda: discovery.run(args.repeats, args.quick),
         "flops": lambda: flops_overhead.run(args.repeats, args.quick),
         "kernels": lambda: kernels.run(args.repeats, args.quick),
+        "deepspeed": lambda: deepspeed_overhead.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,
