@@ -121,6 +121,7 @@ engine, _, _, _ = deepspeed.initialize(
 engine.backward(engine(torch.ones(2, 4, device=engine.device, dtype=torch.bfloat16)).sum())
 try:
     engine.step()
+    seen["bf16"] = "ran"
 except accelctl.MissingKernelError as exc:
     seen["bf16"] = [exc.op, exc.device, exc.fallback, str(exc)]
 print(json.dumps(seen))
@@ -173,7 +174,11 @@ def test_on_openreg_the_accelerator_is_the_devices_and_fused_adam_is_refused_nam
         '"zero_force_ds_cpu_optimizer": false'
     )
     # bf16 stops at the first step's overflow check, naming the kernel openreg lacks in bf16 and
-    # the fallback that runs it (test_openreg_deepspeed.py runs bf16 ZeRO with it).
+    # the fallback that runs it (test_openreg_deepspeed.py runs bf16 ZeRO with it). DeepSpeed 0.16
+    # checks overflow in fp16 only (on a float32 copy): its bf16 step needs no bf16 abs, and runs.
+    if seen["bf16"] == "ran":
+        assert not norms_follow_device()  # an older release: the newest ones check bf16 too
+        return
     op, device, fallback, said = seen["bf16"]
     assert (op, device, fallback) == ("aten::abs", "openreg:0", None)
     assert "ACCELCTL_CPU_FALLBACK=1" in said
