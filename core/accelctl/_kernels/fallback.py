@@ -125,8 +125,11 @@ class CPUFallback:
             import torch
 
             where = str(device) if device is not None else self.device_type
+            said = f"{op} has no kernel for {where}: it runs"
+            if kernel.split(".", 1)[0] in self.gaps.partial or kernel in self.gaps.partial:
+                said = f"{op} runs some dtypes only on {where}: every call of it runs"
             warn_user(
-                f"{op} has no kernel for {where}: it runs on the CPU ({_SWITCH}), its inputs and "
+                f"{said} on the CPU ({_SWITCH}), its inputs and "
                 "results copied at each call (slower than on the device; the run's "
                 "cpu_fallback_calls counts the calls)",
                 CPUFallbackWarning,
