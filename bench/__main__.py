@@ -14,6 +14,8 @@ Run from the repository root with the environment where accelctl is installed::
     python -m bench --sections kernels       # the CPU fallback's cost, the error translation's
     python -m bench --sections peers --output bench/results/peers.json   # the same training
                                              # through every framework (nox -s bench)
+    python -m bench --sections deepspeed     # a ZeRO-2 step through the DeepSpeed bridge
+                                             # (accelctl[deepspeed] installed)
 
 The Markdown tables of the run are printed at the end (``python -m bench.report FILE`` prints them
 again from a results file).
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    deepspeed_overhead,
     discovery,
     dispatch,
     distributed_overhead,
@@ -49,11 +52,12 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp", "fsdp-openreg",
-    "discovery", "flops", "kernels", "peers",
+    "discovery", "flops", "kernels", "peers", "deepspeed",
 )  # fmt: skip
-#: ``python -m bench`` alone: every section but ``peers``, which needs every framework installed
-#: together and runs for half an hour (``nox -s bench`` runs it; docs/performance.md).
-DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "peers")
+#: ``python -m bench`` alone: every section but the two that need frameworks installed: ``peers``
+#: (every framework together, half an hour; ``nox -s bench`` runs it; docs/performance.md) and
+#: ``deepspeed`` (DeepSpeed; the deepspeed-newest test session runs it).
+DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name not in ("peers", "deepspeed"))
 DEFAULT_REPEATS = 9
 DEFAULT_OUTPUT = ROOT / "bench" / "results" / "latest.json"
 DEFAULT_PLOT = ROOT / "docs" / "img" / "scaling.png"
@@ -173,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "flops": lambda: flops_overhead.run(args.repeats, args.quick),
         "kernels": lambda: kernels.run(args.repeats, args.quick),
         "peers": lambda: peers.run(args.repeats, args.quick),
+        "deepspeed": lambda: deepspeed_overhead.run(args.repeats, args.quick),
     }
     results: dict[str, Any] = {
         "schema": SCHEMA,

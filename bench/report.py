@@ -176,6 +176,29 @@ def _fsdp(section: dict[str, Any]) -> str:
     )
 
 
+def _deepspeed(section: dict[str, Any]) -> str:
+    per_step = section["ms_per_step"]
+    low, high = section["ratio_bridge_ci95"]
+    table = _table(
+        ("DeepSpeed's accelerator", "ms per step", "paired ratio (95% interval)", "fastest turns"),
+        [
+            ("its own CPU_Accelerator (DS_ACCELERATOR=cpu)", per_step["deepspeed_cpu"], "1x", "1x"),
+            ("accelctl's bridge, CPU plugin", per_step["bridge"],
+             f"{section['ratio_bridge_paired']:g}x ({low:g} to {high:g})",
+             f"{section['ratio_bridge_fastest']:g}x"),
+        ],
+    )  # fmt: skip
+    cpu_low, cpu_high = section["cpu_ratio_bridge_ci95"]
+    return (
+        f"DeepSpeed {section['deepspeed']}, ZeRO-2 on {section['world_size']} CPU processes over "
+        f"{section['backend']}; {section['model']}; {section['steps_per_turn']} steps a turn, the "
+        f"two engines taking turns in the same processes, {section['repeats']} turns each."
+        f"\n\n{table}\n\nCPU time of the ranks, paired ratio: "
+        f"{section['cpu_ratio_bridge_paired']:g}x ({cpu_low:g} to {cpu_high:g}). Target: at most "
+        f"{section['target']:g}x."
+    )
+
+
 def _discovery(section: dict[str, Any]) -> str:
     ms = section["median_ms"]
     table = _table(
@@ -340,6 +363,7 @@ def render(results: dict[str, Any]) -> str:
         ("flops", "Counting the model's FLOPs (flops_per_second, mfu)", _flops),
         ("kernels", "Missing kernels: the CPU fallback and the error translation", _kernels),
         ("peers", "Against the peers: one training through every path", _peers),
+        ("deepspeed", "DeepSpeed through the bridge (ZeRO-2)", _deepspeed),
     ]
     for key, title, renderer in renderers:
         if key not in sections:

@@ -1,5 +1,8 @@
 """What a device can do for training, probed in this process: the rows of the capability matrix
-(``accelctl validate --capabilities``) and the needs of sharded training (FSDP2).
+(``accelctl validate --capabilities``) and the needs of sharded training (FSDP2). The rows for
+DeepSpeed's ZeRO: the collectives it calls beyond FSDP2's (``broadcast``, ``all-reduce``) and
+which of its compiled ops the DeepSpeed bridge gives the device (``deepspeed-device-ops``) or can
+build on this machine (``deepspeed-host-ops``, what ZeRO-Offload's CPU optimizers need).
 
 Each probe runs the smallest piece of torch that the feature rests on, on the device itself, and
 records the device's own words when it fails (the exception's type and message) or what was
@@ -99,7 +102,11 @@ CAPABILITIES: tuple[str, ...] = (
     "ddp",
     "all-gather-into-tensor",
     "reduce-scatter-tensor",
+    "broadcast",
+    "all-reduce",
     "compile",
+    "deepspeed-device-ops",
+    "deepspeed-host-ops",
     "kernels",
 )
 #: What FSDP2 (``torch.distributed.fsdp.fully_shard``) needs of a device and its backend.
@@ -356,6 +363,45 @@ def _collective(name: str, single: str, legacy: str) -> Callable[[_Probe], str]:
     return probe
 
 
+def _in_place_collective(name: str) -> Callable[[_Probe], str]:
+    """``broadcast`` (from rank 0) or ``all_reduce`` (a sum) on the 1-process group: each
+    leaves the tensor as it was."""
+
+    def probe(p: _Probe) -> str:
+        import torch.distributed as dist
+
+        torch = p.torch
+        group = p.group()
+        data = torch.arange(4, dtype=torch.float32, device=p.device)
+        if name == "broadcast":
+            dist.broadcast(data, src=0, group=group)
+        else:
+            dist.all_reduce(data, group=group)
+        if not torch.equal(data.cpu(), torch.arange(4, dtype=torch.float32)):
+            raise _Missing(f"torch.distributed.{name} on 1 process gave {data.cpu().tolist()}")
+        return f"torch.distributed.{name} ran on a 1-process {p.backend!r} group"
+
+    probe.__name__ = f"_{name}"
+    return probe
+
+
+def _deepspeed(row: str) -> Callable[[_Probe], str]:
+    """The DeepSpeed bridge's compiled ops (:mod:`._deepspeed_builds`): facts of the bridge's
+    rules and of this machine, read without DeepSpeed."""
+
+    def probe(p: _Probe) -> str:
+        from . import _deepspeed_builds
+
+        rows = {"device": _deepspeed_builds.device_ops_row, "host": _deepspeed_builds.host_ops_row}
+        supported, reason = rows[row](p.device_type)
+        if not supported:
+            raise _Missing(reason)
+        return reason
+
+    probe.__name__ = f"_deepspeed_{row}_ops"
+    return probe
+
+
 def _compile(p: _Probe) -> str:
     torch = p.torch
     data = torch.arange(4, dtype=torch.float32, device=p.device)
@@ -414,7 +460,11 @@ _PROBES: dict[str, Callable[[_Probe], str | Capability]] = {
     "reduce-scatter-tensor": _collective(
         "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor"
     ),
+    "broadcast": _in_place_collective("broadcast"),
+    "all-reduce": _in_place_collective("all_reduce"),
     "compile": _compile,
+    "deepspeed-device-ops": _deepspeed("device"),
+    "deepspeed-host-ops": _deepspeed("host"),
     "kernels": _kernels,
 }
 

@@ -90,10 +90,11 @@ def test_a_results_file_has_its_section_and_the_machine(
 
     # "distributed" (a launch of 2 openreg processes) and "fsdp"/"fsdp-openreg" (of 2 CPU
     # processes, of 2 openreg devices) have no quick run here: their loops are the openreg
-    # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent.
+    # tests' and tests/trainer/test_fsdp.py's, where the suite's time is better spent;
+    # "deepspeed" runs quick in tests/deepspeed, where DeepSpeed is installed.
     assert set(SECTIONS) == {
         "startup", "scaling", "dispatch", "trainer", "faults", "distributed", "fsdp",
-        "fsdp-openreg", "discovery", "flops", "kernels", "peers",
+        "fsdp-openreg", "discovery", "flops", "kernels", "peers", "deepspeed",
     }  # fmt: skip
     results, _ = quick_run("trainer", tmp_path_factory)
     assert results["schema"] == 1 and results["quick"] is True and results["repeats"] == 1

@@ -21,7 +21,13 @@ import accelctl
 from accelctl import _settings
 from accelctl._kernels import setup as kernel_setup
 from accelctl._kernels.gaps import shown_op
-from accelctl._kernels.recognize import calling_layer, phase_of, recognize
+from accelctl._kernels.recognize import (
+    KernelFailure,
+    calling_layer,
+    partial_kernel,
+    phase_of,
+    recognize,
+)
 from accelctl._kernels.translate import missing_kernel_error
 
 #: Errors as torch 2.13 and its backends raise them (seen on torch_openreg, or torch's MPS text).
@@ -74,6 +80,26 @@ def test_kernel_gaps_are_checked_and_normalised() -> None:
         accelctl.KernelGaps(fallback_variable="mps fallback")
     never = accelctl.KernelGaps(never_fall_back=("aten::add_",))  # without an overload: all
     assert not never.allows_fallback("aten::add_.Tensor")
+
+
+def test_partial_kernels_are_checked_and_run_on_the_cpu_after_the_missing_ones() -> None:
+    gaps = accelctl.KernelGaps.coerce(
+        {"missing": ["aten::convolution_overrideable"], "partial": ["aten::abs", "aten::abs"]}
+    )
+    assert gaps.partial == ("aten::abs",)
+    assert gaps.to_run_on_cpu == ("aten::convolution_overrideable", "aten::abs")
+    assert gaps.to_dict()["partial"] == ["aten::abs"]
+    with pytest.raises(ValueError, match=r"partial: 'abs' is not an operator name"):
+        accelctl.KernelGaps(partial=("abs",))
+
+
+def test_a_devices_refusal_of_a_dtype_names_a_partial_kernel_by_its_word() -> None:
+    """torch_openreg 0.0.3's abs, in bf16; another error, or an operator not declared, is not."""
+    refusal = RuntimeError("Abs kernel only supports float type")
+    assert partial_kernel(refusal, ("aten::abs",)) == KernelFailure("aten::abs", None)
+    assert partial_kernel(refusal, ("aten::mul.Tensor",)) is None
+    assert partial_kernel(RuntimeError("absolute tolerance exceeded"), ("aten::abs",)) is None
+    assert partial_kernel(ValueError("Abs kernel only supports float type"), ("aten::abs",)) is None
 
 
 def test_the_hook_may_return_a_dict_or_none_and_nothing_else() -> None:

@@ -98,6 +98,32 @@ try:
     seen["zero3"] = str(engine.device)
 except accelctl.ProcessSetupError as exc:
     seen["zero3"] = str(exc)
+# ZeRO-Offload that cannot run, refused before DeepSpeed's engine: CPUAdam to build on a machine
+# without a C++ compiler; a torch optimizer without "zero_force_ds_cpu_optimizer": false.
+config = {"train_micro_batch_size_per_gpu": 2,
+          "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}
+os.environ["CXX"] = "/nonexistent/c++"
+seen["offload"] = []
+for optimizer in (None, torch.optim.AdamW(model.parameters())):
+    try:
+        deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config,
+                             optimizer=optimizer)
+    except accelctl.ProcessSetupError as exc:
+        seen["offload"].append(str(exc))
+del os.environ["CXX"]
+# bf16 without ACCELCTL_CPU_FALLBACK: openreg's abs runs float32 only; the overflow check calls it.
+config = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2},
+          "bf16": {"enabled": True}}
+model = torch.nn.Linear(4, 2)
+engine, _, _, _ = deepspeed.initialize(
+    model=model, optimizer=torch.optim.AdamW(model.parameters()), config=config)
+engine.backward(engine(torch.ones(2, 4, device=engine.device, dtype=torch.bfloat16)).sum())
+try:
+    engine.step()
+    seen["bf16"] = "ran"
+except accelctl.MissingKernelError as exc:
+    seen["bf16"] = [exc.op, exc.device, exc.fallback, str(exc)]
 print(json.dumps(seen))
 """
 
@@ -134,6 +160,28 @@ def test_on_openreg_the_accelerator_is_the_devices_and_fused_adam_is_refused_nam
             f"{deepspeed.__version__} computes ZeRO-3's gradient norms in float64"
         )
         assert "pip install 'deepspeed>=0.19.6', or use ZeRO stage 1 or 2" in seen["zero3"]
+    cpu_adam, torch_optimizer = seen["offload"]
+    assert cpu_adam.startswith(
+        "ZeRO-Offload (offload_optimizer: cpu) on accelctl accelerator 'openreg' (openreg:0) with "
+        '"optimizer": {"type": "AdamW"} steps with DeepSpeed\'s compiled op CPUAdam '
+        "(CPUAdamBuilder), which DeepSpeed compiles on first use beside a plugin's device, and "
+        "this machine has no C++ compiler ('/nonexistent/c++', from $CXX or else 'c++') on PATH."
+    )
+    assert '"zero_force_ds_cpu_optimizer": false' in cpu_adam and '"torch_adam": true' in cpu_adam
+    assert torch_optimizer.startswith(
+        "ZeRO-Offload (offload_optimizer: cpu) on accelctl accelerator 'openreg' (openreg:0) with "
+        "a torch optimizer (AdamW): DeepSpeed refuses it unless the config sets "
+        '"zero_force_ds_cpu_optimizer": false'
+    )
+    # bf16 stops at the first step's overflow check, naming the kernel openreg lacks in bf16 and
+    # the fallback that runs it (test_openreg_deepspeed.py runs bf16 ZeRO with it). DeepSpeed 0.16
+    # checks overflow in fp16 only (on a float32 copy): its bf16 step needs no bf16 abs, and runs.
+    if seen["bf16"] == "ran":
+        assert not norms_follow_device()  # an older release: the newest ones check bf16 too
+        return
+    op, device, fallback, said = seen["bf16"]
+    assert (op, device, fallback) == ("aten::abs", "openreg:0", None)
+    assert "ACCELCTL_CPU_FALLBACK=1" in said
 
 
 def test_an_abstract_method_of_a_newer_deepspeed_is_named_before_anything_runs() -> None:

@@ -1,7 +1,8 @@
 """issue 47: ``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under
 ``accelctl launch --devices 2``: ZeRO-1, 2 and 3 on 2 torch_openreg 0.0.3 devices over
 ``occl`` (each process on its own device) end with the weights of the same runs on 2 CPU
-processes over gloo, bit for bit (openreg's kernels are the host's); a run cut by
+processes over gloo, bit for bit (openreg's kernels are the host's), in float32 and in bf16 (the
+one kernel openreg lacks in bf16, abs, run on the CPU by ``ACCELCTL_CPU_FALLBACK=1``); a run cut by
 ``save_checkpoint`` / ``load_checkpoint`` resumes to the uncut run's weights, and a checkpoint
 written on openreg resumes on the CPU processes. Two launches (``deepspeed_run.py``, both stages
 one after the other in the same processes), each a fixture the tests read, and the docs' block."""
@@ -25,9 +26,17 @@ pytest.importorskip("deepspeed")
 
 SCRIPT = Path(__file__).parent / "deepspeed_run.py"
 #: ZeRO-3 on openreg, which has no float64 abs, needs a DeepSpeed whose ZeRO-3 norms follow the
-#: device (0.19.6); before it, the bridge refuses it (test_deepspeed_bridge.py). bf16 is not run:
-#: torch_openreg 0.0.3's abs is float32 only, and DeepSpeed's bf16 overflow check calls isfinite.
+#: device (0.19.6); before it, the bridge refuses it (test_deepspeed_bridge.py).
 STAGES = (1, 2, 3) if norms_follow_device() else (1, 2)
+#: Each stage in float32, then in bf16 (``"bf16": {"enabled": true}``). torch_openreg 0.0.3's abs
+#: runs float32 only, and DeepSpeed's bf16 overflow check calls it (``isfinite``): the openreg
+#: launch runs with ACCELCTL_CPU_FALLBACK=1, which runs abs on the CPU (the privateuse1 plugin
+#: declares it ``partial``); without it the run stops with MissingKernelError
+#: (test_deepspeed_bridge.py).
+#: And ZeRO-2 and 3 with ZeRO-Offload (the optimizer's state, and ZeRO-3's parameters, on the
+#: CPU), the torch optimizer stepping there (``"zero_force_ds_cpu_optimizer": false``).
+OFFLOADED = tuple(f"{stage}-offload" for stage in STAGES if stage > 1)
+RUNS = (*map(str, STAGES), *(f"{stage}-bf16" for stage in STAGES), *OFFLOADED)
 
 
 def _launch(
@@ -43,7 +52,7 @@ def _launch(
     def run(out: Path) -> None:
         command = (
             sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
-            "--devices", "2", str(SCRIPT), str(out), ",".join(map(str, STAGES)), *more,
+            "--devices", "2", str(SCRIPT), str(out), ",".join(RUNS), *more,
         )  # fmt: skip
         succeeded(machine.run(*command, cwd=out, TMPDIR=temporary_folder(out), **extra))
 
@@ -52,7 +61,7 @@ def _launch(
 
 @pytest.fixture(scope="module")
 def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _launch(occl_machine, tmp_path_factory, "openreg")
+    return _launch(occl_machine, tmp_path_factory, "openreg", ACCELCTL_CPU_FALLBACK="1")
 
 
 @pytest.fixture(scope="module")
@@ -65,36 +74,61 @@ def cpus(
     return _launch(occl_machine, tmp_path_factory, "cpu", str(openreg), **no_openreg)
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_each_process_trains_on_its_own_openreg_device_over_occl(openreg: Path, stage: int) -> None:
+@pytest.mark.parametrize("run", RUNS)
+def test_each_process_trains_on_its_own_openreg_device_over_occl(openreg: Path, run: str) -> None:
+    bf16 = run.endswith("-bf16")
     for rank in (0, 1):
-        seen = report(openreg, f"zero{stage}", rank)
+        seen = report(openreg, f"zero{run}", rank)
         assert (seen["rank"], seen["world_size"]) == (rank, 2)
         assert seen["device"] == seen["parameter_device"] == f"openreg:{rank}"
         assert (seen["accelerator"], seen["accelctl"]) == ("PluginAccelerator", "openreg")
         assert seen["backend"] == "occl"
+        assert seen["dtype"] == ("torch.bfloat16" if bf16 else "torch.float32")
+        # What ran on the CPU in the device's place: abs only (every call of it, float32 ones
+        # too: a kernel cannot hand some dtypes back to the device's own).
+        assert set(seen["cpu_fallback_calls"]) <= {"aten::abs"}
+        if bf16:
+            assert seen["cpu_fallback_calls"]["aten::abs"] > 0
 
 
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("run", RUNS)
 def test_openreg_ends_with_the_weights_of_the_same_run_on_two_cpu_processes(
-    openreg: Path, cpus: Path, stage: int
+    openreg: Path, cpus: Path, run: str
 ) -> None:
+    """Bit for bit, bf16 included: openreg's kernels are the host's, and the one it lacks in
+    bf16 (abs) runs on the CPU."""
     for rank in (0, 1):
-        seen = report(cpus, f"zero{stage}", rank)
+        seen = report(cpus, f"zero{run}", rank)
         assert (seen["device"], seen["accelctl"], seen["backend"]) == ("cpu", "cpu", "gloo")
-        assert report(openreg, f"zero{stage}", rank)["losses"] == seen["losses"]
-    reference = weights(cpus, f"zero{stage}", 0)
-    assert_equal(weights(cpus, f"zero{stage}", 1), reference)  # the ranks agree
+        assert seen["cpu_fallback_calls"] is None  # no fallback asked for
+        assert report(openreg, f"zero{run}", rank)["losses"] == seen["losses"]
+    reference = weights(cpus, f"zero{run}", 0)
+    assert_equal(weights(cpus, f"zero{run}", 1), reference)  # the ranks agree
     for rank in (0, 1):
-        assert_equal(weights(openreg, f"zero{stage}", rank), reference)
+        assert_equal(weights(openreg, f"zero{run}", rank), reference)
     # It trained: four steps, four losses.
-    losses = report(cpus, f"zero{stage}", 0)["losses"]
+    losses = report(cpus, f"zero{run}", 0)["losses"]
     assert len(losses) == 4 and len(set(losses)) == 4
 
 
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("run", OFFLOADED)
+def test_offloading_the_optimizer_to_the_cpu_ends_with_the_weights_of_the_run_without(
+    openreg: Path, cpus: Path, run: str
+) -> None:
+    stage = run.partition("-")[0]
+    reference = weights(cpus, f"zero{stage}", 0)
+    for out in (openreg, cpus):
+        for rank in (0, 1):
+            assert (
+                report(out, f"zero{run}", rank)["losses"]
+                == report(out, f"zero{stage}", rank)["losses"]
+            )
+            assert_equal(weights(out, f"zero{run}", rank), reference)
+
+
+@pytest.mark.parametrize("stage", RUNS)
 def test_a_run_cut_by_save_and_load_checkpoint_resumes_to_the_uncut_runs_weights(
-    openreg: Path, cpus: Path, stage: int
+    openreg: Path, cpus: Path, stage: str
 ) -> None:
     run = f"zero{stage}"
     reference = weights(cpus, run, 0)
@@ -107,9 +141,9 @@ def test_a_run_cut_by_save_and_load_checkpoint_resumes_to_the_uncut_runs_weights
             assert_equal(resumed, reference)
 
 
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage", RUNS)
 def test_a_checkpoint_written_on_openreg_resumes_on_two_cpu_processes(
-    cpus: Path, stage: int
+    cpus: Path, stage: str
 ) -> None:
     run = f"zero{stage}"
     reference = weights(cpus, run, 0)

@@ -196,12 +196,66 @@ def test_storage_that_cannot_resize_is_a_no_with_the_devices_exception(
     )
 
 
-@pytest.mark.parametrize("row", ["ddp", "all-gather-into-tensor", "reduce-scatter-tensor"])
+@pytest.mark.parametrize(
+    "row", ["ddp", "all-gather-into-tensor", "reduce-scatter-tensor", "broadcast", "all-reduce"]
+)
 def test_collectives_without_a_backend_are_a_no_that_says_so(row: str) -> None:
     found = probe(row, backend=None)
     assert found == Capability(
         row, False, "no distributed backend (distributed_backend is None): one process only"
     )
+
+
+@pytest.mark.parametrize("row", ["broadcast", "all-reduce"])
+def test_zeros_other_collectives_that_change_the_data_are_a_no(
+    row: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend whose broadcast or all_reduce alters what one process holds."""
+    import torch.distributed as dist
+
+    def doubled(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        tensor.mul_(2)
+
+    monkeypatch.setattr(dist, row.replace("-", "_"), doubled)
+    found = probe(row)
+    name = row.replace("-", "_")
+    assert found == Capability(
+        row, False, f"torch.distributed.{name} on 1 process gave [0.0, 2.0, 4.0, 6.0]"
+    )
+
+
+def test_deepspeeds_device_ops_have_builds_on_the_cpu_only() -> None:
+    assert probe("deepspeed-device-ops").supported
+    found = probe("deepspeed-device-ops", device_type="meta", backend=None)
+    assert found == Capability(
+        "deepspeed-device-ops",
+        False,
+        "DeepSpeed builds its device ops for its own list of devices: none for 'meta' "
+        "(FusedAdam, FusedLamb, FusedLion and the others raise MissingOpError); a torch "
+        'optimizer, or "torch_adam": true, runs instead',
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "lacking"),
+    [
+        ("CXX", "/nonexistent/c++", "no C++ compiler ('/nonexistent/c++', from $CXX or else "
+         "'c++') on PATH"),
+        ("PATH", "/nonexistent", "no C++ compiler ('c++', from $CXX or else 'c++') on PATH; "
+         "no ninja on PATH (pip install ninja)"),
+    ],
+)  # fmt: skip
+def test_deepspeeds_host_ops_need_a_compiler_and_ninja(
+    variable: str, value: str, lacking: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv(variable, value)
+    found = probe("deepspeed-host-ops")
+    assert not found.supported
+    assert f"compiled on first use on the CPU, and this machine has {lacking}: ZeRO-Offload" in (
+        found.reason
+    )
+    assert '"zero_force_ds_cpu_optimizer": false runs' in found.reason
 
 
 @pytest.mark.parametrize(

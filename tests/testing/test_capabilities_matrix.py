@@ -354,7 +354,11 @@ def test_claims_fail_where_the_probe_failed() -> None:
 
 
 @pytest.mark.slow
-def test_the_cpu_plugin_probed_in_a_process_of_its_own(cli: Cli) -> None:
+def test_the_cpu_plugin_probed_in_a_process_of_its_own(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A machine without the C++ compiler DeepSpeed's host ops are built with.
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
     result = cli("validate", "--capabilities", "cpu", "--json")
     assert result.exit_code == 0, result.output
     (cpu,) = strict_json(result.stdout)
@@ -362,9 +366,13 @@ def test_the_cpu_plugin_probed_in_a_process_of_its_own(cli: Cli) -> None:
     assert (cpu["passed"], cpu["problems"], cpu["fsdp"]) == (True, [], True)
     rows = {row["name"]: row for row in cpu["capabilities"]}
     assert list(rows) == list(CAPABILITIES)
-    assert [name for name, row in rows.items() if not row["supported"]] == ["memory-stats"]
+    no = [name for name, row in rows.items() if not row["supported"]]
+    assert no == ["memory-stats", "deepspeed-host-ops"]
     assert rows["ddp"]["reason"] == "DistributedDataParallel ran a step on a 1-process 'gloo' group"
-    assert rows["all-gather-into-tensor"]["reason"].endswith("ran on a 1-process 'gloo' group")
+    for collective in ("all-gather-into-tensor", "broadcast", "all-reduce"):
+        assert rows[collective]["reason"].endswith("ran on a 1-process 'gloo' group")
+    assert rows["deepspeed-device-ops"]["reason"].startswith("DeepSpeed's own CPU builds")
+    assert "no C++ compiler ('/nonexistent/c++', from $CXX" in rows["deepspeed-host-ops"]["reason"]
     assert rows["compile"]["reason"] == (
         "inductor has a code generator registered for 'cpu', and torch.compile(backend='eager') ran"
     )

@@ -93,7 +93,7 @@ class CPUFallback:
                 for key in keys:
                     aten.impl(name, function, key)
                 self.registered.append(kernel)
-            for kernel in self.gaps.missing:
+            for kernel in self.gaps.to_run_on_cpu:
                 if kernel in _CPU_EQUIVALENT or kernel in OVERRIDEABLE:
                     continue  # its forward's CPU equivalent covers its backward
                 if _per_op_refusal(kernel, self.gaps) is not None:
@@ -125,8 +125,11 @@ class CPUFallback:
             import torch
 
             where = str(device) if device is not None else self.device_type
+            said = f"{op} has no kernel for {where}: it runs"
+            if kernel.split(".", 1)[0] in self.gaps.partial or kernel in self.gaps.partial:
+                said = f"{op} runs some dtypes only on {where}: every call of it runs"
             warn_user(
-                f"{op} has no kernel for {where}: it runs on the CPU ({_SWITCH}), its inputs and "
+                f"{said} on the CPU ({_SWITCH}), its inputs and "
                 "results copied at each call (slower than on the device; the run's "
                 "cpu_fallback_calls counts the calls)",
                 CPUFallbackWarning,
@@ -366,7 +369,7 @@ def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
         why = fallback_refusal(forward, gaps)
         return None if why is None else f"its forward, {forward}, stays on the device: {why}"
     why = _per_op_refusal(kernel, gaps)
-    if why is not None or kernel in gaps.missing:
+    if why is not None or kernel in gaps.to_run_on_cpu:
         return why
     if _has_own_kernel(kernel):
         return _OWN_KERNEL

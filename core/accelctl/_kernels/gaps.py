@@ -84,6 +84,12 @@ class KernelGaps:
         sets it instead of registering kernels of its own.
     :param note: where the list comes from, for people (``"torch_openreg's attention kernels
         are placeholders"``).
+    :param partial: operators whose device kernel runs some dtypes only and raises for the
+        others (torch_openreg's ``aten::abs``: float32 only): not stopped at their first call
+        (the device runs its dtypes), but the device's error for another dtype, where it names
+        the operator (``"Abs kernel only supports float type"``), becomes
+        :class:`accelctl.MissingKernelError`; with ``ACCELCTL_CPU_FALLBACK=1`` every call of
+        them runs on the CPU (a kernel cannot hand some dtypes back to the device's own).
 
     Names are torch's (``"aten::convolution_overrideable"``, ``"aten::add_.Tensor"``). Checked
     on creation: a ``TypeError``/``ValueError`` names the field and what is accepted.
@@ -93,9 +99,11 @@ class KernelGaps:
     never_fall_back: tuple[str, ...] = ()
     fallback_variable: str | None = None
     note: str = ""
+    partial: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "missing", _op_names(self.missing, "missing"))
+        object.__setattr__(self, "partial", _op_names(self.partial, "partial"))
         object.__setattr__(
             self, "never_fall_back", _op_names(self.never_fall_back, "never_fall_back")
         )
@@ -124,6 +132,12 @@ class KernelGaps:
             f"expected a KernelGaps, a dict of its fields, or None, not {type(value).__name__}"
         )
 
+    @property
+    def to_run_on_cpu(self) -> tuple[str, ...]:
+        """The operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration:
+        :attr:`missing`, then :attr:`partial`."""
+        return tuple(dict.fromkeys((*self.missing, *self.partial)))
+
     def allows_fallback(self, kernel: str) -> bool:
         """False where the plugin declares that ``kernel`` must never run on the CPU."""
         base = kernel.split(".", 1)[0]
@@ -136,4 +150,5 @@ class KernelGaps:
             "never_fall_back": list(self.never_fall_back),
             "fallback_variable": self.fallback_variable,
             "note": self.note,
+            "partial": list(self.partial),
         }

@@ -91,6 +91,21 @@ def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
     return None
 
 
+def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailure | None:
+    """The kernel behind a device's own refusal of a dtype, for an operator the plugin declares
+    it runs in some dtypes only (``KernelGaps.partial``): its error names the operator as a word
+    (torch_openreg 0.0.3's ``abs``: ``Abs kernel only supports float type``). None where ``exc``
+    names none of them."""
+    if not isinstance(exc, RuntimeError):  # NotImplementedError too
+        return None
+    text = str(exc)
+    for kernel in partial:
+        name = kernel.split("::", 1)[1].split(".", 1)[0]
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.IGNORECASE):
+            return KernelFailure(kernel, shown_op(kernel)[1])
+    return None
+
+
 def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None:
     """The kernel behind the autograd engine's ``tensor does not have a device``: a backward
     node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a device's

@@ -90,6 +90,15 @@ def fallback_calls(device_type: str) -> int | None:
     return None if fallback is None else fallback.total_calls
 
 
+def fallback_calls_by_op(device_type: str) -> dict[str, int] | None:
+    """:func:`fallback_calls` by operator (torch's names); None where the fallback is off."""
+    fallback = _FALLBACKS.get(device_type)
+    if fallback is None:
+        return None
+    with fallback._lock:
+        return dict(fallback.calls)
+
+
 def with_fallback_calls(stats: dict[str, int | float], device_type: str) -> dict[str, int | float]:
     """``stats`` with ``cpu_fallback_calls`` where accelctl's fallback is on for the device."""
     calls = fallback_calls(device_type)

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._error_line import show_as_one_line
 from .error import MissingKernelError
-from .recognize import KernelFailure, calling_layer, phase_of, recognize, undefined_grad
+from .recognize import (
+    KernelFailure,
+    calling_layer,
+    partial_kernel,
+    phase_of,
+    recognize,
+    undefined_grad,
+)
 from .setup import KernelSetup, setup_for
 
 if TYPE_CHECKING:
@@ -48,9 +55,11 @@ def missing_kernel_error(
     failure = recognize(exc, kind)
     if failure is None:
         failure = undefined_grad(exc, loss)
+    setup = setup_for(kind)
+    if failure is None and setup is not None and kind != "cpu":
+        failure = partial_kernel(exc, setup.gaps.partial)
     if failure is None:
         return None
-    setup = setup_for(kind)
     return MissingKernelError(
         op=failure.op,
         kernel=failure.kernel,

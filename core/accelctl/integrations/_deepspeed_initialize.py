@@ -10,6 +10,10 @@ optimizer) and a client optimizer made before ``initialize`` would step the old 
 torch's own switch that swaps instead refuses a tensor with a weak reference. Moved before the
 engine sees it, the model keeps its parameters and the engine's own move does nothing.
 
+A kernel the device lacks, met in the engine's ``forward``, ``backward`` or ``step``, becomes
+:class:`accelctl.MissingKernelError` (:func:`translate_kernel_errors`), as on the other bridges'
+training paths.
+
 DeepSpeed before 0.19.6 computes ZeRO-3's gradient norms in float64 whatever the accelerator's
 ``is_fp64_supported()`` says (0.19.6 keeps them in float32 there, as on MPS); on a device
 without float64 kernels (torch_openreg's ``abs``) the first step would fail deep in ZeRO-3.
@@ -57,7 +61,11 @@ def wrap(accelerator: PluginAccelerator) -> bool:
 
     @functools.wraps(original)
     def initialize(*args: Any, **kwargs: Any) -> Any:
-        refuse_float64_norms(accelerator, _zero_stage(args, kwargs))
+        config = _config(args, kwargs)
+        refuse_float64_norms(accelerator, _zero_stage(config))
+        refuse_offload(
+            accelerator, config, kwargs.get("optimizer", args[2] if len(args) > 2 else None)
+        )
         model = kwargs.get("model", args[1] if len(args) > 1 else None)
         if (
             moves
@@ -65,11 +73,44 @@ def wrap(accelerator: PluginAccelerator) -> bool:
             and any(p.device.type == "cpu" for p in model.parameters())
         ):
             move_before_sharding(model, device)
-        return original(*args, **kwargs)
+        made = original(*args, **kwargs)
+        translate_kernel_errors(made[0], accelerator)
+        return made
 
     _original = original
     deepspeed.initialize = initialize
     return True
+
+
+#: The engine's methods that run the model's kernels (``engine(x)`` calls ``forward``).
+_RUNNING = ("forward", "backward", "step")
+
+
+def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None:
+    """Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
+    ``step``, raise :class:`accelctl.MissingKernelError` naming it (the layer too, in the
+    forward), shown as accelctl's one line should it end the program; other errors pass
+    unchanged, and nothing is asked of an error until one stopped the call."""
+    from accelctl._kernels.translate import raise_missing_kernel
+
+    name = accelerator.handle.plugin_name
+    device = accelerator.process_device
+    model = getattr(engine, "module", None)
+    for method in _RUNNING:
+        bound = getattr(engine, method, None)
+        if bound is None or getattr(bound, "_accelctl_translated", False):
+            continue
+
+        def translated(*args: Any, _bound: Any = bound, **kwargs: Any) -> Any:
+            try:
+                return _bound(*args, **kwargs)
+            except Exception as exc:
+                raise_missing_kernel(exc, accelerator=name, device=device, model=model)
+                raise
+
+        functools.update_wrapper(translated, bound)
+        translated._accelctl_translated = True  # type: ignore[attr-defined]
+        setattr(engine, method, translated)
 
 
 def restore() -> None:
@@ -113,10 +154,67 @@ def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> N
     )
 
 
-def _zero_stage(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    """The ZeRO stage a call of ``deepspeed.initialize`` asks for (its ``config``,
-    ``config_params`` or ``args.deepspeed_config``, a dict or a JSON file); None where none is
-    read."""
+def refuse_offload(
+    accelerator: PluginAccelerator, config: dict[str, Any] | None, optimizer: Any
+) -> None:
+    """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
+    a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
+    op, which on a plugin's device is compiled on first use, on a machine without what that
+    takes (:func:`accelctl._deepspeed_builds.host_build_problem`); a torch optimizer needs
+    ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed refuses it otherwise, in its engine).
+
+    :raises accelctl.ProcessSetupError: naming what is missing and the ways out.
+    """
+    zero = (config or {}).get("zero_optimization") or {}
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    device = offload.get("device") if isinstance(offload, dict) else None
+    if config is None or str(device).lower() not in ("cpu", "nvme"):
+        return
+    from accelctl._deepspeed_builds import OFFLOAD_OPTIMIZERS, host_build_problem
+    from accelctl._selection import known_name
+
+    where = (
+        f"ZeRO-Offload (offload_optimizer: {device}) on accelctl accelerator "
+        f"{known_name(accelerator.handle)!r} ({accelerator.process_device})"
+    )
+    torch_instead = (
+        "pass a torch optimizer, deepspeed.initialize(optimizer=torch.optim.AdamW(...)), with "
+        '"zero_force_ds_cpu_optimizer": false in the config'
+    )
+    if isinstance(optimizer, torch.optim.Optimizer):
+        forced = config.get("zero_force_ds_cpu_optimizer", True) is not False
+        if forced and not type(optimizer).__module__.startswith("deepspeed."):  # not CPUAdam
+            raise accelctl.ProcessSetupError(
+                f"{where} with a torch optimizer ({type(optimizer).__name__}): DeepSpeed refuses "
+                'it unless the config sets "zero_force_ds_cpu_optimizer": false (the torch '
+                "optimizer then steps on the CPU); set it, or leave offload_optimizer out"
+            )
+        return
+    named = config.get("optimizer")
+    if optimizer is not None or not isinstance(named, dict):  # a callable making one, or none
+        return
+    kind = str(named.get("type", "")).lower()
+    params = named.get("params")
+    torch_adam = isinstance(params, dict) and bool(params.get("torch_adam"))
+    builder = OFFLOAD_OPTIMIZERS.get(kind)
+    if builder is None or (kind.startswith("adam") and torch_adam):
+        return  # no CPU op: torch's Adam steps on the CPU
+    problem = host_build_problem()
+    if problem is None:
+        return
+    op = builder.removesuffix("Builder")
+    raise accelctl.ProcessSetupError(
+        f'{where} with "optimizer": {{"type": "{named.get("type")}"}} steps with DeepSpeed\'s '
+        f"compiled op {op} ({builder}), which DeepSpeed compiles on first use beside a "
+        f"plugin's device, and this machine has {problem}. Install them (the first build takes "
+        f"minutes), or {torch_instead}"
+        + (', or set "torch_adam": true in the optimizer\'s "params"' if op == "CPUAdam" else "")
+    )
+
+
+def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
+    or ``args.deepspeed_config``, a dict or a JSON file); None where none is read."""
     first = args[0] if args else kwargs.get("args")
     config = kwargs.get("config") or kwargs.get("config_params")
     config = config or getattr(first, "deepspeed_config", None)
@@ -125,7 +223,10 @@ def _zero_stage(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
             config = json.loads(Path(config).read_text())
         except (OSError, ValueError):
             return None  # DeepSpeed says what is wrong with it
-    if not isinstance(config, dict):
-        return None
-    stage = (config.get("zero_optimization") or {}).get("stage")
+    return config if isinstance(config, dict) else None
+
+
+def _zero_stage(config: dict[str, Any] | None) -> int | None:
+    """The ZeRO stage ``config`` asks for; None where it names none."""
+    stage = ((config or {}).get("zero_optimization") or {}).get("stage")
     return stage if isinstance(stage, int) else None

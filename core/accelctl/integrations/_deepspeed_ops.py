@@ -23,6 +23,8 @@ import importlib
 from typing import Any, Protocol
 
 import accelctl
+from accelctl._deepspeed_builds import COMMUNICATION_OPS, HOST_OPS
+from accelctl._deepspeed_builds import HOST_BUILDERS as HOST_BUILDERS
 
 from ._versions import Internal
 
@@ -38,15 +40,6 @@ class OpsAccelerator(Protocol):
         ...
 
 
-#: DeepSpeed's CPU builds of its ops.
-HOST_BUILDERS = "deepspeed.ops.op_builder.cpu"
-#: The ops that run on the host whatever the device.
-HOST_OPS = frozenset(
-    {"CPUAdamBuilder", "CPUAdagradBuilder", "CPULionBuilder", "AsyncIOBuilder", "PinMemoryBuilder"}
-)
-#: DeepSpeed's own collectives for CPUs (shared memory, oneCCL), which its CPU accelerator builds
-#: when a group starts: the bridge's collectives are the plugin's backend's.
-COMMUNICATION_OPS = frozenset({"ShareMemCommBuilder", "CCLCommBuilder"})
 #: What asks for a device op, and what to use instead (the ops a training config reaches).
 _INSTEAD = {
     "FusedAdamBuilder": (

@@ -113,8 +113,12 @@ def _print_kernels(row: Capability, indent: str) -> None:
             f"CPU: {fallback}"
         )
     gaps = row.kernel_gaps
-    if gaps is not None and (gaps.missing or gaps.never_fall_back or gaps.fallback_variable):
+    if gaps is not None and (
+        gaps.missing or gaps.partial or gaps.never_fall_back or gaps.fallback_variable
+    ):
         declared = [f"missing {', '.join(gaps.missing)}"] if gaps.missing else []
+        if gaps.partial:
+            declared.append(f"some dtypes only {', '.join(gaps.partial)}")
         if gaps.never_fall_back:
             declared.append(f"never on the CPU {', '.join(gaps.never_fall_back)}")
         if gaps.fallback_variable:
@@ -159,8 +163,9 @@ def _nothing_installed(ctx: click.Context) -> None:
 @click.option(
     "--capabilities",
     is_flag=True,
-    help="Probe what each available device can do for training (autocast, DDP, FSDP2's needs, "
-    "RNG state, memory figures, torch.compile), each plugin in a fresh process.",
+    help="Probe what each available device can do for training (autocast, DDP, FSDP2's and "
+    "ZeRO's needs, RNG state, memory figures, torch.compile, DeepSpeed's ops, kernels), each "
+    "plugin in a fresh process.",
 )
 @click.option(
     "--timeout",
