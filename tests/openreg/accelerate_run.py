@@ -232,3 +232,8 @@ if __name__ == "__main__":
         kernels(MODE)
     else:
         cpu()
+
+    # As a careful script ends: a process group left to the interpreter's exit can abort the
+    # process there (its backend's threads still running while its objects are destroyed).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

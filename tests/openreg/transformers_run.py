@@ -147,3 +147,8 @@ if __name__ == "__main__":
         train(MODE, attention=None)
     else:
         train("processes")
+
+    # As a careful script ends: a process group left to the interpreter's exit can abort the
+    # process there (its backend's threads still running while its objects are destroyed).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
