@@ -18,7 +18,6 @@ CPU's by more than 1e-2.
 from __future__ import annotations
 
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 from openregmachine import (
-    OPENREG_EXIT_ABORT,
     UserMachine,
+    aborted_at_exit,
     shared_run,
     succeeded,
     temporary_folder,
@@ -315,10 +314,7 @@ def _stopped(done: subprocess.CompletedProcess[str], prefix: str) -> str:
     """The one line of accelctl's (``prefix``) that stopped ``done``: exit 1, no traceback, no
     other line naming the operator. torch_openreg may abort at the exit after an error in the
     backward pass (its stream threads, ``OPENREG_EXIT_ABORT``): after the line, its last words."""
-    aborted_at_exit = done.returncode == -signal.SIGABRT and done.stderr.rstrip().endswith(
-        OPENREG_EXIT_ABORT
-    )
-    assert done.returncode == 1 or aborted_at_exit, done.stderr[-4000:]
+    assert done.returncode == 1 or aborted_at_exit(done), done.stderr[-4000:]
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
     naming = [line for line in done.stderr.splitlines() if "scaled_dot_product" in line]
     assert len(naming) == 1, done.stderr[-4000:]
