@@ -120,7 +120,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--sections",
         type=_sections,
         default=list(DEFAULT_SECTIONS),
-        help=f"comma list of sections, of {','.join(SECTIONS)} (default: all but peers)",
+        help=f"comma list of sections, of {','.join(SECTIONS)} "
+        "(default: all but peers and deepspeed)",
     )
     parser.add_argument(
         "--sizes",
