@@ -59,7 +59,8 @@ def test_plugins_ending_the_process_at_once_are_each_named(cli: Cli, fake_site: 
         fake_site.install(f"acme-{name}", {name: "fakeplugins.hostile:DetectWaitsThenCallsOsExit"})
     fake_site.install("acme-quitter", {"quitter": "fakeplugins.hostile:DetectCallsOsExit"})
     fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
-    rows = {row["name"]: row for row in cli.json("list")}
+    done = cli.process("list", "--json", path=fake_site.path)
+    rows = {row["name"]: row for row in strict_json(done.stdout)}
     assert rows["good"]["available"] is True
     for name, code in (("first", 9), ("second", 9), ("quitter", 7)):
         assert rows[name]["state"] == "broken"
@@ -75,7 +76,8 @@ def test_an_exit_at_import_names_the_plugin(cli: Cli, fake_site: FakeSite) -> No
         modules={"gone_at_import": "import os\nos._exit(3)\n"},
     )
     fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
-    rows = {row["name"]: row for row in cli.json("list")}
+    done = cli.process("list", "--json", path=fake_site.path)
+    rows = {row["name"]: row for row in strict_json(done.stdout)}
     assert rows["good"]["available"] is True
     assert rows["gone"]["error"] == f"accelerator 'gone' (acme-gone 1.0): {EXIT_7.format(code=3)}"
 
@@ -84,33 +86,45 @@ def test_a_named_plugin_that_ends_the_process_is_the_commands_error(
     cli: Cli, fake_site: FakeSite
 ) -> None:
     fake_site.install("acme-quitter", {"quitter": "fakeplugins.hostile:DetectCallsOsExit"})
-    result = cli("resolve", "--accelerator", "quitter", "--json")
-    assert result.exit_code == 1
+    result = cli.process("resolve", "--accelerator", "quitter", "--json", path=fake_site.path)
+    assert result.returncode == 1
     expected = f"accelerator 'quitter' (acme-quitter 1.0): {EXIT_7.format(code=7)}"
     assert strict_json(result.stdout) == {"error": expected, "error_type": "PluginHookError"}
     assert result.stderr.splitlines()[-1] == f"error: {expected}"
-    stats = cli("stats", "--json")  # every available accelerator; the quitter is a reading
+    # every available accelerator; the quitter is a reading
+    stats = cli.process("stats", "--json", path=fake_site.path)
     readings = {reading["accelerator"]: reading for reading in strict_json(stats.stdout)}
-    assert stats.exit_code == 1 and readings["quitter"]["error"] == expected
-    env = cli("env", "--json")
+    assert stats.returncode == 1 and readings["quitter"]["error"] == expected
+    env = cli.process("env", "--json", path=fake_site.path)
     [row] = [r for r in strict_json(env.stdout)["accelerators"] if r["name"] == "quitter"]
-    assert env.exit_code == 0 and row["error"] == expected
+    assert env.returncode == 0 and row["error"] == expected
+
+
+def in_fresh_interpreter(code: str) -> None:
+    """Run ``code`` (asserts, ending with ``print("ok")``) in a fresh interpreter: a process of
+    one thread, as the ``accelctl`` command is where it forks (the test runner has others)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr
 
 
 def test_an_error_the_task_raises_keeps_its_type_and_the_childs_traceback() -> None:
-    def task():
-        raise accelctl.DeviceSpecError("bad spec", accelerator="npu", spec="x")
-        yield  # a generator
-
-    with pytest.raises(accelctl.DeviceSpecError) as caught:
-        list(_apart.run_apart(task))
-    assert (str(caught.value), caught.value.accelerator, caught.value.spec) == (
-        "bad spec",
-        "npu",
-        "x",
+    in_fresh_interpreter(
+        "import os, accelctl\n"
+        "from accelctl.cli import _apart\n"
+        "def task():\n"
+        "    raise accelctl.DeviceSpecError('bad spec', accelerator='npu', spec=str(os.getpid()))\n"
+        "    yield\n"
+        "try:\n"
+        "    list(_apart.run_apart(task))\n"
+        "except accelctl.DeviceSpecError as exc:\n"
+        "    assert (str(exc), exc.accelerator) == ('bad spec', 'npu')\n"
+        "    assert exc.spec != str(os.getpid())  # raised in the child\n"
+        "    [note] = exc.__notes__\n"
+        "    assert note.startswith('in the process that asked the plugins:\\nTraceback'), note\n"
+        "    print('ok')\n"
     )
-    [note] = caught.value.__notes__
-    assert note.startswith("in the process that asked the plugins:\nTraceback")
 
 
 def test_the_commands_own_process_replaces_nothing_process_wide() -> None:
@@ -132,9 +146,29 @@ def test_the_commands_own_process_replaces_nothing_process_wide() -> None:
 def test_without_fork_the_task_runs_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_apart, "FORK", False)
     assert list(_apart.run_apart(lambda: iter([os.getpid()]))) == [os.getpid()]
-    monkeypatch.setattr(_apart, "FORK", True)
-    [pid] = _apart.run_apart(lambda: iter([os.getpid()]))
-    assert pid != os.getpid()
+    in_fresh_interpreter(
+        "import os\n"
+        "from accelctl.cli import _apart\n"
+        "[pid] = _apart.run_apart(lambda: iter([os.getpid()]))\n"
+        "assert pid != os.getpid() and _apart.asked_apart\n"
+        "print('ok')\n"
+    )
+
+
+def test_a_process_with_other_threads_runs_the_task_itself() -> None:
+    # A fork copies the locks the other threads hold, never released in the child: a command
+    # run inside a program with threads asks its plugins in that program's process.
+    in_fresh_interpreter(
+        "import os, threading\n"
+        "from accelctl.cli import _apart\n"
+        "stop = threading.Event()\n"
+        "other = threading.Thread(target=stop.wait)\n"
+        "other.start()\n"
+        "[pid] = _apart.run_apart(lambda: iter([os.getpid()]))\n"
+        "assert pid == os.getpid() and not _apart.asked_apart\n"
+        "stop.set()\n"
+        "print('ok')\n"
+    )
 
 
 def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
@@ -152,60 +186,22 @@ def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
     other = _apart._dumps(("result", info))
     assert other[:1] == b"p" and _apart._loads(other) == ("result", info)
     assert dataclasses.is_dataclass(_apart._loads(other)[1])
-    [got] = _apart.run_apart(lambda: iter([rows[1]]))  # through a real child
-    assert got == rows[1]
+    in_fresh_interpreter(  # through a real child
+        "import os\n"
+        "from accelctl.cli import _apart\n"
+        f"rows = {rows[1]!r}\n"
+        "[got] = _apart.run_apart(lambda: iter([(os.getpid(), rows)]))\n"
+        "assert got[0] != os.getpid() and got[1] == rows, got\n"
+        "print('ok')\n"
+    )
 
 
 def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: FakeSite) -> None:
     fake_site.install("acme-chatty", {"chatty": "fakeplugins.chatty:ChattyAccelerator"})
-    result = cli("list", "--json")
-    assert result.exit_code == 0
-    assert {row["name"] for row in json.loads(result.stdout)} >= {"chatty"}
-    assert "hello from import" in result.stderr and "hello from detect" in result.stderr
-
-
-def test_a_module_a_thread_of_the_parent_is_importing_can_be_imported_in_the_child(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A late plugin's thread left inside an import holds that module's lock when the command
-    # forks; the child, where that thread does not exist, must not wait for it.
-    import importlib
-    import sys
-    import threading
-
-    gate = threading.Event()
-    monkeypatch.setattr(_apart, "_test_gate", gate, raising=False)
-    (tmp_path / "slow_to_import.py").write_text(
-        "from accelctl.cli import _apart\n_apart._test_gate.wait(60)\nVALUE = 1\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importing = threading.Thread(target=importlib.import_module, args=("slow_to_import",))
-    importing.start()
-    try:
-        while "slow_to_import" not in sys.modules:  # the thread is inside the import
-            threading.Event().wait(0.01)
-
-        def task():
-            import slow_to_import  # noqa: F401  half-imported in the parent: no wait here
-
-            yield "imported"
-
-        def hung(signum: int, frame: object) -> None:
-            raise TimeoutError("the child waited for the parent's import lock")
-
-        # A hang guard (the child takes well under a second): where the child waits for the
-        # lock, it would wait for ever.
-        previous = signal.signal(signal.SIGALRM, hung)
-        signal.alarm(HANG_GUARD_S)
-        try:
-            assert list(_apart.run_apart(task)) == ["imported"]
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, previous)
-    finally:
-        gate.set()
-        importing.join()
-        sys.modules.pop("slow_to_import", None)
+    done = cli.process("list", "--json", path=fake_site.path)
+    assert done.returncode == 0, done.stderr
+    assert {row["name"] for row in json.loads(done.stdout)} >= {"chatty"}
+    assert "hello from import" in done.stderr and "hello from detect" in done.stderr
 
 
 def test_a_command_asked_apart_skips_the_shutdowns_collection() -> None:

@@ -10,7 +10,13 @@ descriptor 2, so a plugin's output never reaches the command's stdout, however i
 Where the child ends before its task did, the one plugin it was asking is named with how the
 process ended, and a new child runs the task without asking it again; where it was asking
 several, the next child asks one at a time to find which. Nothing is replaced in the command's
-own process. Where ``os.fork`` does not exist (Windows) the task runs in the process itself.
+own process.
+
+The child is forked only from a process that runs one thread, as the ``accelctl`` command does
+when it gets here: a fork copies the locks other threads hold, never released in the child.
+Where ``os.fork`` does not exist (Windows), or where the command runs inside a program that
+has other threads (a test runner, a notebook calling the CLI's functions), the task runs in
+the process itself (docs/design/asking-apart.md).
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from .._errors import AccelctlError
 T = TypeVar("T")
 
 _HEADER = struct.Struct("!I")
-#: Whether tasks run in a forked child: False where ``os.fork`` does not exist (Windows), and in
-#: tests of what a task computes (not of where).
+#: Whether tasks may run in a forked child: False where ``os.fork`` does not exist (Windows), and
+#: in tests of what a task computes (not of where). A process with other threads never forks.
 FORK = hasattr(os, "fork")
 #: True once a task ran in a child: the plugins' code ran there, not in this process (what
 #: ``accelctl.cli.main`` needs to know to skip the shutdown's garbage collection).
@@ -117,7 +123,7 @@ def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
 
     :raises AccelctlError: the child ended while it was asking no plugin.
     """
-    if not FORK:
+    if not FORK or _thread_count() > 1:
         yield from task()
         return
     global asked_apart
@@ -138,6 +144,15 @@ def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
             one_at_a_time = True  # asked at once: the next child asks one at a time to tell
         else:
             raise AccelctlError(f"accelctl's process asking the plugins {cause}")
+
+
+def _thread_count() -> int:
+    """The threads this process runs, native ones included (a runtime's pool) where the system
+    lists them (Linux's ``/proc``), else Python's."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 class _Child:
@@ -219,7 +234,6 @@ def _child(
 ) -> NoReturn:
     code = 0
     try:
-        _forget_import_locks()
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
         if one_at_a_time:
@@ -248,19 +262,6 @@ def _child(
         code = 1
     finally:
         os._exit(code)  # the child's threads (a late plugin's) end with it
-
-
-def _forget_import_locks() -> None:
-    """In the child: drop the per-module import locks inherited from the parent. A thread of the
-    parent that was importing a module when it forked (a late plugin's, left running) holds that
-    module's lock for ever in the child, where that thread does not exist: the child's own import
-    of the module would wait for it (the global import lock is reset by ``os.fork`` itself)."""
-    import importlib._bootstrap as bootstrap
-
-    for name in ("_module_locks", "_blocking_on"):
-        table = getattr(bootstrap, name, None)
-        if isinstance(table, dict):
-            table.clear()
 
 
 def _portable(exc: BaseException) -> BaseException:
