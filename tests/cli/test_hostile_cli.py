@@ -100,9 +100,7 @@ def test_json_stays_valid_when_a_plugin_prints(
 @pytest.mark.slow  # as a user types it: plugins are asked apart only from a one-thread process
 def test_what_a_plugins_own_thread_prints_stays_off_stdout(cli: Cli, fake_site: FakeSite):
     fake_site.install("acme-t", {"threaded": "fakeplugins.hostile:DetectPrintsFromAThread"})
-    done = cli.process(
-        "list", "--json", path=fake_site.path, env={"ACCELCTL_PLUGINS": "threaded"}
-    )
+    done = cli.process("list", "--json", path=fake_site.path, env={"ACCELCTL_PLUGINS": "threaded"})
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in strict_json(done.stdout)}
     assert rows["threaded"]["state"] == "available"
