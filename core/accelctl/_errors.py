@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import warnings
 from collections.abc import Sequence
 from types import FrameType
@@ -164,7 +163,13 @@ def warn_user(
     thread of accelctl's own there is no user's line: the thread's first frame outside it.
     ``also_skip``: folders whose frames are not the user's either (torch's, for a warning from
     a kernel torch calls)."""
-    frame = sys._getframe(1)
+    import inspect  # at warning time only: not on the start-up path
+
+    here = inspect.currentframe()
+    frame = here.f_back if here is not None else None
+    if frame is None:  # an interpreter without frames: the caller's line
+        warnings.warn(message, category, stacklevel=2)
+        return
     level = 2  # 1 is this function; 2 its caller, the first frame looked at
     while frame.f_back is not None and (
         _is_ours(frame)

@@ -1,27 +1,27 @@
 """Asking many plugins at once: a bounded pool of daemon threads and one deadline per plugin.
 
 Where accelctl asks every plugin (``list``, ``env``, ``stats``, ``"auto"``, an alias,
-``validate``), :func:`run_each` asks them in the caller's order from a pool of daemon threads:
-one, and one more (up to :data:`MAX_WORKERS`) whenever every thread has been busy with one plugin
-for :data:`GROW_AFTER_S`, since plain Python shares one interpreter lock and threads help only
-plugins that wait. It waits for each at most ``ACCELCTL_HOOK_TIMEOUT`` seconds
-from when a thread took it. A late plugin gets its own :meth:`~Askable.late` error and is left
-running (Python cannot stop a thread), not asked again until it returns; a thread replaces the
-one it holds. Daemon threads never delay the interpreter's exit, unlike ``concurrent.futures``.
-The fan-out knows its items only as :class:`Askable`: it imports nothing of the handles. Nothing
-here runs per hook call.
+``validate``), :func:`run_each` asks them from a pool of daemon threads: one, and one more (up to
+:data:`MAX_WORKERS`) while every thread has been busy with one plugin for :data:`GROW_AFTER_S`
+and plugins wait (docs/design/fan-out.md: threads started up front cost quick plugins more than
+they give). It waits for each at most ``ACCELCTL_HOOK_TIMEOUT`` seconds from when a thread took
+it. A plugin past its deadline gets the error of a late plugin and is left running
+(Python cannot stop a thread), not asked again until it returns; a new thread takes the place of
+the one it holds. The threads are daemons so that a plugin that never returns never delays the
+interpreter's exit, which ``concurrent.futures`` would (its workers are joined at exit).
+
+This is the only module that knows a deadline. It knows its items only as :class:`Askable`;
+nothing here runs per hook call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType
 from typing import Generic, Protocol, TypeVar
 
 from . import _settings
@@ -30,10 +30,7 @@ from ._errors import AccelctlError
 #: Threads one :func:`run_each` runs at once at most (fewer for fewer items): plain Python
 #: shares one interpreter lock, so more only help plugins that wait, and add contention.
 MAX_WORKERS = 8
-#: How long every running thread must have been busy with one plugin before another starts:
-#: plain Python shares one interpreter lock, so threads help only plugins that wait: 8 threads
-#: from the start made `list` of 1000 quick plugins slower than one, in wall clock and in CPU
-#: (docs/performance.md).
+#: How long every running thread must have been busy with one plugin before another starts.
 GROW_AFTER_S = 0.02
 #: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
 POLL_S = 0.2
@@ -42,8 +39,12 @@ POLL_S = 0.2
 class Askable(Protocol):
     """What :func:`run_each` asks: a plugin's handle, or something that answers for one."""
 
-    def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
-        """The error of this plugin past its deadline; ``frame`` is where its thread is."""
+    def busy_with(self) -> str:
+        """What it is doing, for the message of a late plugin: ``"detect()"``, ``"its import"``."""
+        ...
+
+    def error_for(self, hook: str | None, problem: str) -> AccelctlError:
+        """Its error for ``problem`` (``hook``: the hook it concerns, None: none)."""
         ...
 
 
@@ -51,12 +52,11 @@ A = TypeVar("A", bound=Askable)
 T = TypeVar("T")
 
 _local = threading.local()  # .run and .index: the fan-out and the item this worker asks
-#: Plugins whose work is still running past its deadline, and that thread.
+#: Plugins whose work is still running past its deadline: that thread, and the error given.
 _late: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlError]] = (
     weakref.WeakKeyDictionary()
 )
 _abandoned: list[threading.Thread] = []
-
 
 #: Called with ``(True, item)`` when a worker takes an item and ``(False, item)`` when its work
 #: returns (see :func:`observe`).
@@ -74,17 +74,11 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
     _observer = observer
 
 
-def never_ask(ended: dict[str, str]) -> None:
+def skip_ended(ended: dict[str, str]) -> None:
     """Answer for each plugin named in ``ended`` (by its name) with an error of its cause
-    instead of asking it (its :meth:`ended` error where it has one): it ended the process that
-    asked it before."""
+    instead of asking it: it ended the process that asked it before."""
     _ended.clear()
     _ended.update(ended)
-
-
-def _ended_error(item: object, cause: str) -> AccelctlError:
-    make = getattr(item, "ended", None)
-    return make(cause) if callable(make) else AccelctlError(cause)
 
 
 def abandoned_threads() -> list[threading.Thread]:
@@ -93,21 +87,31 @@ def abandoned_threads() -> list[threading.Thread]:
     return list(_abandoned)
 
 
+def late_error(item: Askable, seconds: float) -> AccelctlError:
+    """The error of ``item`` when it has not answered within ``seconds``."""
+    if isinstance(item, _Unnamed):
+        return AccelctlError(f"accelctl did not finish within {seconds:g} s")
+    doing = item.busy_with()
+    return item.error_for(
+        doing.removesuffix("()") if doing.endswith("()") else None,
+        f"{doing} did not answer within {seconds:g} s (ACCELCTL_HOOK_TIMEOUT: how long "
+        "accelctl waits for each plugin where it asks several at once)",
+    )
+
+
 class _Run(Generic[A, T]):
-    """One :func:`run_each` call: its items in order, and per item (by index) when its deadline
-    started (None: off the clock), the thread asking it and its outcome."""
+    """One :func:`run_each` call: its items, the indices waiting for a thread and those being
+    asked (with when their deadline started; None: off the clock), and each outcome."""
 
     def __init__(self, items: Sequence[A], work: Callable[[A], T]) -> None:
         self.items, self.work = list(items), work
-        self.started: list[float | None] = [None] * len(self.items)
-        self.threads: list[threading.Thread | None] = [None] * len(self.items)
         self.values: list[T | None] = [None] * len(self.items)
         self.errors: list[BaseException | None] = [None] * len(self.items)
-        self.began: list[float] = [0.0] * len(self.items)  # when a thread took it
+        self.threads: list[threading.Thread | None] = [None] * len(self.items)
         self.waiting: deque[int] = deque()
-        self.running: set[int] = set()
+        self.running: dict[int, float | None] = {}
         self.given_up: set[int] = set()
-        self.active = 0  # threads taking items (not those left with a late plugin)
+        self.workers = 0  # threads taking items (not those left with a late plugin)
         self.lock = threading.Condition()
 
     def worker(self) -> None:
@@ -115,12 +119,11 @@ class _Run(Generic[A, T]):
         while True:
             with self.lock:
                 if not self.waiting:
-                    self.active -= 1
+                    self.workers -= 1
                     return
                 index = self.waiting.popleft()
-                self.running.add(index)
+                self.running[index] = time.monotonic()
                 self.threads[index] = threading.current_thread()
-                self.started[index] = self.began[index] = time.monotonic()
             _local.index = index
             item = self.items[index]
             if _observer is not None:
@@ -132,42 +135,41 @@ class _Run(Generic[A, T]):
             if _observer is not None:
                 _observer(False, item)
             with self.lock:
-                if index in self.given_up:  # past its deadline: a new thread took this one's place
+                if index in self.given_up:  # past its deadline: another thread took its place
                     return
                 self.values[index], self.errors[index] = value, error
-                self.running.discard(index)
+                del self.running[index]
                 if not self.waiting and not self.running:
-                    self.lock.notify_all()
+                    self.lock.notify_all()  # the caller's timed waits see the rest
 
     def start(self) -> None:
-        self.active += 1
+        self.workers += 1
         threading.Thread(target=self.worker, name="accelctl-plugin", daemon=True).start()
 
-    def grow_in(self, now: float, workers: int) -> float | None:
-        """Start one more thread when every running one has been busy with one plugin for
-        :data:`GROW_AFTER_S` and items wait; else how long until that may be so (None: never,
-        as things stand)."""
-        if not self.waiting or not self.running or self.active >= workers:
-            return None
-        left = max(self.began[index] for index in self.running) + GROW_AFTER_S - now
-        if left > 0:
-            return left
-        self.start()
-        return None
-
     def give_up(self, index: int, timeout: float) -> None:
-        """Record the late error of item ``index``, made by the item from where its thread is."""
-        thread = self.threads[index]
-        # The thread's stack is only for the message: which of its hooks the plugin is in.
-        frame = sys._current_frames().get(thread.ident) if thread and thread.ident else None
+        """Record the late error of item ``index`` and leave its thread to it."""
+        del self.running[index]
         self.given_up.add(index)
-        self.running.discard(index)
-        self.active -= 1  # that thread is the late plugin's now
-        item = self.items[index]
-        self.errors[index] = error = item.late(timeout, frame)
+        self.workers -= 1  # that thread is the late plugin's now
+        item, thread = self.items[index], self.threads[index]
+        self.errors[index] = error = late_error(item, timeout)
         if thread is not None:
             _abandoned.append(thread)
             _late[item] = (thread, error)
+        if self.waiting and self.workers == 0:
+            self.start()  # in place of the thread left with the late plugin
+
+    def grow(self, now: float, limit: int) -> float:
+        """Start one more thread where every running one has been busy for
+        :data:`GROW_AFTER_S` and items wait; how long until that is worth asking again."""
+        if not self.waiting or self.workers >= limit:
+            return POLL_S
+        # An item off the clock waits for a fan-out of its own: busy, as long as can be.
+        latest = max((at for at in self.running.values() if at is not None), default=0.0)
+        if now - latest < GROW_AFTER_S:
+            return max(GROW_AFTER_S - (now - latest), 0.001)
+        self.start()
+        return GROW_AFTER_S
 
 
 def run_each(
@@ -180,11 +182,7 @@ def run_each(
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
     timeout = _settings.hook_timeout()
-    with _off_clock():
-        return _run(_Run(items, work), MAX_WORKERS if workers is None else workers, timeout)
-
-
-def _run(run: _Run[A, T], workers: int, timeout: float | None) -> list[T | AccelctlError]:
+    run = _Run(items, work)
     for index, item in enumerate(run.items):
         busy = _late.get(item)
         name = getattr(item, "name", None)
@@ -192,28 +190,23 @@ def _run(run: _Run[A, T], workers: int, timeout: float | None) -> list[T | Accel
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
         elif ended is not None:
-            run.errors[index] = _ended_error(item, ended)
+            run.errors[index] = item.error_for(None, ended)
         else:
             run.waiting.append(index)
-    with run.lock:
+    limit = MAX_WORKERS if workers is None else workers
+    with _off_clock(), run.lock:
         if run.waiting:
-            run.start()  # one thread; more while every one waits on a slow plugin
-        while run.waiting or run.running:  # every item not done yet is in one of them
-            now, wait = time.monotonic(), POLL_S
-            grow = run.grow_in(now, workers)
-            if grow is not None:
-                wait = min(wait, grow)
-            for index in list(run.running):
-                started = run.started[index]
+            run.start()
+        while run.waiting or run.running:
+            now = time.monotonic()
+            wait = min(POLL_S, run.grow(now, limit))
+            for index, started in list(run.running.items()):
                 if timeout is None or started is None:
                     continue
-                remaining = started + timeout - now
-                if remaining > 0:
-                    wait = min(wait, remaining)
-                    continue
-                run.give_up(index, timeout)
-                if run.waiting and run.active == 0:
-                    run.start()  # in place of the thread left with the late plugin
+                if now - started >= timeout:
+                    run.give_up(index, timeout)
+                else:
+                    wait = min(wait, started + timeout - now)
             if run.waiting or run.running:
                 # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
                 # handled by Python in the main thread only once that thread runs again.
@@ -233,8 +226,11 @@ class _Unnamed:
     """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's own
     error."""
 
-    def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
-        return AccelctlError(f"accelctl did not finish within {seconds:g} s")
+    def busy_with(self) -> str:
+        return "accelctl"
+
+    def error_for(self, hook: str | None, problem: str) -> AccelctlError:
+        return AccelctlError(problem)
 
 
 def run_one(work: Callable[[], T], plugin: Askable | None = None) -> T:
@@ -254,9 +250,13 @@ def _off_clock() -> Iterator[None]:
     run = getattr(_local, "run", None)
     index = getattr(_local, "index", None)
     if run is not None:
-        run.started[index] = None
+        with run.lock:
+            if index in run.running:
+                run.running[index] = None
     try:
         yield
     finally:
         if run is not None:
-            run.started[index] = time.monotonic()
+            with run.lock:
+                if index in run.running:
+                    run.running[index] = time.monotonic()

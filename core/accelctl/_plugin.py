@@ -10,7 +10,6 @@ import sys
 import threading
 from collections.abc import Callable
 from importlib import metadata
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._accelerator import Accelerator
@@ -82,7 +81,10 @@ class AcceleratorHandle:
         #: The plugin object (module or instance) once imported, kept when registering it failed.
         self.plugin: object | None = None
         self._hooks: dict[str, Callable[..., Any]] | None = None
-        self._codes: dict[object, str] = {}
+        #: The hook being called (the outermost, where one calls another through the handle):
+        #: what :meth:`busy_with` says. Calls from several threads at once may mix it up; it
+        #: only words a message.
+        self._calling: str | None = None
         self._info: AcceleratorInfo | None = None
         self._raised = False
         self._loading = threading.Lock()
@@ -247,7 +249,6 @@ class AcceleratorHandle:
             self._fail("register", exc)
             return
         self._hooks = table
-        self._codes = {getattr(f, "__code__", None): hook for hook, f in table.items()}
         # Its info now, while loading (under the fan-out's deadline where several load at once),
         # so that :attr:`name` is known from here on without calling a hook; a failure is raised
         # where the info is used (:attr:`info`).
@@ -331,19 +332,27 @@ class AcceleratorHandle:
         function = self._loaded_hooks().get(hook)
         if function is None:
             return None
+        outer = self._calling
+        self._calling = outer or hook
         try:
             value = function(*args)
         except BaseException as exc:
             raise self._failed(hook, exc)  # noqa: B904 - the cause is set: what the plugin raised
+        finally:
+            self._calling = outer
         return self._returned(hook, value)
 
     def detect(self) -> bool:
         """True when the accelerator can run torch work here now."""
         function = self._loaded_hooks()["detect"]
+        outer = self._calling
+        self._calling = outer or "detect"
         try:
             value = function()
         except BaseException as exc:
             raise self._failed("detect", exc)  # noqa: B904 - the cause is set
+        finally:
+            self._calling = outer
         return value if value is True or value is False else self._returned("detect", value)
 
     def auto_device_count(self) -> int:
@@ -420,24 +429,17 @@ class AcceleratorHandle:
         result: dict[str, str | int | float | bool | None] | None = self._call("environment_info")
         return {} if result is None else result
 
-    # -- past a deadline, or past the end of the process that asked it ----------------------
+    # -- what the fan-out asks of the plugins it is asking -------------------------------------
 
-    def ended(self, cause: str) -> PluginHookError:
-        """The error of this plugin when asking it ended the process that asked (``cause``: how
-        it ended; the CLI asks plugins in a process of their own)."""
-        return self._hook_error(None, cause)
+    def busy_with(self) -> str:
+        """What the plugin is doing, for a message: the hook being called (``"detect()"``), else
+        ``"its import"`` before it is loaded, ``"its hooks"`` after."""
+        calling = self._calling
+        if calling is not None:
+            return f"{calling}()"
+        return "its import" if self.state == "not-loaded" else "its hooks"
 
-    def late(self, seconds: float, frame: FrameType | None) -> PluginHookError:
-        """The error of this plugin when it has not answered within ``seconds`` (read from where
-        its thread is: the outermost of its hook functions on the stack, else its import)."""
-        doing = "its import" if self.state == "not-loaded" else "its hooks"
-        while frame is not None:
-            hook = self._codes.get(frame.f_code)
-            if hook is not None:
-                doing = f"{hook}()"
-            frame = frame.f_back
-        return self._hook_error(
-            doing.removesuffix("()") if doing.endswith("()") else None,
-            f"{doing} did not answer within {seconds:g} s (ACCELCTL_HOOK_TIMEOUT: how long "
-            "accelctl waits for each plugin where it asks several at once)",
-        )
+    def error_for(self, hook: str | None, problem: str) -> PluginHookError:
+        """The error of this plugin for ``problem`` (``hook``: the hook it concerns), its subject
+        named first: past a deadline, or when asking it ended the process that asked."""
+        return self._hook_error(hook, problem)

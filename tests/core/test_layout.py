@@ -120,3 +120,47 @@ def test_what_trains_and_reports_needs_no_conformance_kit() -> None:
         "kit": [],
         "device": "cpu",
     }
+
+
+def _sources() -> list[Path]:
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    return sorted(CORE.rglob("*.py")) + sorted(plugins.glob("*/src/**/*.py"))
+
+
+def test_no_module_reads_cpythons_private_state() -> None:
+    # A private name of sys, importlib or threading (sys._getframe, sys._current_frames,
+    # importlib._bootstrap's lock tables) changes between releases and other interpreters lack
+    # it: accelctl uses the public ways (inspect, faulthandler). os._exit is public.
+    import ast
+
+    private = []
+    for path in _sources():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in ("sys", "importlib", "threading", "_thread", "gc"):
+                    if node.attr.startswith("_") and not node.attr.startswith("__"):
+                        name = f"{node.value.id}.{node.attr}"
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [f"{node.module}.{a.name}" for a in node.names]
+                )
+                name = next((m for m in modules if m.startswith(("importlib._", "_thread"))), None)
+            if name is not None:
+                private.append(f"{path.relative_to(path.parents[2])}:{node.lineno}: {name}")
+    assert private == []
+
+
+def test_only_the_fan_out_knows_the_deadline() -> None:
+    # One guard, at the one place plugins are asked at once: no other module reads the hook
+    # deadline (ACCELCTL_HOOK_TIMEOUT, defined in _settings) or has a plugin's late error.
+    knowing = [
+        str(path.relative_to(CORE))
+        for path in sorted(CORE.rglob("*.py"))
+        if "hook_timeout(" in path.read_text().replace("def hook_timeout(", "")
+        or "late_error(" in path.read_text()
+    ]
+    assert knowing == ["_fanout.py"]

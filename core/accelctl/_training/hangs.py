@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import socket
-import sys
 import threading
 import traceback
 from dataclasses import dataclass
@@ -87,8 +86,7 @@ class HangWatch:
                     if "timeout" not in str(exc).lower():
                         return  # the store is gone: the run is over
             if store.get(self._asked) != b"done":
-                frame = sys._current_frames().get(self._main)
-                stack = traceback.format_stack(frame) if frame is not None else []
+                stack = thread_stack(self._main)
                 store.set(self._prefix + f"answer/{self.env.rank}", self._answer(stack))
         except Exception:
             return  # no watcher: a hang is reported without the names
@@ -136,6 +134,39 @@ class HangWatch:
             for rank, answer in sorted(answers.items())
         )
         return CollectiveTimeoutError(f"{first}\nEvery rank's stack, innermost call last:{stacks}")
+
+
+def thread_stack(ident: int) -> list[str]:
+    """The stack of the thread ``ident`` of this process as :func:`traceback.format_stack` gives
+    it (innermost call last), read through :mod:`faulthandler`, the public way to read another
+    thread's stack; empty where it cannot be read."""
+    import faulthandler
+    import linecache
+    import re
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as dump:
+        faulthandler.dump_traceback(dump, all_threads=True)
+        dump.seek(0)
+        text = dump.read()
+    # Sections "Thread 0x...", or "Current thread 0x..." (most recent call first), then lines
+    # '  File "path", line N in name'.
+    lines: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        head = re.match(r"(?:Current thread|Thread) (0x[0-9a-f]+)", line)
+        if head is not None:
+            inside = int(head.group(1), 16) == ident
+            continue
+        frame = re.match(r'\s+File "(.*)", line (\d+) in (.*)', line) if inside else None
+        if frame is not None:
+            path, number, name = frame.group(1), int(frame.group(2)), frame.group(3)
+            source = linecache.getline(path, number).strip()
+            lines.append(
+                f'  File "{path}", line {number}, in {name}\n'
+                + (f"    {source}\n" if source else "")
+            )
+    return lines[::-1]
 
 
 def _verdict(answers: dict[int, Any], me: int, world: int, seconds: float) -> str:

@@ -243,7 +243,7 @@ def _child(
             "without it"
             for name, cause in ended.items()
         }
-        _fanout.never_ask(causes)
+        _fanout.skip_ended(causes)
         _fanout.observe(
             lambda asking, item: pipe.send(
                 ("asking" if asking else "answered", getattr(item, "name", None))

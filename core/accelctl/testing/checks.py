@@ -9,7 +9,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, _fanout, hookspecs
@@ -222,10 +221,13 @@ class _Asked:
             self.report = self.run.report()
             return None
 
-    def late(self, seconds: float, frame: FrameType | None) -> AccelctlError:
+    def busy_with(self) -> str:
+        return "its checks" if self.handle is None else self.handle.busy_with()
+
+    def error_for(self, hook: str | None, problem: str) -> AccelctlError:
         if self.handle is None:
-            return AccelctlError(f"{self.run.name}: did not answer within {seconds:g} s")
-        return self.handle.late(seconds, frame)
+            return AccelctlError(f"{self.run.name}: {problem}")
+        return self.handle.error_for(hook, problem)
 
 
 def _handle_of(accelerator: object, registry: Registry, run: Run) -> AcceleratorHandle | None:
