@@ -1,20 +1,19 @@
-"""From a plugin object to the table of its hook functions, validated once, at load.
+"""From a plugin object to the table of its hook functions, checked once, at load.
 
-accelctl calls one plugin's hook at a time, as a plain call; it never broadcasts a hook through a
-pluggy hook caller. So a plugin is not registered in a ``PluginManager``: the checks pluggy would
-make when registering it (each marked name a known hook, no parameter the hook's specification
-lacks, no wrapper) are made here against :mod:`accelctl.hookspecs`, whose signatures are read
-once, and its hook functions go into a plain table (docs/concepts.md section 2a). pluggy's
-markers stay the contract's: ``@accelctl.hookimpl`` on a module's functions, and the
-``@accelctl.hookspec`` specifications.
+accelctl calls one plugin's hook at a time, as a plain call; it never broadcasts a hook to every
+plugin. So :mod:`accelctl.hookspecs` is the typed contract, and a plugin is checked against it
+here (each marked name a known hook, no parameter its specification lacks, no wrapper, the
+required hooks present) instead of being registered in a pluggy ``PluginManager`` per plugin,
+which measured 11 times the load and 7 times each call (docs/design/pluggy.md). pluggy's markers
+stay the contract's: ``@accelctl.hookimpl`` marks a module's functions.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterator
-from types import FunctionType, ModuleType
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from . import hookspecs
@@ -69,37 +68,38 @@ def _marked(value: object) -> dict[str, Any] | None:
 
 
 def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
-    """``(name, function, options)`` of every hook ``plugin`` offers: a module's marked
-    functions; an :class:`~accelctl.Accelerator`'s methods named after hooks, and its marked
-    ones; any other object's marked attributes (reading them may run its code)."""
-    if isinstance(plugin, ModuleType):
-        for name, value in list(vars(plugin).items()):
-            opts = _marked(value) if inspect.isroutine(value) else None
-            if opts is not None:
-                yield name, value, opts
-        return
-    if isinstance(plugin, Accelerator):
-        # Read from the classes' namespaces, the nearest definition first (data and properties
-        # named after a hook are no hook, and are not run); then bound to the instance.
-        methods: dict[str, object] = {}
-        for cls in type(plugin).__mro__:
-            for name, value in vars(cls).items():
-                if name in hookspecs.ALL_HOOKS or _marked(value) is not None:
-                    methods.setdefault(name, value)
-        for name, value in methods.items():
-            if isinstance(value, (FunctionType, staticmethod, classmethod)):
-                bound = getattr(plugin, name)
-                yield name, bound, _marked(value) or _marked(bound) or {}
-        for name, value in list(vars(plugin).items()):  # marked functions set on the instance
-            opts = _marked(value) if inspect.isroutine(value) else None
-            if opts is not None and name not in methods:
-                yield name, value, opts
-        return
-    for name in dir(plugin):
-        value = getattr(plugin, name)  # may run the plugin's code (a property): its failure
-        opts = _marked(value) if inspect.isroutine(value) else None
-        if opts is not None:
-            yield name, value, opts
+    """``(name, function, options)`` of every hook ``plugin`` offers, one rule for every form of
+    plugin (a module, an :class:`~accelctl.Accelerator`, any other object): each function marked
+    with ``@accelctl.hookimpl``, and on an :class:`~accelctl.Accelerator` each method named after
+    a hook, marked or not. Attributes are read from the namespaces without running the plugin's
+    code (a property or data named after a hook is no hook); a hook found is then bound as the
+    plugin would call it."""
+    accelerator = isinstance(plugin, Accelerator)
+    seen: set[str] = set()
+    for namespace in _namespaces(plugin):
+        for name, value in list(namespace.items()):
+            if name in seen:
+                continue  # a nearer namespace has it
+            seen.add(name)
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if not inspect.isroutine(value):
+                continue
+            opts = _marked(value)
+            if opts is None and not (accelerator and name in hookspecs.ALL_HOOKS):
+                continue
+            yield name, getattr(plugin, name), opts or {}
+
+
+def _namespaces(plugin: object) -> Iterator[Mapping[str, Any]]:
+    """Where ``plugin``'s attributes are found, the nearest first: its own (a module's are all
+    it has), then each of its class's (what :func:`inspect.getattr_static` walks, read once)."""
+    own = getattr(plugin, "__dict__", None)
+    if isinstance(own, dict):
+        yield own
+    if not isinstance(plugin, ModuleType):
+        for cls in type(plugin).__mro__[:-1]:  # object's own slots are no hooks
+            yield vars(cls)
 
 
 class HookDiagnosis(NamedTuple):
@@ -218,7 +218,7 @@ def diagnose(plugin: object) -> HookDiagnosis | None:
         impls = _registered(plugin, "")
         missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
         return HookDiagnosis(
-            implemented=tuple(name for name in impls if name in hookspecs.ALL_HOOKS),
+            implemented=tuple(name for name in hookspecs.ALL_HOOKS if name in impls),
             unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
             missing=missing,
             unmarked=_unmarked(plugin, missing),

@@ -259,9 +259,9 @@ class AcceleratorHandle:
         self._state = "loaded"
 
     def diagnose(self) -> HookDiagnosis | None:
-        """pluggy's verdict on the imported plugin's hooks, worked out now (the conformance
-        checks' detail; loading keeps only its outcome); None before the plugin is imported or
-        where pluggy refuses it."""
+        """The contract checks' verdict on the imported plugin's hooks, worked out now (the
+        conformance checks' detail; loading keeps only its outcome); None before the plugin is
+        imported or where a hook takes a parameter its specification lacks."""
         if self.plugin is None:
             return None
         return diagnose(self.plugin)

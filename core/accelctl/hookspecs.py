@@ -44,7 +44,7 @@ OPTIONAL_HOOKS = (
 ALL_HOOKS = REQUIRED_HOOKS + OPTIONAL_HOOKS
 
 
-@hookspec(firstresult=True)
+@hookspec
 def detect() -> bool:
     """Say whether this accelerator can run torch work in this process now.
 
@@ -71,7 +71,7 @@ def detect() -> bool:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def auto_device_count() -> int:
     """Return how many devices of this accelerator are visible to this process.
 
@@ -94,7 +94,7 @@ def auto_device_count() -> int:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def parse_devices(devices: Any) -> int | list[int]:
     """Normalise a devices spec as a user wrote it.
 
@@ -122,7 +122,7 @@ def parse_devices(devices: Any) -> int | list[int]:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def get_parallel_devices(devices: Any) -> list[torch.device]:
     """Return one ``torch.device`` per process, in rank order.
 
@@ -142,7 +142,7 @@ def get_parallel_devices(devices: Any) -> list[torch.device]:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def device_stats(device: torch.device | str) -> dict[str, int | float]:
     """Return flat figures for one device.
 
@@ -179,7 +179,7 @@ def device_stats(device: torch.device | str) -> dict[str, int | float]:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def unavailable_reason() -> str | None:
     """Say in one line why :func:`detect` is ``False`` here.
 
@@ -200,7 +200,7 @@ def unavailable_reason() -> str | None:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def accelerator_info() -> AcceleratorInfo | dict[str, Any]:
     """Describe the accelerator: description, family, priority, distributed backend, aliases.
 
@@ -230,7 +230,7 @@ def accelerator_info() -> AcceleratorInfo | dict[str, Any]:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def setup_device(device: torch.device) -> None:
     """Make ``device`` the current device of this process.
 
@@ -249,7 +249,7 @@ def setup_device(device: torch.device) -> None:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def teardown() -> None:
     """Release what the accelerator holds in this process.
 
@@ -266,7 +266,7 @@ def teardown() -> None:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def environment_info() -> dict[str, str | int | float | bool | None]:
     """Contribute this accelerator's lines to ``accelctl env`` (the block for a bug report).
 
@@ -294,7 +294,7 @@ def environment_info() -> dict[str, str | int | float | bool | None]:
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | None:
     """Say what one device can do at most: dense FLOPs per second by data type, and its memory
     bandwidth.
@@ -334,7 +334,7 @@ def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | Non
     raise NotImplementedError
 
 
-@hookspec(firstresult=True)
+@hookspec
 def kernel_gaps() -> KernelGaps | dict[str, Any] | None:
     """Say which of torch's operators the device lacks, which must never run on the CPU in its
     place, and torch's own switch that runs its missing kernels on the CPU, where there is one.

@@ -75,10 +75,11 @@ def check_import(
 
 
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
-    """pluggy's validation and the required hooks, from the handle's load; True if both pass."""
+    """The hooks against their specifications and the required hooks, from the handle's load;
+    True if both pass."""
     run.start("hooks_match_specs")
     diagnosis = handle.diagnose()
-    if diagnosis is None:  # pluggy refused the plugin, or reading its attributes raised
+    if diagnosis is None:  # a hook takes a parameter its spec lacks, or reading raised
         error = handle.error
         detail = strip_subject(one_line(error), handle) if error else "it did not register"
         run.failed("hooks_match_specs", detail, (error and error.__cause__) or error)

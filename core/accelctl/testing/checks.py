@@ -43,7 +43,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "hooks_match_specs",
-        "every hook passes pluggy's validation against accelctl.hookspecs; no unknown hook",
+        "every hook matches its specification in accelctl.hookspecs; no unknown hook",
     ),
     Check(
         "required_hooks",
