@@ -204,6 +204,32 @@ for _page in CORE_PAGES:  # TestReadmeMd, TestDocsTrainingMd, ...
     globals()[_name] = type(_name, (_Page,), {"page": _page, "__doc__": f"{_page}, run."})
 
 
+# -- links between the pages ---------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def test_every_relative_link_of_the_pages_reaches_a_file() -> None:
+    """The contract links each rule's reason in docs/design/, and the pages link each other: a
+    moved or renamed page breaks them silently."""
+    broken = [
+        f"{page.relative_to(ROOT).as_posix()}: {target}"
+        for page in PAGES
+        for target in _LINK.findall(page.read_text())
+        if not (page.parent / target).exists()
+    ]
+    assert broken == []
+
+
+def test_the_design_index_lists_every_record() -> None:
+    """A decision record nobody can find from docs/design/index.md is not read."""
+    design = ROOT / "docs" / "design"
+    listed = set(_LINK.findall((design / "index.md").read_text()))
+    records = {path.name for path in design.glob("*.md")} - {"index.md"}
+    assert records, "no design records found: the path is wrong"
+    assert sorted(records - listed) == []
+
+
 def test_a_test_count_on_a_page_is_printed_by_a_command_run_here() -> None:
     """A count of tests ("13 passed") in prose or in a block nothing runs is out of date with the
     next test added (docs/performance.md's table was): the pages say where to read it instead."""
