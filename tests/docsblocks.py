@@ -12,7 +12,10 @@ say why:
 - ``<!-- not run "TEXT", "TEXT": REASON -->``: the block's commands that contain one of the texts
   (each text must match a command);
 - ``<!-- tests/PATH.py runs the next block ... -->`` (or ``checks``): a test of its own runs it,
-  with what it needs (a framework, a real out-of-tree backend); that file must name the page.
+  with what it needs (a framework, a real out-of-tree backend); that file must name the page;
+- ``<!-- PAGE.md runs the same command ... -->``: another page of the same session runs each of
+  the block's commands as written (its comments aside), so running them again would check nothing
+  more.
 
 Printed output is compared where the page shows it: the lines after a ``$ command`` of a
 ``console`` block, or a ```` ```text ```` block right after a ``bash`` or ``python`` block (the
@@ -77,6 +80,8 @@ _FENCE = re.compile(r"^```([\w+-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*(.*?)\s*-->$")
 _NOT_RUN = re.compile(r"^not run(?P<texts>(?:\s*\"[^\"]+\",?)*)\s*:\s*(?P<reason>.*)$")
 _RUN_BY = re.compile(r"^(?P<path>tests/\S+\.py) (?:runs|checks) the next (?:block|command)")
+_SAME_AS = re.compile(r"^(?P<page>\S+\.md) runs the same commands?\b")
+_COMMENT = re.compile(r"\s+#.*$")
 _DURATION = re.compile(r"\b\d+(?:\.\d+)? ?(?:s|ms)\b")
 
 
@@ -135,9 +140,23 @@ class Block:
                 return found.group("path")
         return None
 
+    def same_as(self) -> str | None:
+        """The page (relative to the repository's root) whose blocks run this block's commands,
+        where the page names one."""
+        for marker in self.markers:
+            found = _SAME_AS.match(marker)
+            if found:
+                return found.group("page")
+        return None
+
     def runs_here(self) -> bool:
         """Whether the docs test of its session runs it."""
-        return self.language in RUN and self.not_run() is None and self.run_by() is None
+        return (
+            self.language in RUN
+            and self.not_run() is None
+            and self.run_by() is None
+            and self.same_as() is None
+        )
 
     def commands(self, *, every: bool = False) -> list[Command]:
         """The commands of a shell block in order, each with the output shown for it; the
@@ -197,6 +216,22 @@ def read(page: Path) -> list[Block]:
         previous_end = end
         index = end + 1
     return blocks
+
+
+def as_typed(command: str) -> str:
+    """A shell command without its trailing comment and with its white space collapsed: two
+    commands a user types alike are equal."""
+    return " ".join(_COMMENT.sub("", command).split())
+
+
+def commands_run(page: Path) -> set[str]:
+    """The shell commands (:func:`as_typed`) that the docs test of ``page`` runs."""
+    return {
+        as_typed(command.text)
+        for block in read(page)
+        if block.runs_here() and block.language != "python"
+        for command in block.commands()
+    }
 
 
 def every_block() -> list[Block]:

@@ -15,7 +15,10 @@ from docsblocks import (
     ROOT,
     RUN,
     SESSION_TESTS,
+    SESSIONS,
     Block,
+    as_typed,
+    commands_run,
     difference,
     every_block,
     read,
@@ -45,8 +48,23 @@ def test_every_block_a_user_runs_is_run_or_says_why_not(block: Block) -> None:
         )
     reason = block.not_run()
     run_by = block.run_by()
+    same_as = block.same_as()
     if reason is not None:
         assert reason, f"{block.id} is marked as not run without saying why"
+    elif same_as is not None:
+        other = ROOT / same_as
+        assert other.is_file(), f"{block.id} says {same_as} runs its commands: no such page"
+        assert SESSIONS.get(same_as, "core") == block.session, (
+            f"{block.id} needs the {block.session} session; {same_as} is run by another"
+        )
+        commands = block.commands()
+        assert block.language != "python" and all(c.shown is None for c in commands), (
+            f"{block.id}: only shell commands whose output the page does not show can be left "
+            f"to {same_as}"
+        )
+        ran = commands_run(other)
+        missing = [c.text for c in commands if as_typed(c.text) not in ran]
+        assert missing == [], f"{block.id}: {same_as} does not run {missing}"
     elif run_by is not None:
         test = ROOT / run_by
         assert test.is_file(), f"{block.id} says {run_by} runs it: no such file"
@@ -123,6 +141,35 @@ def test_a_text_block_after_a_command_is_its_output(tmp_path: Path) -> None:
     assert watch.lines_not_run() == {"--watch": "serves until stopped"} and watch.runs_here()
 
 
+def test_a_block_whose_commands_another_page_runs_is_not_run_again(tmp_path: Path) -> None:
+    (tmp_path / "first.md").write_text(
+        "```bash\naccelctl launch --cpu --devices 2 run.py --epochs 3   # two processes\n```\n"
+    )
+    (tmp_path / "second.md").write_text(
+        "<!-- first.md runs the same command -->\n"
+        "```console\n$ accelctl  launch --cpu --devices 2 run.py --epochs 3\n```\n"
+        "<!-- first.md runs the same command -->\n"
+        "```console\n$ accelctl launch --cpu --devices 2 run.py --epochs 5\n```\n"
+    )
+    same, other = read_any(tmp_path / "second.md")
+    assert same.same_as() == "first.md" and not same.runs_here()
+    ran = commands_run_any(tmp_path / "first.md")
+    assert ran == {"accelctl launch --cpu --devices 2 run.py --epochs 3"}
+    assert [as_typed(c.text) in ran for c in same.commands() + other.commands()] == [True, False]
+
+
+def commands_run_any(page: Path) -> set[str]:
+    """:func:`docsblocks.commands_run` on a page outside the checkout."""
+    import docsblocks
+
+    original = docsblocks.ROOT
+    docsblocks.ROOT = page.parent
+    try:
+        return commands_run(page)
+    finally:
+        docsblocks.ROOT = original
+
+
 def read_any(page: Path) -> list[Block]:
     """:func:`docsblocks.read` on a page outside the checkout."""
     import docsblocks
@@ -155,6 +202,32 @@ class _Page:
 for _page in CORE_PAGES:  # TestReadmeMd, TestDocsTrainingMd, ...
     _name = "Test" + "".join(word.title() for word in re.split(r"[^A-Za-z0-9]+", _page))
     globals()[_name] = type(_name, (_Page,), {"page": _page, "__doc__": f"{_page}, run."})
+
+
+# -- links between the pages ---------------------------------------------------------------------
+
+_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def test_every_relative_link_of_the_pages_reaches_a_file() -> None:
+    """The contract links each rule's reason in docs/design/, and the pages link each other: a
+    moved or renamed page breaks them silently."""
+    broken = [
+        f"{page.relative_to(ROOT).as_posix()}: {target}"
+        for page in PAGES
+        for target in _LINK.findall(page.read_text())
+        if not (page.parent / target).exists()
+    ]
+    assert broken == []
+
+
+def test_the_design_index_lists_every_record() -> None:
+    """A decision record nobody can find from docs/design/index.md is not read."""
+    design = ROOT / "docs" / "design"
+    listed = set(_LINK.findall((design / "index.md").read_text()))
+    records = {path.name for path in design.glob("*.md")} - {"index.md"}
+    assert records, "no design records found: the path is wrong"
+    assert sorted(records - listed) == []
 
 
 def test_a_test_count_on_a_page_is_printed_by_a_command_run_here() -> None:
