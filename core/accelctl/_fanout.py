@@ -3,7 +3,7 @@
 Where accelctl asks every plugin (``list``, ``env``, ``stats``, ``"auto"``, an alias,
 ``validate``), :func:`run_each` asks them from a pool of daemon threads: one, and one more (up to
 :data:`MAX_WORKERS`) while every thread has been busy with one plugin for :data:`GROW_AFTER_S`
-and plugins wait (docs/design/fan-out.md: threads started up front cost quick plugins more than
+and plugins wait (docs/design/fan-out-pool.md: threads started up front cost quick plugins more than
 they give). It waits for each at most ``ACCELCTL_HOOK_TIMEOUT`` seconds from when a thread took
 it. A plugin past its deadline gets the error of a late plugin and is left running
 (Python cannot stop a thread), not asked again until it returns; a new thread takes the place of

@@ -16,7 +16,7 @@ The child is forked only from a process that runs one thread, as the ``accelctl`
 when it gets here: a fork copies the locks other threads hold, never released in the child.
 Where ``os.fork`` does not exist (Windows), or where the command runs inside a program that
 has other threads (a test runner, a notebook calling the CLI's functions), the task runs in
-the process itself (docs/design/asking-apart.md).
+the process itself (docs/design/plugins-asked-in-a-child.md).
 """
 
 from __future__ import annotations
