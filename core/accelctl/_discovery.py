@@ -56,13 +56,22 @@ def distribution(origin: Origin) -> metadata.Distribution:
     return origin
 
 
-def read_identity(origin: Origin) -> tuple[str | None, str | None, str | None]:
-    """The distribution's name and version, and why they cannot be read (None when they can)."""
+class Identity(NamedTuple):
+    """Who installed a plugin: the distribution's name and version, and why they cannot be read
+    (None when they can; the name is then the folder's, the version None)."""
+
+    distribution: str | None
+    version: str | None
+    problem: str | None = None
+
+
+def read_identity(origin: Origin) -> Identity:
+    """The :class:`Identity` of the distribution at ``origin``, read from its metadata."""
     try:
-        return (*read_name_and_version(distribution(origin)), None)
+        return Identity(*read_name_and_version(distribution(origin)))
     except Exception as exc:  # a broken METADATA: named, never fatal to the others
         key = _dist_name(origin)
-        return (
+        return Identity(
             key,
             None,
             f"cannot read the metadata of distribution {key or '?'} "

@@ -4,8 +4,9 @@ accelctl calls one plugin's hook at a time, as a plain call; it never broadcasts
 plugin. So :mod:`accelctl.hookspecs` is the typed contract, and a plugin is checked against it
 here (each marked name a known hook, no parameter its specification lacks, no wrapper, the
 required hooks present) instead of being registered in a pluggy ``PluginManager`` per plugin,
-which measured 11 times the load and 7 times each call (docs/design/hooks-without-plugin-manager.md). pluggy's markers
-stay the contract's: ``@accelctl.hookimpl`` marks a module's functions.
+which measured 11 times the load and 7 times each call
+(docs/design/hooks-without-plugin-manager.md). pluggy's markers stay the contract's:
+``@accelctl.hookimpl`` marks a module's functions.
 """
 
 from __future__ import annotations

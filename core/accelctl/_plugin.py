@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from ._accelerator import Accelerator
-from ._discovery import Origin, name_problem, read_identity
+from ._discovery import Identity, Origin, name_problem, read_identity
 from ._errors import (
     AccelctlError,
     AcceleratorUnavailableError,
@@ -73,7 +73,7 @@ class AcceleratorHandle:
         self.plugin_name = name
         self._entry_point = entry_point
         self._origin = origin
-        self._identity: tuple[str | None, str | None, str | None] | None = None
+        self._identity: Identity | None = None
         self._state: State = "not-loaded"
         self._stage: Stage | None = None
         self._error: AccelctlError | None = None
@@ -155,33 +155,31 @@ class AcceleratorHandle:
     @property
     def distribution(self) -> str | None:
         """The distribution that installed the plugin; None for an object passed in directly."""
-        return self._read_identity()[0]
+        return self._read_identity().distribution
 
     @property
     def version(self) -> str | None:
         """That distribution's version."""
-        return self._read_identity()[1]
+        return self._read_identity().version
 
     @property
     def entry_point(self) -> str | None:
         """The entry point's value (``"module:attr"``); None for an object passed in directly."""
         return None if self._entry_point is None else self._entry_point.value
 
-    def _read_identity(self) -> tuple[str | None, str | None]:
+    def _read_identity(self) -> Identity:
         """The distribution's name and version, read once (a read only: :meth:`identify` is what
         breaks the handle where they cannot be read)."""
         if self._identity is None:
-            self._identity = None, None, None
+            self._identity = Identity(None, None)
             if self._origin is not None:
                 self._identity = read_identity(self._origin)
-        return self._identity[0], self._identity[1]
+        return self._identity
 
     def identify(self) -> AcceleratorHandle:
         """Read the distribution's metadata (once); where it cannot be read the handle is broken
         at stage ``metadata`` (loading does this first; a listing without detection too)."""
-        self._read_identity()
-        assert self._identity is not None
-        problem = self._identity[2]
+        problem = self._read_identity().problem
         if problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
         return self
@@ -190,7 +188,7 @@ class AcceleratorHandle:
         """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it;
         ``"accelerator 'openreg' (plugin 'privateuse1', accelctl-torch-backend 0.1.0)"`` where the
         accelerator's name is not the plugin's."""
-        dist, version = self._read_identity()
+        dist, version, _ = self._read_identity()
         parts = [f"plugin {self.plugin_name!r}"] if self.name != self.plugin_name else []
         if dist:
             parts.append(f"{dist} {version}" if version else dist)

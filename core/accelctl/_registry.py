@@ -83,7 +83,10 @@ class Registry:
                 reason = self.plugin_filter.blocked_reason(name)
                 conflict = None
                 if len(founds) > 1:  # a conflict: one row each, by distribution
-                    owners = {id(found): read_identity(found.origin)[0] or "" for found in founds}
+                    owners = {
+                        id(found): read_identity(found.origin).distribution or ""
+                        for found in founds
+                    }
                     founds.sort(key=lambda found: owners[id(found)])
                     if not reason:
                         conflict = _conflict(name, [owners[id(found)] for found in founds])

@@ -72,7 +72,7 @@ def _load(name: str, claims: list[Found]) -> click.Command:
     found = claims[0]
     if found.problem is not None:
         return _failing(name, f"{_describe(found)} cannot be loaded: {found.problem}")
-    distribution = read_identity(found.origin)[0]
+    distribution = read_identity(found.origin).distribution
     advice = f"reinstall or uninstall {distribution}" if distribution else "reinstall it"
     try:
         command = metadata.EntryPoint(found.name, found.value, found.group).load()
