@@ -125,13 +125,28 @@ def select_accelerator(
     return _select(accelerator, registry or get_registry(), chosen.accelerator)
 
 
+def asked_name(accelerator: Any, override: str) -> Any:
+    """What a selection of ``accelerator`` looks up: ``ACCELCTL_ACCELERATOR`` (``override``, as
+    read) where ``"auto"`` was asked and the variable names an accelerator; else
+    ``accelerator`` itself. The one place that rule lives (the CLI names the plugin a deadline
+    is for by it)."""
+    if (
+        isinstance(accelerator, str)
+        and accelerator.strip().lower() == "auto"
+        and override
+        and override.strip().lower() != "auto"
+    ):
+        return override
+    return accelerator
+
+
 def _select(accelerator: Any, registry: Registry, override: str) -> AcceleratorHandle:
     if not isinstance(accelerator, str):
         _check_plugin_object(accelerator)
         return AcceleratorHandle.from_object(accelerator)
     key = accelerator.strip().lower()
     if key == "auto":
-        if override and override.lower() != "auto":
+        if asked_name(accelerator, override) is override:
             try:
                 return _select(override, registry, "")
             except AccelctlError as exc:
@@ -302,9 +317,7 @@ def resolve_chosen(
     if automatic and handle.info.distributed_backend is None:
         parsed = single_process(parsed)
     # What the user typed, for messages: "auto" stands for ACCELCTL_ACCELERATOR when that is set.
-    asked = accelerator if isinstance(accelerator, str) else None
-    if asked is not None and asked.strip().lower() == "auto" and chosen.accelerator:
-        asked = chosen.accelerator
+    asked = asked_name(accelerator, chosen.accelerator) if isinstance(accelerator, str) else None
     return Selection(
         accelerator=handle,
         devices=handle.get_parallel_devices(parsed),

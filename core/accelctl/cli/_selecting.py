@@ -15,7 +15,7 @@ import os
 from .._fanout import run_one
 from .._isolation import import_torch
 from .._registry import get_registry
-from .._selection import Selection, resolve_chosen, select_accelerator
+from .._selection import Selection, asked_name, resolve_chosen, select_accelerator
 from .._settings import SelectionVariables
 
 
@@ -23,11 +23,7 @@ def resolve_in_time(accelerator: str, devices: str) -> Selection:
     """:func:`accelctl.resolve` for a command, each step under the deadline."""
     environ = dict(os.environ)
     chosen = SelectionVariables.read(environ)
-    named = get_registry().named(
-        chosen.accelerator
-        if accelerator.strip().lower() == "auto" and chosen.accelerator
-        else accelerator
-    )
+    named = get_registry().named(asked_name(accelerator, chosen.accelerator))
     handle = run_one(lambda: select_accelerator(accelerator, environ=environ), named)
     import_torch()  # torch's own import is not the plugin's time
     return run_one(
