@@ -7,10 +7,10 @@ more of what ``list --json`` does, so that the difference of two neighbours is o
    same with the collector's objects frozen at exit, the base of 2);
 2. ``list --no-detect --json``: accelctl's CLI and core imports and its scan, no plugin code
    (here and in 3 the collector's objects are frozen at exit, as 4 has them);
-3. ``list --json`` in one process (the forked child off, ``_apart.FORK = False``): every
+3. ``list --json`` in one process (the forked child off, ``_child.FORK = False``): every
    plugin imported and its ``detect`` run, in the fan-out's threads;
 4. ``list --json`` as a user runs it: the same in a forked child, its rows over a pipe; since
-   issue 48 ``accelctl.cli.main`` freezes the collector's objects after asking apart;
+   issue 48 ``accelctl.cli.main`` freezes the collector's objects after asking in a child;
 5. ``list --json`` with that freeze undone (``gc.freeze`` replaced by a no-op): what the
    interpreter's shutdown collections cost, as before issue 48.
 
@@ -50,7 +50,7 @@ TARGET = 1.2
 
 _MAIN = "from accelctl.cli import main; main()"
 _FROZEN = "import atexit, gc; atexit.register(gc.freeze); "
-_IN_PROCESS = _FROZEN + "import accelctl.cli._apart as a; a.FORK = False; " + _MAIN
+_IN_PROCESS = _FROZEN + "import accelctl.cli._child as a; a.FORK = False; " + _MAIN
 _COLLECTED = "import gc; gc.freeze = lambda: None; " + _MAIN
 
 

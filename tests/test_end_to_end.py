@@ -121,8 +121,8 @@ def test_list_imports_no_torch_and_a_lookup_imports_one_plugin(target: Path) -> 
         """
         import sys
         import accelctl
-        from accelctl.cli import _apart, main
-        _apart.FORK = False  # the modules the plugins' asking imports, in this process
+        from accelctl.cli import _child, main
+        _child.FORK = False  # the modules the plugins' asking imports, in this process
         sys.argv = ["accelctl"] + sys.argv[1:]
         try:
             main()

@@ -10,7 +10,7 @@ it. A plugin past its deadline gets the error of a late plugin and is left runni
 the one it holds. The threads are daemons so that a plugin that never returns never delays the
 interpreter's exit, which ``concurrent.futures`` would (its workers are joined at exit).
 
-This is the only module that knows a deadline. It knows its items only as :class:`Askable`;
+This is the only module that knows a deadline. It knows its items only as :class:`FanOutItem`;
 nothing here runs per hook call.
 """
 
@@ -36,7 +36,7 @@ GROW_AFTER_S = 0.02
 POLL_S = 0.2
 
 
-class Askable(Protocol):
+class FanOutItem(Protocol):
     """What :func:`run_each` asks: a plugin's handle, or something that answers for one."""
 
     def busy_with(self) -> str:
@@ -48,7 +48,7 @@ class Askable(Protocol):
         ...
 
 
-A = TypeVar("A", bound=Askable)
+A = TypeVar("A", bound=FanOutItem)
 T = TypeVar("T")
 
 _local = threading.local()  # .run and .index: the fan-out and the item this worker asks
@@ -69,7 +69,7 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
     """Have ``observer(True, item)`` called in the worker's thread when it starts asking an item,
     ``observer(False, item)`` when that returns; None: no more. What a process that asks
     plugins on another's behalf tells it, so that the plugin it was asking when it ended can be
-    named (the CLI's :mod:`accelctl.cli._apart`)."""
+    named (the CLI's :mod:`accelctl.cli._child`)."""
     global _observer
     _observer = observer
 
@@ -87,7 +87,7 @@ def abandoned_threads() -> list[threading.Thread]:
     return list(_abandoned)
 
 
-def late_error(item: Askable, seconds: float) -> AccelctlError:
+def late_error(item: FanOutItem, seconds: float) -> AccelctlError:
     """The error of ``item`` when it has not answered within ``seconds``."""
     if isinstance(item, _Unnamed):
         return AccelctlError(f"accelctl did not finish within {seconds:g} s")
@@ -162,8 +162,8 @@ class _Run(Generic[A, T]):
     def grow(self, now: float, limit: int) -> float:
         """Start one more thread where every running one has been busy for
         :data:`GROW_AFTER_S` and items wait; how long until that is worth asking again."""
-        if not self.waiting or self.workers >= limit:
-            return POLL_S
+        if not self.waiting or not self.running or self.workers >= limit:
+            return POLL_S  # nothing to grow for, or no thread has taken a plugin yet
         # An item off the clock waits for a fan-out of its own: busy, as long as can be.
         latest = max((at for at in self.running.values() if at is not None), default=0.0)
         if now - latest < GROW_AFTER_S:
@@ -194,7 +194,7 @@ def run_each(
         else:
             run.waiting.append(index)
     limit = MAX_WORKERS if workers is None else workers
-    with _off_clock(), run.lock:
+    with _deadline_paused(), run.lock:
         if run.waiting:
             run.start()
         while run.waiting or run.running:
@@ -233,7 +233,7 @@ class _Unnamed:
         return AccelctlError(problem)
 
 
-def run_one(work: Callable[[], T], plugin: Askable | None = None) -> T:
+def run_one(work: Callable[[], T], plugin: FanOutItem | None = None) -> T:
     """``work()`` in a worker thread under the deadline (the CLI's named commands): its value, or
     the error it raised or its deadline gave, raised here; past the deadline the error is
     ``plugin``'s (the plugin ``work`` is for, where the caller knows it), else accelctl's own."""
@@ -244,7 +244,7 @@ def run_one(work: Callable[[], T], plugin: Askable | None = None) -> T:
 
 
 @contextlib.contextmanager
-def _off_clock() -> Iterator[None]:
+def _deadline_paused() -> Iterator[None]:
     """A fan-out inside a task (an alias looked up while a plugin is checked): the inner tasks
     have the deadlines, the outer one waits, its clock started again from the end."""
     run = getattr(_local, "run", None)

@@ -2,7 +2,7 @@
 its configuration at import (docs/concepts.md section 11); and how accelctl imports torch. Nothing
 here is set up per hook call, and nothing replaces a process-wide object: what a plugin could
 do to a whole process (end it, crash it, write on its stdout) the CLI keeps out of its own
-process instead (:mod:`accelctl.cli._apart`).
+process instead (:mod:`accelctl.cli._child`).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def resolve(
     """Choose the accelerator (as :func:`select_accelerator`) and its devices, as a Trainer does.
 
     :param devices: a devices spec; ``"auto"`` means ``ACCELCTL_DEVICES`` when it is set (and
-        is this accelerator's: :func:`handed_to`), else every visible device of an
+        is this accelerator's: :func:`devices_variable_applies`), else every visible device of an
         accelerator with a distributed backend, else the first one.
     :param environ: where ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` are read (default:
         ``os.environ``), once, before any plugin code runs.
@@ -296,7 +296,7 @@ def resolve_chosen(
     automatic = isinstance(devices, str) and devices.strip().lower() == "auto"
     from_environ = ""
     if automatic and chosen.devices:
-        if handed_to(handle, chosen.accelerator):
+        if devices_variable_applies(handle, chosen.accelerator):
             devices = from_environ = chosen.devices
             automatic = False
         elif processes is not None:
@@ -328,7 +328,7 @@ def resolve_chosen(
     )
 
 
-def handed_to(handle: AcceleratorHandle, selected: str) -> bool:
+def devices_variable_applies(handle: AcceleratorHandle, selected: str) -> bool:
     """Whether ``ACCELCTL_DEVICES`` is ``handle``'s, where ``ACCELCTL_ACCELERATOR`` says
     ``selected`` (``""`` when unset).
 

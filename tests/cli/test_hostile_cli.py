@@ -51,7 +51,7 @@ def test_list_survives_malformed_distributions(
     assert table.exit_code == 0 and "latin: error: accelerator 'latin'" in table.stdout
 
 
-@pytest.mark.slow  # as a user types it: plugins are asked apart only from a one-thread process
+@pytest.mark.slow  # as a user types it: plugins are asked in a child only from a one-thread process
 def test_resolve_survives_malformed_distributions(cli: Cli, malformed_site: FakeSite):
     done = cli.process("resolve", "--accelerator", "cpu", "--json", path=malformed_site.path)
     assert done.returncode == 0, done.stderr
@@ -76,7 +76,7 @@ def chatty_site(fake_site: FakeSite) -> FakeSite:
     return fake_site
 
 
-@pytest.mark.slow  # as a user types it: plugins are asked apart only from a one-thread process
+@pytest.mark.slow  # as a user types it: plugins are asked in a child only from a one-thread process
 @pytest.mark.parametrize(
     "args",
     [
@@ -97,7 +97,7 @@ def test_json_stays_valid_when_a_plugin_prints(
     assert "hello" not in done.stdout
 
 
-@pytest.mark.slow  # as a user types it: plugins are asked apart only from a one-thread process
+@pytest.mark.slow  # as a user types it: plugins are asked in a child only from a one-thread process
 def test_what_a_plugins_own_thread_prints_stays_off_stdout(cli: Cli, fake_site: FakeSite):
     fake_site.install("acme-t", {"threaded": "fakeplugins.hostile:DetectPrintsFromAThread"})
     done = cli.process("list", "--json", path=fake_site.path, env={"ACCELCTL_PLUGINS": "threaded"})

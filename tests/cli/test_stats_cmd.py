@@ -9,7 +9,7 @@ import pytest
 from cliharness import Cli, FakeClock
 
 from accelctl import _stats
-from accelctl.cli import _apart, stats_cmd
+from accelctl.cli import _child, stats_cmd
 
 from fakedists import FakeSite
 
@@ -112,7 +112,7 @@ def test_cpu_alone_exits_0(cli: Cli, gpu_site):
 
 def test_watch_refreshes_until_ctrl_c_and_exits_0(cli: Cli, monkeypatch):
     monkeypatch.setenv("ACCELCTL_PLUGINS", "cpu")
-    monkeypatch.setattr(_apart, "FORK", False)  # the clock below is this process's
+    monkeypatch.setattr(_child, "FORK", False)  # the clock below is this process's
     clock = FakeClock()
     sleeps = clock.sleeps
 

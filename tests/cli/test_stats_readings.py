@@ -15,7 +15,7 @@ from cliharness import Cli, FakeClock
 
 import accelctl
 from accelctl import _stats
-from accelctl.cli import _apart, stats_cmd
+from accelctl.cli import _child, stats_cmd
 
 from fakedists import FakeSite
 
@@ -56,7 +56,7 @@ Times = collections.namedtuple("Times", "user system idle")
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     clock = FakeClock()
     # What is read when, in this process: the clock is this process's (not the reading child's).
-    monkeypatch.setattr(_apart, "FORK", False)
+    monkeypatch.setattr(_child, "FORK", False)
     monkeypatch.setattr(stats_cmd, "time", clock)  # the --watch interval
     monkeypatch.setattr(_stats, "time", clock)  # the wait for a real first reading
     return clock

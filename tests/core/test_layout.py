@@ -33,8 +33,8 @@ def test_list_imports_only_the_modules_it_runs() -> None:
     code = (
         "import contextlib, io, json, sys\n"
         "from accelctl.cli.main import cli\n"
-        "import accelctl.cli._apart as apart\n"
-        "apart.FORK = False  # what the command imports, the plugins' asking included\n"
+        "import accelctl.cli._child as child\n"
+        "child.FORK = False  # what the command imports, the plugins' asking included\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    cli(['list', '--json'], prog_name='accelctl')\n"
         "print(json.dumps(sorted(sys.modules)))\n"

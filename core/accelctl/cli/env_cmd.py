@@ -24,7 +24,7 @@ from .._registry import list_accelerators
 from .._status import AcceleratorStatus
 from .._text import one_line, printable_line
 from ..torch_build import cudnn_version, mps_built, read_torch_build
-from ._apart import run_apart
+from ._child import run_in_child
 from ._output import emit_json
 
 
@@ -170,7 +170,7 @@ def render(env: Environment) -> str:
 def env_command(as_json: bool) -> None:
     """Print platform, Python, torch and its builds, accelctl and its plugins with versions and
     the facts each plugin adds (drivers, device variables): a block to paste into a bug report."""
-    [env] = run_apart(lambda: iter([collect()]))  # the plugins asked in a process of their own
+    [env] = run_in_child(lambda: iter([collect()]))  # the plugins asked in a process of their own
     if as_json:
         emit_json(asdict(env))
     else:

@@ -8,7 +8,7 @@ import click
 
 from .._registry import list_accelerators
 from .._status import AcceleratorStatus
-from ._apart import run_apart
+from ._child import run_in_child
 from ._output import echo_line, emit_json, format_table, yes_no
 
 HEADERS = ("NAME", "AVAILABLE", "DEVICES", "FAMILY", "PRIORITY", "PLUGIN", "DESCRIPTION")
@@ -49,7 +49,7 @@ def list_command(as_json: bool, no_detect: bool) -> None:
     if no_detect:  # no plugin code runs
         rows = _rows(no_detect=True)
     else:  # each plugin under its deadline, in a process of their own
-        [rows] = run_apart(lambda: iter([_rows(no_detect=False)]))
+        [rows] = run_in_child(lambda: iter([_rows(no_detect=False)]))
     if as_json:
         emit_json([document for document, _, _ in rows])
         return

@@ -74,7 +74,7 @@ class AccelctlGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
-        # list, stats, env and resolve ask the plugins in a process of their own (_apart.py).
+        # list, stats, env and resolve ask the plugins in a process of their own (_child.py).
         with warnings.catch_warnings():
             default_show = warnings.showwarning
 
@@ -160,8 +160,8 @@ def main() -> None:
         ]
         if abandoned_threads() or lingering:
             _exit_now(exc.code)
-        apart = sys.modules.get("accelctl.cli._apart")  # imported by those commands alone
-        if apart is not None and apart.asked_apart:
+        child = sys.modules.get("accelctl.cli._child")  # imported by those commands alone
+        if child is not None and child.asked_in_child:
             gc.freeze()
         raise
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .._errors import AccelctlError
-from ._apart import run_apart
+from ._child import run_in_child
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json
 from ._selecting import resolve_in_time
@@ -20,7 +20,7 @@ def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
     the selection is impossible (with --json, also as {"error", "error_type"} on stdout)."""
     try:
         # The plugins asked in a process of their own; the selection comes back as its data.
-        [data] = run_apart(lambda: iter([resolve_in_time(accelerator, devices).to_dict()]))
+        [data] = run_in_child(lambda: iter([resolve_in_time(accelerator, devices).to_dict()]))
     except AccelctlError as exc:
         if as_json:  # a program reading stdout gets a document either way
             emit_json({"error": " ".join(str(exc).split()), "error_type": type(exc).__name__})

@@ -16,7 +16,7 @@ import click
 
 from .._stats import DeviceStats, watch_stats
 from .._text import printable_line
-from ._apart import run_apart
+from ._child import run_in_child
 from ._output import emit_json, format_table, json_text
 from ._prometheus import parse_address
 
@@ -160,7 +160,7 @@ def stats_command(
     # rounds stops it).
     if watch is None:
         # The accelerators found, read, waited for and read again.
-        [readings] = run_apart(lambda: _rounds(name, None))
+        [readings] = run_in_child(lambda: _rounds(name, None))
         if as_json:
             emit_json([reading.to_dict() for reading in readings])
         else:
@@ -168,7 +168,7 @@ def stats_command(
         if any(reading.error for reading in readings):
             raise click.exceptions.Exit(1)
         return
-    with contextlib.closing(run_apart(lambda: _rounds(name, watch))) as rounds:
+    with contextlib.closing(run_in_child(lambda: _rounds(name, watch))) as rounds:
         readings = next(rounds)
         try:
             while True:

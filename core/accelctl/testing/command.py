@@ -16,7 +16,7 @@ import click
 
 from accelctl._registry import get_registry
 from accelctl.capabilities import Capability
-from accelctl.cli._apart import run_apart
+from accelctl.cli._child import run_in_child
 from accelctl.cli._output import echo_line, emit_json
 
 from .checks import validate_installed
@@ -201,8 +201,8 @@ def validate_command(
         if not _capabilities(names, as_json, PROBE_TIMEOUT_S if timeout is None else timeout):
             ctx.exit(1)
         return
-    # The plugins are checked in a process of their own (accelctl.cli._apart).
-    [reports] = run_apart(lambda: iter([_portable(validate_installed(names or None))]))
+    # The plugins are checked in a process of their own (accelctl.cli._child).
+    [reports] = run_in_child(lambda: iter([_portable(validate_installed(names or None))]))
     if not reports:
         _nothing_installed(ctx)
     if as_json:

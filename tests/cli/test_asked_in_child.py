@@ -1,5 +1,5 @@
 """``list``, ``stats``, ``env``, ``resolve`` and ``validate`` ask the plugins in a process of their
-own (``accelctl.cli._apart``): what a plugin does to a whole process (end it, crash it, write on
+own (``accelctl.cli._child``): what a plugin does to a whole process (end it, crash it, write on
 its descriptor 1) is its row, and nothing in the command's own process is replaced."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from cliharness import Cli, strict_json
 
 import accelctl
-from accelctl.cli import _apart
+from accelctl.cli import _child
 
 from fakedists import FakeSite
 
@@ -111,12 +111,12 @@ def in_fresh_interpreter(code: str) -> None:
 def test_an_error_the_task_raises_keeps_its_type_and_the_childs_traceback() -> None:
     in_fresh_interpreter(
         "import os, accelctl\n"
-        "from accelctl.cli import _apart\n"
+        "from accelctl.cli import _child\n"
         "def task():\n"
         "    raise accelctl.DeviceSpecError('bad spec', accelerator='npu', spec=str(os.getpid()))\n"
         "    yield\n"
         "try:\n"
-        "    list(_apart.run_apart(task))\n"
+        "    list(_child.run_in_child(task))\n"
         "except accelctl.DeviceSpecError as exc:\n"
         "    assert (str(exc), exc.accelerator) == ('bad spec', 'npu')\n"
         "    assert exc.spec != str(os.getpid())  # raised in the child\n"
@@ -136,20 +136,20 @@ def test_the_commands_own_process_replaces_nothing_process_wide() -> None:
         for path in root.rglob("*.py")
         if pattern.search(path.read_text())
     }
-    assert assigning == {os.path.join("cli", "_apart.py"): ["sys.stdout"]}
-    text = (root / "cli" / "_apart.py").read_text()
+    assert assigning == {os.path.join("cli", "_child.py"): ["sys.stdout"]}
+    text = (root / "cli" / "_child.py").read_text()
     child = text[text.index("def _child(") : text.index("def _portable(")]
     assert "sys.stdout = sys.stderr = _Forward(pipe)" in child  # in the child alone
 
 
 def test_without_fork_the_task_runs_in_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_apart, "FORK", False)
-    assert list(_apart.run_apart(lambda: iter([os.getpid()]))) == [os.getpid()]
+    monkeypatch.setattr(_child, "FORK", False)
+    assert list(_child.run_in_child(lambda: iter([os.getpid()]))) == [os.getpid()]
     in_fresh_interpreter(
         "import os\n"
-        "from accelctl.cli import _apart\n"
-        "[pid] = _apart.run_apart(lambda: iter([os.getpid()]))\n"
-        "assert pid != os.getpid() and _apart.asked_apart\n"
+        "from accelctl.cli import _child\n"
+        "[pid] = _child.run_in_child(lambda: iter([os.getpid()]))\n"
+        "assert pid != os.getpid() and _child.asked_in_child\n"
         "print('ok')\n"
     )
 
@@ -159,12 +159,12 @@ def test_a_process_with_other_threads_runs_the_task_itself() -> None:
     # run inside a program with threads asks its plugins in that program's process.
     in_fresh_interpreter(
         "import os, threading\n"
-        "from accelctl.cli import _apart\n"
+        "from accelctl.cli import _child\n"
         "stop = threading.Event()\n"
         "other = threading.Thread(target=stop.wait)\n"
         "other.start()\n"
-        "[pid] = _apart.run_apart(lambda: iter([os.getpid()]))\n"
-        "assert pid == os.getpid() and not _apart.asked_apart\n"
+        "[pid] = _child.run_in_child(lambda: iter([os.getpid()]))\n"
+        "assert pid == os.getpid() and not _child.asked_in_child\n"
         "stop.set()\n"
         "print('ok')\n"
     )
@@ -179,17 +179,17 @@ def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
     import accelctl
 
     rows = ("result", [({"name": "cpu", "count": 1, "ok": True, "why": None}, ("cpu", 1.5), None)])
-    plain = _apart._dumps(rows)
-    assert plain[:1] == b"m" and _apart._loads(plain) == rows
+    plain = _child._dumps(rows)
+    assert plain[:1] == b"m" and _child._loads(plain) == rows
     info = accelctl.AcceleratorInfo(description="x", priority=3, aliases=("a",))
-    other = _apart._dumps(("result", info))
-    assert other[:1] == b"p" and _apart._loads(other) == ("result", info)
-    assert dataclasses.is_dataclass(_apart._loads(other)[1])
+    other = _child._dumps(("result", info))
+    assert other[:1] == b"p" and _child._loads(other) == ("result", info)
+    assert dataclasses.is_dataclass(_child._loads(other)[1])
     in_fresh_interpreter(  # through a real child
         "import os\n"
-        "from accelctl.cli import _apart\n"
+        "from accelctl.cli import _child\n"
         f"rows = {rows[1]!r}\n"
-        "[got] = _apart.run_apart(lambda: iter([(os.getpid(), rows)]))\n"
+        "[got] = _child.run_in_child(lambda: iter([(os.getpid(), rows)]))\n"
         "assert got[0] != os.getpid() and got[1] == rows, got\n"
         "print('ok')\n"
     )
@@ -203,10 +203,10 @@ def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: 
     assert "hello from import" in done.stderr and "hello from detect" in done.stderr
 
 
-def test_a_command_asked_apart_skips_the_shutdowns_collection() -> None:
+def test_a_command_asked_in_a_child_skips_the_shutdowns_collection() -> None:
     """Issue 48: once ``list`` asked its plugins in a child, ``main`` freezes the collector's
     objects, so the interpreter's shutdown does not walk them; a command that asked nothing
-    apart (``--no-detect``: no plugin code) leaves the collector as it was. Both still exit
+    in a child (``--no-detect``: no plugin code) leaves the collector as it was. Both still exit
     through ``SystemExit`` and run ``atexit`` handlers."""
     code = (
         "import atexit, gc, sys\n"

@@ -42,7 +42,7 @@ _HEADER = struct.Struct("!I")
 FORK = hasattr(os, "fork")
 #: True once a task ran in a child: the plugins' code ran there, not in this process (what
 #: ``accelctl.cli.main`` needs to know to skip the shutdown's garbage collection).
-asked_apart = False
+asked_in_child = False
 
 
 def _dumps(message: tuple[Any, ...]) -> bytes:
@@ -117,7 +117,7 @@ def _read(reader: io.BufferedReader) -> tuple[Any, ...] | None:
     return message
 
 
-def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
+def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
     """What ``task()`` yields, computed in a child process (see the module's docstring); an
     error it raises is raised here, as the same type where it is accelctl's.
 
@@ -126,8 +126,8 @@ def run_apart(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
     if not FORK or _thread_count() > 1:
         yield from task()
         return
-    global asked_apart
-    asked_apart = True
+    global asked_in_child
+    asked_in_child = True
     ended: dict[str, str] = {}
     one_at_a_time = False
     while True:
