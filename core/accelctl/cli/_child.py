@@ -48,7 +48,7 @@ asked_in_child = False
 def _dumps(message: tuple[Any, ...]) -> bytes:
     """A message as bytes: plain data (``list``'s rows, text, names) through ``marshal``, which
     is built in, anything else (a selection's objects, an error) through ``pickle``, imported
-    then: ``list`` never pays pickle's import (issue 48: a few ms of a 100 ms command)."""
+    then: ``list`` never pays pickle's import (a few ms of a 100 ms command)."""
     try:
         return b"m" + marshal.dumps(message)
     except ValueError:  # an object marshal does not take
