@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast, get_args
 
 from ._accelerator import Accelerator
 from ._discovery import Identity, Origin, name_problem, read_identity
@@ -40,6 +40,19 @@ if TYPE_CHECKING:
 State = Literal["not-loaded", "loaded", "disabled", "broken"]
 #: Where loading failed, in the order loading runs.
 Stage = Literal["metadata", "name", "conflict", "import", "instantiate", "register"]
+
+
+class Loading(NamedTuple):
+    """How loading a plugin went, one record replaced whole at each change: the :data:`State`,
+    with the :data:`Stage` that failed and its error when broken, and why when disabled."""
+
+    state: State
+    stage: Stage | None = None
+    error: AccelctlError | None = None
+    reason: str | None = None
+
+
+_NOT_LOADED = Loading("not-loaded")
 
 
 class AcceleratorHandle:
@@ -74,10 +87,7 @@ class AcceleratorHandle:
         self._entry_point = entry_point
         self._origin = origin
         self._identity: Identity | None = None
-        self._state: State = "not-loaded"
-        self._stage: Stage | None = None
-        self._error: AccelctlError | None = None
-        self._reason: str | None = None
+        self._loading_state = _NOT_LOADED
         #: The plugin object (module or instance) once imported, kept when registering it failed.
         self.plugin: object | None = None
         self._hooks: dict[str, Callable[..., Any]] | None = None
@@ -89,7 +99,7 @@ class AcceleratorHandle:
         self._raised = False
         self._loading = threading.Lock()
         if disabled:  # the user's choice: never imported, whatever else is wrong with it
-            self._state, self._reason = "disabled", disabled
+            self._loading_state = Loading("disabled", reason=disabled)
         elif problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
         elif conflict is not None:
@@ -101,22 +111,22 @@ class AcceleratorHandle:
     def state(self) -> State:
         """How loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a
         listing found: see :class:`~accelctl.AcceleratorStatus`)."""
-        return self._state
+        return self._loading_state.state
 
     @property
     def stage(self) -> Stage | None:
         """The stage that failed, with :attr:`error`; None unless broken."""
-        return self._stage
+        return self._loading_state.stage
 
     @property
     def error(self) -> AccelctlError | None:
         """Why loading failed; None unless broken."""
-        return self._error
+        return self._loading_state.error
 
     @property
     def reason(self) -> str | None:
         """Why it is disabled (names the variable); None unless disabled."""
-        return self._reason
+        return self._loading_state.reason
 
     @classmethod
     def from_object(
@@ -200,8 +210,8 @@ class AcceleratorHandle:
     # -- loading ------------------------------------------------------------------------------
 
     def _fail(self, stage: Stage, error: AccelctlError) -> None:
-        if self._state != "broken":
-            self._state, self._stage, self._error = "broken", stage, error
+        if self._loading_state.state != "broken":
+            self._loading_state = Loading("broken", stage, error)
             self._hooks = None
 
     def load(self) -> AcceleratorHandle:
@@ -254,7 +264,7 @@ class AcceleratorHandle:
             self._info = self.accelerator_info()
         except AccelctlError:
             pass
-        self._state = "loaded"
+        self._loading_state = Loading("loaded")
 
     def diagnose(self) -> HookDiagnosis | None:
         """The contract checks' verdict on the imported plugin's hooks, worked out now (the
