@@ -189,17 +189,8 @@ def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
     :raises PluginLoadError: reading its attributes raised, or a hook is unknown, missing, a
         wrapper, or takes a parameter its specification does not have.
     """
-    impls = _registered(plugin, subject)
-    missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
-    try:
-        unmarked = _unmarked(plugin, missing)
-    except BaseException as exc:  # reading an unmarked hook's attribute ran the plugin's code
-        raise _error(subject, f"registering it failed: {failure_text(exc)}") from exc
-    problem = (
-        _unknown_message(tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)))
-        or _missing_message(missing, unmarked)
-        or _wrappers_message(_wrappers(impls))
-    )
+    impls, diagnosis = _read(plugin, subject)
+    problem = diagnosis.problem()
     if problem is not None:
         raise _error(subject, problem)
     table: dict[str, Callable[..., Any]] = {}
@@ -216,16 +207,8 @@ def diagnose(plugin: object) -> HookDiagnosis | None:
     """The plugin's :class:`HookDiagnosis`, read again (the conformance checks' detail); None
     where a hook takes a parameter its specification lacks or reading its attributes raises."""
     try:
-        impls = _registered(plugin, "")
-        missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
-        return HookDiagnosis(
-            implemented=tuple(name for name in hookspecs.ALL_HOOKS if name in impls),
-            unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
-            missing=missing,
-            unmarked=_unmarked(plugin, missing),
-            wrappers=_wrappers(impls),
-        )
-    except BaseException:
+        return _read(plugin, "")[1]
+    except PluginLoadError:
         return None
 
 
@@ -233,17 +216,40 @@ def _error(subject: str, problem: str) -> PluginLoadError:
     return PluginLoadError(f"{subject}: {problem}")
 
 
-def _registered(plugin: object, subject: str) -> dict[str, _Impl]:
-    """Each hook ``plugin`` offers, by name, checked against its specification (an unknown name
-    is kept for the caller to name); ``subject`` names the plugin in the error.
+def _read(plugin: object, subject: str) -> tuple[dict[str, _Impl], HookDiagnosis]:
+    """Each hook ``plugin`` offers, by name, checked against its specification, and what the
+    plugin implements, lacks or offers that accelctl does not know; ``subject`` names the plugin
+    in the error. Reading its attributes may run its code (a required hook left unmarked is
+    looked up to say so): whatever that raises is the plugin's failure to register.
 
     :raises PluginLoadError: reading its attributes raised, or a hook takes a parameter its
         specification does not have.
     """
     try:
-        found = list(_found_hooks(plugin))
-    except BaseException as exc:  # the plugin's attributes raised while they were read
+        impls = _checked(_found_hooks(plugin), subject)
+        missing = tuple(hook for hook in hookspecs.REQUIRED_HOOKS if hook not in impls)
+        unmarked = _unmarked(plugin, missing)
+    except PluginLoadError:
+        raise
+    except BaseException as exc:  # anything the plugin's code raised, its sys.exit() included
         raise _error(subject, f"registering it failed: {failure_text(exc)}") from exc
+    return impls, HookDiagnosis(
+        implemented=tuple(name for name in hookspecs.ALL_HOOKS if name in impls),
+        unknown=tuple(sorted(name for name in impls if name not in hookspecs.ALL_HOOKS)),
+        missing=missing,
+        unmarked=unmarked,
+        wrappers=_wrappers(impls),
+    )
+
+
+def _checked(
+    found: Iterator[tuple[str, Callable[..., Any], dict[str, Any]]], subject: str
+) -> dict[str, _Impl]:
+    """The hooks found, by name, each checked against its specification (an unknown name is
+    kept for the caller to name).
+
+    :raises PluginLoadError: a hook takes a parameter its specification does not have.
+    """
     specs = _spec_arguments()
     impls: dict[str, _Impl] = {}
     for name, function, opts in found:
