@@ -32,6 +32,8 @@ from .checkpoint import (
     CheckpointConfig,
     Checkpointer,
     CheckpointError,
+    LastCheckpoint,
+    LoopState,
     Resume,
     Stateful,
     resumed_batches,
@@ -129,8 +131,8 @@ class Fit:
         self.plan: RunPlan | None = None
         #: The checkpoint the plan resumes from (None: from the start).
         self.resume_from: Path | None = None
-        #: The last checkpoint written or resumed from: (path, epoch, step), for the reports.
-        self.last_checkpoint: tuple[Path, int, int] | None = None
+        #: The last checkpoint written or resumed from, for the reports.
+        self.last_checkpoint: LastCheckpoint | None = None
         #: The trainer's step when the training loop began (None: it never began); a step ran
         #: in this fit where the trainer's step is past it.
         self.first_step: int | None = None
@@ -311,7 +313,7 @@ class Fit:
         trainer.global_step, trainer.metrics = resume.global_step, resume.metrics
         if not resume.batches_done and resume.rng is not None:
             set_rng_state(resume.rng, self.device)
-        self.last_checkpoint = (self.resume_from, resume.epoch, resume.global_step)
+        self.last_checkpoint = LastCheckpoint(self.resume_from, resume.epoch, resume.global_step)
         if resume.epoch >= trainer.max_epochs:
             self.report.nothing_to_train(
                 self.resume_from, epochs_done=resume.epoch, max_epochs=trainer.max_epochs
@@ -392,7 +394,7 @@ class Fit:
             # The next epoch's order depends on the states now (its loader's generators too).
             next_epoch = epoch_rng_state(self.train_loader, self.device)
             best = self.checkpointer.save(
-                epoch + 1, 0, trainer.global_step, next_epoch, figures, epoch_end=True
+                LoopState(epoch + 1, 0, trainer.global_step, next_epoch, figures), epoch_end=True
             )
             self._written(epoch, best)
         self.reporting.done(epoch)
@@ -545,7 +547,7 @@ class Fit:
         """``last.ckpt`` after ``batches_done`` batches of ``epoch``, to resume there."""
         trainer = self.trainer
         self.checkpointer.save(
-            epoch, batches_done, trainer.global_step, self.epoch_rng, trainer.metrics
+            LoopState(epoch, batches_done, trainer.global_step, self.epoch_rng, trainer.metrics)
         )
         self._written(epoch, None)
 
@@ -554,7 +556,7 @@ class Fit:
         if self.plan is None:
             return
         last, step = self.plan.folder / LAST, self.trainer.global_step
-        self.last_checkpoint = (last, epoch, step)
+        self.last_checkpoint = LastCheckpoint(last, epoch, step)
         self.reporting.checkpoint(last)
         self.report.checkpoint(
             last.resolve(),
@@ -620,16 +622,15 @@ def _strategy_text(strategy: str, world_size: int) -> str:
     return strategy
 
 
-def resume_advice(last: tuple[Path, int, int] | None) -> str:
+def resume_advice(last: LastCheckpoint | None) -> str:
     """``the last checkpoint is X (epoch 2, step 40): ...how to resume...``, or that none was
     written."""
     if last is None:
         return "no checkpoint was written"
-    path, epoch, step = last
-    path = path.resolve()
+    path = last.path.resolve()
     return (
-        f"the last checkpoint is {path} (epoch {epoch + 1}, step {step}); resume from it with "
-        f"fit(ckpt_path='last'), or by running the same command with "
+        f"the last checkpoint is {path} (epoch {last.epoch + 1}, step {last.step}); resume from "
+        f"it with fit(ckpt_path='last'), or by running the same command with "
         f"{_settings.CKPT_PATH}={shlex.quote(str(path))}"
     )
 
