@@ -34,7 +34,14 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.launched import hand_loop, launch_workers, timed_in_turns, worker_options
+from bench.launched import (
+    group_result,
+    hand_loop,
+    joined_group,
+    launch_workers,
+    timed_in_turns,
+    worker_options,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer", "accelerate")
@@ -115,12 +122,7 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
     ``out``. One loop alone (``--loops trainer``) is for timing whole processes from outside."""
     import torch.distributed as dist
 
-    import accelctl
-
-    selection = accelctl.resolve()  # what the launcher chose (ACCELCTL_ACCELERATOR / _DEVICES)
-    device = selection.devices[int(os.environ["LOCAL_RANK"])]
-    selection.accelerator.setup_device(device)
-    dist.init_process_group(selection.distributed_backend)
+    selection, device = joined_group(set_up_device=True)
     dataset, epochs = _data(quick), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer, "accelerate": _accelerate}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
@@ -131,11 +133,7 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
         result = {
-            "accelerator": selection.accelerator.name,
-            "devices": [str(d) for d in selection.devices],
-            "backend": dist.get_backend(),
-            "steps_per_run": steps,
-            "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
+            **group_result(selection, steps, times),
             "accelerate_set_up_s": [round(t, 4) for t in set_ups],
         }
         out.write_text(json.dumps(result))

@@ -34,7 +34,14 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.launched import hand_loop, launch_workers, timed_in_turns, worker_options
+from bench.launched import (
+    group_result,
+    hand_loop,
+    joined_group,
+    launch_workers,
+    timed_in_turns,
+    worker_options,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer")
@@ -153,11 +160,7 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
     writes ``out``."""
     import torch.distributed as dist
 
-    import accelctl
-
-    selection = accelctl.resolve()  # what the launcher chose (ACCELCTL_ACCELERATOR / _DEVICES)
-    device = selection.devices[int(os.environ["LOCAL_RANK"])]
-    dist.init_process_group(selection.distributed_backend)
+    selection, device = joined_group(set_up_device=False)
     dataset, epochs = _data(BATCH * 2 * (2 if quick else 64), FEATURES), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
@@ -167,14 +170,7 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
     dist.all_gather_object(per_rank, memory)
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
-        result = {
-            "accelerator": selection.accelerator.name,
-            "devices": [str(d) for d in selection.devices],
-            "backend": dist.get_backend(),
-            "steps_per_run": steps,
-            "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
-            "memory_bytes_per_rank": per_rank,
-        }
+        result = {**group_result(selection, steps, times), "memory_bytes_per_rank": per_rank}
         out.write_text(json.dumps(result))
     dist.destroy_process_group()
 

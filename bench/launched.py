@@ -9,6 +9,7 @@ where :func:`timed_in_turns` times its loops and rank 0 writes OUT.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,36 @@ def launch_workers(
 def worker_options(repeats: int, quick: bool) -> list[str]:
     """The options every worker takes: ``--repeats N``, and ``--quick`` for a quick run."""
     return ["--repeats", str(repeats)] + (["--quick"] if quick else [])
+
+
+def joined_group(*, set_up_device: bool) -> tuple[Any, Any]:
+    """In a process ``accelctl launch`` started: what the launcher chose (``accelctl.resolve()``,
+    from ``ACCELCTL_ACCELERATOR`` and ``_DEVICES``) and this process's device (set up first
+    where ``set_up_device``), once the process group is joined."""
+    import torch.distributed as dist
+
+    import accelctl
+
+    selection = accelctl.resolve()
+    device = selection.devices[int(os.environ["LOCAL_RANK"])]
+    if set_up_device:
+        selection.accelerator.setup_device(device)
+    dist.init_process_group(selection.distributed_backend)
+    return selection, device
+
+
+def group_result(selection: Any, steps: int, times: Mapping[str, list[float]]) -> dict[str, Any]:
+    """What every worker's result starts with (rank 0's): the accelerator, its devices, the
+    collective backend, the steps of one run and each loop's times."""
+    import torch.distributed as dist
+
+    return {
+        "accelerator": selection.accelerator.name,
+        "devices": [str(d) for d in selection.devices],
+        "backend": dist.get_backend(),
+        "steps_per_run": steps,
+        "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
+    }
 
 
 #: A loop of a section: ``loop(dataset, epochs, device, root)``, trains a fresh model.
