@@ -529,12 +529,12 @@ class Checkpointer:
         best = None
         if score is not None:
             name = best_name(loop.epoch - 1, self.config.best_metric, score)
-            kept, dropped = self.best.offer(score, name)
+            offer = self.best.offer(score, name)
             state["best"] = self.best.kept
-            if kept:
+            if offer.kept:
                 save_atomic(state, self.folder / name, last_good=self.folder / LAST)
                 best = name
-            for old in dropped:
+            for old in offer.dropped:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
@@ -553,7 +553,8 @@ class Checkpointer:
         dropped: list[str] = []
         if score is not None:  # every rank: they agree, and all write a kept one's shards
             name = best_name(loop.epoch - 1, self.config.best_metric, score)
-            kept, dropped = self.best.offer(score, name)
+            offer = self.best.offer(score, name)
+            kept, dropped = offer.kept, offer.dropped
         written = [LAST, name] if kept and name is not None else [LAST]
         for checkpoint in written:
             try:

@@ -226,7 +226,8 @@ class Epochs:
         all-reduce, so that all stop at the same step)."""
         step = self.trainer.global_step
         self.progress.mark("the figures' all-reduce", step)
-        mean, per_second, stop = tally.close_window(stop=self.requeue.requested)
+        window = tally.close_window(stop=self.requeue.requested)
+        mean, per_second = window.mean_loss, window.samples_per_second
         record: dict[str, Any] = {
             "kind": "step",
             "step": step,
@@ -242,7 +243,7 @@ class Epochs:
         self.reporting.line("step", figures, stats)
         if bar is not None:
             bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
-        return stop
+        return window.stop
 
     def _device_stats(self) -> dict[str, int | float]:
         """The device's stats for a log line; a hook that breaks is warned about once and not
