@@ -31,7 +31,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.launched import launch_workers, worker_options
+from bench import launched
 
 FEATURES, HIDDEN, CLASSES, BATCH = 256, 1024, 10, 64
 #: Steps per timed turn.
@@ -152,8 +152,12 @@ def _spread(ratios: list[float]) -> dict[str, float]:
 def run(repeats: int = 9, quick: bool = False) -> dict[str, Any]:
     """Start the 2 processes, collect rank 0's figures; plain data for a report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELCTL_", "DS_"))}
-    measured = launch_workers(
-        __file__, accelerator="cpu", devices=2, options=worker_options(repeats, quick), env=env
+    measured = launched.launch_workers(
+        __file__,
+        accelerator="cpu",
+        devices=2,
+        options=launched.worker_options(repeats, quick),
+        env=env,
     )
     times = measured["times_s"]
     steps = measured["steps_per_turn"]

@@ -34,14 +34,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.launched import (
-    group_result,
-    hand_loop,
-    joined_group,
-    launch_workers,
-    timed_in_turns,
-    worker_options,
-)
+from bench import launched
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer", "accelerate")
@@ -76,7 +69,7 @@ def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
         model, device_ids=None if device.type == "cpu" else [device.index]
     )
     optimizer = model.configure_optimizers()
-    hand_loop(ddp, optimizer, dataset, epochs, batch=BATCH, device=device)
+    launched.hand_loop(ddp, optimizer, dataset, epochs, batch=BATCH, device=device)
 
 
 def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
@@ -122,18 +115,18 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
     ``out``. One loop alone (``--loops trainer``) is for timing whole processes from outside."""
     import torch.distributed as dist
 
-    selection, device = joined_group(set_up_device=True)
+    selection, device = launched.joined_group(set_up_device=True)
     dataset, epochs = _data(quick), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer, "accelerate": _accelerate}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
         chosen = {name: loops[name] for name in names}
-        times, set_ups = timed_in_turns(  # set-ups: Accelerate's
+        times, set_ups = launched.timed_in_turns(  # set-ups: Accelerate's
             chosen, repeats, epochs, dataset=dataset, device=device, root=root
         )
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
         result = {
-            **group_result(selection, steps, times),
+            **launched.group_result(selection, steps, times),
             "accelerate_set_up_s": [round(t, 4) for t in set_ups],
         }
         out.write_text(json.dumps(result))
@@ -160,11 +153,11 @@ def run(
         }
     if json.loads(probe.stdout).get("distributed_backend") is None:
         return {"skipped": f"{accelerator} has no distributed backend here"}
-    measured = launch_workers(
+    measured = launched.launch_workers(
         __file__,
         accelerator=accelerator,
         devices=devices,
-        options=worker_options(repeats, quick),
+        options=launched.worker_options(repeats, quick),
         env=env,
     )
     medians = {name: statistics.median(values) for name, values in measured["times_s"].items()}

@@ -34,14 +34,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.launched import (
-    group_result,
-    hand_loop,
-    joined_group,
-    launch_workers,
-    timed_in_turns,
-    worker_options,
-)
+from bench import launched
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer")
@@ -82,7 +75,7 @@ def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     optimizer = model.configure_optimizers()
-    hand_loop(model, optimizer, dataset, epochs, batch=BATCH, device=device)
+    launched.hand_loop(model, optimizer, dataset, epochs, batch=BATCH, device=device)
 
 
 def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
@@ -160,17 +153,22 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
     writes ``out``."""
     import torch.distributed as dist
 
-    selection, device = joined_group(set_up_device=False)
+    selection, device = launched.joined_group(set_up_device=False)
     dataset, epochs = _data(BATCH * 2 * (2 if quick else 64), FEATURES), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
-        times, _ = timed_in_turns(loops, repeats, epochs, dataset=dataset, device=device, root=root)
+        times, _ = launched.timed_in_turns(
+            loops, repeats, epochs, dataset=dataset, device=device, root=root
+        )
         memory = {strategy: _memory(strategy, root) for strategy in ("ddp", "fsdp")}
     per_rank: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, memory)
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
-        result = {**group_result(selection, steps, times), "memory_bytes_per_rank": per_rank}
+        result = {
+            **launched.group_result(selection, steps, times),
+            "memory_bytes_per_rank": per_rank,
+        }
         out.write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -179,11 +177,11 @@ def run(repeats: int = 5, quick: bool = False, accelerator: str = "cpu") -> dict
     """Start the processes on 2 devices of ``accelerator``, collect rank 0's figures; plain data
     for a report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
-    measured = launch_workers(
+    measured = launched.launch_workers(
         __file__,
         accelerator=accelerator,
         devices=2,
-        options=worker_options(repeats, quick),
+        options=launched.worker_options(repeats, quick),
         env=env,
     )
     times = measured["times_s"]
