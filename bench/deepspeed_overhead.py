@@ -24,12 +24,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import launched
 
 FEATURES, HIDDEN, CLASSES, BATCH = 256, 1024, 10, 64
 #: Steps per timed turn.
@@ -150,16 +152,13 @@ def _spread(ratios: list[float]) -> dict[str, float]:
 def run(repeats: int = 9, quick: bool = False) -> dict[str, Any]:
     """Start the 2 processes, collect rank 0's figures; plain data for a report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELCTL_", "DS_"))}
-    with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as folder:
-        out = Path(folder) / "deepspeed.json"
-        command = [
-            sys.executable, "-m", "accelctl", "launch", "--accelerator", "cpu", "--devices", "2",
-            __file__, "--worker", str(out), "--repeats", str(repeats),
-        ] + (["--quick"] if quick else [])  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the benchmark's launch failed: {done.stderr.strip()[-2000:]}")
-        measured = json.loads(out.read_text())
+    measured = launched.launch_workers(
+        __file__,
+        accelerator="cpu",
+        devices=2,
+        options=launched.worker_options(repeats, quick),
+        env=env,
+    )
     times = measured["times_s"]
     steps = measured["steps_per_turn"]
     paired = [

@@ -32,6 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import launched
+
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer", "accelerate")
 FEATURES, HIDDEN, CLASSES, BATCH = 64, 256, 10, 64
@@ -58,29 +62,14 @@ def _fresh() -> Any:
 
 
 def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
-    import torch.distributed as dist
-    from torch.nn import functional as F
     from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, DistributedSampler
 
     model = _fresh().to(device)
     ddp = DistributedDataParallel(
         model, device_ids=None if device.type == "cpu" else [device.index]
     )
-    sampler = DistributedSampler(dataset, dist.get_world_size(), dist.get_rank(), shuffle=True)
-    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
     optimizer = model.configure_optimizers()
-    loss = None
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(ddp(x), y)
-            loss.backward()
-            optimizer.step()
-    if loss is not None:
-        float(loss.detach())
+    launched.hand_loop(ddp, optimizer, dataset, epochs, batch=BATCH, device=device)
 
 
 def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
@@ -126,38 +115,18 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
     ``out``. One loop alone (``--loops trainer``) is for timing whole processes from outside."""
     import torch.distributed as dist
 
-    import accelctl
-
-    selection = accelctl.resolve()  # what the launcher chose (ACCELCTL_ACCELERATOR / _DEVICES)
-    device = selection.devices[int(os.environ["LOCAL_RANK"])]
-    selection.accelerator.setup_device(device)
-    dist.init_process_group(selection.distributed_backend)
+    selection, device = launched.joined_group(set_up_device=True)
     dataset, epochs = _data(quick), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer, "accelerate": _accelerate}
-    times: dict[str, list[float]] = {name: [] for name in names}
-    set_ups: list[float] = []  # Accelerate's, on rank 0
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
-        for name in names:  # warm-up: imports, first kernels, caches
-            loops[name](dataset, 1, device, root)
-        for repeat in range(repeats):
-            turn = repeat % len(names)
-            order = names[turn:] + names[:turn]
-            for name in order:
-                dist.barrier()
-                started = time.perf_counter()
-                set_up = loops[name](dataset, epochs, device, root)
-                dist.barrier()
-                times[name].append(time.perf_counter() - started)
-                if set_up is not None:
-                    set_ups.append(set_up)
+        chosen = {name: loops[name] for name in names}
+        times, set_ups = launched.timed_in_turns(  # set-ups: Accelerate's
+            chosen, repeats, epochs, dataset=dataset, device=device, root=root
+        )
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
         result = {
-            "accelerator": selection.accelerator.name,
-            "devices": [str(d) for d in selection.devices],
-            "backend": dist.get_backend(),
-            "steps_per_run": steps,
-            "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
+            **launched.group_result(selection, steps, times),
             "accelerate_set_up_s": [round(t, 4) for t in set_ups],
         }
         out.write_text(json.dumps(result))
@@ -184,16 +153,13 @@ def run(
         }
     if json.loads(probe.stdout).get("distributed_backend") is None:
         return {"skipped": f"{accelerator} has no distributed backend here"}
-    with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as folder:
-        out = Path(folder) / "times.json"
-        command = [
-            sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
-            "--devices", str(devices), __file__, "--worker", str(out), "--repeats", str(repeats),
-        ] + (["--quick"] if quick else [])  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the benchmark's launch failed: {done.stderr.strip()[-2000:]}")
-        measured = json.loads(out.read_text())
+    measured = launched.launch_workers(
+        __file__,
+        accelerator=accelerator,
+        devices=devices,
+        options=launched.worker_options(repeats, quick),
+        env=env,
+    )
     medians = {name: statistics.median(values) for name, values in measured["times_s"].items()}
     fastest = {name: min(values) for name, values in measured["times_s"].items()}
     times = measured["times_s"]

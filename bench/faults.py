@@ -139,7 +139,13 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
     from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
-    from accelctl._training.checkpoint import LAST, CheckpointConfig, Checkpointer, Stateful
+    from accelctl._training.checkpoint import (
+        LAST,
+        CheckpointConfig,
+        Checkpointer,
+        LoopState,
+        Stateful,
+    )
     from accelctl._training.processes import ProcessEnvironment
 
     from .trainer_overhead import _model
@@ -184,8 +190,9 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
                 device=torch.device("cpu"),
                 run="bench",
             )
+            loop = LoopState(epochs, 0, trainer.global_step, None, trainer.metrics)
             started = time.perf_counter()
-            checkpointer.save(epochs, 0, trainer.global_step, None, trainer.metrics, epoch_end=True)
+            checkpointer.save(loop, epoch_end=True)
             written = time.perf_counter() - started
             started = time.perf_counter()
             checkpointer.restore(Path(root) / "checkpoints" / LAST)

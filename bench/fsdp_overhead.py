@@ -27,12 +27,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script (the workers are): the repository's bench
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import launched
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPS = ("hand", "trainer")
@@ -65,8 +67,6 @@ def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.nn import functional as F
-    from torch.utils.data import DataLoader, DistributedSampler
 
     model = _fresh().to(device)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
@@ -74,20 +74,8 @@ def _hand(dataset: Any, epochs: int, device: Any, root: str) -> None:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    sampler = DistributedSampler(dataset, dist.get_world_size(), dist.get_rank(), shuffle=True)
-    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
     optimizer = model.configure_optimizers()
-    loss = None
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-    if loss is not None:
-        float(loss.detach())
+    launched.hand_loop(model, optimizer, dataset, epochs, batch=BATCH, device=device)
 
 
 def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
@@ -165,36 +153,20 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
     writes ``out``."""
     import torch.distributed as dist
 
-    import accelctl
-
-    selection = accelctl.resolve()  # what the launcher chose (ACCELCTL_ACCELERATOR / _DEVICES)
-    device = selection.devices[int(os.environ["LOCAL_RANK"])]
-    dist.init_process_group(selection.distributed_backend)
+    selection, device = launched.joined_group(set_up_device=False)
     dataset, epochs = _data(BATCH * 2 * (2 if quick else 64), FEATURES), 1 if quick else 2
     loops = {"hand": _hand, "trainer": _trainer}
-    times: dict[str, list[float]] = {name: [] for name in LOOPS}
     with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
-        for name in LOOPS:  # warm-up: imports, first kernels, caches
-            loops[name](dataset, 1, device, root)
-        for repeat in range(repeats):
-            turn = repeat % len(LOOPS)
-            for name in LOOPS[turn:] + LOOPS[:turn]:
-                dist.barrier()
-                started = time.perf_counter()
-                loops[name](dataset, epochs, device, root)
-                dist.barrier()
-                times[name].append(time.perf_counter() - started)
+        times, _ = launched.timed_in_turns(
+            loops, repeats, epochs, dataset=dataset, device=device, root=root
+        )
         memory = {strategy: _memory(strategy, root) for strategy in ("ddp", "fsdp")}
     per_rank: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, memory)
     if dist.get_rank() == 0:
         steps = epochs * len(dataset) // (BATCH * dist.get_world_size())
         result = {
-            "accelerator": selection.accelerator.name,
-            "devices": [str(d) for d in selection.devices],
-            "backend": dist.get_backend(),
-            "steps_per_run": steps,
-            "times_s": {name: [round(t, 4) for t in values] for name, values in times.items()},
+            **launched.group_result(selection, steps, times),
             "memory_bytes_per_rank": per_rank,
         }
         out.write_text(json.dumps(result))
@@ -205,17 +177,13 @@ def run(repeats: int = 5, quick: bool = False, accelerator: str = "cpu") -> dict
     """Start the processes on 2 devices of ``accelerator``, collect rank 0's figures; plain data
     for a report."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
-    with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as folder:
-        out = Path(folder) / "fsdp.json"
-        command = [
-            sys.executable, "-m", "accelctl", "launch", "--accelerator", accelerator,
-            "--devices", "2", __file__,
-            "--worker", str(out), "--repeats", str(repeats),
-        ] + (["--quick"] if quick else [])  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the benchmark's launch failed: {done.stderr.strip()[-2000:]}")
-        measured = json.loads(out.read_text())
+    measured = launched.launch_workers(
+        __file__,
+        accelerator=accelerator,
+        devices=2,
+        options=launched.worker_options(repeats, quick),
+        env=env,
+    )
     times = measured["times_s"]
     medians = {name: statistics.median(values) for name, values in times.items()}
     paired = [ours / hand for ours, hand in zip(times["trainer"], times["hand"], strict=True)]

@@ -165,11 +165,11 @@ def _fallen_back(device_type: str) -> dict[str, int]:
 
 
 def untranslated_step() -> Callable[..., Any]:
-    """``Fit._step`` without its ``try`` around the backward: the method's own source, the
+    """``Epochs._step`` without its ``try`` around the backward: the method's own source, the
     ``try`` whose body calls ``backward()`` replaced by that body."""
-    from accelctl._training import fit
+    from accelctl._training import epochs
 
-    source = textwrap.dedent(inspect.getsource(fit.Fit._step))
+    source = textwrap.dedent(inspect.getsource(epochs.Epochs._step))
     tree = ast.parse(source)
     removed = 0
 
@@ -185,11 +185,11 @@ def untranslated_step() -> Callable[..., Any]:
     tree = ast.fix_missing_locations(Untry().visit(tree))
     if removed != 1:
         raise RuntimeError(
-            f"Fit._step has {removed} try statements around a backward(), not 1: "
+            f"Epochs._step has {removed} try statements around a backward(), not 1: "
             "bench/kernels.py's variant no longer matches the Trainer's step"
         )
     namespace: dict[str, Any] = {}
-    exec(compile(tree, "<Fit._step without its try>", "exec"), vars(fit), namespace)
+    exec(compile(tree, "<Epochs._step without its try>", "exec"), vars(epochs), namespace)
     step: Callable[..., Any] = namespace["_step"]
     return step
 
@@ -206,13 +206,13 @@ def _translation_worker(repeats: int, quick: bool) -> dict[str, Any]:
     import torch
 
     import accelctl
-    from accelctl._training import fit
+    from accelctl._training.epochs import Epochs
 
     sys.path.insert(0, str(ROOT))
     from bench.trainer_overhead import workload
 
     loader, epochs, fresh, described = workload(128, quick)
-    real = fit.Fit._step
+    real = Epochs._step
     arms = dict(zip(ARMS, (real, untranslated_step(), real), strict=True))
     times: dict[str, list[float]] = {name: [] for name in ARMS}
     taken: list[tuple[str, float]] = []
@@ -225,7 +225,7 @@ def _translation_worker(repeats: int, quick: bool) -> dict[str, Any]:
         taken.append((name, time.perf_counter() - started))
         return step
 
-    fit.Fit._step = alternating
+    Epochs._step = alternating
     try:
         with tempfile.TemporaryDirectory(prefix="accelctl-bench-") as root:
             for fit_index in range(1 + repeats):  # the first fit warms up
@@ -244,7 +244,7 @@ def _translation_worker(repeats: int, quick: bool) -> dict[str, Any]:
                     for name, seconds in taken[index * len(ARMS) : (index + 1) * len(ARMS)]:
                         times[name].append(seconds)
     finally:
-        fit.Fit._step = real
+        Epochs._step = real
     own, without, again = (times[name] for name in ARMS)
     translation = ratio_summary([a / b for a, b in zip(own, without, strict=True)])
     noise = ratio_summary([a / b for a, b in zip(own, again, strict=True)])

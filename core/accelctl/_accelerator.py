@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ._info import AcceleratorInfo
 from ._kernels.gaps import KernelGaps
@@ -165,6 +165,15 @@ class Accelerator(abc.ABC):
         return ", ".join(f"{name}={value!r}" for name, value in found.items())
 
     @staticmethod
+    def once_per_environment(names: Sequence[str], look: Callable[[], T]) -> PerEnvironment[T]:
+        """``look`` as a function that calls it once per setting of the environment variables
+        ``names`` (the ones it reads: a change to one of them is a new look), and keeps each
+        answer for the process; its ``forget()`` looks again next time (tests, a driver
+        installed meanwhile). For a probe of the machine that ``detect``,
+        ``auto_device_count`` and ``unavailable_reason`` all ask."""
+        return PerEnvironment(names, look)
+
+    @staticmethod
     def torch_device_in_use(device_type: str) -> bool:
         """True when this process already uses torch's ``device_type`` runtime: torch is imported
         (and not still being imported by another thread) and ``torch.<device_type>.
@@ -176,3 +185,26 @@ class Accelerator(abc.ABC):
         module = getattr(loaded_torch(), device_type, None)
         is_initialized = getattr(module, "is_initialized", None)
         return callable(is_initialized) and bool(is_initialized())
+
+
+T = TypeVar("T")
+
+
+class PerEnvironment(Generic[T]):
+    """A look made once per setting of some environment variables
+    (:meth:`Accelerator.once_per_environment`)."""
+
+    def __init__(self, names: Sequence[str], look: Callable[[], T]) -> None:
+        self.names, self.look = tuple(names), look
+        self._answers: dict[tuple[str | None, ...], T] = {}
+
+    def __call__(self) -> T:
+        """The look's answer for the variables' current setting, looked at once."""
+        key = tuple(os.environ.get(name) for name in self.names)
+        if key not in self._answers:
+            self._answers[key] = self.look()
+        return self._answers[key]
+
+    def forget(self) -> None:
+        """Look again at the next call."""
+        self._answers.clear()

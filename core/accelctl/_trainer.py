@@ -237,6 +237,6 @@ class Trainer:
         check_loader(train_dataloader, "train_dataloader")
         if val_dataloader is not None:
             check_loader(val_dataloader, "val_dataloader")
-        requeue = RequeueOnSignal(*self._requeue)
+        requeue = RequeueOnSignal(self._requeue.signum, explicit=self._requeue.explicit)
         fit = Fit(self, model, ckpt_path, env=self._env, requeue=requeue)
         fit.run(train_dataloader, val_dataloader)

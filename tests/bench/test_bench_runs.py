@@ -307,21 +307,21 @@ def test_the_translations_variant_is_the_step_without_its_try() -> None:
     import inspect
     import textwrap
 
-    from accelctl._training.fit import Fit
+    from accelctl._training.epochs import Epochs
 
     from bench.kernels import untranslated_step
 
     variant = untranslated_step()
-    real = ast.parse(textwrap.dedent(inspect.getsource(Fit._step)))
+    real = ast.parse(textwrap.dedent(inspect.getsource(Epochs._step)))
     tries = [node for node in ast.walk(real) if isinstance(node, ast.Try)]
     assert len(tries) == 1
-    assert variant.__code__.co_filename == "<Fit._step without its try>"
+    assert variant.__code__.co_filename == "<Epochs._step without its try>"
     assert (
         variant.__code__.co_varnames[: variant.__code__.co_argcount]
-        == (Fit._step.__code__.co_varnames[: Fit._step.__code__.co_argcount])
+        == (Epochs._step.__code__.co_varnames[: Epochs._step.__code__.co_argcount])
     )
     assert "missing" not in variant.__code__.co_varnames  # the except's name is gone
-    assert "missing" in Fit._step.__code__.co_varnames
+    assert "missing" in Epochs._step.__code__.co_varnames
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -140,6 +141,32 @@ def test_environment_variables_are_those_set_in_the_order_asked(
     assert XAccelerator.environment_variables(names, environ) == {"X_UNSET": "0,1"}
     assert XAccelerator.describe_variables(names, environ) == "X_UNSET='0,1'"
     assert XAccelerator.describe_variables(["X_NONE"], {}) == ""
+
+
+def test_once_per_environment_looks_once_per_setting_of_its_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe cache the CUDA and XPU plugins share: one look per setting of the variables it
+    names, none for a variable it does not name, and a fresh look after ``forget()``."""
+    looks: list[str | None] = []
+
+    def look() -> str:
+        looks.append(os.environ.get("X_VISIBLE_DEVICES"))
+        return f"look {len(looks)}"
+
+    monkeypatch.delenv("X_VISIBLE_DEVICES", raising=False)
+    current = XAccelerator.once_per_environment(["X_VISIBLE_DEVICES"], look)
+    assert looks == []  # made lazily
+    assert current() == current() == "look 1"
+    monkeypatch.setenv("OTHER_VARIABLE", "1")  # not one of its variables: no new look
+    assert current() == "look 1"
+    monkeypatch.setenv("X_VISIBLE_DEVICES", "0")
+    assert current() == "look 2"
+    monkeypatch.delenv("X_VISIBLE_DEVICES")
+    assert current() == "look 1"  # each setting's answer is kept
+    current.forget()
+    assert current() == "look 3"
+    assert looks == [None, "0", None]
 
 
 def test_torch_device_in_use_asks_the_device_module_and_never_imports_torch(

@@ -134,3 +134,72 @@ def test_the_training_path_imports_accelctls_modules_at_module_level() -> None:
         if inside
     ]
     assert not hidden, "; ".join(hidden)
+
+
+def attributes_set_later(source: str) -> dict[str, list[str]]:
+    """Per class of ``source``: the ``self`` attributes that ``__init__`` only declares (an
+    annotation without a value) or that another method sets first."""
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        made: set[str] = set()
+        later: list[str] = []
+        methods = [n for n in node.body if isinstance(n, ast.FunctionDef)]
+        for method in sorted(methods, key=lambda m: m.name != "__init__"):
+            for statement in ast.walk(method):
+                targets: list[ast.expr] = []
+                if isinstance(statement, ast.Assign):
+                    targets = [
+                        t
+                        for target in statement.targets
+                        for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+                    ]
+                elif isinstance(statement, ast.AnnAssign):
+                    targets = [statement.target]
+                    if statement.value is None and method.name == "__init__":
+                        later.append(f"{ast.unparse(statement.target)} (declared, unset)")
+                        continue
+                for target in targets:
+                    if not (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
+                        continue
+                    if method.name == "__init__":
+                        made.add(target.attr)
+                    elif target.attr not in made:
+                        later.append(f"self.{target.attr} (first set in {method.name})")
+        if later:
+            found[node.name] = later
+    return found
+
+
+def test_a_fit_sets_every_attribute_when_it_is_made() -> None:
+    """Issue 49: a fit's state is whole from the start: what the set-up builds is one record
+    (``fit_state.Training``) handed to the epochs, never attributes left unset until a later
+    phase fills them in."""
+    for name in ("fit.py", "epochs.py"):
+        late = attributes_set_later((PACKAGE / "_training" / name).read_text())
+        assert not late, f"_training/{name}: {late}"
+
+
+def test_the_late_attribute_check_sees_declared_and_late_attributes() -> None:
+    """The check above fails where it should."""
+    late = attributes_set_later(
+        "class Phased:\n"
+        "    def __init__(self):\n"
+        "        self.ready = 1\n"
+        "        self.optimizer: object\n"
+        "    def set_up(self):\n"
+        "        self.ready, self.loader = 2, 3\n"
+        "class Whole:\n"
+        "    def __init__(self):\n"
+        "        self.a = self.b = None\n"
+        "    def step(self):\n"
+        "        self.a = 1\n"
+    )
+    assert late == {
+        "Phased": ["self.optimizer (declared, unset)", "self.loader (first set in set_up)"]
+    }

@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What became of a checkpoint offered to :class:`BestCheckpoints`."""
+
+    #: Whether it ranks among the best and is kept.
+    kept: bool
+    #: The file names it pushed out of the best (its own, when it is not kept).
+    dropped: list[str]
+
+
 @dataclass
 class BestCheckpoints:
     """The ``keep`` best epoch-end checkpoints: ``[score, file name]``, best first, lower scores
@@ -16,14 +26,17 @@ class BestCheckpoints:
     mode: str
     kept: list[list[Any]] = field(default_factory=list)
 
-    def offer(self, score: float, name: str) -> tuple[bool, list[str]]:
+    def offer(self, score: float, name: str) -> Offer:
         """Whether a checkpoint scoring ``score`` is kept, and the file names it pushes out."""
         if not math.isfinite(score):
-            return False, []
+            return Offer(kept=False, dropped=[])
         sign = 1.0 if self.mode == "min" else -1.0
         ranked = sorted([*self.kept, [score, name]], key=lambda item: sign * float(item[0]))
         self.kept, dropped = ranked[: self.keep], ranked[self.keep :]
-        return any(item[1] == name for item in self.kept), [str(item[1]) for item in dropped]
+        return Offer(
+            kept=any(item[1] == name for item in self.kept),
+            dropped=[str(item[1]) for item in dropped],
+        )
 
 
 def best_name(epoch: int, metric: str, score: float) -> str:

@@ -336,6 +336,44 @@ def _mismatch(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class LoopState:
+    """The training loop's state a checkpoint holds: where a fit resumed from it goes on."""
+
+    #: The epoch to resume in.
+    epoch: int
+    #: The batches of ``epoch`` already trained (0 at an epoch's end, for the next one).
+    batches_done: int
+    global_step: int
+    #: What decides the data order of ``epoch`` at its start (:func:`.rng.epoch_rng_state`; at
+    #: an epoch's end, taken then, for the next one). None where nothing needs it.
+    epoch_rng: Mapping[str, Any] | None
+    #: The trainer's figures.
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class LastCheckpoint:
+    """The last checkpoint a fit wrote or resumed from, for its reports."""
+
+    path: Path
+    #: The epoch it resumes in (0-based), and the trainer's step it was written at.
+    epoch: int
+    step: int
+
+
+@dataclass(frozen=True)
+class RankStates:
+    """One process's part of a checkpoint, gathered into rank 0's file."""
+
+    #: The random states now.
+    rng: Mapping[str, Any]
+    #: What decides the data order of the checkpoint's epoch (:attr:`LoopState.epoch_rng`).
+    epoch_rng: Mapping[str, Any] | None
+    #: Sharded checkpoints: the new shards' folder, named by rank 0 (None elsewhere).
+    folder_id: str | None
+
+
+@dataclass(frozen=True)
 class Resume:
     """Where a fit resumed from a checkpoint starts, for this process."""
 
@@ -456,24 +494,11 @@ class Checkpointer:
                 f"checkpoint {path} does not fit this model or optimizer: {first}"
             ) from None
 
-    def save(
-        self,
-        epoch: int,
-        batches_done: int,
-        global_step: int,
-        epoch_rng: Mapping[str, Any] | None,
-        metrics: Mapping[str, float],
-        *,
-        epoch_end: bool = False,
-    ) -> str | None:
+    def save(self, loop: LoopState, *, epoch_end: bool = False) -> str | None:
         """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
-        ``epoch`` after ``batches_done``. Called on every rank: their random states are gathered
-        into rank 0's file. The best one's file name when one was kept.
-
-        :param epoch_rng: what decides the data order of ``epoch`` at its start
-            (:func:`.rng.epoch_rng_state`; at an epoch's end, taken now, for the next one).
-        """
-        gap = epoch_rng.get("gap") if epoch_rng is not None else None
+        ``loop.epoch`` after ``loop.batches_done``. Called on every rank: their random states are
+        gathered into rank 0's file. The best one's file name when one was kept."""
+        gap = loop.epoch_rng.get("gap") if loop.epoch_rng is not None else None
         if gap is not None and not self.told_gap and self.rank == 0:
             warn_user(
                 f"the checkpoints of this fit ({self.folder / LAST}) cannot restore the order "
@@ -485,7 +510,7 @@ class Checkpointer:
             self.swept = True
         # Sharded: rank 0 names the new shards' folder, the others learn it with the states.
         folder_id = uuid.uuid4().hex[:12] if self.sharded and self.rank == 0 else None
-        mine = (rng_state(self.device), epoch_rng, folder_id)
+        mine = RankStates(rng_state(self.device), loop.epoch_rng, folder_id)
         states: list[Any] = [mine]  # per rank
         if self.world_size > 1:
             import torch.distributed as dist
@@ -493,47 +518,43 @@ class Checkpointer:
             states = [None] * self.world_size
             dist.all_gather_object(states, mine)
         # Every rank checks the figure (they agree on the figures), so that all of them stop.
-        score = self._score(metrics) if epoch_end and self.config.keep_best else None
+        score = self._score(loop.metrics) if epoch_end and self.config.keep_best else None
         if self.sharded:
-            return self._save_sharded(states, epoch, batches_done, global_step, metrics, score)
+            return self._save_sharded(states, loop, score)
         if self.rank != 0:
             return None
         model, optimizer, _ = self.objects
-        state = self._state(states, epoch, batches_done, global_step, metrics)
+        state = self._state(states, loop)
         state.update(model=model.state_dict(), optimizer=optimizer.state_dict())
         best = None
         if score is not None:
-            name = best_name(epoch - 1, self.config.best_metric, score)
-            kept, dropped = self.best.offer(score, name)
+            name = best_name(loop.epoch - 1, self.config.best_metric, score)
+            offer = self.best.offer(score, name)
             state["best"] = self.best.kept
-            if kept:
+            if offer.kept:
                 save_atomic(state, self.folder / name, last_good=self.folder / LAST)
                 best = name
-            for old in dropped:
+            for old in offer.dropped:
                 if old != name:
                     (self.folder / old).unlink(missing_ok=True)
         save_atomic(state, self.folder / LAST)
         return best
 
     def _save_sharded(
-        self,
-        states: list[Any],
-        epoch: int,
-        batches_done: int,
-        global_step: int,
-        metrics: Mapping[str, float],
-        score: float | None,
+        self, states: list[RankStates], loop: LoopState, score: float | None
     ) -> str | None:
         """Every rank writes its shards into a new folder, then rank 0 the file that names it
         (atomically), then rank 0 removes the folders no file names any more. The best one's file
         name when one was kept."""
         model, optimizer, _ = self.objects
-        folder_id = states[0][2]
+        folder_id = states[0].folder_id
+        assert folder_id is not None  # rank 0 names it when the model is sharded
         name, kept = None, False
         dropped: list[str] = []
         if score is not None:  # every rank: they agree, and all write a kept one's shards
-            name = best_name(epoch - 1, self.config.best_metric, score)
-            kept, dropped = self.best.offer(score, name)
+            name = best_name(loop.epoch - 1, self.config.best_metric, score)
+            offer = self.best.offer(score, name)
+            kept, dropped = offer.kept, offer.dropped
         written = [LAST, name] if kept and name is not None else [LAST]
         for checkpoint in written:
             try:
@@ -545,7 +566,7 @@ class Checkpointer:
                 raise unwritable(self.folder / checkpoint, cause, last_good=last) from exc
         if self.rank != 0:
             return None
-        state = self._state(states, epoch, batches_done, global_step, metrics)
+        state = self._state(states, loop)
         state.update(format=SHARDED_FORMAT, strategy="fsdp")
         for checkpoint in reversed(written):  # the best first: last.ckpt is the one to trust
             shards = shards_folder(self.folder, checkpoint)
@@ -561,25 +582,18 @@ class Checkpointer:
                 prune(shards_folder(self.folder, old), keep=None)
         return name if kept else None
 
-    def _state(
-        self,
-        states: list[Any],
-        epoch: int,
-        batches_done: int,
-        global_step: int,
-        metrics: Mapping[str, float],
-    ) -> dict[str, Any]:
+    def _state(self, states: list[RankStates], loop: LoopState) -> dict[str, Any]:
         """The loop's state every checkpoint holds (rank 0's file), from every rank's states."""
         scaler = self.objects.scaler
         return {
             "format": FORMAT,
             "scaler": None if scaler is None else scaler.state_dict(),
-            "epoch": epoch,
-            "batches_done": batches_done,
-            "global_step": global_step,
-            "rng": [rng for rng, _, _ in states],
-            "epoch_rng": [start for _, start, _ in states],
-            "metrics": dict(metrics),
+            "epoch": loop.epoch,
+            "batches_done": loop.batches_done,
+            "global_step": loop.global_step,
+            "rng": [rank.rng for rank in states],
+            "epoch_rng": [rank.epoch_rng for rank in states],
+            "metrics": dict(loop.metrics),
             "best": self.best.kept,
             "run": self.run,
             "world_size": self.world_size,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,6 +22,16 @@ def _vector(values: list[torch.Tensor | float | int], device: torch.device) -> t
     return torch.stack(
         [torch.as_tensor(value, dtype=torch.float32, device=device) for value in values]
     )
+
+
+@dataclass(frozen=True)
+class Window:
+    """A closed logging window's figures, agreed across the processes."""
+
+    mean_loss: float
+    samples_per_second: float
+    #: Whether any process asks to stop (the requeue signal).
+    stop: bool
 
 
 class EpochTally:
@@ -42,7 +53,7 @@ class EpochTally:
         self.samples += samples
         self.steps += 1
 
-    def close_window(self, *, stop: bool) -> tuple[float, float, bool]:
+    def close_window(self, *, stop: bool) -> Window:
         """Across all processes, the window's mean loss, its samples per second and whether any
         process asks to ``stop`` (read here: a logging step syncs; the flag rides along for
         free); a new window starts."""
@@ -62,7 +73,7 @@ class EpochTally:
         now = time.perf_counter()
         rate = count / max(now - self.window_started, 1e-9)
         self.window, self.window_samples, self.window_started = [], 0, now
-        return mean, rate, stop
+        return Window(mean_loss=mean, samples_per_second=rate, stop=stop)
 
     def figures(self) -> dict[str, float]:
         """``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all

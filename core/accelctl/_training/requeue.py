@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from .._errors import TrainerError
 
@@ -25,16 +25,26 @@ class RequeueError(TrainerError):
     """The fit stopped at a checkpoint on its signal, but its job could not be requeued."""
 
 
+class RequeueSignal(NamedTuple):
+    """The signal a fit catches to stop at a checkpoint, as the Trainer's argument chose it."""
+
+    #: None: none is caught.
+    signum: int | None
+    #: Named by the user (caught even over another handler), not chosen by ``"auto"``.
+    explicit: bool
+
+
 def parse_requeue_signal(
     value: Any, *, checkpointing: bool, environ: Mapping[str, str] = os.environ
-) -> tuple[int | None, bool]:
+) -> RequeueSignal:
     """The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
     writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
     Raises :class:`TrainerError` for what cannot be caught, or a signal with checkpoints off."""
     if value is None or value is False:
-        return None, False
+        return RequeueSignal(None, False)
     if isinstance(value, str) and value.strip().lower() == "auto":
-        return (AUTO_SIGNAL if checkpointing and "SLURM_JOB_ID" in environ else None), False
+        in_job = checkpointing and "SLURM_JOB_ID" in environ
+        return RequeueSignal(AUTO_SIGNAL if in_job else None, False)
     signum: signal.Signals | None = None
     with contextlib.suppress(KeyError, ValueError):
         if isinstance(value, str):
@@ -52,7 +62,7 @@ def parse_requeue_signal(
             f"requeue_signal={value!r} stops the fit at a checkpoint, but enable_checkpointing is "
             f"False: turn checkpoints on, or pass requeue_signal=None"
         )
-    return int(signum), True
+    return RequeueSignal(int(signum), True)
 
 
 class RequeueOnSignal:

@@ -124,23 +124,18 @@ def count_devices(gpus: int, environ: Mapping[str, str]) -> tuple[int, str]:
     return len(visible_devices(gpus, environ)), "sysfs"
 
 
-_probes: dict[tuple[str | None, ...], Probe] = {}
+_current = Accelerator.once_per_environment(DEVICE_VARIABLES, lambda: probe())
 
 
 def current() -> Probe:
     """This process's probe, made once per setting of the visibility variables, so that
     ``detect``, ``auto_device_count`` and ``unavailable_reason`` look once."""
-    # What the probe reads from the environment: a change to one of them is a new probe.
-    key = tuple(os.environ.get(name) for name in DEVICE_VARIABLES)
-    found = _probes.get(key)
-    if found is None:
-        found = _probes[key] = probe()
-    return found
+    return _current()
 
 
 def forget() -> None:
     """Look again at the next :func:`current` (tests; a driver installed meanwhile)."""
-    _probes.clear()
+    _current.forget()
 
 
 def probe(environ: Mapping[str, str] | None = None) -> Probe:
