@@ -215,7 +215,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_accelctl_place", "_accelctl_made"):
+        for name in ("_accelctl_place", "_accelctl_made", "_accelctl_checked"):
             state.pop(name, None)
         return state
 
@@ -232,8 +232,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             # Once per process, after the plugin's setup_device (made or found, the state is
             # on the plugin's device): ACCELCTL_CPU_FALLBACK, or the declared gaps refused.
             set_up_kernels(place.handle, place.device, rank=place.rank)
-        else:
+        elif _state_key() != self.__dict__.get("_accelctl_checked"):
+            # Checked again only when Accelerate's state changed: Trainer reads the device
+            # several times a step, and making the state to check it cost 6 us a read.
             place.check(_current_state(), made_here=False)
+            self.__dict__["_accelctl_checked"] = _state_key()
         return place.device
 
     def _accelctl_make_state(self, place: _Place) -> None:
@@ -329,6 +332,18 @@ def _environment(variables: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _state_key() -> tuple[Any, ...]:
+    """What :meth:`_Place.check` reads of Accelerate's process-wide state, read without making
+    a state object: a new key is a state made, replaced or reset since the last check."""
+    from accelerate.state import PartialState
+
+    shared = PartialState._shared_state
+    return tuple(
+        shared.get(name)
+        for name in ("device", "num_processes", "process_index", "distributed_type")
+    )
 
 
 def _current_state() -> Any:
