@@ -5,7 +5,9 @@ block and what the comparison forgives)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -160,24 +162,25 @@ def test_a_block_whose_commands_another_page_runs_is_not_run_again(tmp_path: Pat
 
 def commands_run_any(page: Path) -> set[str]:
     """:func:`docsblocks.commands_run` on a page outside the checkout."""
-    import docsblocks
-
-    original = docsblocks.ROOT
-    docsblocks.ROOT = page.parent
-    try:
+    with pages_under(page.parent):
         return commands_run(page)
-    finally:
-        docsblocks.ROOT = original
 
 
 def read_any(page: Path) -> list[Block]:
     """:func:`docsblocks.read` on a page outside the checkout."""
+    with pages_under(page.parent):
+        return read(page)
+
+
+@contextlib.contextmanager
+def pages_under(root: Path) -> Iterator[None]:
+    """:mod:`docsblocks` reading pages under ``root`` instead of the checkout."""
     import docsblocks
 
     original = docsblocks.ROOT
-    docsblocks.ROOT = page.parent
+    docsblocks.ROOT = root
     try:
-        return read(page)
+        yield
     finally:
         docsblocks.ROOT = original
 
