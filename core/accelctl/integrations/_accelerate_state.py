@@ -122,6 +122,8 @@ def install() -> bool:
     Idempotent. Returns True: a release where one of the two changed is refused before, when
     the bridge is imported (:data:`ADAPTATION`, :class:`accelctl.FrameworkVersionError`); a
     release outside the tested window that has both is adapted, with a warning."""
+    if is_active():
+        return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
     from accelerate.utils import DistributedType
 

@@ -84,6 +84,8 @@ def install() -> bool:
     Idempotent. Returns True: a release where one changed is refused before, when the bridge is
     imported (:data:`ADAPTATION`); a release outside the tested window whose internals are all
     there is adapted, with a warning."""
+    if is_active():
+        return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
 
     def wrap_move(move: Any) -> Any:
