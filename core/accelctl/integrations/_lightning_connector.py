@@ -61,12 +61,12 @@ that a mean is a sum divided by the world size (what Lightning does for gloo); F
 ``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
 process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the
 device, DeepSpeed's process group over the plugin's backend). Every other accelerator
-goes through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION`
-checks, once, that each is there with the parameters the wrapper passes on
-(``accelctl.integrations._versions``). Where one changed, :func:`install` changes nothing and
-warns naming it, and the bridge's run-time checks (``LightningAccelerator.setup_device``,
-``LightningAccelerator.setup``) still refuse the wrong device and a ``ModelParallelStrategy``
-before training, naming it again.
+goes through Lightning's code unchanged. Each wrap goes through :data:`PATCHES`
+(``_patching``: recorded, once, undoable), applied by :func:`install` when the bridge's
+``enable()`` runs (a bound ``LightningAccelerator`` class is made), never when the bridge is
+imported. Most wrapped methods are private: :data:`ADAPTATION` declares each with the parameters
+the wrapper passes on, and importing the bridge refuses a release where one changed
+(``accelctl.integrations._versions``).
 """
 
 from __future__ import annotations
