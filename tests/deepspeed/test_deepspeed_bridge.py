@@ -4,6 +4,8 @@ torch_openreg 0.0.3 device (``occl_machine``)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from openregmachine import UserMachine
 
@@ -32,6 +34,36 @@ def test_on_the_cpu_deepspeeds_own_cpu_builds_of_its_ops_are_used_and_rebound() 
     assert chosen.get_op_builder("FusedAdamBuilder") is cpu.FusedAdamBuilder
     assert fused_adam.FusedAdamBuilder is cpu.FusedAdamBuilder
     assert deepspeed.ops.op_builder.CPUAdamBuilder is cpu.CPUAdamBuilder
+
+
+def test_the_bridges_patches_are_recorded_and_undone() -> None:
+    import torch
+
+    from accelctl.integrations import _deepspeed_initialize, _deepspeed_ops
+    from accelctl.integrations._deepspeed_adaptation import PATCHES
+
+    rebound = PATCHES.applied()  # the import's: the builder names, on the CPU no initialize
+    names = {patch.name for patch in rebound}
+    assert {"FusedAdamBuilder", "CPUAdamBuilder", "FusedLambBuilder"} <= names
+    assert "initialize" not in names and all(patch.why for patch in rebound)
+    original = deepspeed.initialize
+    on_meta = types.SimpleNamespace(process_device=torch.device("meta"))
+    try:
+        assert _deepspeed_initialize.wrap(on_meta)
+        (wrapped,) = (patch for patch in PATCHES.applied() if patch.name == "initialize")
+        assert (wrapped.original, wrapped.replacement) == (original, deepspeed.initialize)
+        assert deepspeed.initialize.__wrapped__ is original
+    finally:
+        _deepspeed_initialize.restore()
+    assert deepspeed.initialize is original
+    _deepspeed_ops.restore()
+    try:
+        assert PATCHES.applied() == ()
+        for patch in rebound:
+            assert getattr(patch.owner, patch.name) is patch.original, patch.path
+    finally:
+        _deepspeed_ops.rebind()
+    assert {patch.name for patch in PATCHES.applied()} == names
 
 
 def test_deepspeeds_own_cpu_collectives_are_not_given_and_say_why() -> None:

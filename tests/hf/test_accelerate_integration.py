@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
+from bridgepatching import assert_enabled_and_undone
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -25,7 +26,7 @@ from accelctl._kernels import setup  # noqa: E402
 from accelctl.integrations import _accelerate_state  # noqa: E402
 from accelctl.integrations._kernel_errors import TranslatedForward  # noqa: E402
 from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
-from accelctl.integrations.accelerate import ADAPTED, Accelerator  # noqa: E402
+from accelctl.integrations.accelerate import ADAPTED, Accelerator, enable  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +41,14 @@ def _fresh_accelerate_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     GradientState._reset_state()
 
 
-def test_the_adaptation_is_active_on_the_tested_accelerate() -> None:
-    assert ADAPTED and _accelerate_state.is_active()
-    assert hasattr(PartialState._prepare_backend, "__accelctl_adapted__")
+def test_enable_records_the_two_patches_and_undo_puts_accelerates_own_back() -> None:
+    assert ADAPTED
+    assert_enabled_and_undone(
+        enable,
+        _accelerate_state.PATCHES,
+        [f"accelerate.state.PartialState.{name}" for name in ("_prepare_backend", "set_device")],
+    )
+    assert _accelerate_state.is_active()
 
 
 def test_the_cpu_plugin_is_accelerates_own_cpu_set_up_and_trains() -> None:
@@ -176,6 +182,7 @@ from accelerate.state import AcceleratorState, PartialState
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import accelerate as bridge
+imported_wrapped = hasattr(PartialState._prepare_backend, "__accelctl_adapted__")
 """
     + META_ACCELERATOR
     + """
@@ -190,6 +197,7 @@ except accelctl.ProcessSetupError as error:
 print(json.dumps({{
     "adapted": bridge.ADAPTED,
     "wrapped": hasattr(PartialState._prepare_backend, "__accelctl_adapted__"),
+    "imported_wrapped": imported_wrapped,
     "cpu": cpu_device,
     "meta": meta,
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
@@ -211,6 +219,7 @@ def test_an_accelerate_outside_the_window_with_the_same_internals_is_adapted_wit
     # 1.3.0 lacks Accelerator.is_fsdp2 and is refused for it: tests/below).
     result = _another_accelerate(f'accelerate.__version__ = "{version}"')
     assert (result["adapted"], result["wrapped"], result["cpu"]) == (True, True, "cpu")
+    assert result["imported_wrapped"] is False  # the bridge's Accelerator enabled it
     assert result["meta"] == "meta:0"  # the plugin's device, not Accelerate's CPU
     (warning,) = result["warnings"]
     assert f"tested with accelerate 1.13 to 1.16, not {version}" in warning

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
+from bridgepatching import assert_enabled_and_undone
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator
 
 import accelctl
@@ -105,9 +106,16 @@ def tiny_gpt2() -> tuple[Any, list[dict[str, torch.Tensor]]]:
     return model, [{"input_ids": row, "labels": row} for row in tokens]
 
 
-def test_the_adaptation_is_active_on_the_tested_transformers() -> None:
-    assert bridge.ADAPTED and _transformers_state.is_active()
-    assert hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__")
+def test_enable_records_its_patches_and_undo_puts_transformers_own_back() -> None:
+    assert bridge.ADAPTED
+    # Accelerate's two are the Accelerate bridge's patches (its own test undoes them).
+    assert_enabled_and_undone(
+        lambda: tuple(p for p in bridge.enable() if p.bridge == "transformers"),
+        _transformers_state.PATCHES,
+        ["transformers.Trainer._move_model_to_device", "transformers.Trainer.train"],
+    )
+    assert _transformers_state.is_active()
+    assert {p.bridge for p in bridge.enable()} == {"transformers", "accelerate"}
 
 
 def test_the_cpu_plugin_trains_as_transformers_own_cpu_run(tmp_path: Path) -> None:
@@ -275,6 +283,7 @@ import transformers
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import transformers as bridge
+imported_wrapped = hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__")
 """
     + META_ACCELERATOR
     + """
@@ -290,6 +299,7 @@ except accelctl.ProcessSetupError as error:
 print(json.dumps({{
     "adapted": bridge.ADAPTED,
     "wrapped": hasattr(transformers.Trainer._move_model_to_device, "__accelctl_adapted__"),
+    "imported_wrapped": imported_wrapped,
     "cpu": cpu_device,
     "meta": meta,
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
@@ -308,6 +318,7 @@ def test_a_newer_transformers_with_the_same_internals_is_adapted_with_one_warnin
 ) -> None:
     result = _another_transformers('transformers.__version__ = "5.99.0"', tmp_path)
     assert (result["adapted"], result["wrapped"], result["cpu"]) == (True, True, "cpu")
+    assert result["imported_wrapped"] is False  # the bridge's TrainingArguments enabled it
     assert result["meta"] == "meta:0"  # the plugin's device, not transformers' CPU
     (warning,) = result["warnings"]
     assert "tested with transformers 5.21 to 5.25, not 5.99.0" in warning
@@ -468,6 +479,7 @@ def test_other_errors_leave_train_as_they_came(tmp_path: Path) -> None:
 
 
 def test_train_is_adapted_keeping_transformers_own_signature() -> None:
+    bridge.enable()
     train = transformers.Trainer.train
     assert getattr(train, "__accelctl_adapted__", False)
     assert "resume_from_checkpoint" in inspect.signature(train).parameters

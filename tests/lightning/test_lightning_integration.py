@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from anotherrelease import META_ACCELERATOR, refused_import, run_scenario
+from bridgepatching import assert_enabled_and_undone
 
 lightning = pytest.importorskip("lightning")
 
@@ -32,9 +33,12 @@ from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # noqa: E402
 
 import accelctl  # noqa: E402
+from accelctl.integrations import _lightning_connector  # noqa: E402
 from accelctl.integrations.lightning import (  # noqa: E402
+    ADAPTATION,
     LightningAccelerator,
     Registration,
+    enable,
     register_all,
 )
 
@@ -64,6 +68,14 @@ def _restore_lightning_registries() -> Iterator[None]:
     for registry, content in saved:
         registry.clear()
         registry.update(content)
+
+
+def test_enable_records_every_patch_and_undo_puts_lightnings_own_back() -> None:
+    # Every internal the bridge declares is patched, but the one name it only reads.
+    patched = [i.path for i in ADAPTATION.internals if i.name != "_FSDP_ALIASES"]
+    assert len(patched) == 19
+    assert_enabled_and_undone(enable, _lightning_connector.PATCHES, patched)
+    assert _lightning_connector.is_active()
 
 
 @pytest.fixture
@@ -258,6 +270,7 @@ from lightning.pytorch.trainer.connectors.accelerator_connector import _Accelera
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from accelctl.integrations import lightning as bridge
+imported_wrapped = hasattr(_AcceleratorConnector._choose_strategy, "__accelctl_adapted__")
 """
     + META_ACCELERATOR
     + """
@@ -272,6 +285,7 @@ print(json.dumps({{
     "refused": refused,
     "adapted": bridge.ADAPTED,
     "wrapped": hasattr(_AcceleratorConnector._choose_strategy, "__accelctl_adapted__"),
+    "imported_wrapped": imported_wrapped,
     "root": str(trainer.strategy.root_device),
     "warnings": [str(w.message) for w in caught if "accelctl" in str(w.message)],
 }}))
@@ -291,6 +305,7 @@ def test_a_lightning_outside_the_window_with_the_same_internals_is_adapted_with_
     # Older as newer: never refused by its number alone (the shape checks decide).
     result = _another_lightning(f'lightning.__version__ = "{version}"')
     assert (result["adapted"], result["wrapped"], result["root"]) == (True, True, "meta:0")
+    assert result["imported_wrapped"] is False  # the bound accelerator enabled it, not the import
     assert result["refused"] is None
     (warning,) = result["warnings"]
     assert f"tested with lightning 2.3 to 2.6, not {version}" in warning

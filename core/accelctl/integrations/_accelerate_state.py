@@ -23,11 +23,12 @@ state), the two wrapped methods follow the accelctl plugin instead: its ``distri
 and ``DistributedType.MULTI_GPU`` (Accelerate's kind for "DDP over torch.distributed on one
 accelerator device per process", whose code paths use ``state.device`` rather than
 ``torch.cuda``) under a launcher, and the plugin's device for this process, made current by the
-plugin's ``setup_device`` hook. At any other time they are Accelerate's own. The methods are
-private: :data:`ADAPTATION` checks, once, that both are there with the parameters the wrappers
-pass (``accelctl.integrations._versions``). Where one changed, nothing is wrapped, importing the
-bridge warns naming it, and the bridge refuses a state that does not match the plugin when the
-``Accelerator`` is made, naming it again.
+plugin's ``setup_device`` hook. At any other time they are Accelerate's own. They are wrapped
+the first time the bridge makes a state (:func:`building` calls :func:`install`), not when the
+bridge is imported, through :data:`PATCHES` (``_patching``), which records both and can undo
+them. The methods are private: :data:`ADAPTATION` declares them with the parameters the wrappers
+pass, and importing the bridge refuses a release where one changed
+(``accelctl.integrations._versions``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelctl._selection import known_name
 
+from ._patching import Patches
 from ._uses import USES
 from ._versions import ACCELERATE, Adaptation, Internal
 
@@ -50,16 +52,17 @@ if TYPE_CHECKING:
     import accelctl
 
 #: The two methods wrapped, with the parameters the wrappers pass on, and the releases tested.
+_STATE = "accelerate.state:PartialState"
 ADAPTATION = Adaptation(
     "accelerate",
     ACCELERATE,
     (
         Internal(
-            "accelerate.state:PartialState",
+            _STATE,
             "_prepare_backend",
             ("self", "cpu", "sagemaker_dp", "backend"),
         ),
-        Internal("accelerate.state:PartialState", "set_device", ("self",)),
+        Internal(_STATE, "set_device", ("self",)),
     ),
     USES["accelerate"],
 )
@@ -70,11 +73,8 @@ RANDOM_STATE_SAVED = frozenset(
     {"cpu", "cuda", "xpu", "mlu", "sdaa", "musa", "hpu", "neuron", "xla"}
 )
 
-#: Attribute set on each wrapped method, so that installing twice wraps once.
-_MARK = "__accelctl_adapted__"
-
-#: What :func:`install` found: None before it ran, then whether the adaptation is active.
-_installed: bool | None = None
+#: What :func:`install` replaced (docs/design/bridge-patching.md).
+PATCHES = Patches(ADAPTATION)
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,14 @@ def accelerate_version() -> str:
 
 def is_active() -> bool:
     """True when the adaptation is installed in this process."""
-    return bool(_installed)
+    return len(PATCHES.applied()) == 2
 
 
 @contextlib.contextmanager
 def building(pending: Pending) -> Iterator[None]:
     """Make Accelerate's state, inside this block, on ``pending``'s device and backend."""
     global _pending
+    install()
     _pending = pending
     try:
         yield
@@ -117,61 +118,63 @@ def building(pending: Pending) -> Iterator[None]:
 
 
 def install() -> bool:
-    """Wrap ``PartialState._prepare_backend`` and ``set_device``. Idempotent. Returns whether the
-    adaptation is active: always, once :data:`ADAPTATION` let the bridge be imported (a release
-    where one of the two changed is refused there, with :class:`accelctl.FrameworkVersionError`);
-    a release outside the tested window that has both is adapted, with a warning."""
-    global _installed
-    if _installed is not None:
-        return _installed
+    """Wrap ``PartialState._prepare_backend`` and ``set_device`` (through :data:`PATCHES`).
+    Idempotent. Returns True: a release where one of the two changed is refused before, when
+    the bridge is imported (:data:`ADAPTATION`, :class:`accelctl.FrameworkVersionError`); a
+    release outside the tested window that has both is adapted, with a warning."""
+    if is_active():
+        return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
-    from accelerate.state import PartialState
     from accelerate.utils import DistributedType
 
-    prepare_backend = PartialState._prepare_backend
-    set_device = PartialState.set_device
-    if getattr(prepare_backend, _MARK, False):
-        _installed = True
-        return True
+    def wrap_prepare_backend(prepare_backend: Any) -> Any:
+        def _prepare_backend(
+            self: Any, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None
+        ) -> Any:
+            pending = _pending
+            if pending is None:
+                return prepare_backend(self, cpu, sagemaker_dp, backend)
+            if not pending.distributed:
+                return None, DistributedType.NO
+            # A backend the user names (InitProcessGroupKwargs(backend=...), ddp_backend) is
+            # used; the bridge refused one the device lacks before Accelerate came here.
+            # Accelerate does not pass a handler's "nccl" on (its default): Pending carries it.
+            chosen = backend or pending.backend or pending.handle.info.distributed_backend
+            return chosen, DistributedType.MULTI_GPU
 
-    def _prepare_backend(
-        self: Any, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None
-    ) -> Any:
-        pending = _pending
-        if pending is None:
-            return prepare_backend(self, cpu, sagemaker_dp, backend)
-        if not pending.distributed:
-            return None, DistributedType.NO
-        # A backend the user names (InitProcessGroupKwargs(backend=...), ddp_backend) is used;
-        # the bridge refused one the device lacks before Accelerate came here. Accelerate does
-        # not pass a handler's "nccl" on (its default): the bridge's Pending carries it.
-        chosen = backend or pending.backend or pending.handle.info.distributed_backend
-        return chosen, DistributedType.MULTI_GPU
+        return _prepare_backend
 
-    def _set_device(self: Any) -> None:
-        pending = _pending
-        if pending is None:
-            set_device(self)
-            return
-        named = os.environ.get("ACCELERATE_TORCH_DEVICE")
-        if named and named != str(pending.device):
-            warnings.warn(
-                f"ACCELERATE_TORCH_DEVICE={named} is ignored: accelctl accelerator "
-                f"{known_name(pending.handle)!r} runs this process on {pending.device}",
-                UserWarning,
-                stacklevel=2,
-            )
-        self.device = pending.device
-        pending.handle.setup_device(pending.device)
+    def wrap_set_device(set_device: Any) -> Any:
+        def _set_device(self: Any) -> None:
+            pending = _pending
+            if pending is None:
+                set_device(self)
+                return
+            named = os.environ.get("ACCELERATE_TORCH_DEVICE")
+            if named and named != str(pending.device):
+                warnings.warn(
+                    f"ACCELERATE_TORCH_DEVICE={named} is ignored: accelctl accelerator "
+                    f"{known_name(pending.handle)!r} runs this process on {pending.device}",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            self.device = pending.device
+            pending.handle.setup_device(pending.device)
 
-    for name, function in (("_prepare_backend", _prepare_backend), ("set_device", _set_device)):
-        setattr(function, _MARK, True)
-        function.__doc__ = (
-            f"accelctl's adaptation of Accelerate's PartialState.{name} for accelctl "
-            "accelerators (accelctl.integrations._accelerate_state)."
-        )
-        setattr(PartialState, name, function)
-    _installed = True
+        return _set_device
+
+    PATCHES.apply(
+        _STATE,
+        "_prepare_backend",
+        wrap_prepare_backend,
+        "the plugin's backend and DistributedType.MULTI_GPU while the bridge makes the state",
+    )
+    PATCHES.apply(
+        _STATE,
+        "set_device",
+        wrap_set_device,
+        "the plugin's device, made current by its setup_device, while the bridge makes the state",
+    )
     return True
 
 

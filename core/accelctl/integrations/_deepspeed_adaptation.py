@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from . import _deepspeed_initialize, _deepspeed_ops
+from ._patching import Patches
 from ._uses import USES
 from ._versions import DEEPSPEED, Adaptation
 
@@ -13,3 +14,7 @@ ADAPTATION = Adaptation(
     (_deepspeed_initialize.INTERNAL, *_deepspeed_ops.INTERNALS),
     USES["deepspeed"],
 )
+
+#: What the bridge replaced of DeepSpeed: ``deepspeed.initialize`` and the builder names
+#: (:func:`._deepspeed_initialize.wrap`, :func:`._deepspeed_ops.rebind`).
+PATCHES = Patches(ADAPTATION)

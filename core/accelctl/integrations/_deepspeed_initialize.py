@@ -42,43 +42,47 @@ INTERNAL = Internal("deepspeed", "initialize", ("args", "model"))
 #: The first release whose ZeRO-3 norms follow ``is_fp64_supported()``.
 NORMS_FOLLOW_DEVICE = "0.19.6"
 
-#: DeepSpeed's own ``initialize``, while it is wrapped.
-_original: Any = None
-
 
 def wrap(accelerator: PluginAccelerator) -> bool:
     """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU; True
-    when wrapped."""
-    import deepspeed
-
-    global _original
+    when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
+    accelerator is undone first)."""
     restore()
     device = accelerator.process_device
     if device.type == "cpu":
         return False
-    original = deepspeed.initialize
     moves = replaces_parameters(device)
 
-    @functools.wraps(original)
-    def initialize(*args: Any, **kwargs: Any) -> Any:
-        config = _config(args, kwargs)
-        refuse_float64_norms(accelerator, _zero_stage(config))
-        refuse_offload(
-            accelerator, config, kwargs.get("optimizer", args[2] if len(args) > 2 else None)
-        )
-        model = kwargs.get("model", args[1] if len(args) > 1 else None)
-        if (
-            moves
-            and isinstance(model, torch.nn.Module)
-            and any(p.device.type == "cpu" for p in model.parameters())
-        ):
-            move_before_sharding(model, device)
-        made = original(*args, **kwargs)
-        translate_kernel_errors(made[0], accelerator)
-        return made
+    def wrap_initialize(original: Any) -> Any:
+        @functools.wraps(original)
+        def initialize(*args: Any, **kwargs: Any) -> Any:
+            config = _config(args, kwargs)
+            refuse_float64_norms(accelerator, _zero_stage(config))
+            refuse_offload(
+                accelerator, config, kwargs.get("optimizer", args[2] if len(args) > 2 else None)
+            )
+            model = kwargs.get("model", args[1] if len(args) > 1 else None)
+            if (
+                moves
+                and isinstance(model, torch.nn.Module)
+                and any(p.device.type == "cpu" for p in model.parameters())
+            ):
+                move_before_sharding(model, device)
+            made = original(*args, **kwargs)
+            translate_kernel_errors(made[0], accelerator)
+            return made
 
-    _original = original
-    deepspeed.initialize = initialize
+        return initialize
+
+    from ._deepspeed_adaptation import PATCHES
+
+    PATCHES.apply(
+        INTERNAL.owner,
+        INTERNAL.name,
+        wrap_initialize,
+        "the model moved to the plugin's device keeping its parameters; set-ups that cannot "
+        "run refused; missing kernels raised as accelctl.MissingKernelError",
+    )
     return True
 
 
@@ -115,12 +119,9 @@ def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None
 
 def restore() -> None:
     """DeepSpeed's own ``initialize`` again."""
-    import deepspeed
+    from ._deepspeed_adaptation import PATCHES
 
-    global _original
-    if _original is not None:
-        deepspeed.initialize = _original
-        _original = None
+    PATCHES.undo(INTERNAL.name)
 
 
 def norms_follow_device() -> bool:

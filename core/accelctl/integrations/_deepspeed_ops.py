@@ -20,6 +20,7 @@ names). :func:`rebind` points them at the accelctl accelerator's builders after
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import accelctl
@@ -132,13 +133,13 @@ def _missing_builder(class_name: str, accelerator: OpsAccelerator, base: type) -
     return type(f"Missing{class_name}", (base,), namespace)
 
 
-#: The values :func:`rebind` replaced: ``(module name, attribute) -> value``.
-_replaced: dict[tuple[str, str], Any] = {}
-
-
 def rebind() -> None:
-    """Point the builder names ``import deepspeed`` bound at the current accelerator's builders,
-    remembering the old values for :func:`restore`."""
+    """Point the builder names ``import deepspeed`` bound at the current accelerator's builders
+    (through the bridge's patches, ``_patching``, which keep the old values for
+    :func:`restore`)."""
+    from ._deepspeed_adaptation import PATCHES
+
+    restore()
     builders = importlib.import_module("deepspeed.ops.op_builder")
     names = [
         name
@@ -147,20 +148,24 @@ def rebind() -> None:
         and name not in ("OpBuilder", "CUDAOpBuilder")
         and isinstance(value, type)
     ]
+    why = "the builder of the accelctl accelerator's DeepSpeedAccelerator, not the one found first"
+
+    def closure(name: str) -> Callable[[Any], Any]:
+        return lambda _: builders.builder_closure(name)
+
+    def bound(name: str) -> Callable[[Any], Any]:
+        return lambda _: getattr(builders, name)
+
     for name in names:
-        _replace(builders, name, builders.builder_closure(name))
+        PATCHES.apply(builders.__name__, name, closure(name), why, declared_as="builder_closure")
     for internal in INTERNALS[1:]:
-        module = importlib.import_module(internal.owner)
-        _replace(module, internal.name, getattr(builders, internal.name))
-
-
-def _replace(module: Any, name: str, value: Any) -> None:
-    _replaced.setdefault((module.__name__, name), getattr(module, name))
-    setattr(module, name, value)
+        PATCHES.apply(internal.owner, internal.name, bound(internal.name), why)
 
 
 def restore() -> None:
     """Undo :func:`rebind`: DeepSpeed's names as its import bound them."""
-    for (module_name, name), value in _replaced.items():
-        setattr(importlib.import_module(module_name), name, value)
-    _replaced.clear()
+    from ._deepspeed_adaptation import PATCHES
+
+    builder_names = [p.name for p in PATCHES.applied() if p.name.endswith("Builder")]
+    if builder_names:  # (no names would undo every patch)
+        PATCHES.undo(*builder_names)

@@ -8,10 +8,17 @@ from __future__ import annotations
 from ._uses import USES
 from ._versions import LIGHTNING, Adaptation, Internal
 
-_TRAINER_CONNECTOR = (
+#: The owners of what the bridge patches, as its :class:`~._versions.Internal`\ s name them.
+TRAINER_CONNECTOR = (
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 )
-_FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
+FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
+TRAINER_DDP = "lightning.pytorch.strategies:DDPStrategy"
+FABRIC_DDP = "lightning.fabric.strategies:DDPStrategy"
+TRAINER_SHARDED = "lightning.pytorch.strategies:ModelParallelStrategy"
+FABRIC_SHARDED = "lightning.fabric.strategies:ModelParallelStrategy"
+TRAINER_DEEPSPEED = "lightning.pytorch.strategies:DeepSpeedStrategy"
+FABRIC = "lightning.fabric:Fabric"
 _CONNECTOR_METHODS = (
     "_choose_strategy",
     "_check_strategy_and_fallback",
@@ -26,23 +33,19 @@ ADAPTATION = Adaptation(
     "lightning",
     LIGHTNING,
     (
-        *(Internal(_TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        *(Internal(_FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        Internal("lightning.pytorch.strategies:DDPStrategy", "_setup_model", ("self", "model")),
-        Internal("lightning.fabric.strategies:DDPStrategy", "setup_module", ("self", "module")),
-        Internal("lightning.pytorch.strategies:DDPStrategy", "reduce", _REDUCE),
-        Internal("lightning.fabric.strategies:DDPStrategy", "all_reduce", _REDUCE),
-        Internal("lightning.pytorch.strategies:ModelParallelStrategy", "reduce", _REDUCE),
-        Internal("lightning.fabric.strategies:ModelParallelStrategy", "all_reduce", _REDUCE),
-        Internal(
-            "lightning.pytorch.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
-        ),
-        Internal(
-            "lightning.fabric.strategies:ModelParallelStrategy", "_setup_distributed", ("self",)
-        ),
-        Internal("lightning.pytorch.strategies:DeepSpeedStrategy", "setup_environment", ("self",)),
-        Internal("lightning.fabric:Fabric", "setup", ("self",)),
-        Internal("lightning.fabric:Fabric", "setup_module", ("self",)),
+        *(Internal(TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
+        *(Internal(FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
+        Internal(TRAINER_DDP, "_setup_model", ("self", "model")),
+        Internal(FABRIC_DDP, "setup_module", ("self", "module")),
+        Internal(TRAINER_DDP, "reduce", _REDUCE),
+        Internal(FABRIC_DDP, "all_reduce", _REDUCE),
+        Internal(TRAINER_SHARDED, "reduce", _REDUCE),
+        Internal(FABRIC_SHARDED, "all_reduce", _REDUCE),
+        Internal(TRAINER_SHARDED, "_setup_distributed", ("self",)),
+        Internal(FABRIC_SHARDED, "_setup_distributed", ("self",)),
+        Internal(TRAINER_DEEPSPEED, "setup_environment", ("self",)),
+        Internal(FABRIC, "setup", ("self",)),
+        Internal(FABRIC, "setup_module", ("self",)),
         Internal("lightning.fabric.strategies.fsdp", "_FSDP_ALIASES"),
     ),
     USES["lightning"],

@@ -61,12 +61,12 @@ that a mean is a sum divided by the world size (what Lightning does for gloo); F
 ``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
 process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the
 device, DeepSpeed's process group over the plugin's backend). Every other accelerator
-goes through Lightning's code unchanged. Most wrapped methods are private: :data:`ADAPTATION`
-checks, once, that each is there with the parameters the wrapper passes on
-(``accelctl.integrations._versions``). Where one changed, :func:`install` changes nothing and
-warns naming it, and the bridge's run-time checks (``LightningAccelerator.setup_device``,
-``LightningAccelerator.setup``) still refuse the wrong device and a ``ModelParallelStrategy``
-before training, naming it again.
+goes through Lightning's code unchanged. Each wrap goes through :data:`PATCHES`
+(``_patching``: recorded, once, undoable), applied by :func:`install` when the bridge's
+``enable()`` runs (a bound ``LightningAccelerator`` class is made), never when the bridge is
+imported. Most wrapped methods are private: :data:`ADAPTATION` declares each with the parameters
+the wrapper passes on, and importing the bridge refuses a release where one changed
+(``accelctl.integrations._versions``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,18 @@ from accelctl import PrecisionError, ProcessSetupError
 from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._lightning_adaptation import ADAPTATION as _ADAPTATION
+from ._lightning_adaptation import (
+    FABRIC,
+    FABRIC_CONNECTOR,
+    FABRIC_DDP,
+    FABRIC_SHARDED,
+    TRAINER_CONNECTOR,
+    TRAINER_DDP,
+    TRAINER_DEEPSPEED,
+    TRAINER_SHARDED,
+)
 from ._parameters import keeping_parameters, move_before_sharding
+from ._patching import Patches
 from ._sharding import refuse_fsdp_gaps
 
 #: Every method :func:`install` wraps and every name of Lightning the bridge uses (checked when
@@ -121,16 +132,13 @@ _MixedPrecision = Annotated[
 _Fabric = Annotated[Any, "lightning.fabric:Fabric"]
 _DeepSpeed = Annotated[Any, "lightning.pytorch.strategies:DeepSpeedStrategy"]
 
-#: What :func:`install` found: None before it ran, then whether the adaptation is active.
-_installed: bool | None = None
+#: What :func:`install` replaced (docs/design/bridge-patching.md).
+PATCHES = Patches(ADAPTATION)
 
 #: The warning of a GradScaler made for "cuda" on a machine without CUDA (torch's wording).
 _CUDA_SCALER_WARNING = r".*GradScaler is enabled, but CUDA is not available"
 #: What torch says of the deprecated torch.cuda.amp.GradScaler that Lightning 2.3 makes.
 _CUDA_AMP_SCALER_WARNING = r".*torch\.cuda\.amp\.GradScaler\(args\.\.\.\)` is deprecated"
-
-#: Attribute set on each wrapped method, so that installing twice wraps once.
-_MARK = "__accelctl_adapted__"
 
 
 def lightning_version() -> str:
@@ -142,21 +150,18 @@ def lightning_version() -> str:
 
 def is_active() -> bool:
     """True when the adaptation is installed in this process."""
-    return bool(_installed)
+    return len(PATCHES.applied()) == len(ADAPTATION.internals) - 1  # all but _FSDP_ALIASES
 
 
 def install(is_bridge: Callable[[object], bool]) -> bool:
-    """Wrap the Trainer's and Fabric's connector methods for accelerators where ``is_bridge``
-    holds. Idempotent. Returns whether the adaptation is active: not where a wrapped method
-    changed (:data:`ADAPTATION` warns, naming it: Lightning's own choices then apply, and
-    ``strategy="auto"`` places one device on ``"cpu"``, which the bridge refuses for other
-    devices); a release outside the tested window whose methods are all there is adapted, with
-    a warning."""
-    global _installed
-    if _installed is not None:
-        return _installed
+    """Wrap the Trainer's and Fabric's connector methods, and the strategies' and Fabric's
+    methods the module's docstring lists, for accelerators where ``is_bridge`` holds (through
+    :data:`PATCHES`). Idempotent. Returns True: a release where a wrapped method changed is
+    refused before, when the bridge is imported (:data:`ADAPTATION`); a release outside the
+    tested window whose methods are all there is adapted, with a warning."""
+    if is_active():
+        return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
-    from lightning.fabric import connector as fabric_connector
     from lightning.fabric.plugins.precision import MixedPrecision as FabricMixedPrecision
     from lightning.fabric.strategies.ddp import DDPStrategy as FabricDDP
     from lightning.fabric.strategies.fsdp import _FSDP_ALIASES
@@ -167,13 +172,11 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     from lightning.pytorch.plugins.precision import MixedPrecision
     from lightning.pytorch.strategies import (
         DDPStrategy,
-        DeepSpeedStrategy,
         FSDPStrategy,
         ModelParallelStrategy,
         ParallelStrategy,
         SingleDeviceStrategy,
     )
-    from lightning.pytorch.trainer.connectors import accelerator_connector
 
     trainer = _Kinds(
         single=SingleDeviceStrategy,
@@ -195,25 +198,22 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
         fsdp=FabricFSDP,
         fsdp_names=tuple(_FSDP_ALIASES),
     )
-    _wrap(accelerator_connector._AcceleratorConnector, trainer, "_precision_plugin_flag", is_bridge)
-    _wrap(fabric_connector._Connector, fabric, "_precision_instance", is_bridge)
-    _wrap_ddp_setup(DDPStrategy, "_setup_model", is_bridge)
-    _wrap_ddp_setup(FabricDDP, "setup_module", is_bridge)
+    _wrap(TRAINER_CONNECTOR, trainer, "_precision_plugin_flag", is_bridge)
+    _wrap(FABRIC_CONNECTOR, fabric, "_precision_instance", is_bridge)
+    _wrap_ddp_setup(TRAINER_DDP, "_setup_model", is_bridge)
+    _wrap_ddp_setup(FABRIC_DDP, "setup_module", is_bridge)
     for strategy, reduce in (
-        (DDPStrategy, "reduce"),
-        (FabricDDP, "all_reduce"),
-        (ModelParallelStrategy, "reduce"),
-        (FabricSharded, "all_reduce"),
+        (TRAINER_DDP, "reduce"),
+        (FABRIC_DDP, "all_reduce"),
+        (TRAINER_SHARDED, "reduce"),
+        (FABRIC_SHARDED, "all_reduce"),
     ):
         _wrap_reduce(strategy, reduce, is_bridge)
-    for strategy in (ModelParallelStrategy, FabricSharded):
+    for strategy in (TRAINER_SHARDED, FABRIC_SHARDED):
         _wrap_setup_distributed(strategy, is_bridge)
-    _wrap_deepspeed_environment(DeepSpeedStrategy, DDPStrategy, is_bridge)
-    from lightning.fabric import Fabric
-
+    _wrap_deepspeed_environment(DDPStrategy, is_bridge)
     for name in ("setup", "setup_module"):
-        _wrap_fabric_setup(Fabric, name, is_bridge, FabricSharded)
-    _installed = True
+        _wrap_fabric_setup(name, is_bridge, FabricSharded)
     return True
 
 
@@ -235,55 +235,77 @@ class _Kinds:
 
 
 def _wrap(
-    connector: type, kinds: _Kinds, precision_flag: str, is_bridge: Callable[[object], bool]
+    connector: str, kinds: _Kinds, precision_flag: str, is_bridge: Callable[[object], bool]
 ) -> None:
-    choose = connector._choose_strategy  # type: ignore[attr-defined]
-    check_fallback = connector._check_strategy_and_fallback  # type: ignore[attr-defined]
-    init_strategy = connector._init_strategy  # type: ignore[attr-defined]
-    init_precision = connector._check_and_init_precision  # type: ignore[attr-defined]
-    if getattr(choose, _MARK, False):
-        return
-    interactive = sys.modules[connector.__module__]
+    def wrap_choose(choose: Any) -> Any:
+        interactive = sys.modules[choose.__module__]
 
-    def _choose_strategy(self: _Connector) -> Any:
-        if not is_bridge(self.accelerator):
-            return choose(self)
-        return _auto_strategy(self, kinds, bool(getattr(interactive, "_IS_INTERACTIVE", False)))
+        def _choose_strategy(self: _Connector) -> Any:
+            if not is_bridge(self.accelerator):
+                return choose(self)
+            shell = bool(getattr(interactive, "_IS_INTERACTIVE", False))
+            return _auto_strategy(self, kinds, shell)
 
-    def _check_strategy_and_fallback(self: _Connector) -> None:
-        if is_bridge(self.accelerator):
-            _refuse_fsdp1(self, kinds)
-        check_fallback(self)
+        return _choose_strategy
 
-    def _init_strategy(self: _Connector) -> None:
-        init_strategy(self)
-        if is_bridge(self.accelerator):
-            _check_strategy(self, kinds)
+    def wrap_check_fallback(check_fallback: Any) -> Any:
+        def _check_strategy_and_fallback(self: _Connector) -> None:
+            if is_bridge(self.accelerator):
+                _refuse_fsdp1(self, kinds)
+            check_fallback(self)
 
-    def _check_and_init_precision(self: _Connector) -> Any:
-        if not is_bridge(self.accelerator):
-            return init_precision(self)
-        with warnings.catch_warnings():
-            # For "16-mixed" Lightning makes a GradScaler for "cuda", which warns that CUDA is
-            # missing (and, on 2.3, that its class is deprecated); that plugin is replaced below
-            # by one for the plugin's device type.
-            warnings.filterwarnings("ignore", _CUDA_SCALER_WARNING, UserWarning)
-            warnings.filterwarnings("ignore", _CUDA_AMP_SCALER_WARNING, FutureWarning)
-            precision = init_precision(self)
-        return _precision(self.accelerator, precision, getattr(self, precision_flag), kinds)
+        return _check_strategy_and_fallback
 
-    for name, function in (
-        ("_choose_strategy", _choose_strategy),
-        ("_check_strategy_and_fallback", _check_strategy_and_fallback),
-        ("_init_strategy", _init_strategy),
-        ("_check_and_init_precision", _check_and_init_precision),
-    ):
-        setattr(function, _MARK, True)
-        function.__doc__ = (
-            f"accelctl's adaptation of Lightning's {name} for accelctl accelerators "
-            "(accelctl.integrations._lightning_connector)."
-        )
-        setattr(connector, name, function)
+    def wrap_init_strategy(init_strategy: Any) -> Any:
+        def _init_strategy(self: _Connector) -> None:
+            init_strategy(self)
+            if is_bridge(self.accelerator):
+                _check_strategy(self, kinds)
+
+        return _init_strategy
+
+    def wrap_init_precision(init_precision: Any) -> Any:
+        def _check_and_init_precision(self: _Connector) -> Any:
+            if not is_bridge(self.accelerator):
+                return init_precision(self)
+            with warnings.catch_warnings():
+                # For "16-mixed" Lightning makes a GradScaler for "cuda", which warns that CUDA
+                # is missing (and, on 2.3, that its class is deprecated); that plugin is
+                # replaced below by one for the plugin's device type.
+                warnings.filterwarnings("ignore", _CUDA_SCALER_WARNING, UserWarning)
+                warnings.filterwarnings("ignore", _CUDA_AMP_SCALER_WARNING, FutureWarning)
+                precision = init_precision(self)
+            return _precision(self.accelerator, precision, getattr(self, precision_flag), kinds)
+
+        return _check_and_init_precision
+
+    owner = kinds.owner
+    PATCHES.apply(
+        connector,
+        "_choose_strategy",
+        wrap_choose,
+        f"strategy='auto' on the plugin's own device ({owner}, accelctl accelerators only)",
+    )
+    PATCHES.apply(
+        connector,
+        "_check_strategy_and_fallback",
+        wrap_check_fallback,
+        f"FSDP1 refused naming the sharded path that runs ({owner}, accelctl accelerators only)",
+    )
+    PATCHES.apply(
+        connector,
+        "_init_strategy",
+        wrap_init_strategy,
+        f"the plugin's distributed backend, and its FSDP2 gaps refused ({owner}, accelctl "
+        "accelerators only)",
+    )
+    PATCHES.apply(
+        connector,
+        "_check_and_init_precision",
+        wrap_init_precision,
+        f"mixed precision autocasts on the plugin's device type ({owner}, accelctl "
+        "accelerators only)",
+    )
 
 
 def _is(obj: object, kind: Any) -> bool:
@@ -403,75 +425,85 @@ def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: 
     return kinds.mixed(precision.precision, device=device_type, scaler=scaler)
 
 
-def _wrap_ddp_setup(strategy: type, setup: str, is_bridge: Callable[[object], bool]) -> None:
+def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], bool]) -> None:
     """DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
     the current stream."""
-    original_setup = getattr(strategy, setup)
-    if getattr(original_setup, _MARK, False):
-        return
 
-    def setup_module(self: _DDP, module: torch.nn.Module) -> Any:
-        device = self.root_device
-        if not is_bridge(self.accelerator) or device.type == "cuda":
-            return original_setup(self, module)
-        # Lightning makes a CUDA side stream for CUDA graph capture; DDP itself needs none.
-        from torch.nn.parallel import DistributedDataParallel
+    def wrap(original_setup: Any) -> Any:
+        def setup_module(self: _DDP, module: torch.nn.Module) -> Any:
+            device = self.root_device
+            if not is_bridge(self.accelerator) or device.type == "cuda":
+                return original_setup(self, module)
+            # Lightning makes a CUDA side stream for CUDA graph capture; DDP itself needs none.
+            from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = None if device.type == "cpu" else [device.index]
-        return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+            device_ids = None if device.type == "cpu" else [device.index]
+            return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
 
-    _mark(strategy, setup, setup_module)
+        return setup_module
+
+    PATCHES.apply(
+        strategy, setup, wrap, "DDP built on the current stream, not a new torch.cuda.Stream"
+    )
 
 
-def _wrap_setup_distributed(strategy: type, is_bridge: Callable[[object], bool]) -> None:
+def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) -> None:
     """``ModelParallelStrategy._setup_distributed`` on an accelctl accelerator: the process group
     it made stays bound to the root device only where its backend can split it; the Trainer's
     model (Fabric's strategy has none yet) is moved to the root device where ``fully_shard``,
     called next by ``configure_model``, could not move it."""
-    original = strategy._setup_distributed  # type: ignore[attr-defined]
-    if getattr(original, _MARK, False):
-        return
 
-    def setup_distributed(self: _Sharded) -> None:
-        original(self)
-        if is_bridge(self.accelerator):
-            unbind_unless_splitting(self.root_device)
-            module = getattr(self, "lightning_module", None)
-            if isinstance(module, torch.nn.Module):
-                move_before_sharding(module, self.root_device)
+    def wrap(original: Any) -> Any:
+        def setup_distributed(self: _Sharded) -> None:
+            original(self)
+            if is_bridge(self.accelerator):
+                unbind_unless_splitting(self.root_device)
+                module = getattr(self, "lightning_module", None)
+                if isinstance(module, torch.nn.Module):
+                    move_before_sharding(module, self.root_device)
 
-    _mark(strategy, "_setup_distributed", setup_distributed)
+        return setup_distributed
+
+    PATCHES.apply(
+        strategy,
+        "_setup_distributed",
+        wrap,
+        "the group unbound where its backend cannot split; the model moved before sharding",
+    )
 
 
-def _wrap_deepspeed_environment(
-    strategy: type, ddp: type, is_bridge: Callable[[object], bool]
-) -> None:
+def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) -> None:
     """``DeepSpeedStrategy.setup_environment`` on an accelctl accelerator: DeepSpeed's
     accelerator is made the plugin's on this process's root device, then DDP's set-up runs
     (the device's, then DeepSpeed's process group over the plugin's backend, which
     ``_check_strategy`` gave the strategy); Lightning's refusal of every accelerator but its
     CUDA one stays for the others."""
-    original = strategy.setup_environment  # type: ignore[attr-defined]
-    if getattr(original, _MARK, False):
-        return
 
-    def setup_environment(self: _DeepSpeed) -> None:
-        if not is_bridge(self.accelerator):
-            original(self)
-            return
-        from ._deepspeed_device import use_device
+    def wrap(original: Any) -> Any:
+        def setup_environment(self: _DeepSpeed) -> None:
+            if not is_bridge(self.accelerator):
+                original(self)
+                return
+            from ._deepspeed_device import use_device
 
-        handle = type(self.accelerator).accelctl_handle()
-        devices = list(self.parallel_devices or ())  # one per process on this machine
-        use_device(handle, self.root_device, len(devices) or 1, rank=self.global_rank)
-        if devices and all(device.type == "cpu" for device in devices):
-            # DeepSpeed runs process i on device index i, and Lightning checks the devices'
-            # indices and hands DeepSpeed the root device's: CPU devices are given theirs
-            # (torch.device("cpu", i) is the CPU, whatever i).
-            self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
-        ddp.setup_environment(self)  # type: ignore[attr-defined]
+            handle = type(self.accelerator).accelctl_handle()
+            devices = list(self.parallel_devices or ())  # one per process on this machine
+            use_device(handle, self.root_device, len(devices) or 1, rank=self.global_rank)
+            if devices and all(device.type == "cpu" for device in devices):
+                # DeepSpeed runs process i on device index i, and Lightning checks the devices'
+                # indices and hands DeepSpeed the root device's: CPU devices are given theirs
+                # (torch.device("cpu", i) is the CPU, whatever i).
+                self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
+            ddp.setup_environment(self)  # type: ignore[attr-defined]
 
-    _mark(strategy, "setup_environment", setup_environment)
+        return setup_environment
+
+    PATCHES.apply(
+        TRAINER_DEEPSPEED,
+        "setup_environment",
+        wrap,
+        "DeepSpeed's accelerator made the plugin's, instead of refusing all but CUDA's",
+    )
 
 
 def unbind_unless_splitting(device: torch.device) -> None:
@@ -492,39 +524,32 @@ def unbind_unless_splitting(device: torch.device) -> None:
         group.bound_device_id = None
 
 
-def _wrap_reduce(strategy: type, reduce: str, is_bridge: Callable[[object], bool]) -> None:
+def _wrap_reduce(strategy: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
     """A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
     by the world size (DDP's and ModelParallelStrategy's reductions alike)."""
-    original_reduce = getattr(strategy, reduce)
-    if getattr(original_reduce, _MARK, False):
-        return
 
-    def reduce_mean_as_sum(
-        self: _Reducing, tensor: Any, group: Any = None, reduce_op: Any = "mean"
-    ) -> Any:
-        if not (
-            is_bridge(self.accelerator)
-            and isinstance(tensor, torch.Tensor)
-            and torch.distributed.is_available()
-            and torch.distributed.is_initialized()
-            and _is_mean(reduce_op)
-        ):
-            return original_reduce(self, tensor, group, reduce_op)
-        total = original_reduce(self, tensor, group, "sum")
-        world = torch.distributed.get_world_size(group)
-        # In place, as Lightning's own sum-then-divide for gloo (an integer stays an integer).
-        return total.div_(world) if total.is_floating_point() else total.copy_(total / world)
+    def wrap(original_reduce: Any) -> Any:
+        def reduce_mean_as_sum(
+            self: _Reducing, tensor: Any, group: Any = None, reduce_op: Any = "mean"
+        ) -> Any:
+            if not (
+                is_bridge(self.accelerator)
+                and isinstance(tensor, torch.Tensor)
+                and torch.distributed.is_available()
+                and torch.distributed.is_initialized()
+                and _is_mean(reduce_op)
+            ):
+                return original_reduce(self, tensor, group, reduce_op)
+            total = original_reduce(self, tensor, group, "sum")
+            world = torch.distributed.get_world_size(group)
+            # In place, as Lightning's own sum-then-divide for gloo (an integer stays an integer).
+            return total.div_(world) if total.is_floating_point() else total.copy_(total / world)
 
-    _mark(strategy, reduce, reduce_mean_as_sum)
+        return reduce_mean_as_sum
 
-
-def _mark(strategy: type, name: str, function: Callable[..., Any]) -> None:
-    setattr(function, _MARK, True)
-    function.__doc__ = (
-        f"accelctl's adaptation of Lightning's {strategy.__name__}.{name} for accelctl "
-        "accelerators (accelctl.integrations._lightning_connector)."
+    PATCHES.apply(
+        strategy, reduce, wrap, "a mean reduced as a sum divided by the world size, any backend"
     )
-    setattr(strategy, name, function)
 
 
 def _is_mean(reduce_op: Any) -> bool:
@@ -533,27 +558,23 @@ def _is_mean(reduce_op: Any) -> bool:
     return bool(reduce_op == torch.distributed.ReduceOp.AVG)
 
 
-def _wrap_fabric_setup(
-    fabric: type, name: str, is_bridge: Callable[[object], bool], sharded: type
-) -> None:
+def _wrap_fabric_setup(name: str, is_bridge: Callable[[object], bool], sharded: type) -> None:
     """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters
     (before ``ModelParallelStrategy``'s ``parallelize_fn`` shards it, where ``fully_shard``
     could not move it)."""
-    original = getattr(fabric, name)
-    if getattr(original, _MARK, False):
-        return
 
-    def setup(self: _Fabric, *args: Any, **kwargs: Any) -> Any:
-        strategy = self._strategy
-        if not is_bridge(strategy.accelerator):
-            return original(self, *args, **kwargs)
-        module = args[0] if args else kwargs.get("module")
-        moving = kwargs.get("move_to_device", True)
-        if _is(strategy, sharded) and moving and isinstance(module, torch.nn.Module):
-            move_before_sharding(module, strategy.root_device)
-        with keeping_parameters(strategy.root_device):
-            return original(self, *args, **kwargs)
+    def wrap(original: Any) -> Any:
+        def setup(self: _Fabric, *args: Any, **kwargs: Any) -> Any:
+            strategy = self._strategy
+            if not is_bridge(strategy.accelerator):
+                return original(self, *args, **kwargs)
+            module = args[0] if args else kwargs.get("module")
+            moving = kwargs.get("move_to_device", True)
+            if _is(strategy, sharded) and moving and isinstance(module, torch.nn.Module):
+                move_before_sharding(module, strategy.root_device)
+            with keeping_parameters(strategy.root_device):
+                return original(self, *args, **kwargs)
 
-    setattr(setup, _MARK, True)
-    setup.__doc__ = original.__doc__
-    setattr(fabric, name, setup)
+        return setup
+
+    PATCHES.apply(FABRIC, name, wrap, "the model moves keeping its Parameter objects")

@@ -23,28 +23,30 @@ transformers chooses the device in private code, from a fixed list of device kin
    ``Trainer``'s model and, for the autograd engine's undefined gradient, the operator in the
    loss's graph (docs/design/transformers-missing-kernels.md says why there).
 
-The first two act only on the bridge's ``TrainingArguments``; the last two only on a ``Trainer``
-made with them. :data:`ADAPTATION` checks, once, that the internals are there with the
-parameters the bridge passes (``accelctl.integrations._versions``). Where one changed, nothing
-is adapted, importing the bridge warns naming it, and ``TrainingArguments`` whose state
-transformers made elsewhere than the plugin says are refused when they are made, naming it again.
+The first two are the bridge's subclass of ``TrainingArguments`` (its own methods, no patch);
+the last two are wrapped through :data:`PATCHES` (``_patching``, which records them and can undo
+them) the first time the bridge's ``TrainingArguments`` are made, not when the bridge is
+imported, and act only on a ``Trainer`` made with them. :data:`ADAPTATION` declares the four
+internals with the parameters the bridge passes, and importing the bridge refuses a release
+where one changed (``accelctl.integrations._versions``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from accelctl._kernels.translate import raise_missing_kernel
 
 from ._parameters import keeping_parameters
+from ._patching import Patches
 from ._uses import USES
 from ._versions import TRANSFORMERS, Adaptation, Internal
 
 #: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
 #: to, and ``__post_init__``, which its subclass extends) and wraps (``_move_model_to_device``,
 #: ``train``), with the parameters it passes, and the releases tested.
+_TRAINER = "transformers:Trainer"
 ADAPTATION = Adaptation(
     "transformers",
     TRANSFORMERS,
@@ -57,15 +59,12 @@ ADAPTATION = Adaptation(
     USES["transformers"],
 )
 
-#: Attribute set on the wrapped method, so that installing twice wraps once.
-_MARK = "__accelctl_adapted__"
-
 #: transformers' Trainer, as the wrappers read it (untyped to mypy); declared so that the names
 #: the bridge uses of it are checked with the rest (tests/bridgeuses.py).
 _Trainer = Annotated[Any, "transformers:Trainer"]
 
-#: What :func:`install` found: None before it ran, then whether the adaptation is active.
-_installed: bool | None = None
+#: What :func:`install` replaced (docs/design/bridge-patching.md).
+PATCHES = Patches(ADAPTATION)
 
 
 def transformers_version() -> str:
@@ -77,23 +76,19 @@ def transformers_version() -> str:
 
 def is_active() -> bool:
     """True when the adaptation is installed in this process."""
-    return bool(_installed)
+    return len(PATCHES.applied()) == 2
 
 
 def install() -> bool:
-    """Wrap ``Trainer._move_model_to_device`` and ``Trainer.train``. Idempotent. Returns whether
-    the adaptation is active: not where an internal changed (:data:`ADAPTATION` warns, naming
-    it); a release outside the tested window whose internals are all there is adapted, with a
-    warning."""
-    global _installed
-    if _installed is not None:
-        return _installed
+    """Wrap ``Trainer._move_model_to_device`` and ``Trainer.train`` (through :data:`PATCHES`).
+    Idempotent. Returns True: a release where one changed is refused before, when the bridge is
+    imported (:data:`ADAPTATION`); a release outside the tested window whose internals are all
+    there is adapted, with a warning."""
+    if is_active():
+        return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise
-    from transformers import Trainer
 
-    move = Trainer._move_model_to_device
-    if not getattr(move, _MARK, False):
-
+    def wrap_move(move: Any) -> Any:
         def _move_model_to_device(self: _Trainer, model: Any, device: Any) -> None:
             if getattr(self.args, "accelctl_accelerator", None) is None:
                 move(self, model, device)
@@ -101,10 +96,9 @@ def install() -> bool:
             with keeping_parameters(device):
                 move(self, model, device)
 
-        _mark(Trainer, "_move_model_to_device", _move_model_to_device, move)
-    train = Trainer.train
-    if not getattr(train, _MARK, False):
+        return _move_model_to_device
 
+    def wrap_train(train: Any) -> Any:
         @functools.wraps(train)
         def _train(self: _Trainer, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -118,18 +112,19 @@ def install() -> bool:
                     )
                 raise
 
-        _mark(Trainer, "train", _train, train)
-    _installed = True
-    return True
+        return _train
 
-
-def _mark(owner: type, name: str, function: Callable[..., Any], original: Any) -> None:
-    """Put ``function`` in ``owner``'s place of ``name`` (``original``), marked as the bridge's,
-    its docstring saying so before the original's."""
-    setattr(function, _MARK, True)
-    note = (
-        f"accelctl's adaptation of transformers' {owner.__name__}.{name} for accelctl "
-        "accelerators (accelctl.integrations._transformers_state)."
+    PATCHES.apply(
+        _TRAINER,
+        "_move_model_to_device",
+        wrap_move,
+        "the model moves keeping its Parameter objects, for the bridge's TrainingArguments",
     )
-    function.__doc__ = f"{note}\n\n{original.__doc__}" if original.__doc__ else note
-    setattr(owner, name, function)
+    PATCHES.apply(
+        _TRAINER,
+        "train",
+        wrap_train,
+        "a kernel the device lacks is raised as accelctl.MissingKernelError, for the bridge's "
+        "TrainingArguments",
+    )
+    return True

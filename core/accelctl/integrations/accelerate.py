@@ -17,8 +17,9 @@ device mesh of the plugin's device type, where the device can run it
 (``accelctl.capabilities.fsdp_gaps``); with a ``DeepSpeedPlugin``, DeepSpeed's engine, its
 accelerator made the plugin's (``accelctl.integrations._deepspeed_device``), on CPU devices
 too. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
-Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`);
-``docs/accelerate.md`` lists what it changes and why.
+Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`) and
+applied by :func:`enable`, which the ``Accelerator`` calls; ``docs/accelerate.md`` lists what it
+changes and why.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ from accelctl._selection import known_name  # the name a message uses: "openreg"
 
 from ._kernel_errors import translate_forward
 from ._parameters import keeping_parameters, move_before_sharding
+from ._patching import Patch
 from ._sharding import refuse_fsdp_gaps
 
-__all__ = ["ADAPTATION", "ADAPTED", "Accelerator"]
+__all__ = ["ADAPTATION", "ADAPTED", "Accelerator", "enable"]
 
 #: torchrun's variables that mark a process it started (all three set).
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -429,7 +431,18 @@ def _check_state(
     )
 
 
+def enable() -> tuple[Patch, ...]:
+    """Replace the two internals of Accelerate's state that the bridge adapts
+    (``PartialState._prepare_backend`` and ``set_device``, docs/accelerate.md), and return the
+    records of what is replaced. Idempotent. The bridge's :class:`Accelerator` and the
+    transformers bridge's ``TrainingArguments`` call it before they make Accelerate's state;
+    importing the bridge replaces nothing. The replacements act only while the bridge makes a
+    state: at any other time they call Accelerate's own methods."""
+    _accelerate_state.install()
+    return _accelerate_state.PATCHES.applied()
+
+
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _accelerate_state.ADAPTATION
-#: Whether Accelerate's state follows the plugins' choices here (see the module's docstring).
-ADAPTED: bool = _accelerate_state.install()
+#: True: importing the bridge refuses a release it cannot adapt (see :data:`ADAPTATION`).
+ADAPTED: bool = ADAPTATION.refusal == ""

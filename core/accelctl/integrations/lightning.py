@@ -22,10 +22,11 @@ class methods delegate to the handle. That subclass is what :func:`register_all`
 Lightning chooses the strategy, the DDP backend and the autocast device by accelerator type or
 name; for accelctl's accelerators those choices follow the plugin instead (its device, its
 ``distributed_backend``, its device type), through one version-checked adaptation of Lightning's
-connectors in :mod:`accelctl.integrations._lightning_connector`, installed when this module is
-imported; :func:`register_all`'s work on Lightning's registries is in
-:mod:`accelctl.integrations._lightning_registries`. A device/process mismatch known when the
-Trainer is made is refused then, with accelctl's error. ``docs/lightning.md`` lists each case.
+connectors in :mod:`accelctl.integrations._lightning_connector`, applied by :func:`enable` when the
+first bridge accelerator class is bound (never by importing this module); :func:`register_all`'s
+work on Lightning's registries is in :mod:`accelctl.integrations._lightning_registries`. A
+device/process mismatch known when the Trainer is made is refused then, with accelctl's error.
+``docs/lightning.md`` lists each case.
 """
 
 from __future__ import annotations
@@ -69,11 +70,12 @@ from accelctl._selection import known_name, single_process
 
 from . import _lightning_connector, _lightning_kernels, _lightning_registries
 from ._lightning_registries import Registration
+from ._patching import Patch
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-__all__ = ["LightningAccelerator", "Registration", "register_all"]
+__all__ = ["LightningAccelerator", "Registration", "enable", "register_all"]
 
 #: What ``LightningAccelerator(...)`` accepts, for messages.
 _ACCEPTED = (
@@ -189,6 +191,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
         no arguments.
         """
         handle = _to_handle(name_or_handle)
+        enable()  # Lightning's choices follow the plugin's for the bound class's instances
         bound = _BOUND.get(handle)
         if bound is None:
             bound = type(
@@ -297,9 +300,10 @@ class LightningAccelerator(_LightningAcceleratorBase):
         then what accelctl does about the kernels the device lacks (``ACCELCTL_CPU_FALLBACK=1``:
         they run on the CPU; docs/missing-kernels.md), once per process.
 
-        With the connector adaptation (always active once the bridge is imported: a Lightning
-        it cannot adapt is refused there), ``strategy="auto"`` gives the plugin's own device; a
-        strategy naming another device is refused here, before training, with the one to pass.
+        With the connector adaptation (enabled when this class was bound: a Lightning it cannot
+        adapt is refused when the bridge is imported), ``strategy="auto"`` gives the plugin's
+        own device; a strategy naming another device is refused here, before training, with the
+        one to pass.
         """
         expected = type(self).device_type()
         if expected is not None and device.type != expected:
@@ -398,7 +402,18 @@ def _is_bridge_accelerator(accelerator: object) -> bool:
     return isinstance(accelerator, LightningAccelerator)
 
 
+def enable() -> tuple[Patch, ...]:
+    """Replace the methods of Lightning's connectors, strategies and ``Fabric`` that the bridge
+    adapts (docs/lightning.md lists each, and why no public extension point serves), and return
+    the records of what is replaced. Idempotent. :meth:`LightningAccelerator.bind` calls it, so
+    every bridge accelerator (made directly, by :func:`register_all`'s names, or unpickled in a
+    ``ddp_spawn`` worker) has it; importing the bridge replaces nothing. Each replacement runs
+    Lightning's own code for every accelerator that is not the bridge's."""
+    _lightning_connector.install(_is_bridge_accelerator)
+    return _lightning_connector.PATCHES.applied()
+
+
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _lightning_connector.ADAPTATION
-#: Whether Lightning's connectors follow the plugins' choices here (see the module docstring).
-ADAPTED: bool = _lightning_connector.install(_is_bridge_accelerator)
+#: True: importing the bridge refuses a release it cannot adapt (see :data:`ADAPTATION`).
+ADAPTED: bool = ADAPTATION.refusal == ""

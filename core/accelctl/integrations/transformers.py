@@ -20,7 +20,8 @@ accelerator is the plugin's (``accelctl.integrations._deepspeed_device``) and De
 trains on the plugin's device. A set-up that cannot run is refused when
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
-(:mod:`accelctl.integrations._transformers_state`); ``docs/transformers.md`` says what it changes.
+(:mod:`accelctl.integrations._transformers_state`) and applied by :func:`enable`, which the
+``TrainingArguments`` call; ``docs/transformers.md`` says what it changes.
 
 The plugin's device figures join transformers' logs (and so every ``report_to`` integration's)
 through a ``TrainerCallback``, with any ``TrainingArguments``::
@@ -54,13 +55,21 @@ from accelctl._selection import known_name
 
 from . import _accelerate_state
 from ._parameters import replaces_parameters
+from ._patching import Patch
 from ._transformers_callback import DeviceStatsCallback, add_device_stats
 from .accelerate import _placement, _refuse_unusable_backend, check_sharding
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ADAPTATION", "ADAPTED", "DeviceStatsCallback", "TrainingArguments", "add_device_stats"]
+__all__ = [
+    "ADAPTATION",
+    "ADAPTED",
+    "DeviceStatsCallback",
+    "TrainingArguments",
+    "add_device_stats",
+    "enable",
+]
 
 #: Accelerate's state, as the bridge reads it (untyped: Accelerate ships no types); declared so
 #: that the names the bridge uses of it are checked with the rest (tests/bridgeuses.py).
@@ -206,9 +215,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     def _accelctl_placed(self) -> _Place:
         """Where the plugin says this process runs: chosen once (refused there when it cannot
         run), and again in a process that unpickled these arguments (the ``Trainer`` saves
-        them with each checkpoint; a plugin's handle is not saved)."""
+        them with each checkpoint; a plugin's handle is not saved). The bridge's patches are
+        enabled first: the ``Trainer`` made with these arguments needs them."""
         place: _Place | None = self.__dict__.get("_accelctl_place")
         if place is None:
+            enable()
             place = _Place(*_placement(self.accelerator, self.devices))
             self.__dict__["_accelctl_place"] = place
         return place
@@ -364,7 +375,18 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
         )
 
 
+def enable() -> tuple[Patch, ...]:
+    """Replace the internals the bridge adapts (transformers' ``Trainer._move_model_to_device``
+    and ``Trainer.train``, and Accelerate's two the Accelerate bridge adapts; docs/transformers.md)
+    and return the records of what is replaced. Idempotent. The bridge's
+    :class:`TrainingArguments` call it when they are made; importing the bridge replaces
+    nothing. The replacements act only on a ``Trainer`` made with the bridge's arguments."""
+    _transformers_state.install()
+    _accelerate_state.install()
+    return (*_transformers_state.PATCHES.applied(), *_accelerate_state.PATCHES.applied())
+
+
 #: What the bridge adapts, the releases it is tested with, and why not adapted where not.
 ADAPTATION = _transformers_state.ADAPTATION
-#: Whether transformers' device choice follows the plugins' here (see the module's docstring).
-ADAPTED: bool = _transformers_state.install()
+#: True: importing the bridge refuses a release it cannot adapt (see :data:`ADAPTATION`).
+ADAPTED: bool = ADAPTATION.refusal == ""
