@@ -232,9 +232,10 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
     @property  # transformers' cached property, replaced
     def _setup_devices(self) -> torch.device:
-        """This process's device; the state is made on first use, and checked on every later
-        use (``Trainer`` reads it when it is made), so that a state replaced meanwhile (by
-        other arguments made since) is refused, not a run elsewhere."""
+        """This process's device; the state is made on first use, and checked again on a later
+        use whenever Accelerate's state changed (``Trainer`` reads it when it is made), so that
+        a state replaced meanwhile (by other arguments made since) is refused, not a run
+        elsewhere."""
         place = self._accelctl_placed()
         if not self.__dict__.get("_accelctl_made"):
             self._accelctl_make_state(place)
@@ -245,7 +246,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             set_up_kernels(place.handle, place.device, rank=place.rank)
         elif _state_key() != self.__dict__.get("_accelctl_checked"):
             # Checked again only when Accelerate's state changed: Trainer reads the device
-            # several times a step, and making the state to check it cost 6 us a read.
+            # several times a step (docs/performance.md, "Against the peers").
             place.check(_current_state(), made_here=False)
             self.__dict__["_accelctl_checked"] = _state_key()
         return place.device
