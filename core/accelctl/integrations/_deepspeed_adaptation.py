@@ -3,17 +3,25 @@
 
 from __future__ import annotations
 
-from . import _deepspeed_initialize, _deepspeed_ops
 from ._patching import Patches
 from ._uses import USES
-from ._versions import DEEPSPEED, Adaptation
+from ._versions import DEEPSPEED, Adaptation, Internal
 
-ADAPTATION = Adaptation(
-    "deepspeed",
-    DEEPSPEED,
-    (_deepspeed_initialize.INTERNAL, *_deepspeed_ops.INTERNALS),
-    USES["deepspeed"],
+#: ``deepspeed.initialize``, wrapped off the CPU (:func:`._deepspeed_initialize.wrap`).
+INITIALIZE = Internal("deepspeed", "initialize", ("args", "model"))
+#: The builder names ``import deepspeed`` binds, pointed at the accelerator's builders
+#: (:func:`._deepspeed_ops.rebind`).
+BUILDER_NAMES = (
+    Internal("deepspeed.ops.op_builder", "builder_closure", ("member_name",)),
+    Internal("deepspeed.ops.adam.fused_adam", "FusedAdamBuilder"),
+    Internal("deepspeed.ops.adam.cpu_adam", "CPUAdamBuilder"),
+    Internal("deepspeed.ops.lamb.fused_lamb", "FusedLambBuilder"),
+    Internal("deepspeed.ops.lion.fused_lion", "FusedLionBuilder"),
+    Internal("deepspeed.ops.lion.cpu_lion", "CPULionBuilder"),
+    Internal("deepspeed.ops.adagrad.cpu_adagrad", "CPUAdagradBuilder"),
 )
+
+ADAPTATION = Adaptation("deepspeed", DEEPSPEED, (INITIALIZE, *BUILDER_NAMES), USES["deepspeed"])
 
 #: What the bridge replaced of DeepSpeed: ``deepspeed.initialize`` and the builder names
 #: (:func:`._deepspeed_initialize.wrap`, :func:`._deepspeed_ops.rebind`).

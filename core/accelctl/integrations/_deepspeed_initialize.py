@@ -31,14 +31,14 @@ import torch
 
 import accelctl
 
+from ._deepspeed_adaptation import INITIALIZE, PATCHES
 from ._parameters import move_before_sharding, replaces_parameters
-from ._versions import Internal
 
 if TYPE_CHECKING:
     from ._deepspeed_accelerator import PluginAccelerator
 
 #: What is wrapped: DeepSpeed's entry point, taking the model as its second parameter.
-INTERNAL = Internal("deepspeed", "initialize", ("args", "model"))
+INTERNAL = INITIALIZE
 #: The first release whose ZeRO-3 norms follow ``is_fp64_supported()``.
 NORMS_FOLLOW_DEVICE = "0.19.6"
 
@@ -73,8 +73,6 @@ def wrap(accelerator: PluginAccelerator) -> bool:
             return made
 
         return initialize
-
-    from ._deepspeed_adaptation import PATCHES
 
     PATCHES.apply(
         INTERNAL.owner,
@@ -119,8 +117,6 @@ def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None
 
 def restore() -> None:
     """DeepSpeed's own ``initialize`` again."""
-    from ._deepspeed_adaptation import PATCHES
-
     PATCHES.undo(INTERNAL.name)
 
 

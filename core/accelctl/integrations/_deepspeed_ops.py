@@ -27,7 +27,7 @@ import accelctl
 from accelctl._deepspeed_builds import COMMUNICATION_OPS, HOST_OPS
 from accelctl._deepspeed_builds import HOST_BUILDERS as HOST_BUILDERS
 
-from ._versions import Internal
+from ._deepspeed_adaptation import BUILDER_NAMES, PATCHES
 
 
 class OpsAccelerator(Protocol):
@@ -70,15 +70,7 @@ _INSTEAD = {
 
 #: The module where ``import deepspeed`` binds every builder name, and its function that asks the
 #: current accelerator for one; then the optimizers' modules that import a builder by name.
-INTERNALS = (
-    Internal("deepspeed.ops.op_builder", "builder_closure", ("member_name",)),
-    Internal("deepspeed.ops.adam.fused_adam", "FusedAdamBuilder"),
-    Internal("deepspeed.ops.adam.cpu_adam", "CPUAdamBuilder"),
-    Internal("deepspeed.ops.lamb.fused_lamb", "FusedLambBuilder"),
-    Internal("deepspeed.ops.lion.fused_lion", "FusedLionBuilder"),
-    Internal("deepspeed.ops.lion.cpu_lion", "CPULionBuilder"),
-    Internal("deepspeed.ops.adagrad.cpu_adagrad", "CPUAdagradBuilder"),
-)
+INTERNALS = BUILDER_NAMES
 
 
 class MissingOpError(accelctl.AccelctlError, RuntimeError):
@@ -137,8 +129,6 @@ def rebind() -> None:
     """Point the builder names ``import deepspeed`` bound at the current accelerator's builders
     (through the bridge's patches, ``_patching``, which keep the old values for
     :func:`restore`)."""
-    from ._deepspeed_adaptation import PATCHES
-
     restore()
     builders = importlib.import_module("deepspeed.ops.op_builder")
     names = [
@@ -164,8 +154,6 @@ def rebind() -> None:
 
 def restore() -> None:
     """Undo :func:`rebind`: DeepSpeed's names as its import bound them."""
-    from ._deepspeed_adaptation import PATCHES
-
     builder_names = [p.name for p in PATCHES.applied() if p.name.endswith("Builder")]
     if builder_names:  # (no names would undo every patch)
         PATCHES.undo(*builder_names)

@@ -145,6 +145,8 @@ USES: dict[str, tuple[str, ...]] = {
         "accelerate.state:PartialState(backend, timeout)",
         "accelerate.state:PartialState(cpu, backend)",
         "accelerate.state:PartialState._shared_state",
+        "accelerate.state:PartialState._shared_state.get",
+        "accelerate.state:PartialState._shared_state.get(_)",
         "accelerate.state:PartialState.device",
         "accelerate.state:PartialState.device.type",
         "accelerate.state:PartialState.distributed_type",
