@@ -9,6 +9,7 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,25 @@ def run(machine: UserMachine, model: str, accelerator: str, out: Path, **env: st
 
 def result(out: Path, rank: int = 0) -> dict[str, Any]:
     return json.loads((out / f"{rank}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def cpu_run(
+    occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], dict[str, Any]]:
+    """``cpu_run(model)``: the model's run on the CPU, made once for the module's tests, what a
+    run with the fallback must end with (the CPU's kernels are torch's, whichever
+    torch_openreg wheel is installed beside it)."""
+    made: dict[str, dict[str, Any]] = {}
+
+    def get(model: str) -> dict[str, Any]:
+        if model not in made:
+            out = tmp_path_factory.mktemp(f"cpu-{model}")
+            succeeded(run(occl_machine, model, "cpu", out))
+            made[model] = result(out)
+        return made[model]
+
+    return get
 
 
 def stopped_with_one_line(done: Any) -> str:
@@ -125,11 +145,10 @@ def test_cv_example_with_the_fallback_learns_as_on_the_cpu(
 
 
 def test_a_cnn_with_the_fallback_ends_with_the_cpus_weights(
-    occl_machine: UserMachine, tmp_path: Path
+    occl_machine: UserMachine, cpu_run: Callable[[str], dict[str, Any]], tmp_path: Path
 ) -> None:
     succeeded(run(occl_machine, "cnn", "openreg", tmp_path / "openreg", **FALLBACK))
-    succeeded(run(occl_machine, "cnn", "cpu", tmp_path / "cpu"))
-    openreg, cpu = result(tmp_path / "openreg"), result(tmp_path / "cpu")
+    openreg, cpu = result(tmp_path / "openreg"), cpu_run("cnn")
     assert openreg["device"] == "openreg:0"
     assert openreg["weights"] == cpu["weights"]
     assert openreg["metrics"]["train_loss"] == cpu["metrics"]["train_loss"]
@@ -285,7 +304,10 @@ def test_the_engines_undefined_gradient_error_is_named_from_the_loss_graph(
 
 @pytest.mark.parametrize("version", ["0.0.1", "0.0.2"])
 def test_older_wheels_lack_the_same_convolution_and_the_fallback_runs_it(
-    version: str, request: pytest.FixtureRequest, tmp_path: Path
+    version: str,
+    request: pytest.FixtureRequest,
+    cpu_run: Callable[[str], dict[str, Any]],
+    tmp_path: Path,
 ) -> None:
     machine = request.getfixturevalue(
         "no_backend_machine" if version == "0.0.1" else "fsdp_gaps_machine"
@@ -293,5 +315,4 @@ def test_older_wheels_lack_the_same_convolution_and_the_fallback_runs_it(
     line = stopped_with_one_line(run(machine, "cnn", "openreg", tmp_path / "stopped"))
     assert "aten::convolution has no kernel for openreg:0" in line
     succeeded(run(machine, "cnn", "openreg", tmp_path / "fallback", **FALLBACK))
-    succeeded(run(machine, "cnn", "cpu", tmp_path / "cpu"))
-    assert result(tmp_path / "fallback")["weights"] == result(tmp_path / "cpu")["weights"]
+    assert result(tmp_path / "fallback")["weights"] == cpu_run("cnn")["weights"]
