@@ -72,12 +72,13 @@ def serve_prometheus(name: str | None, host: str, port: int, interval: float | N
     warned: set[tuple[str, str, str]] = set()
     with prometheus.serve(port, address=host, accelerator=name, interval=interval) as exporter:
         devices = len(exporter.readings)
-        click.echo(
-            f"serving Prometheus metrics of {devices} device{'s' * (devices != 1)} on "
-            f"{exporter.url}, read every {interval:g}s; Ctrl-C to stop"
-        )
         try:
+            # SIGTERM's handler first: once the line says where, a service manager may stop it.
             with _stopped_by_sigterm(stop):
+                click.echo(
+                    f"serving Prometheus metrics of {devices} device{'s' * (devices != 1)} on "
+                    f"{exporter.url}, read every {interval:g}s; Ctrl-C to stop"
+                )
                 while True:
                     for reading in exporter.readings:
                         if reading.error is None:
