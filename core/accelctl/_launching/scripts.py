@@ -24,6 +24,7 @@ from .._supervision import (
     launcher_environment,
     wait_forwarding_signals,
 )
+from .deepspeed_config import check_deepspeed_config
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import (
     cores_per_process,
@@ -69,6 +70,8 @@ def launch_script(
     :raises LaunchFailedError: when a child failed, naming it and its error.
     :raises LaunchInterruptedError: on SIGINT (Ctrl-C) or SIGTERM, once the children stopped.
     :raises LaunchError: for impossible multi-machine options (a ``NodeOptionError``).
+    :raises ProcessSetupError: for a DeepSpeed config on the script's command line that cannot
+        run on the selection's device (:func:`.check_deepspeed_config`).
     """
     nodes = plan_nodes(nnodes, node_rank, master_addr, master_port)
     if max_restarts < 0:
@@ -76,6 +79,7 @@ def launch_script(
     selection = resolve(accelerator, devices)
     nproc = len(selection.devices)
     check_processes(selection, nproc * nodes.nnodes)
+    check_deepspeed_config(script, script_args, selection)
     if nodes.note:
         print(f"accelctl launch: {nodes.note}", file=sys.stderr, flush=True)
     env = {

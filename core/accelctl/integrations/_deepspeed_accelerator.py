@@ -21,6 +21,7 @@ import torch
 from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
 
 import accelctl
+from accelctl._deepspeed_refusals import runs_float64
 from accelctl._selection import known_name
 
 from . import _deepspeed_ops
@@ -450,13 +451,8 @@ def _dtype_supported(device_type: str, dtype: str) -> bool:
     """Whether the device trains in ``dtype``: the capability probe's autocast row for bf16 and
     fp16 (a matmul under ``torch.autocast`` gives that dtype); for fp64, whether the device runs
     what DeepSpeed computes in it (else DeepSpeed keeps its norms in float32, as on MPS)."""
-    if dtype == "fp64":
-        # What DeepSpeed does in float64 (ZeRO's gradient norms): norm, power, sum, inf/nan.
-        try:
-            norm = torch.ones(4, dtype=torch.float64, device=device_type).norm(2.0) ** 0.5
-            return not bool(norm.isinf().logical_or(norm.isnan()).item())
-        except (RuntimeError, NotImplementedError, TypeError):
-            return False
+    if dtype == "fp64":  # the check accelctl launch makes too
+        return runs_float64(device_type)
     from accelctl.capabilities import _Probe, _run
 
     probe = _Probe(device_type, None)

@@ -22,7 +22,6 @@ without float64 kernels (torch_openreg's ``abs``) the first step would fail deep
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import accelctl
+from accelctl._deepspeed_refusals import (
+    float64_norms_refusal,
+    offload_device,
+    offload_refusal,
+    offload_where,
+    zero_stage,
+)
 
 from ._deepspeed_adaptation import INITIALIZE, PATCHES
 from ._parameters import move_before_sharding, replaces_parameters
@@ -39,8 +45,6 @@ if TYPE_CHECKING:
 
 #: What is wrapped: DeepSpeed's entry point, taking the model as its second parameter.
 INTERNAL = INITIALIZE
-#: The first release whose ZeRO-3 norms follow ``is_fp64_supported()``.
-NORMS_FOLLOW_DEVICE = "0.19.6"
 
 
 def wrap(accelerator: PluginAccelerator) -> bool:
@@ -57,7 +61,7 @@ def wrap(accelerator: PluginAccelerator) -> bool:
         @functools.wraps(original)
         def initialize(*args: Any, **kwargs: Any) -> Any:
             config = _config(args, kwargs)
-            refuse_float64_norms(accelerator, _zero_stage(config))
+            refuse_float64_norms(accelerator, zero_stage(config))
             refuse_offload(
                 accelerator, config, kwargs.get("optimizer", args[2] if len(args) > 2 else None)
             )
@@ -120,35 +124,21 @@ def restore() -> None:
     PATCHES.undo(INTERNAL.name)
 
 
-def norms_follow_device() -> bool:
-    """Whether the installed DeepSpeed keeps ZeRO-3's norms out of float64 where the device
-    has none (its ``deepspeed.runtime.zero.utils.get_norm_dtype``, from 0.19.6)."""
-    if importlib.util.find_spec("deepspeed.runtime.zero.utils") is None:
-        return False
-    from deepspeed.runtime.zero import utils
-
-    return hasattr(utils, "get_norm_dtype")
-
-
 def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> None:
     """Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
-    norms in float64 anyway.
+    norms in float64 anyway (:func:`accelctl._deepspeed_refusals.float64_norms_refusal`, which
+    ``accelctl launch`` applies too).
 
     :raises accelctl.ProcessSetupError: naming the device, the release, and the way out.
     """
-    if stage != 3 or accelerator.is_fp64_supported() or norms_follow_device():
-        return
-    import deepspeed
-
     from accelctl._selection import known_name
 
-    raise accelctl.ProcessSetupError(
-        f"ZeRO stage 3 on accelctl accelerator {known_name(accelerator.handle)!r} "
-        f"({accelerator.process_device}): DeepSpeed {deepspeed.__version__} computes ZeRO-3's "
-        f"gradient norms in float64, which the device does not run (norm, abs, isinf on "
-        f"float64); DeepSpeed {NORMS_FOLLOW_DEVICE} and later keep them in float32 there. "
-        f"pip install 'deepspeed>={NORMS_FOLLOW_DEVICE}', or use ZeRO stage 1 or 2"
-    )
+    problem = float64_norms_refusal(
+        stage, known_name(accelerator.handle), accelerator.process_device,
+        accelerator.is_fp64_supported,
+    )  # fmt: skip
+    if problem is not None:
+        raise accelctl.ProcessSetupError(problem)
 
 
 def refuse_offload(
@@ -157,56 +147,32 @@ def refuse_offload(
     """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
     a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
     op, which on a plugin's device is compiled on first use, on a machine without what that
-    takes (:func:`accelctl._deepspeed_builds.host_build_problem`); a torch optimizer needs
-    ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed refuses it otherwise, in its engine).
+    takes (:func:`accelctl._deepspeed_refusals.offload_refusal`, which ``accelctl launch``
+    applies too); a torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed
+    refuses it otherwise, in its engine).
 
     :raises accelctl.ProcessSetupError: naming what is missing and the ways out.
     """
-    zero = (config or {}).get("zero_optimization") or {}
-    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
-    device = offload.get("device") if isinstance(offload, dict) else None
-    if config is None or str(device).lower() not in ("cpu", "nvme"):
+    if config is None or offload_device(config) is None:
         return
-    from accelctl._deepspeed_builds import OFFLOAD_OPTIMIZERS, host_build_problem
     from accelctl._selection import known_name
 
-    where = (
-        f"ZeRO-Offload (offload_optimizer: {device}) on accelctl accelerator "
-        f"{known_name(accelerator.handle)!r} ({accelerator.process_device})"
-    )
-    torch_instead = (
-        "pass a torch optimizer, deepspeed.initialize(optimizer=torch.optim.AdamW(...)), with "
-        '"zero_force_ds_cpu_optimizer": false in the config'
-    )
+    name, device = known_name(accelerator.handle), accelerator.process_device
     if isinstance(optimizer, torch.optim.Optimizer):
         forced = config.get("zero_force_ds_cpu_optimizer", True) is not False
         if forced and not type(optimizer).__module__.startswith("deepspeed."):  # not CPUAdam
             raise accelctl.ProcessSetupError(
-                f"{where} with a torch optimizer ({type(optimizer).__name__}): DeepSpeed refuses "
-                'it unless the config sets "zero_force_ds_cpu_optimizer": false (the torch '
-                "optimizer then steps on the CPU); set it, or leave offload_optimizer out"
+                f"{offload_where(config, name, device)} with a torch optimizer "
+                f"({type(optimizer).__name__}): DeepSpeed refuses it unless the config sets "
+                '"zero_force_ds_cpu_optimizer": false (the torch optimizer then steps on the '
+                "CPU); set it, or leave offload_optimizer out"
             )
         return
-    named = config.get("optimizer")
-    if optimizer is not None or not isinstance(named, dict):  # a callable making one, or none
+    if optimizer is not None:  # a callable making one
         return
-    kind = str(named.get("type", "")).lower()
-    params = named.get("params")
-    torch_adam = isinstance(params, dict) and bool(params.get("torch_adam"))
-    builder = OFFLOAD_OPTIMIZERS.get(kind)
-    if builder is None or (kind.startswith("adam") and torch_adam):
-        return  # no CPU op: torch's Adam steps on the CPU
-    problem = host_build_problem()
-    if problem is None:
-        return
-    op = builder.removesuffix("Builder")
-    raise accelctl.ProcessSetupError(
-        f'{where} with "optimizer": {{"type": "{named.get("type")}"}} steps with DeepSpeed\'s '
-        f"compiled op {op} ({builder}), which DeepSpeed compiles on first use beside a "
-        f"plugin's device, and this machine has {problem}. Install them (the first build takes "
-        f"minutes), or {torch_instead}"
-        + (', or set "torch_adam": true in the optimizer\'s "params"' if op == "CPUAdam" else "")
-    )
+    problem = offload_refusal(config, name, device)
+    if problem is not None:
+        raise accelctl.ProcessSetupError(problem)
 
 
 def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -221,9 +187,3 @@ def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | N
         except (OSError, ValueError):
             return None  # DeepSpeed says what is wrong with it
     return config if isinstance(config, dict) else None
-
-
-def _zero_stage(config: dict[str, Any] | None) -> int | None:
-    """The ZeRO stage ``config`` asks for; None where it names none."""
-    stage = ((config or {}).get("zero_optimization") or {}).get("stage")
-    return stage if isinstance(stage, int) else None
