@@ -114,3 +114,20 @@ class FakeSite:
         for module in self.modules:
             sys.modules.pop(module, None)
         forget_fixture_modules()
+
+
+#: ``deepspeed/runtime/zero/utils.py`` of a DeepSpeed from 0.19.6 on, and of one before it.
+NORMS_FOLLOW_DEVICE_UTILS = "def get_norm_dtype(accelerator):\n    return None\n"
+NORMS_IN_FLOAT64_UTILS = "def get_grad_norm(parameters):\n    return 0.0\n"
+
+
+def install_fake_deepspeed(site: FakeSite, utils: str, version: str = "1.0") -> None:
+    """A DeepSpeed distribution on ``site`` (first on the path) whose package holds
+    ``runtime/zero/utils.py`` with ``utils`` alone: what accelctl reads of DeepSpeed without
+    importing it. The caller drops a DeepSpeed already imported (``sys.modules``)."""
+    site.install_raw("deepspeed", {}, version=version)
+    zero = site.root / "deepspeed" / "runtime" / "zero"
+    zero.mkdir(parents=True)
+    for folder in (zero.parents[1], zero.parent, zero):
+        (folder / "__init__.py").write_text("")
+    (zero / "utils.py").write_text(utils)

@@ -14,8 +14,10 @@ On the CPU neither applies: DeepSpeed's own CPU builds and float64 are there.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
-import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -25,7 +27,7 @@ from typing import Any
 from ._deepspeed_builds import OFFLOAD_OPTIMIZERS, host_build_problem
 
 #: The first release whose ZeRO-3 norms follow the accelerator's ``is_fp64_supported()``
-#: (``deepspeed.runtime.zero.utils.get_norm_dtype``).
+#: (:func:`norms_follow_device` looks for its ``deepspeed.runtime.zero.utils.get_norm_dtype``).
 NORMS_FOLLOW_DEVICE = "0.19.6"
 #: The options a script takes its DeepSpeed config file by: DeepSpeed's ``add_config_arguments``,
 #: transformers' ``TrainingArguments`` (a path ending in ``.json``; ``--deepspeed`` alone is
@@ -106,21 +108,29 @@ def deepspeed_release() -> str | None:
         return None
 
 
-def _release_tuple(version: str) -> tuple[int, int, int] | None:
-    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if found is None:
-        return None
-    major, minor, patch = found.groups()
-    return int(major), int(minor), int(patch or 0)
-
-
-def norms_follow_device(release: str | None = None) -> bool:
-    """Whether DeepSpeed ``release`` (default: the installed one) keeps ZeRO-3's gradient norms
-    out of float64 where the accelerator has none: :data:`NORMS_FOLLOW_DEVICE` and later. A
-    version that cannot be read counts as the newer behaviour: nothing is refused on a guess."""
-    release = release if release is not None else deepspeed_release()
-    found = _release_tuple(release) if release is not None else None
-    return found is None or found >= (_release_tuple(NORMS_FOLLOW_DEVICE) or (0, 0, 0))
+def norms_follow_device() -> bool:
+    """Whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64 where the
+    accelerator has none: its ``deepspeed.runtime.zero.utils`` defines ``get_norm_dtype``
+    (0.19.6 and later). Read from the module where DeepSpeed is imported, else from its source
+    with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so that nothing
+    is refused on a guess."""
+    loaded = sys.modules.get("deepspeed.runtime.zero.utils")
+    if loaded is not None:
+        return hasattr(loaded, "get_norm_dtype")
+    try:
+        spec = importlib.util.find_spec("deepspeed")
+    except (ImportError, ValueError):
+        return True
+    for folder in spec.submodule_search_locations or () if spec is not None else ():
+        try:
+            tree = ast.parse((Path(folder) / "runtime" / "zero" / "utils.py").read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        return any(
+            isinstance(node, ast.FunctionDef) and node.name == "get_norm_dtype"
+            for node in tree.body
+        )
+    return True
 
 
 def runs_float64(device_type: str) -> bool:

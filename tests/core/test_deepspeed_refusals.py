@@ -6,6 +6,7 @@ process (tests/deepspeed/test_deepspeed_refusals_shared.py). In-process: no Deep
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ from accelctl._deepspeed_refusals import (
     zero_stage,
 )
 
-from fakedists import FakeSite
+from fakedists import (
+    NORMS_FOLLOW_DEVICE_UTILS,
+    NORMS_IN_FLOAT64_UTILS,
+    FakeSite,
+    install_fake_deepspeed,
+)
 
 OFFLOAD = {
     "train_micro_batch_size_per_gpu": 2,
@@ -90,18 +96,36 @@ def test_offload_with_a_deepspeed_optimizer_is_refused_where_its_cpu_op_cannot_b
         assert offload_refusal(config, "openreg", "openreg:0") is None, config
 
 
-def test_the_norms_follow_the_device_from_0_19_6() -> None:
-    assert not norms_follow_device("0.16.9") and not norms_follow_device("0.19.5")
-    assert norms_follow_device("0.19.6") and norms_follow_device("0.20.0rc1")
-    assert norms_follow_device("1.0") and norms_follow_device("unreadable")
+def _fake_deepspeed(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch, utils: str, version: str = "1.0"
+) -> None:
+    install_fake_deepspeed(fake_site, utils, version)
+    for name in [name for name in sys.modules if name.partition(".")[0] == "deepspeed"]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.parametrize(
+    ("utils", "follows"),
+    [
+        (NORMS_FOLLOW_DEVICE_UTILS, True),  # 0.19.6 and later
+        (NORMS_IN_FLOAT64_UTILS, False),  # before
+        ("def get_norm_dtype(:\n", True),  # unreadable: nothing is refused on a guess
+    ],
+)
+def test_the_norms_follow_the_device_where_deepspeed_has_get_norm_dtype(
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch, utils: str, follows: bool
+) -> None:
+    _fake_deepspeed(fake_site, monkeypatch, utils)
+    assert norms_follow_device() is follows
+    assert "deepspeed" not in sys.modules  # read, not imported
     assert (zero_stage({"zero_optimization": {"stage": 3}}), zero_stage({})) == (3, None)
 
 
 def test_zero3_is_refused_on_a_device_without_float64_under_an_older_release(
-    fake_site: FakeSite,
+    fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The release comes from the distribution's metadata: this one, first on the path.
-    fake_site.install_raw("deepspeed", {}, version="0.16.9")
+    # A release before get_norm_dtype; its version, for the message, from its metadata.
+    _fake_deepspeed(fake_site, monkeypatch, NORMS_IN_FLOAT64_UTILS, "0.16.9")
     assert runs_float64("cpu") and not runs_float64("meta")  # meta tensors hold no values
     said = float64_norms_refusal(3, "openreg", "openreg:0", lambda: runs_float64("meta"))
     assert said == (

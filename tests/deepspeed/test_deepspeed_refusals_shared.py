@@ -48,7 +48,9 @@ def test_the_bridge_refuses_in_each_process_what_launch_refuses_before(
     from accelctl.integrations import _deepspeed_accelerator, _deepspeed_initialize
 
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    fake_site.install_raw("deepspeed", {}, version="0.16.9")  # the release metadata says
+    # A release whose ZeRO-3 norms are float64 (no get_norm_dtype), 0.16.9 by its metadata.
+    fake_site.install_raw("deepspeed", {}, version="0.16.9")
+    monkeypatch.delattr(deepspeed.runtime.zero.utils, "get_norm_dtype", raising=False)
     on_meta = types.SimpleNamespace(
         handle=accelctl.get_accelerator("cpu"),
         process_device=torch.device("meta:0"),

@@ -16,7 +16,7 @@ import accelctl
 from accelctl._launching.deepspeed_config import check_deepspeed_config
 from accelctl.cli.main import cli
 
-from fakedists import FakeSite
+from fakedists import NORMS_IN_FLOAT64_UTILS, FakeSite, install_fake_deepspeed
 
 OFFLOAD = {
     "train_micro_batch_size_per_gpu": 2,
@@ -58,7 +58,7 @@ def test_a_config_that_cannot_run_is_refused_before_any_process_starts(
     script.write_text(SCRIPT)
     offload = str(write(tmp_path, "offload.json", OFFLOAD))
     zero3 = write(tmp_path, "zero3.json", {"zero_optimization": {"stage": 3}})
-    meta_gpu.install_raw("deepspeed", {}, version="0.16.9")  # norms in float64 at stage 3
+    install_fake_deepspeed(meta_gpu, NORMS_IN_FLOAT64_UTILS, "0.16.9")  # norms in float64
     offloaded = "ZeRO-Offload (offload_optimizer: cpu)"
     runs = {
         ("--deepspeed_config", offload): ("--deepspeed_config", offload, offloaded),
