@@ -139,6 +139,7 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
     from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
+    from accelctl._process_environment import ProcessEnvironment
     from accelctl._training.checkpoint import (
         LAST,
         CheckpointConfig,
@@ -146,7 +147,6 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
         LoopState,
         Stateful,
     )
-    from accelctl._training.processes import ProcessEnvironment
 
     from .trainer_overhead import _model
 

@@ -14,7 +14,7 @@ from ._peak import DevicePeak
 if TYPE_CHECKING:
     import torch
 
-    from .torch_build import TorchBuild
+    from ._torch_build import TorchBuild
 
 
 class Accelerator(abc.ABC):
@@ -138,7 +138,7 @@ class Accelerator(abc.ABC):
         (:func:`accelctl.torch_build.read_torch_build`); None where torch is not installed, and
         where its install is too broken to read, so that ``detect()`` says no instead of raising
         (give :attr:`TORCH_MISSING` as the reason)."""
-        from .torch_build import read_torch_build  # not on the path of a plugin that never asks
+        from ._torch_build import read_torch_build  # not on the path of a plugin that never asks
 
         try:
             return read_torch_build()
@@ -180,7 +180,7 @@ class Accelerator(abc.ABC):
         is_initialized()`` says so. Never imports torch nor starts anything, so
         ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
         a device module that cannot tell counts as not in use."""
-        from .torch_build import loaded_torch
+        from ._torch_build import loaded_torch
 
         module = getattr(loaded_torch(), device_type, None)
         is_initialized = getattr(module, "is_initialized", None)

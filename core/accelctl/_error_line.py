@@ -83,7 +83,7 @@ def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = Non
 
 def _launched_rank() -> int:
     """This process's rank as its launcher set it (0 alone, or where the variables are bad)."""
-    from ._training.processes import ProcessEnvironment
+    from ._process_environment import ProcessEnvironment
 
     try:
         return ProcessEnvironment.from_environ(os.environ).rank

@@ -19,6 +19,7 @@ from ._discovery import TORCH_BACKENDS_GROUP, Found, scan
 from ._errors import PluginLoadError, PluginWarning, warn_user
 from ._settings import USER_CHOICES
 from ._text import FIELD_LIMIT, clean, describe_exception, quote
+from ._torch_build import loaded_torch
 
 
 def failure_text(exc: BaseException) -> str:
@@ -99,14 +100,6 @@ def _undo_path(before: list[str]) -> list[str]:
 # ``entry_points.txt`` cannot be read: torch's autoload fails on it (section 11, "a broken
 # distribution breaks only itself"), so there, and only there, the autoload is off for the import
 # and the ``torch.backends`` entry points are loaded from accelctl's scan, which skips it.
-
-
-def loaded_torch() -> ModuleType | None:
-    """torch's module once its import has finished (not while another thread imports it)."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
-        return None
-    return torch
 
 
 #: torch's switch for loading out-of-tree backends (the ``torch.backends`` entry points) on import.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._accelerator import Accelerator
 from ._device_string import split_device
-from .torch_build import loaded_torch
+from ._torch_build import loaded_torch
 
 if TYPE_CHECKING:
     import torch

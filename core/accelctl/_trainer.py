@@ -38,6 +38,7 @@ import torch
 from . import _settings
 from ._error_line import one_line_when_raised
 from ._plugin import AcceleratorHandle
+from ._process_environment import ProcessEnvironment
 from ._selection import resolve
 from ._training.callbacks import Callback, check_callbacks
 from ._training.checkpoint import CheckpointConfig, whole_number
@@ -47,7 +48,6 @@ from ._training.fsdp import refuse_fsdp_gaps, refuse_fsdp_without_backend
 from ._training.model import check_model
 from ._training.precision import Precision, parse_precision
 from ._training.processes import (
-    ProcessEnvironment,
     alone_on_first_device,
     choose_device,
     launch_hint,

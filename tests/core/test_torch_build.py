@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelctl import torch_build
+from accelctl import _torch_build, torch_build
 from accelctl.torch_build import TorchBuild
 
 
@@ -31,7 +31,7 @@ def test_a_computed_file_is_not_trusted(tmp_path: Path) -> None:
 
 
 def test_mps_and_cudnn_without_an_import(monkeypatch) -> None:
-    monkeypatch.setattr(torch_build.sys, "platform", "linux")
+    monkeypatch.setattr(sys, "platform", "linux")
     cpu = TorchBuild(version="2.13.0+cpu", path="/x")
     assert torch_build.mps_built(cpu) is False
     assert torch_build.cudnn_version(cpu) is None
@@ -114,7 +114,7 @@ def test_the_cuda_and_xpu_plugins_read_the_build_through_it(
     from accelctl_xpu.driver import IntelGpu
 
     reads: list[str] = []
-    monkeypatch.setattr(torch_build, "read_torch_build", lambda: reads.append("read"))
+    monkeypatch.setattr(_torch_build, "read_torch_build", lambda: reads.append("read"))
     monkeypatch.setattr(sys, "platform", "linux")  # each has a GPU driver, but no torch
     monkeypatch.setattr(accelctl_cuda.probe.nvml, "driver_files_present", lambda: True)
     monkeypatch.setattr(accelctl_xpu.probe.driver, "intel_gpus", lambda: [IntelGpu(0, "xe")])

@@ -21,7 +21,8 @@ import accelctl
 from accelctl._cluster import PORT_BASE
 from accelctl._launching.options import NodeOptionError, Nodes, plan_nodes
 from accelctl._launching.scripts import torchrun_argv
-from accelctl._training.processes import ProcessEnvironment, choose_device
+from accelctl._process_environment import ProcessEnvironment
+from accelctl._training.processes import choose_device
 from accelctl.cli.main import cli
 
 #: A SLURM job step of 2 nodes x 1 task (job 77), seen from its second task.

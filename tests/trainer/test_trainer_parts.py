@@ -12,9 +12,10 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, Weig
 
 import accelctl
 from accelctl._devices import devices_spec
+from accelctl._errors import ProcessSetupError
 from accelctl._launching.handoff import launch_command_line
+from accelctl._process_environment import ProcessEnvironment
 from accelctl._training.data import DataLoaderError, batch_size, move_to_device, shard_loader
-from accelctl._training.processes import ProcessEnvironment, ProcessSetupError
 from accelctl.launcher import RankFailure
 
 

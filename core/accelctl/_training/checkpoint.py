@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 
 from .._errors import TrainerError, warn_user
+from .._process_environment import ProcessEnvironment
 from .best import BestCheckpoints, best_name
-from .processes import ProcessEnvironment
 from .rng import rng_state, set_epoch_rng_state, set_rng_state
 from .sharded_checkpoint import load_shards, prune, save_shards, saved_shapes, shards_folder
 

@@ -17,6 +17,7 @@ from .. import _settings
 from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .._kernels.setup import fallback_calls
 from .._kernels.translate import missing_kernel_error
+from .._process_environment import ProcessEnvironment
 from .callbacks import Reporting
 from .checkpoint import LAST, LastCheckpoint, LoopState, resumed_batches
 from .data import batch_size, move_to_device, set_epoch
@@ -25,7 +26,6 @@ from .fit_state import FitConfig, FitOwner, FitState, Training
 from .fsdp import in_lockstep
 from .hangs import Progress
 from .metrics_log import MetricsLog
-from .processes import ProcessEnvironment
 from .progress import progress_bar, redirected_logging
 from .report import FitReport
 from .requeue import RequeueOnSignal

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from .._errors import TrainerError
+from .._process_environment import ProcessEnvironment
 from .data import batch_size, move_to_device
-from .processes import ProcessEnvironment
 
 
 def _vector(values: list[torch.Tensor | float | int], device: torch.device) -> torch.Tensor:

@@ -24,6 +24,7 @@ from .._errors import AccelctlError, warn_user
 from .._kernels.error import MissingKernelError
 from .._kernels.setup import set_up_kernels
 from .._kernels.translate import missing_kernel_error
+from .._process_environment import ProcessEnvironment
 from .._selection import known_name
 from .callbacks import Reporting
 from .checkpoint import (
@@ -40,7 +41,7 @@ from .fsdp import refuse_fsdp_gaps, shard_model, sharded_grad_scaler
 from .hangs import HangWatch, Progress
 from .metrics_log import METRICS_FILE, MetricsLog
 from .model import TrainingStep, optimizer_of
-from .processes import ProcessEnvironment, join_process_group
+from .processes import join_process_group
 from .report import FitReport
 from .requeue import RequeueError, RequeueOnSignal
 from .rng import set_rng_state

@@ -38,8 +38,8 @@ import os
 
 import accelctl
 from accelctl import _settings  # the same distribution: released with the core
+from accelctl._process_environment import ProcessEnvironment
 from accelctl._training.processes import (
-    ProcessEnvironment,
     alone_on_first_device,
     choose_device,
     launch_hint,
