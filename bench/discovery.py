@@ -1,5 +1,6 @@
 """Finding the installed plugins: accelctl's scan of the distributions
-(``accelctl._discovery.scan``, which reads each ``entry_points.txt`` itself and parses only those
+(``accelctl._host.discovery.scan``, which reads each ``entry_points.txt`` itself and parses
+only those
 that declare its groups) against the same scan made through ``importlib.metadata`` alone
 (:func:`importlib_scan`: ``importlib.metadata.distributions()`` and each distribution's
 ``entry_points``, parsed on its own so that one bad file breaks only itself, as accelctl's must).
@@ -29,8 +30,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelctl import _discovery
-from accelctl._discovery import Found
+from accelctl._host import discovery as _discovery
+from accelctl._host.discovery import Found
 
 from .fakeplugins import install_fake_plugins
 

@@ -139,7 +139,7 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
     from torch.utils.data import DataLoader, TensorDataset
 
     import accelctl
-    from accelctl._process_environment import ProcessEnvironment
+    from accelctl._choice.process_environment import ProcessEnvironment
     from accelctl._training.checkpoint import (
         LAST,
         CheckpointConfig,

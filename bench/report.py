@@ -204,7 +204,7 @@ def _discovery(section: dict[str, Any]) -> str:
     table = _table(
         ("scan", "median ms", "ratio"),
         [
-            ("accelctl._discovery.scan", ms["accelctl"], "1x"),
+            ("accelctl._host.discovery.scan", ms["accelctl"], "1x"),
             ("importlib.metadata", ms["importlib"], f"{section['ratio_importlib_accelctl']:g}x"),
         ],
     )

@@ -74,7 +74,7 @@ def run(repeats: int, quick: bool) -> dict[str, Any]:
     }
     if peer is not None:
         ratios["Lightning listing / accelctl list"] = ratio(median[LIGHTNING], list_s)
-    from accelctl._stats import FIRST_READING_WAIT_S
+    from accelctl._readings.stats import FIRST_READING_WAIT_S
 
     over_wait = median[STATS] - FIRST_READING_WAIT_S
     ratios["(stats - its 0.2 s wait) / list"] = ratio(over_wait, list_s)

@@ -25,8 +25,8 @@ import importlib
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-from ._accelerator import Accelerator
-from ._errors import (
+from ._contract.accelerator import Accelerator
+from ._contract.errors import (
     AccelctlError,
     AcceleratorUnavailableError,
     CPUFallbackWarning,
@@ -43,37 +43,41 @@ from ._errors import (
     TrainerError,
     UnknownAcceleratorError,
 )
-from ._info import AcceleratorInfo
+from ._contract.info import AcceleratorInfo
+from ._contract.markers import hookimpl, hookspec
+from ._contract.peak import DevicePeak
+from ._host.handle import AcceleratorHandle
+from ._host.registry import get_accelerator, list_accelerators
+from ._host.status import AcceleratorStatus
 from ._kernels import KernelGaps, MissingKernelError
-from ._markers import hookimpl, hookspec
-from ._peak import DevicePeak
-from ._plugin import AcceleratorHandle
-from ._registry import get_accelerator, list_accelerators
-from ._status import AcceleratorStatus
 
 if TYPE_CHECKING:
-    from ._device_string import split_device
-    from ._devices import parse_indexed_devices, parse_process_count, parse_single_device
-    from ._selection import Selection, resolve
-    from ._stats import DeviceStats, read_stats, watch_stats
-    from ._trainer import Trainer
+    from ._base.device_string import split_device
+    from ._choice.selection import Selection, resolve
+    from ._contract.device_specs import (
+        parse_indexed_devices,
+        parse_process_count,
+        parse_single_device,
+    )
+    from ._readings.stats import DeviceStats, read_stats, watch_stats
+    from ._training.trainer import Trainer
     from .launcher import LaunchFailedError, launch
 
 #: Public names loaded on first access, never by `import accelctl`: those whose modules import
 #: torch, and those `accelctl list` does not use (its start-up imports only what it runs).
 _LAZY = {
-    "Trainer": "accelctl._trainer",
+    "Trainer": "accelctl._training.trainer",
     "launch": "accelctl.launcher",
     "LaunchFailedError": "accelctl.launcher",
-    "Selection": "accelctl._selection",
-    "resolve": "accelctl._selection",
-    "split_device": "accelctl._device_string",
-    "DeviceStats": "accelctl._stats",
-    "read_stats": "accelctl._stats",
-    "watch_stats": "accelctl._stats",
-    "parse_indexed_devices": "accelctl._devices",
-    "parse_process_count": "accelctl._devices",
-    "parse_single_device": "accelctl._devices",
+    "Selection": "accelctl._choice.selection",
+    "resolve": "accelctl._choice.selection",
+    "split_device": "accelctl._base.device_string",
+    "DeviceStats": "accelctl._readings.stats",
+    "read_stats": "accelctl._readings.stats",
+    "watch_stats": "accelctl._readings.stats",
+    "parse_indexed_devices": "accelctl._contract.device_specs",
+    "parse_process_count": "accelctl._contract.device_specs",
+    "parse_single_device": "accelctl._contract.device_specs",
 }
 
 

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._kernels.gaps import KernelGaps
+from ._base.text import describe_exception, one_line
+from ._contract.kernel_gaps import KernelGaps
 from ._kernels.probe import MissingKernel
-from ._text import describe_exception, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -194,7 +194,7 @@ def _backend_gap(backend: str, device_type: str) -> str | None:
     ``device_type`` tensors in this torch, from its registration alone (no process group); None
     when it is registered for them and compiled in. The check ``accelctl launch``, the Trainer
     and ``validate`` make (``_distributed_backend``), worded as a capability's reason."""
-    from ._distributed_backend import backend_problem
+    from ._choice.distributed_backend import backend_problem
 
     problem = backend_problem(backend, device_type)
     if problem is None:
@@ -390,9 +390,9 @@ def _deepspeed(row: str) -> Callable[[_Probe], str]:
     rules and of this machine, read without DeepSpeed."""
 
     def probe(p: _Probe) -> str:
-        from . import _deepspeed_builds
+        from ._deepspeed import builds
 
-        rows = {"device": _deepspeed_builds.device_ops_row, "host": _deepspeed_builds.host_ops_row}
+        rows = {"device": builds.device_ops_row, "host": builds.host_ops_row}
         supported, reason = rows[row](p.device_type)
         if not supported:
             raise _Missing(reason)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._markers import hookspec
+from ._contract.markers import hookspec
 
 if TYPE_CHECKING:
     import torch
 
-    from ._info import AcceleratorInfo
-    from ._kernels.gaps import KernelGaps
-    from ._peak import DevicePeak
+    from ._contract.info import AcceleratorInfo
+    from ._contract.kernel_gaps import KernelGaps
+    from ._contract.peak import DevicePeak
 
 #: Hooks every plugin must implement; a plugin missing one fails to load.
 REQUIRED_HOOKS = (

@@ -22,9 +22,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._errors import AccelctlError
-from ._extras import extra_missing
-from ._metrics_file import RunMetrics, read_metrics
+from ._contract.errors import AccelctlError
+from ._contract.extras import extra_missing
+from ._readings.metrics_file import RunMetrics, read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ._discovery import read_identity
-from ._registry import get_registry
+from ._host.discovery import read_identity
+from ._host.registry import get_registry
 
 __all__ = ["BackendEntryPoint", "backend_entry_points", "plugin_distributions"]
 

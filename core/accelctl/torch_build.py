@@ -6,8 +6,7 @@ last resort. :func:`import_torch` is how accelctl imports torch: its backend aut
 accelctl's scan, which one malformed ``entry_points.txt`` cannot break.
 """
 
-from ._isolation import AUTOLOAD_VARIABLE, import_torch, import_torch_alone, load_backends
-from ._torch_build import (
+from ._base.torch_build import (
     TorchBuild,
     cudnn_version,
     loaded_torch,
@@ -15,6 +14,7 @@ from ._torch_build import (
     read_torch_build,
     version_literals,
 )
+from ._host.isolation import AUTOLOAD_VARIABLE, import_torch, import_torch_alone, load_backends
 
 __all__ = [
     "AUTOLOAD_VARIABLE",

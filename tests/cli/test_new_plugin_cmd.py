@@ -16,7 +16,7 @@ import pytest
 from cliharness import Cli
 
 import accelctl
-from accelctl._scaffold import PluginNames, write
+from accelctl.cli._scaffold import PluginNames, write
 
 from fakedists import FakeSite
 

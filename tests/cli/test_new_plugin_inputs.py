@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from cliharness import Cli
 
-from accelctl._info import is_valid_name
-from accelctl._scaffold import MAX_NAME_LENGTH
+from accelctl._contract.info import is_valid_name
+from accelctl.cli._scaffold import MAX_NAME_LENGTH
 
 
 @pytest.mark.parametrize("name", ["npu\n", "npu ", "npu\t", " npu", "np\nu", "npu\r\n"])

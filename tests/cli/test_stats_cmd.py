@@ -8,7 +8,7 @@ import json
 import pytest
 from cliharness import Cli, FakeClock
 
-from accelctl import _stats
+from accelctl._readings import stats as _stats
 from accelctl.cli import _child, stats_cmd
 
 from fakedists import FakeSite

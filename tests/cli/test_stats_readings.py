@@ -14,7 +14,7 @@ import pytest
 from cliharness import Cli, FakeClock
 
 import accelctl
-from accelctl import _stats
+from accelctl._readings import stats as _stats
 from accelctl.cli import _child, stats_cmd
 
 from fakedists import FakeSite

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accelctl import AccelctlError
-from accelctl._cluster import PORT_BASE, expand_hostlist, slurm_step, tasks_on_node
+from accelctl._choice.cluster import PORT_BASE, expand_hostlist, slurm_step, tasks_on_node
 
 
 @pytest.mark.parametrize(

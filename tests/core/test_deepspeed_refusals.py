@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from accelctl._deepspeed_refusals import (
+from accelctl._deepspeed.refusals import (
     config_on_command_line,
     float64_norms_refusal,
     norms_follow_device,

@@ -77,7 +77,7 @@ def test_the_private_modules_the_layers_above_use_are_the_documented_ones() -> N
         ("from ..testing import validate", "accelctl.cli.main", "accelctl.testing"),
         ("from .. import testing", "accelctl.cli.main", "accelctl.testing"),
         ("from . import testing", "accelctl", "accelctl.testing"),
-        ("from .testing import checks", "accelctl._registry", "accelctl.testing.checks"),
+        ("from .testing import checks", "accelctl.plotting", "accelctl.testing.checks"),
         (
             "def f():\n    from accelctl.integrations import lightning",
             "accelctl._x",

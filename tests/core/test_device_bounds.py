@@ -13,10 +13,10 @@ from accelctl import (
     parse_single_device,
     resolve,
 )
-from accelctl._devices import MAX_DEVICE_COUNT
-from accelctl._errors import PluginHookError
-from accelctl._registry import Registry
-from accelctl._returns import RETURN_CHECKS
+from accelctl._contract.device_specs import MAX_DEVICE_COUNT
+from accelctl._contract.errors import PluginHookError
+from accelctl._host.registry import Registry
+from accelctl._host.returns import RETURN_CHECKS
 
 from fakedists import FakeSite
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl._device_string import device_string
+from accelctl._base.device_string import device_string
 
 
 @pytest.mark.parametrize(

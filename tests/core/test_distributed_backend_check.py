@@ -27,7 +27,7 @@ import torch.distributed.run
 from click.testing import CliRunner
 
 import accelctl
-from accelctl import _distributed_backend
+from accelctl._choice import distributed_backend as _distributed_backend
 from accelctl.cli.main import cli
 
 #: The plugin's name -> its declared backend, and what the refusal says about it.

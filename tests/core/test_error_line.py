@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import accelctl
-from accelctl import _error_line
-from accelctl._error_line import reported, show_as_one_line
+from accelctl._launching import error_line as _error_line
+from accelctl._launching.error_line import reported, show_as_one_line
 
 REFUSAL = "this fit would continue run run-0, which another fit is writing now"
 

@@ -23,7 +23,8 @@ from types import ModuleType
 import pytest
 
 import accelctl
-from accelctl import PluginHookError, PluginWarning, _fanout, resolve
+from accelctl import PluginHookError, PluginWarning, resolve
+from accelctl._host import fanout as _fanout
 from accelctl.testing import Registry
 
 from fakedists import FakeSite
@@ -167,7 +168,7 @@ def test_no_module_but_the_fan_out_knows_the_deadline() -> None:
         for name in names
         if name in path.read_text()
     }
-    assert knowing == {"_fanout.py", "_settings.py"}
+    assert knowing == {"_host/fanout.py", "_contract/settings.py"}
 
 
 # -- one, inline ----------------------------------------------------------------------------
@@ -230,7 +231,9 @@ def test_a_hook_call_through_a_handle_runs_no_accelctl_code_between_it_and_the_p
     assert handle.detect() is True
     core = str(Path(accelctl.__file__).parent)
     ours = [name for name in frames if name.startswith(core)]
-    assert ours == [str(Path(core) / "_plugin.py")]  # the handle's detect itself, nothing else
+    assert ours == [
+        str(Path(core) / "_host" / "handle.py")
+    ]  # the handle's detect itself, nothing else
 
 
 def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -> None:

@@ -116,9 +116,9 @@ def test_installed_torch_reads_the_build_and_says_none_for_a_broken_install(
     def broken() -> None:
         raise ImportError("libtorch_cpu.so: cannot open shared object file")
 
-    monkeypatch.setattr("accelctl._torch_build.read_torch_build", broken)
+    monkeypatch.setattr("accelctl._base.torch_build.read_torch_build", broken)
     assert XAccelerator.installed_torch() is None  # detect() says no rather than raise
-    monkeypatch.setattr("accelctl._torch_build.read_torch_build", lambda: None)
+    monkeypatch.setattr("accelctl._base.torch_build.read_torch_build", lambda: None)
     assert XAccelerator.installed_torch() is None
     assert XAccelerator.TORCH_MISSING == "torch is not installed (pip install torch)"
 

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 import accelctl
-from accelctl import _settings
+from accelctl._contract import settings as _settings
+from accelctl._contract.kernel_gaps import shown_op
 from accelctl._kernels import setup as kernel_setup
-from accelctl._kernels.gaps import shown_op
 from accelctl._kernels.recognize import (
     KernelFailure,
     calling_layer,

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import accelctl
-import accelctl._selection
+import accelctl._choice.selection
 
 CORE = Path(accelctl.__file__).resolve().parent
 
@@ -46,14 +46,19 @@ def test_list_imports_only_the_modules_it_runs() -> None:
     )  # the timeout only guards against a hang
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout))
-    assert "accelctl._registry" in loaded and "accelctl_cpu" in loaded  # it did list
-    unused = {"accelctl._selection", "accelctl._devices", "accelctl._device_string", "torch"}
-    unused |= {"accelctl._stats"}  # `stats`' readings
+    assert "accelctl._host.registry" in loaded and "accelctl_cpu" in loaded  # it did list
+    unused = {
+        "accelctl._choice.selection",
+        "accelctl._contract.device_specs",
+        "accelctl._base.device_string",
+        "torch",
+    }
+    unused |= {"accelctl._readings.stats"}  # `stats`' readings
     unused |= {"accelctl.testing", "accelctl.integrations"}  # the layers above the core
     unused |= {"accelctl.cli._contributed"}  # a built-in command never scans for added ones
     assert loaded & unused == set()
     # ...and each is there the moment it is asked for.
-    assert accelctl.resolve is accelctl._selection.resolve
+    assert accelctl.resolve is accelctl._choice.selection.resolve
     assert accelctl.split_device("cuda:1") == ("cuda", 1)
 
 
@@ -156,11 +161,11 @@ def test_no_module_reads_cpythons_private_state() -> None:
 
 def test_only_the_fan_out_knows_the_deadline() -> None:
     # One guard, at the one place plugins are asked at once: no other module reads the hook
-    # deadline (ACCELCTL_HOOK_TIMEOUT, defined in _settings) or has a plugin's late error.
+    # deadline (ACCELCTL_HOOK_TIMEOUT, defined in the settings) or has a plugin's late error.
     knowing = [
         str(path.relative_to(CORE))
         for path in sorted(CORE.rglob("*.py"))
         if "hook_timeout(" in path.read_text().replace("def hook_timeout(", "")
         or "late_error(" in path.read_text()
     ]
-    assert knowing == ["_fanout.py"]
+    assert knowing == ["_host/fanout.py"]

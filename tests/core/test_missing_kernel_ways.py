@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import accelctl
-from accelctl import _error_line
 from accelctl._kernels.translate import show_as_one_line
+from accelctl._launching import error_line as _error_line
 
 WAY = 'pass accelerator="cpu" to lightning.Trainer'
 

@@ -12,8 +12,8 @@ import pytest
 
 import accelctl
 from accelctl import AcceleratorUnavailableError, UnknownAcceleratorError
-from accelctl._selection import Selection
-from accelctl._wording import on_command_line, setting
+from accelctl._base.wording import on_command_line, setting
+from accelctl._choice.selection import Selection
 from accelctl.testing import Registry
 
 from fakedists import FakeSite

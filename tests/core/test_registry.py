@@ -333,7 +333,7 @@ def test_the_scan_finds_what_importlib_finds_on_every_kind_of_path_entry(
     import zipfile
     from importlib import metadata
 
-    from accelctl import _discovery
+    from accelctl._host import discovery as _discovery
 
     fake_site.install("acme-one", {"one": "fo_one"})
     fake_site.install("Acme.Two", {"two": "fo_two"})

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl import _settings
+from accelctl._contract import settings as _settings
 from accelctl.stats_keys import VOCABULARY, problems, unit_of
 
 

@@ -1,5 +1,5 @@
 """What an unknown accelerator name is answered with (docs/concepts.md section 6): a "Did you
-mean" only for a typo (accelctl._typos), and a pip command only for a package that exists."""
+mean" only for a typo (accelctl._base.typos), and a pip command only for a package that exists."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import tomllib
 
 from accelctl import UnknownAcceleratorError
-from accelctl._registry import OTHER_CHIPS, SHIPPED
-from accelctl._typos import nearest
+from accelctl._base.typos import nearest
+from accelctl._host.registry import OTHER_CHIPS, SHIPPED
 from accelctl.testing import Registry
 
 from fakedists import FakeSite

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelctl import _torch_build, torch_build
+from accelctl import torch_build
+from accelctl._base import torch_build as _torch_build
 from accelctl.torch_build import TorchBuild
 
 
@@ -139,7 +140,7 @@ def recording(self, key, value):
 environ_type.__setitem__ = recording
 import warnings
 warnings.simplefilter("error")  # a PluginWarning would be a failure of what is asked
-from accelctl._isolation import import_torch
+from accelctl._host.isolation import import_torch
 from accelctl import PluginLoadError
 try:
     import_torch()

@@ -10,7 +10,7 @@ import pytest
 from openregmachine import UserMachine
 
 import accelctl
-from accelctl._deepspeed_refusals import norms_follow_device
+from accelctl._deepspeed.refusals import norms_follow_device
 
 deepspeed = pytest.importorskip("deepspeed")
 bridge = pytest.importorskip("accelctl.integrations.deepspeed")

@@ -1,5 +1,5 @@
 """issue 47, item 2: the bridge's ``deepspeed.initialize`` refuses in each process what ``accelctl
-launch`` refuses before the processes start, in the same words (accelctl._deepspeed_refusals):
+launch`` refuses before the processes start, in the same words (accelctl._deepspeed.refusals):
 the launch's line is the bridge's message and where the config came from. On a ``meta`` device
 (not the CPU, no float64 values), in this process; and ``accelctl launch`` on 2 openreg devices,
 as a user types it. Nothing trains."""
@@ -15,7 +15,7 @@ import torch
 from openregmachine import UserMachine
 
 import accelctl
-from accelctl._deepspeed_refusals import norms_follow_device
+from accelctl._deepspeed.refusals import norms_follow_device
 from accelctl._launching.deepspeed_config import check_deepspeed_config
 
 from fakedists import FakeSite

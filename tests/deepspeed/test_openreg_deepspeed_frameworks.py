@@ -17,7 +17,7 @@ import pytest
 from openregmachine import UserMachine, shared_run, succeeded, temporary_folder
 from rankresults import assert_equal, report, weights
 
-from accelctl._deepspeed_refusals import norms_follow_device
+from accelctl._deepspeed.refusals import norms_follow_device
 
 pytestmark = [pytest.mark.openreg, pytest.mark.slow]
 

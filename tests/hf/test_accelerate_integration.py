@@ -108,7 +108,7 @@ def test_a_refusal_when_made_ends_the_script_as_rank_0s_line(
 ) -> None:
     """Issue 46, item 2: under ``accelerate launch`` every rank is refused; should it end the
     script, rank 0 prints accelctl's line, no traceback, and the others nothing."""
-    from accelctl import _error_line
+    from accelctl._launching import error_line as _error_line
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(_error_line, "_quiet", False)

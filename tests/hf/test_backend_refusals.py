@@ -35,7 +35,7 @@ from accelerate.utils import InitProcessGroupKwargs  # noqa: E402
 from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
 
 import accelctl  # noqa: E402
-from accelctl import _distributed_backend  # noqa: E402
+from accelctl._choice import distributed_backend as _distributed_backend  # noqa: E402
 from accelctl.integrations.accelerate import Accelerator  # noqa: E402
 
 #: Backends registered here for ``meta`` devices: the device's own, and another it has.

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import accelctl
-from accelctl import _error_line
+from accelctl._launching import error_line as _error_line
 from accelctl.integrations._lightning_kernels import CPU_WAY, STEPS, TranslatedStep, translate_steps
 from accelctl.integrations.lightning import LightningAccelerator
 

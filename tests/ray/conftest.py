@@ -101,7 +101,7 @@ def run_on_a_cluster(out: Path) -> None:
 def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a ``TorchConfig`` made in a test installs (accelctl's one-line hook for the script's
     end, and Ray's carrier of workers' errors) ends with the test."""
-    from accelctl import _error_line
+    from accelctl._launching import error_line as _error_line
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     monkeypatch.setattr(_error_line, "_carriers", [])

@@ -166,7 +166,7 @@ def test_only_a_job_step_is_read_not_an_allocation_or_a_batch_script(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     probe = (
-        "from accelctl._process_environment import ProcessEnvironment as P; import os; "
+        "from accelctl._choice.process_environment import ProcessEnvironment as P; import os; "
         "e = P.from_environ(os.environ); print(e.launcher or 'alone', e.rank, e.world_size)"
     )
     step = slurm_cluster.run("srun", "--nodes=1", "--ntasks=2", PYTHON, "-c", probe)

@@ -17,11 +17,11 @@ import accelctl
 
 PACKAGE = Path(accelctl.__file__).parent
 #: The modules of the training path: the Trainer and its parts.
-TRAINING_PATH = [PACKAGE / "_trainer.py", *sorted((PACKAGE / "_training").glob("*.py"))]
+TRAINING_PATH = sorted((PACKAGE / "_training").glob("*.py"))
 #: Parameters a function may take, ``self`` and ``cls`` not counted.
 MOST_PARAMETERS = 6
 #: The user's API: ``Trainer(...)``'s arguments are the documented ones (docs/training.md).
-PUBLIC_EXCEPTIONS = {"accelctl._trainer.Trainer.__init__"}
+PUBLIC_EXCEPTIONS = {"accelctl._training.trainer.Trainer.__init__"}
 
 
 def module_name(path: Path, root: Path = PACKAGE.parent) -> str:

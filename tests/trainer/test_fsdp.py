@@ -20,7 +20,7 @@ from sharedrun import shared_run
 from torch.utils.data import DataLoader
 
 import accelctl
-from accelctl._errors import ProcessSetupError, TrainerError
+from accelctl._contract.errors import ProcessSetupError, TrainerError
 from accelctl._training.checkpoint import CheckpointError
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -53,7 +53,7 @@ def test_a_launcher_passes_sigusr1_and_sigusr2_on_to_its_processes() -> None:
     """In a process of its own: the signal goes to every child of the test process otherwise."""
     program = """
         import os, signal, subprocess, sys
-        from accelctl._supervision import forwarding_user_signals
+        from accelctl._launching.supervision import forwarding_user_signals
 
         child = subprocess.Popen([sys.executable, "-c", '''
         import signal, sys, time

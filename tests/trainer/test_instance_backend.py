@@ -27,7 +27,7 @@ import torch.distributed
 import torch.distributed.launcher.api
 
 import accelctl
-from accelctl import _distributed_backend
+from accelctl._choice import distributed_backend as _distributed_backend
 
 #: torchrun's variables for rank 0 of 2 on this machine (nothing rendezvous: refused before).
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",

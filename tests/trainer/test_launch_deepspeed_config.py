@@ -1,6 +1,6 @@
 """issue 47, item 2: ``accelctl launch`` refuses a DeepSpeed config named on the script's command
 line that cannot run on the selected device, before any process starts, in the words the
-DeepSpeed bridge uses in each process (accelctl._deepspeed_refusals). The device is a plugin's
+DeepSpeed bridge uses in each process (accelctl._deepspeed.refusals). The device is a plugin's
 ``meta`` device (fakeplugins.figures.SensorGpu): not the CPU, and without float64 values."""
 
 from __future__ import annotations

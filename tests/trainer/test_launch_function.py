@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import accelctl
-from accelctl._errors import LaunchError
+from accelctl._contract.errors import LaunchError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from launch_functions import where_am_i

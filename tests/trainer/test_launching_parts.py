@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from accelctl._errors import LaunchError
+from accelctl._contract.errors import LaunchError
 from accelctl._launching.options import NodeOptionError, Nodes, check_nodes
 from accelctl._launching.scripts import torchrun_argv
 from accelctl.cli.main import cli

@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 import accelctl
-from accelctl._cluster import PORT_BASE
+from accelctl._choice.cluster import PORT_BASE
+from accelctl._choice.process_environment import ProcessEnvironment
 from accelctl._launching.options import NodeOptionError, Nodes, plan_nodes
 from accelctl._launching.scripts import torchrun_argv
-from accelctl._process_environment import ProcessEnvironment
 from accelctl._training.processes import choose_device
 from accelctl.cli.main import cli
 

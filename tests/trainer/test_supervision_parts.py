@@ -10,7 +10,11 @@ import textwrap
 
 import pytest
 
-from accelctl._supervision import ENV_LAUNCHER_PID, LaunchInterruptedError, die_with_launcher
+from accelctl._launching.supervision import (
+    ENV_LAUNCHER_PID,
+    LaunchInterruptedError,
+    die_with_launcher,
+)
 from accelctl._training.processes import ProcessSetupError
 from accelctl._training.timeouts import (
     DEFAULT_TIMEOUT_S,
@@ -75,7 +79,7 @@ def test_a_child_of_the_launcher_asks_linux_for_a_parent_death_signal() -> None:
     code = textwrap.dedent(
         """
         import ctypes, os
-        from accelctl._supervision import die_with_launcher
+        from accelctl._launching.supervision import die_with_launcher
         how = die_with_launcher({"ACCELCTL_LAUNCHER_PID": str(os.getppid())})
         signum = ctypes.c_int()
         ctypes.CDLL(None).prctl(2, ctypes.byref(signum), 0, 0, 0)  # PR_GET_PDEATHSIG
@@ -91,7 +95,10 @@ def test_a_child_of_the_launcher_asks_linux_for_a_parent_death_signal() -> None:
 @pytest.mark.slow
 def test_a_child_whose_launcher_already_died_ends_itself() -> None:
     # The variable names a process that is not the parent and does not exist any more.
-    code = "from accelctl._supervision import die_with_launcher; die_with_launcher(); print('ran')"
+    code = (
+        "from accelctl._launching.supervision import die_with_launcher; "
+        "die_with_launcher(); print('ran')"
+    )
     finished = subprocess.run(  # timeout: a hang guard
         [sys.executable, "-c", code],
         env={**os.environ, ENV_LAUNCHER_PID: str(2**22 + 12345)},

@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, WeightedRandomSampler
 
 import accelctl
-from accelctl._devices import devices_spec
-from accelctl._errors import ProcessSetupError
+from accelctl._choice.process_environment import ProcessEnvironment
+from accelctl._contract.device_specs import devices_spec
+from accelctl._contract.errors import ProcessSetupError
 from accelctl._launching.handoff import launch_command_line
-from accelctl._process_environment import ProcessEnvironment
 from accelctl._training.data import DataLoaderError, batch_size, move_to_device, shard_loader
 from accelctl.launcher import RankFailure
 

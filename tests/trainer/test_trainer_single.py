@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelctl
-from accelctl._errors import TrainerError
+from accelctl._contract.errors import TrainerError
 from accelctl._training.precision import PrecisionError
 from accelctl._training.processes import ProcessSetupError
 

@@ -7,7 +7,7 @@ docs/missing-kernels.md is the user's page; docs/design/cpu-fallback.md says why
 
 from __future__ import annotations
 
-from .error import MissingKernelError
-from .gaps import KernelGaps
+from .._contract.kernel_error import MissingKernelError
+from .._contract.kernel_gaps import KernelGaps
 
 __all__ = ["KernelGaps", "MissingKernelError"]

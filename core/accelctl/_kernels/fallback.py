@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._errors import CPUFallbackWarning, warn_user
-from .error import MissingKernelError
-from .gaps import OVERRIDEABLE, KernelGaps, shown_op
+from .._contract.errors import CPUFallbackWarning, warn_user
+from .._contract.kernel_error import MissingKernelError
+from .._contract.kernel_gaps import OVERRIDEABLE, KernelGaps, shown_op
 
 if TYPE_CHECKING:
     import torch

@@ -23,10 +23,10 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._text import FIELD_LIMIT, clean, describe_exception
+from .._base.text import FIELD_LIMIT, clean, describe_exception
+from .._contract.kernel_gaps import OVERRIDEABLE, KernelGaps, shown_op
 from .cases import CASES, CAST_DOWN, KernelCase, Phase
 from .compare import difference
-from .gaps import OVERRIDEABLE, KernelGaps, shown_op
 from .recognize import KernelFailure, recognize, undefined_grad
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .gaps import is_op_name, shown_op
+from .._contract.kernel_gaps import is_op_name, shown_op
 
 if TYPE_CHECKING:
     from types import FrameType

@@ -18,16 +18,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import _settings
-from .._errors import AccelctlError, CPUFallbackWarning, PluginWarning, warn_user
-from .error import MissingKernelError
+from .._contract import settings
+from .._contract.errors import AccelctlError, CPUFallbackWarning, PluginWarning, warn_user
+from .._contract.kernel_error import MissingKernelError
+from .._contract.kernel_gaps import KernelGaps, shown_op
 from .fallback import CPUFallback, _never, _overload, fallback_refusal
-from .gaps import KernelGaps, shown_op
 
 if TYPE_CHECKING:
     import torch
 
-    from .._plugin import AcceleratorHandle
+    from .._host.handle import AcceleratorHandle
 
 #: ``"accelctl"``: accelctl's CPU kernels; ``"torch"``: torch's own switch is on; ``"off"``:
 #: the switch is off; ``"none"``: on, but nothing here can run the device's missing kernels.
@@ -45,7 +45,7 @@ class KernelSetup:
     #: Why ``ACCELCTL_CPU_FALLBACK=1`` cannot help on this device (None where it can).
     unavailable: str | None = None
     #: The setting that runs the device's missing kernels on the CPU, for the error's advice.
-    switch: str = f"{_settings.CPU_FALLBACK}=1"
+    switch: str = f"{settings.CPU_FALLBACK}=1"
     #: The operators given a refusing kernel (declared missing, switch off).
     guarded: tuple[str, ...] = ()
 
@@ -68,7 +68,7 @@ def set_up_kernels(
     :param rank: the process's rank (its warnings are rank 0's); None: ``RANK``, else 0.
     :raises SettingError: for an ``ACCELCTL_CPU_FALLBACK`` that is neither on nor off.
     """
-    wanted = _settings.cpu_fallback()
+    wanted = settings.cpu_fallback()
     kind = device.type
     with _lock:
         if kind in _SETUPS:
@@ -134,21 +134,21 @@ def _set_up(
     variable = gaps.fallback_variable
     if variable is not None:
         switch = f"{variable}=1"
-        if _settings.switched_on(os.environ.get(variable, "")):
+        if settings.switched_on(os.environ.get(variable, "")):
             return KernelSetup(kind, name, "torch", gaps, switch=switch)
         why = (
             f"torch reads {variable} when it is imported, and this process imported it without "
             f"it: set {switch} before the script starts (accelctl launch sets it)"
         )
         if wanted and rank == 0:
-            warn_user(f"{_settings.CPU_FALLBACK}=1 on {kind}: {why}", CPUFallbackWarning)
+            warn_user(f"{settings.CPU_FALLBACK}=1 on {kind}: {why}", CPUFallbackWarning)
         return KernelSetup(
             kind, name, "off" if not wanted else "none", gaps, unavailable=why, switch=switch
         )
     why = _neither(kind)
     if wanted and rank == 0:
         warn_user(
-            f"{_settings.CPU_FALLBACK}=1 does nothing on {kind} ({name}): {why}",
+            f"{settings.CPU_FALLBACK}=1 does nothing on {kind} ({name}): {why}",
             CPUFallbackWarning,
         )
     return KernelSetup(kind, name, "off" if not wanted else "none", gaps, unavailable=why)

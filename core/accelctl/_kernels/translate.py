@@ -3,15 +3,15 @@
 Each training path asks here once, where an error already stopped it (the Trainer's fit, a
 bridge's step): nothing is asked while the model runs, so a step that raises nothing pays
 nothing. An error that is not a missing kernel is left as it is. Should the error end the
-program, it is shown as accelctl's one line (:mod:`accelctl._error_line`).
+program, it is shown as accelctl's one line (:mod:`accelctl._launching.error_line`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._error_line import show_as_one_line
-from .error import MissingKernelError
+from .._contract.kernel_error import MissingKernelError
+from .._launching.error_line import show_as_one_line
 from .recognize import (
     KernelFailure,
     calling_layer,

@@ -1,5 +1,5 @@
 """What runs inside each launched process, before and around the user's code: every child first
-ties its life to the launcher's (:func:`accelctl._supervision.die_with_launcher`).
+ties its life to the launcher's (:func:`accelctl._launching.supervision.die_with_launcher`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from .. import _settings
-from .._error_line import details, message_line, show_as_one_line
-from .._errors import AccelctlError
-from .._kernels.error import MissingKernelError
-from .._supervision import die_with_launcher
+from .._contract import settings
+from .._contract.errors import AccelctlError
+from .._contract.kernel_error import MissingKernelError
+from .error_line import details, message_line, show_as_one_line
 from .failures import ERROR_FILE_VARIABLE, ERROR_LINE, ERROR_PARTS
+from .supervision import die_with_launcher
 
 
 def run_script(argv: Sequence[str]) -> None:
@@ -57,7 +57,7 @@ def run_script(argv: Sequence[str]) -> None:
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
         if error_file:  # the launcher's line is the one: this process adds none of its own
             show_as_one_line(quiet=True)
-        if _settings.debug() or not error_file:
+        if settings.debug() or not error_file:
             raise
         for line in details(exc):  # what the message says beyond its first line (stacks)
             print(line, file=sys.stderr)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from .._errors import warn_user
-from .._selection import Selection
+from .._choice.selection import Selection
+from .._contract.errors import warn_user
 
 
 def usable_cores() -> int:

@@ -1,21 +1,21 @@
 """The DeepSpeed config a script's command line names, checked by ``accelctl launch`` before any
 process starts: the set-ups the DeepSpeed bridge would refuse in each process
-(:mod:`accelctl._deepspeed_refusals`), refused once, here, with the same words
+(:mod:`accelctl._deepspeed.refusals`), refused once, here, with the same words
 (docs/design/deepspeed-refused-at-launch.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._deepspeed_refusals import (
+from .._choice.selection import Selection
+from .._contract.errors import ProcessSetupError
+from .._deepspeed.refusals import (
     config_on_command_line,
     float64_norms_refusal,
     offload_refusal,
     runs_float64,
     zero_stage,
 )
-from .._errors import ProcessSetupError
-from .._selection import Selection
 
 
 def check_deepspeed_config(script: str, script_args: Sequence[str], selection: Selection) -> None:

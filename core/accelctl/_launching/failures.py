@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import AccelctlError
-from .._kernels.error import MissingKernelError
+from .._contract.errors import AccelctlError
+from .._contract.kernel_error import MissingKernelError
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure

@@ -9,15 +9,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .. import _settings
-from .._errors import LaunchError
-from .._selection import resolve
-from .._supervision import launcher_environment
+from .._choice.selection import resolve
+from .._contract import settings
+from .._contract.errors import LaunchError
 from .child import run_in_child
 from .cores import warn_cpu_oversubscription
 from .failures import LaunchFailedError, RankFailure
 from .handoff import cores_per_process, patched_environ, selection_environment
 from .options import check_processes
+from .supervision import launcher_environment
 from .torch_logs import quiet_torch_logs
 
 
@@ -104,7 +104,7 @@ def launch(
         except ChildFailedError as exc:
             failure = RankFailure.from_child_failed(exc, nproc)
             trace = f"\n\nrank {failure.rank}'s traceback:\n{failure.traceback}"
-            if failure.error.startswith("MissingKernelError: ") and not _settings.debug():
+            if failure.error.startswith("MissingKernelError: ") and not settings.debug():
                 trace = ""  # its one line says what and how to go on (ACCELCTL_DEBUG=1: more)
             raise LaunchFailedError(
                 failure.describe() + (trace if failure.traceback else ""), failure=failure

@@ -11,10 +11,10 @@ import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
-from .._devices import devices_spec
-from .._selection import Selection
-from .._settings import ACCELERATOR as ENV_ACCELERATOR
-from .._settings import DEVICES as ENV_DEVICES
+from .._choice.selection import Selection
+from .._contract.device_specs import devices_spec
+from .._contract.settings import ACCELERATOR as ENV_ACCELERATOR
+from .._contract.settings import DEVICES as ENV_DEVICES
 
 
 def selection_environment(selection: Selection) -> dict[str, str]:

@@ -9,10 +9,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._cluster import slurm_step
-from .._distributed_backend import unusable_backend
-from .._errors import LaunchError
-from .._selection import Selection
+from .._choice.cluster import slurm_step
+from .._choice.distributed_backend import unusable_backend
+from .._choice.selection import Selection
+from .._contract.errors import LaunchError
 
 
 class NodeOptionError(LaunchError):

@@ -12,18 +12,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
-from .. import _settings
-from .._devices import devices_spec
-from .._errors import AccelctlError, LaunchError, PluginWarning, warn_user
-from .._kernels.error import DEBUG_SWITCH
-from .._selection import Selection, resolve
-from .._supervision import (
-    LaunchInterruptedError,
-    _handling,
-    forwarding_user_signals,
-    launcher_environment,
-    wait_forwarding_signals,
-)
+from .._choice.selection import Selection, resolve
+from .._contract import settings
+from .._contract.device_specs import devices_spec
+from .._contract.errors import AccelctlError, LaunchError, PluginWarning, warn_user
+from .._contract.kernel_error import DEBUG_SWITCH
 from .deepspeed_config import check_deepspeed_config
 from .failures import ERROR_FILE_VARIABLE, LaunchFailedError, RankFailure
 from .handoff import (
@@ -33,6 +26,13 @@ from .handoff import (
     selection_environment,
 )
 from .options import Nodes, check_processes, plan_nodes, torchrun_variables
+from .supervision import (
+    LaunchInterruptedError,
+    _handling,
+    forwarding_user_signals,
+    launcher_environment,
+    wait_forwarding_signals,
+)
 from .torch_logs import quiet_torch_logs
 
 #: What every child runs: ``python -m accelctl.launcher SCRIPT ARGS`` (see :mod:`.child`).
@@ -97,7 +97,7 @@ def launch_script(
     ):
         # Rank 0's Trainer notes each checkpoint here, for the report of an interrupted launch.
         note = os.path.join(notes, "checkpoint.json")
-        env[_settings.LAUNCH_NOTE] = note
+        env[settings.LAUNCH_NOTE] = note
         try:
             phase.processes = LaunchInterruptedError.STOPPED
             _launch(script, script_args, selection, nodes, env, quiet, max_restarts, phase)
@@ -143,7 +143,7 @@ def _one_line(
 def _fallback_switch(selection: Selection) -> dict[str, str]:
     """With ``ACCELCTL_CPU_FALLBACK=1``, torch's own switch for the device where its plugin
     names one (MPS's ``PYTORCH_ENABLE_MPS_FALLBACK``): torch reads it when a child imports it."""
-    if not _settings.cpu_fallback():
+    if not settings.cpu_fallback():
         return {}
     try:
         variable = selection.accelerator.kernel_gaps().fallback_variable
@@ -205,7 +205,7 @@ def resume_clause(note: str, command: str) -> str | None:
         path, epoch, step = str(written["checkpoint"]), int(written["epoch"]), int(written["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    variable = f"{_settings.CKPT_PATH}={shlex.quote(path)}"
+    variable = f"{settings.CKPT_PATH}={shlex.quote(path)}"
     return (
         f"the last checkpoint is {path} (epoch {epoch + 1}, step {step}); to resume from it: "
         f"{variable} {command}"

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple, cast
 
-from .._errors import TrainerError, warn_user
-from .._process_environment import ProcessEnvironment
+from .._choice.process_environment import ProcessEnvironment
+from .._contract.errors import TrainerError, warn_user
 from .best import BestCheckpoints, best_name
 from .rng import rng_state, set_epoch_rng_state, set_rng_state
 from .sharded_checkpoint import load_shards, prune, save_shards, saved_shapes, shards_folder

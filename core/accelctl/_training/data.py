@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import DataLoaderError
+from .._contract.errors import DataLoaderError
 
 if TYPE_CHECKING:
     import torch

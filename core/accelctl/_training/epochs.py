@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from .. import _settings
-from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
+from .._choice.process_environment import ProcessEnvironment
+from .._contract import settings
+from .._contract.errors import AccelctlError, PluginWarning, TrainerError, warn_user
 from .._kernels.setup import fallback_calls
 from .._kernels.translate import missing_kernel_error
-from .._process_environment import ProcessEnvironment
 from .callbacks import Reporting
 from .checkpoint import LAST, LastCheckpoint, LoopState, resumed_batches
 from .data import batch_size, move_to_device, set_epoch
@@ -295,7 +295,7 @@ class Epochs:
 def note_launcher(path: Path, *, epoch: int, step: int) -> None:
     """Tell ``accelctl launch`` (through the file ``ACCELCTL_LAUNCH_NOTE`` names) where the last
     checkpoint is, for its report when it is interrupted; nothing outside a launch."""
-    note = _settings.launch_note()
+    note = settings.launch_note()
     if note is None:
         return
     import json

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import TrainerError
-from .._process_environment import ProcessEnvironment
+from .._choice.process_environment import ProcessEnvironment
+from .._contract.errors import TrainerError
 from .data import batch_size, move_to_device
 
 

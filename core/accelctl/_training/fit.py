@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import _settings
-from .._error_line import reported, show_as_one_line
-from .._errors import AccelctlError, warn_user
-from .._kernels.error import MissingKernelError
+from .._choice.process_environment import ProcessEnvironment
+from .._choice.selection import known_name
+from .._contract import settings
+from .._contract.errors import AccelctlError, warn_user
+from .._contract.kernel_error import MissingKernelError
 from .._kernels.setup import set_up_kernels
 from .._kernels.translate import missing_kernel_error
-from .._process_environment import ProcessEnvironment
-from .._selection import known_name
+from .._launching.error_line import reported, show_as_one_line
 from .callbacks import Reporting
 from .checkpoint import (
     Checkpointer,
@@ -92,10 +92,10 @@ class Fit:
             else trainer.precision.grad_scaler(device)
         )
         given_as = "ckpt_path"
-        from_environ = _settings.ckpt_path() if ckpt_path is None else None
+        from_environ = settings.ckpt_path() if ckpt_path is None else None
         if from_environ is not None:
             # ACCELCTL_CKPT_PATH: resume a script without editing it (the launcher's advice).
-            ckpt_path, given_as = from_environ, _settings.CKPT_PATH
+            ckpt_path, given_as = from_environ, settings.CKPT_PATH
         # A wrong path fails here, before any process group or device is set up.
         check_ckpt_path(ckpt_path, trainer.root_dir, given_as=given_as)
         self.config = FitConfig(
@@ -105,7 +105,7 @@ class Fit:
             scaler=scaler,
             ckpt_path=ckpt_path,
             # ACCELCTL_PEAK_FLOPS, read (and refused when malformed) before anything is set up.
-            declared_peak=_settings.declared_peak(),
+            declared_peak=settings.declared_peak(),
             identity=Identity.from_environ(),
             timeout=collective_timeout(),
         )
@@ -150,7 +150,7 @@ class Fit:
                 # Every process raises it; should it end the program, it is one line for the
                 # launch: rank 0's (under accelctl launch, the launcher's), no traceback.
                 show_as_one_line(quiet=self.env.rank != 0)
-            elif isinstance(exc, KeyboardInterrupt) and _settings.launcher_pid() is None:
+            elif isinstance(exc, KeyboardInterrupt) and settings.launcher_pid() is None:
                 reported(exc)  # the log's line said it: no traceback after it
             if raised is not exc:
                 raise raised from exc
@@ -366,7 +366,7 @@ class Fit:
         spoken = isinstance(exc, (CheckpointError, RequeueError))
         last = "" if spoken else resume_advice(self.state.last_checkpoint)
         if isinstance(exc, KeyboardInterrupt):
-            if _settings.launcher_pid() is None:
+            if settings.launcher_pid() is None:
                 self.report.interrupted(at, last=last)
             return
         if isinstance(exc, AccelctlError):  # its own line says it all, but a checkpoint
@@ -391,5 +391,5 @@ def resume_advice(last: LastCheckpoint | None) -> str:
     return (
         f"the last checkpoint is {path} (epoch {last.epoch + 1}, step {last.step}); resume from "
         f"it with fit(ckpt_path='last'), or by running the same command with "
-        f"{_settings.CKPT_PATH}={shlex.quote(str(path))}"
+        f"{settings.CKPT_PATH}={shlex.quote(str(path))}"
     )

@@ -28,8 +28,8 @@ from .throughput import Throughput
 if TYPE_CHECKING:
     import torch
 
-    from .._peak import DevicePeak
-    from .._plugin import AcceleratorHandle
+    from .._contract.peak import DevicePeak
+    from .._host.handle import AcceleratorHandle
 
 
 class FitOwner(Protocol):

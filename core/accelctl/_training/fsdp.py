@@ -18,8 +18,8 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ProcessSetupError, TrainerError
-from .._text import clean
+from .._base.text import clean
+from .._contract.errors import ProcessSetupError, TrainerError
 from ..capabilities import Capability, fsdp_gaps
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from .._process_environment import ProcessEnvironment
+from .._choice.process_environment import ProcessEnvironment
 from .timeouts import CollectiveTimeoutError, explain_timeout
 
 #: Seconds the reporter waits for answers (they take milliseconds, unless a process cannot).

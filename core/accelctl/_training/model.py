@@ -8,7 +8,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from .._errors import TrainerError
+from .._contract.errors import TrainerError
 
 
 def check_model(model: Any, *, validating: bool) -> None:

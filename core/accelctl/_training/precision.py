@@ -7,7 +7,7 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import PrecisionError
+from .._contract.errors import PrecisionError
 
 if TYPE_CHECKING:
     import torch

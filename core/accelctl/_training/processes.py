@@ -1,7 +1,7 @@
 """This process among the processes of one run: its device and the process group.
 
 Where it sits (rank, sizes) is read from the launcher's variables by
-:class:`~accelctl._process_environment.ProcessEnvironment`.
+:class:`~accelctl._choice.process_environment.ProcessEnvironment`.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import datetime
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._distributed_backend import NOTHING_STARTED, Started, unusable_backend
-from .._errors import ProcessSetupError, warn_user
+from .._choice.distributed_backend import NOTHING_STARTED, Started, unusable_backend
+from .._choice.process_environment import ProcessEnvironment
+from .._contract.errors import ProcessSetupError, warn_user
 from .._launching.handoff import launch_command_line
-from .._process_environment import ProcessEnvironment
 
 if TYPE_CHECKING:
     import torch
 
-    from .._selection import Selection
+    from .._choice.selection import Selection
 
 
 def choose_device(

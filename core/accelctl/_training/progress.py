@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import AccelctlError
+from .._contract.errors import AccelctlError
 
 
 def progress_bar(enabled: bool | None, *, total: int | None, description: str) -> Any | None:

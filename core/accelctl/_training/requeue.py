@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from .._errors import TrainerError
+from .._contract.errors import TrainerError
 
 #: What ``requeue_signal="auto"`` catches inside a SLURM job: what ``sbatch --signal`` sends.
 AUTO_SIGNAL = signal.SIGUSR1

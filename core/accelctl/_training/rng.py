@@ -10,7 +10,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import warn_user
+from .._contract.errors import warn_user
 from .data import sampler_parts
 
 if TYPE_CHECKING:

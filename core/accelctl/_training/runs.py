@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._errors import warn_user
-from .._settings import launch_id
+from .._contract.errors import warn_user
+from .._contract.settings import launch_id
 from .checkpoint import CHECKPOINT_DIR, LAST, CheckpointError, remove_temporaries
 
 #: A run folder's file saying what wrote it (also read by people).

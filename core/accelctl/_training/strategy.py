@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from .._errors import TrainerError
+from .._contract.errors import TrainerError
 
 #: Accepted values of ``Trainer(strategy=...)``, in the order messages list them.
 STRATEGIES = ("auto", "ddp", "fsdp")

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .._errors import AccelctlError, PluginWarning, TrainerError, warn_user
-from .._peak import DevicePeak
+from .._contract.errors import AccelctlError, PluginWarning, TrainerError, warn_user
+from .._contract.peak import DevicePeak
 
 #: ``flops_per_sample="auto"``: count them on the first step.
 AUTO = "auto"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 
-from .. import _settings
-from .._errors import ProcessSetupError, TrainerError
+from .._contract import settings
+from .._contract.errors import ProcessSetupError, TrainerError
 
 #: The variable that sets the timeout, in seconds.
-ENV_COLLECTIVE_TIMEOUT = _settings.COLLECTIVE_TIMEOUT
+ENV_COLLECTIVE_TIMEOUT = settings.COLLECTIVE_TIMEOUT
 #: Five minutes: far above a step or a checkpoint of a model that fits one device.
-DEFAULT_TIMEOUT_S = _settings.DEFAULT_COLLECTIVE_TIMEOUT_S
+DEFAULT_TIMEOUT_S = settings.DEFAULT_COLLECTIVE_TIMEOUT_S
 #: What gloo's (and NCCL's) errors say when a collective's time ran out.
 _TIMEOUT_MARKERS = ("timed out", "timeout")
 
@@ -28,8 +28,8 @@ def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.tim
     """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s); a
     :class:`ProcessSetupError` for a value that is not a positive number of seconds."""
     try:
-        return datetime.timedelta(seconds=_settings.collective_timeout(environ))
-    except _settings.SettingError as exc:
+        return datetime.timedelta(seconds=settings.collective_timeout(environ))
+    except settings.SettingError as exc:
         raise ProcessSetupError(str(exc)) from None
 
 

@@ -5,7 +5,7 @@ write on descriptor 1) reaches the command's own: it stays a row with its cause.
 The child runs the command's task (plain data out: rows, readings, a selection) and streams
 to the parent, over a pipe, each result, what the child's code writes on ``sys.stdout`` and
 ``sys.stderr`` (the parent writes it on its stderr), and, from the fan-out
-(:func:`accelctl._fanout.observe`), which plugins it is asking. Its descriptor 1 is its
+(:func:`accelctl._host.fanout.observe`), which plugins it is asking. Its descriptor 1 is its
 descriptor 2, so a plugin's output never reaches the command's stdout, however it writes.
 Where the child ends before its task did, the one plugin it was asking is named with how the
 process ended, and a new child runs the task without asking it again; where it was asking
@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NoReturn, TypeVar
 
-from .. import _fanout
-from .._errors import AccelctlError
+from .._contract.errors import AccelctlError
+from .._host import fanout
 
 T = TypeVar("T")
 
@@ -237,14 +237,14 @@ def _child(
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
         if one_at_a_time:
-            _fanout.MAX_WORKERS = 1
+            fanout.MAX_WORKERS = 1
         causes = {
             name: f"the process accelctl asked it in {cause}; accelctl asked the others again "
             "without it"
             for name, cause in ended.items()
         }
-        _fanout.skip_ended(causes)
-        _fanout.observe(
+        fanout.skip_ended(causes)
+        fanout.observe(
             lambda asking, item: pipe.send(
                 ("asking" if asking else "answered", getattr(item, "name", None))
             )

@@ -20,9 +20,9 @@ from importlib import metadata
 
 import click
 
-from .._discovery import COMMANDS_GROUP, Found, read_identity, scan
-from .._errors import AccelctlError
-from .._text import describe_exception, one_line, quote
+from .._base.text import describe_exception, one_line, quote
+from .._contract.errors import AccelctlError
+from .._host.discovery import COMMANDS_GROUP, Found, read_identity, scan
 
 
 class Contributed:

@@ -1,7 +1,8 @@
 """Options shared by the commands that select an accelerator (``resolve``, ``launch``).
 
 ``--devices`` is handed as typed to the plugin's parser, so the command line reads the same
-grammar as Python (:mod:`accelctl._devices`); its help lists the forms a string can take.
+grammar as Python (:mod:`accelctl._contract.device_specs`); its help lists the forms a string
+can take.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import click
 from click.decorators import FC
 
-from .._devices import INDEXED_FORMS, PROCESS_COUNT_FORMS
+from .._contract.device_specs import INDEXED_FORMS, PROCESS_COUNT_FORMS
 
 accelerator_option = click.option(
     "--accelerator",

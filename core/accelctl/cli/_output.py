@@ -1,6 +1,6 @@
 """Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people. Both carry
 others' text (plugins', package metadata, the user's): cells are one escaped line of bounded
-length (:func:`accelctl._text.clean`), JSON strings are bounded (JSON escapes the rest itself).
+length (:func:`accelctl._base.text.clean`), JSON strings are bounded (JSON escapes the rest itself).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import click
 
-from .._text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable_line
+from .._base.text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable_line
 
 
 def strict_json_data(data: Any) -> Any:
     """``data`` made fit for strict JSON: a float that is not finite (NaN, infinity) becomes
     None (``null``), as the Trainer writes its metrics, and every string (keys too) is bounded
-    to :data:`~accelctl._text.JSON_STRING_LIMIT` characters."""
+    to :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
     if isinstance(data, str):
         return bound(data, JSON_STRING_LIMIT)
     if isinstance(data, float):
@@ -46,7 +46,7 @@ def emit_json(data: Any) -> None:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """An aligned plain-text table; None shows as "-"; each cell is one escaped line of at most
-    about :data:`~accelctl._text.FIELD_LIMIT` characters."""
+    about :data:`~accelctl._base.text.FIELD_LIMIT` characters."""
     table = [list(headers)] + [
         ["-" if value is None else clean(str(value), FIELD_LIMIT) for value in row] for row in rows
     ]
@@ -59,7 +59,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 def echo_line(text: str, err: bool = False) -> None:
     """Print one line that carries others' text: escaped, bounded, alignment kept (see
-    :func:`accelctl._text.printable_line`)."""
+    :func:`accelctl._base.text.printable_line`)."""
     click.echo(printable_line(text), err=err)
 
 

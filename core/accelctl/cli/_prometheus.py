@@ -11,7 +11,7 @@ from types import FrameType
 
 import click
 
-from .._text import printable_line
+from .._base.text import printable_line
 
 #: How often the command looks for a device whose reading newly failed (and for a signal).
 CHECK_S = 0.5

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 
-from .._fanout import run_one
-from .._isolation import import_torch
-from .._registry import get_registry
-from .._selection import Selection, asked_name, resolve_chosen, select_accelerator
-from .._settings import SelectionVariables
+from .._choice.selection import Selection, asked_name, resolve_chosen, select_accelerator
+from .._contract.settings import SelectionVariables
+from .._host.fanout import run_one
+from .._host.isolation import import_torch
+from .._host.registry import get_registry
 
 
 def resolve_in_time(accelerator: str, devices: str) -> Selection:

@@ -16,13 +16,13 @@ import click
 
 import accelctl
 
-from .. import _settings
-from .._errors import AccelctlError
-from .._fanout import run_each
-from .._plugin import AcceleratorHandle
-from .._registry import list_accelerators
-from .._status import AcceleratorStatus
-from .._text import one_line, printable_line
+from .._base.text import one_line, printable_line
+from .._contract import settings
+from .._contract.errors import AccelctlError
+from .._host.fanout import run_each
+from .._host.handle import AcceleratorHandle
+from .._host.registry import list_accelerators
+from .._host.status import AcceleratorStatus
 from ..torch_build import cudnn_version, mps_built, read_torch_build
 from ._child import run_in_child
 from ._output import emit_json
@@ -106,7 +106,7 @@ def collect() -> Environment:
         accelctl=str(accelctl.__version__),  # the one lookup of the installed version
         torch=_torch_info(),
         accelerators=_accelerators(),
-        variables=_settings.set_variables(),  # accelctl's own, when set
+        variables=settings.set_variables(),  # accelctl's own, when set
     )
 
 

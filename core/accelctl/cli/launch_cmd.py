@@ -9,13 +9,13 @@ import re
 
 import click
 
-from .. import _settings
-from .._devices import devices_spec
+from .._contract import settings
+from .._contract.device_specs import devices_spec
 from .._launching.cores import cpu_oversubscription
 from .._launching.failures import LaunchFailedError
 from .._launching.options import NodeOptionError, plan_nodes
 from .._launching.scripts import interrupted_anywhere, launch_script
-from .._supervision import LaunchInterruptedError
+from .._launching.supervision import LaunchInterruptedError
 from ._options import accelerator_option, devices_option
 from ._selecting import resolve_in_time
 
@@ -149,7 +149,7 @@ def launch_command(
         click.echo(f"accelctl launch: warning: {crowded}", err=True)
     debug = bool(ctx.find_root().params.get("debug"))
     if debug:  # the processes' accelctl errors with their tracebacks, as the CLI's own
-        os.environ[_settings.DEBUG] = "1"
+        os.environ[settings.DEBUG] = "1"
     try:
         launch_script(
             script,

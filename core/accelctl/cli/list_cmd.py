@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from .._registry import list_accelerators
-from .._status import AcceleratorStatus
+from .._host.registry import list_accelerators
+from .._host.status import AcceleratorStatus
 from ._child import run_in_child
 from ._output import echo_line, emit_json, format_table, yes_no
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._errors import AccelctlError, PluginWarning
-from .._fanout import abandoned_threads
-from .._text import one_line, quote, safe_str
-from .._wording import on_command_line
+from .._base.text import one_line, quote, safe_str
+from .._base.wording import on_command_line
+from .._contract.errors import AccelctlError, PluginWarning
+from .._host.fanout import abandoned_threads
 
 if TYPE_CHECKING:
     from ._contributed import Contributed

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from .._errors import AccelctlError
-from .._registry import get_registry
-from .._scaffold import PluginNames, name_problem, write
+from .._contract.errors import AccelctlError
+from .._host.registry import get_registry
+from ._scaffold import PluginNames, name_problem, write
 
 
 def _check_name(ctx: click.Context, param: click.Parameter, value: str) -> str:

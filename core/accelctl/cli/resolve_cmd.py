@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .._errors import AccelctlError
+from .._contract.errors import AccelctlError
 from ._child import run_in_child
 from ._options import accelerator_option, devices_option
 from ._output import echo_line, emit_json

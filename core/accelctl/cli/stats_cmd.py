@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import click
 
-from .._stats import DeviceStats, watch_stats
-from .._text import printable_line
+from .._base.text import printable_line
+from .._readings.stats import DeviceStats, watch_stats
 from ._child import run_in_child
 from ._output import emit_json, format_table, json_text
 from ._prometheus import parse_address

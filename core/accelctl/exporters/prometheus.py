@@ -37,10 +37,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import AccelctlError, PluginWarning
-from .._extras import extra_missing
-from .._stats import DeviceStats, watch_stats
-from .._text import one_line, quote
+from .._base.text import one_line, quote
+from .._contract.errors import AccelctlError, PluginWarning
+from .._contract.extras import extra_missing
+from .._readings.stats import DeviceStats, watch_stats
 
 try:
     from prometheus_client import CollectorRegistry, start_http_server

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accelctl._selection import known_name
+from accelctl._choice.selection import known_name
 
 from ._patching import Patches
 from ._uses import USES

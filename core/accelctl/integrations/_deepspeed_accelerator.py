@@ -21,8 +21,8 @@ import torch
 from deepspeed.accelerator.abstract_accelerator import DeepSpeedAccelerator
 
 import accelctl
-from accelctl._deepspeed_refusals import runs_float64
-from accelctl._selection import known_name
+from accelctl._choice.selection import known_name
+from accelctl._deepspeed.refusals import runs_float64
 
 from . import _deepspeed_ops
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import accelctl
-from accelctl._deepspeed_refusals import (
+from accelctl._deepspeed.refusals import (
     float64_norms_refusal,
     offload_device,
     offload_refusal,
@@ -126,12 +126,12 @@ def restore() -> None:
 
 def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> None:
     """Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
-    norms in float64 anyway (:func:`accelctl._deepspeed_refusals.float64_norms_refusal`, which
+    norms in float64 anyway (:func:`accelctl._deepspeed.refusals.float64_norms_refusal`, which
     ``accelctl launch`` applies too).
 
     :raises accelctl.ProcessSetupError: naming the device, the release, and the way out.
     """
-    from accelctl._selection import known_name
+    from accelctl._choice.selection import known_name
 
     problem = float64_norms_refusal(
         stage, known_name(accelerator.handle), accelerator.process_device,
@@ -147,7 +147,7 @@ def refuse_offload(
     """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
     a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
     op, which on a plugin's device is compiled on first use, on a machine without what that
-    takes (:func:`accelctl._deepspeed_refusals.offload_refusal`, which ``accelctl launch``
+    takes (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch``
     applies too); a torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed
     refuses it otherwise, in its engine).
 
@@ -155,7 +155,7 @@ def refuse_offload(
     """
     if config is None or offload_device(config) is None:
         return
-    from accelctl._selection import known_name
+    from accelctl._choice.selection import known_name
 
     name, device = known_name(accelerator.handle), accelerator.process_device
     if isinstance(optimizer, torch.optim.Optimizer):

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import accelctl
-from accelctl._deepspeed_builds import COMMUNICATION_OPS, HOST_OPS
-from accelctl._deepspeed_builds import HOST_BUILDERS as HOST_BUILDERS
+from accelctl._deepspeed.builds import COMMUNICATION_OPS, HOST_OPS
+from accelctl._deepspeed.builds import HOST_BUILDERS as HOST_BUILDERS
 
 from ._deepspeed_adaptation import BUILDER_NAMES, PATCHES
 
@@ -94,7 +94,7 @@ def builder_class(class_name: str, accelerator: OpsAccelerator) -> type:
 
 
 def _missing_builder(class_name: str, accelerator: OpsAccelerator, base: type) -> type:
-    from accelctl._selection import known_name
+    from accelctl._choice.selection import known_name
 
     shown = known_name(accelerator.handle)
     device_type = accelerator.device_name()

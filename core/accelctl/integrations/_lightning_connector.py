@@ -80,7 +80,9 @@ from typing import Annotated, Any
 import torch
 
 from accelctl import PrecisionError, ProcessSetupError
-from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
+from accelctl._choice.selection import (
+    known_name,  # the name a message uses: "openreg", not "privateuse1"
+)
 
 from ._lightning_adaptation import ADAPTATION as _ADAPTATION
 from ._lightning_adaptation import (

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from accelctl import AccelctlError, MissingKernelError
-from accelctl._error_line import show_as_one_line
 from accelctl._kernels.translate import missing_kernel_error
+from accelctl._launching.error_line import show_as_one_line
 
 #: The strategy's methods that run the model: its steps, and the backward pass.
 STEPS = ("training_step", "validation_step", "test_step", "predict_step", "backward")

@@ -14,7 +14,7 @@ from lightning.fabric.accelerators.registry import _AcceleratorRegistry
 from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY
 
 from accelctl import AccelctlError, AcceleratorHandle, PluginWarning
-from accelctl._registry import Registry  # the same distribution: released with the core
+from accelctl._host.registry import Registry  # the same distribution: released with the core
 
 
 def description(handle: AcceleratorHandle) -> str:

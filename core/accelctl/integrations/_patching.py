@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accelctl._errors import FrameworkVersionError
+from accelctl._contract.errors import FrameworkVersionError
 
 from ._versions import Adaptation, Internal
 

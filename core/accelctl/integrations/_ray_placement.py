@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import accelctl
-from accelctl import _settings  # the same distribution: released with the core
+from accelctl._choice.selection import (
+    known_name,  # the name a message uses: "openreg", not "privateuse1"
+)
+from accelctl._contract import (
+    settings as _settings,  # the same distribution: released with the core
+)
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import missing_kernel_error
-from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
 
 from ._ray_resources import resource_name
 

@@ -21,7 +21,9 @@ from typing import Any
 import click
 
 import accelctl
-from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
+from accelctl._choice.selection import (
+    known_name,  # the name a message uses: "openreg", not "privateuse1"
+)
 
 
 def resource_name(handle: accelctl.AcceleratorHandle) -> str:

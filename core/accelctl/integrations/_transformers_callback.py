@@ -17,8 +17,8 @@ from typing import Any
 import transformers
 
 import accelctl
-from accelctl._errors import PluginWarning, warn_user
-from accelctl._selection import known_name, select_accelerator
+from accelctl._choice.selection import known_name, select_accelerator
+from accelctl._contract.errors import PluginWarning, warn_user
 
 __all__ = ["DEFAULT_PREFIX", "DeviceStatsCallback", "add_device_stats"]
 

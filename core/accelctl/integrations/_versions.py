@@ -38,7 +38,7 @@ from importlib import metadata
 from types import ModuleType
 from typing import Any, NoReturn
 
-from accelctl._errors import FrameworkVersionError
+from accelctl._contract.errors import FrameworkVersionError
 
 
 @dataclass(frozen=True)

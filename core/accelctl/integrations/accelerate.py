@@ -42,18 +42,22 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import torch
 
 import accelctl
-from accelctl import _settings  # the same distribution: released with the core
-from accelctl._distributed_backend import (
+from accelctl._choice.distributed_backend import (
     Started,
     backend_problem,
     named_backend_refusal,
     unusable_backend,
 )
-from accelctl._error_line import one_line_when_raised
-from accelctl._errors import warn_user
+from accelctl._choice.selection import (
+    known_name,  # the name a message uses: "openreg", not "privateuse1"
+)
+from accelctl._contract import (
+    settings as _settings,  # the same distribution: released with the core
+)
+from accelctl._contract.errors import warn_user
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import raise_missing_kernel
-from accelctl._selection import known_name  # the name a message uses: "openreg", not "privateuse1"
+from accelctl._launching.error_line import one_line_when_raised
 
 from ._kernel_errors import translate_forward
 from ._parameters import keeping_parameters, move_before_sharding

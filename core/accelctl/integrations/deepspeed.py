@@ -37,8 +37,10 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import os
 
 import accelctl
-from accelctl import _settings  # the same distribution: released with the core
-from accelctl._process_environment import ProcessEnvironment
+from accelctl._choice.process_environment import ProcessEnvironment
+from accelctl._contract import (
+    settings as _settings,  # the same distribution: released with the core
+)
 from accelctl._training.processes import (
     alone_on_first_device,
     choose_device,

@@ -61,12 +61,12 @@ from accelctl import (
     get_accelerator,
 )
 from accelctl import Accelerator as _AccelctlAccelerator
+from accelctl._choice.selection import known_name, single_process
+from accelctl._host.registry import Registry, get_registry
 
 # The same distribution as the core, released with it: the registry's internals and the rule
 # accelctl.resolve applies to "auto" come from there, not from copies.
 from accelctl._kernels.setup import set_up_kernels
-from accelctl._registry import Registry, get_registry
-from accelctl._selection import known_name, single_process
 
 from . import _lightning_connector, _lightning_kernels, _lightning_registries
 from ._lightning_registries import Registration

@@ -52,9 +52,11 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
 import torch
 
 import accelctl
-from accelctl import _settings  # the one reader of ACCELCTL_*: the same distribution
-from accelctl._error_line import show_as_one_line
-from accelctl._errors import warn_user
+from accelctl._contract import (
+    settings as _settings,  # the one reader of ACCELCTL_*: the same distribution
+)
+from accelctl._contract.errors import warn_user
+from accelctl._launching.error_line import show_as_one_line
 from accelctl._training.callbacks import add_process_callback
 from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
 

@@ -50,8 +50,8 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without 
     raise framework_missing("transformers", "transformers", exc) from exc
 
 import accelctl
+from accelctl._choice.selection import known_name
 from accelctl._kernels.setup import set_up_kernels
-from accelctl._selection import known_name
 
 from . import _accelerate_state
 from ._parameters import replaces_parameters

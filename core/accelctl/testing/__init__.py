@@ -40,7 +40,7 @@ through the entry-point group ``accelctl.commands``.
 
 from __future__ import annotations
 
-from accelctl._registry import Registry
+from accelctl._host.registry import Registry
 
 from ._device_checks import BAD_DEVICE_SPECS, COMMON_STATS_KEYS, STATS_CALL_LIMIT_S
 from ._distributions import installed_plugins, reset_registry, write_distribution

@@ -8,8 +8,8 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from accelctl import AccelctlError, AcceleratorHandle, DevicePeak, DeviceSpecError
-from accelctl._text import one_line
-from accelctl._wording import setting
+from accelctl._base.text import one_line
+from accelctl._base.wording import setting
 from accelctl.stats_keys import VOCABULARY
 from accelctl.stats_keys import problems as vocabulary_problems
 

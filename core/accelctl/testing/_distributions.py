@@ -12,8 +12,8 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from accelctl._project import ENTRY_POINT_GROUP
-from accelctl._registry import Registry, set_registry
+from accelctl._base.project import ENTRY_POINT_GROUP
+from accelctl._host.registry import Registry, set_registry
 
 
 def write_distribution(

@@ -8,10 +8,10 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, hookspecs
-from accelctl._info import KNOWN_FAMILIES
-from accelctl._project import RESERVED_NAMES
-from accelctl._registry import Registry
-from accelctl._text import one_line
+from accelctl._base.project import RESERVED_NAMES
+from accelctl._base.text import one_line
+from accelctl._contract.info import KNOWN_FAMILIES
+from accelctl._host.registry import Registry
 from accelctl.torch_build import import_torch
 
 from . import probes

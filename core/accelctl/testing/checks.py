@@ -11,9 +11,10 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from accelctl import AccelctlError, AcceleratorHandle, _fanout, hookspecs
-from accelctl._registry import Registry, get_registry, load_each
-from accelctl._text import one_line, safe_repr
+from accelctl import AccelctlError, AcceleratorHandle, hookspecs
+from accelctl._base.text import one_line, safe_repr
+from accelctl._host import fanout as _fanout
+from accelctl._host.registry import Registry, get_registry, load_each
 
 from . import _device_checks as device
 from . import _plugin_checks as plugin

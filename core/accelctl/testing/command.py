@@ -14,7 +14,7 @@ import traceback
 
 import click
 
-from accelctl._registry import get_registry
+from accelctl._host.registry import get_registry
 from accelctl.capabilities import Capability
 from accelctl.cli._child import run_in_child
 from accelctl.cli._output import echo_line, emit_json

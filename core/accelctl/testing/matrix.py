@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from accelctl import AccelctlError, AcceleratorHandle, AcceleratorStatus
-from accelctl._registry import Registry, get_registry
-from accelctl._text import describe_exception, one_line
+from accelctl._base.text import describe_exception, one_line
+from accelctl._host.registry import Registry, get_registry
 from accelctl.capabilities import CAPABILITIES, FSDP_NEEDS, Capability, iter_capabilities
 
 from .probes import fresh_interpreter_environment

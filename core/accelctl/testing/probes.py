@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # The check the core makes before a launch or a Trainer starts processes; the kit reports it.
-from accelctl._distributed_backend import backend_problem as backend_problem
+from accelctl._choice.distributed_backend import backend_problem as backend_problem
 
 #: Modules a plugin must not import at module level (the contract's "cheap imports" rule).
 HEAVY_MODULES = ("torch",)

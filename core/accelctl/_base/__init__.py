@@ -1,0 +1,2 @@
+"""What every layer may use: text for people, the project's own names, device strings, torch's
+build read without importing it. Imports nothing of accelctl."""

@@ -1,0 +1,2 @@
+"""The plugin host: discovery through entry points, loading, the handle, the registry, asking
+many plugins at once. Imports ``_base``, ``_contract`` and ``accelctl.hookspecs``."""
