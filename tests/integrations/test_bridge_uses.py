@@ -22,7 +22,7 @@ def test_the_declared_uses_are_the_ones_the_bridges_code_has() -> None:
         assert derived == declared, (
             f"accelctl.integrations.{bridge}: used but not declared {sorted(derived - declared)}, "
             f"declared but not used {sorted(declared - derived)}. Write the declaration anew: "
-            "python tests/integrations/bridgeuses.py --write"
+            "python tests/bridgeuses.py --write"
         )
     assert (Path(_uses.__file__).read_text()) == declaration()
 

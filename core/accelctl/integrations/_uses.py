@@ -228,8 +228,6 @@ USES: dict[str, tuple[str, ...]] = {
         "deepspeed.accelerator.abstract_accelerator:DeepSpeedAccelerator.__init__(self)",
         "deepspeed.accelerator:set_accelerator",
         "deepspeed.accelerator:set_accelerator(_)",
-        "deepspeed.runtime.zero",
-        "deepspeed.runtime.zero:utils",
         "deepspeed:__version__",
     ),
 }
