@@ -193,7 +193,7 @@ def _backend_gap(backend: str, device_type: str) -> str | None:
     """Why ``backend`` (``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors in this torch, from its registration alone (no process group); None
     when it is registered for them and compiled in. The check ``accelctl launch``, the Trainer
-    and ``validate`` make (``_distributed_backend``), worded as a capability's reason."""
+    and ``validate`` make (``_choice.distributed_backend``), worded as a capability's reason."""
     from ._choice.distributed_backend import backend_problem
 
     problem = backend_problem(backend, device_type)

@@ -78,7 +78,7 @@ def imports(path: Path, root: Path = PACKAGE.parent) -> Iterator[tuple[str, bool
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, *([node.module] if node.module else [])])
-            # ``from . import _settings`` imports a module; ``from .x import y``, module x.
+            # ``from . import fanout`` imports a module; ``from .x import y``, module x.
             names = [
                 f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}", root) else base
                 for alias in node.names
