@@ -166,6 +166,6 @@ def test_only_the_fan_out_knows_the_deadline() -> None:
         str(path.relative_to(CORE))
         for path in sorted(CORE.rglob("*.py"))
         if "hook_timeout(" in path.read_text().replace("def hook_timeout(", "")
-        or "late_error(" in path.read_text()
+        or "timeout_error(" in path.read_text()
     ]
     assert knowing == ["_host/fanout.py"]

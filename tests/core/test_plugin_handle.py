@@ -5,9 +5,11 @@ it."""
 from __future__ import annotations
 
 import sys
+import types
 
 import pytest
 
+import accelctl
 from accelctl import AcceleratorHandle, PluginConflictError, PluginLoadError
 from accelctl.testing import Registry
 
@@ -206,3 +208,40 @@ def test_only_the_handle_changes_its_state(fake_site: FakeSite) -> None:
         with pytest.raises(AttributeError):
             setattr(handle, name, None)
     assert handle.load().state == "loaded"
+
+
+def test_a_mark_pluggy_leaves_as_an_object_counts_as_its_dict_does() -> None:
+    """pluggy leaves a dict on a marked function up to 1.7; an object of pluggy's with the same
+    fields, as a later release may leave, marks a hook too. An attribute that is no mark (an
+    object answering every attribute) marks nothing, as pluggy rules."""
+    from accelctl._host.loading import _found_hooks
+
+    class HookimplConfiguration:
+        __module__ = "pluggy._hooks"
+
+        def __init__(self, **options: object) -> None:
+            self.__dict__.update(options)
+
+    class AnswersEverything:
+        def __getattr__(self, name: str) -> bool:
+            return True
+
+    plugin = types.ModuleType("vendor_plugin")
+
+    @accelctl.hookimpl
+    def accelerator_info() -> None: ...
+
+    def detect() -> bool:
+        return True
+
+    def parse_devices(devices: object) -> None: ...
+
+    detect.accelctl_impl = HookimplConfiguration(wrapper=False, specname=None)  # type: ignore[attr-defined]
+    parse_devices.accelctl_impl = AnswersEverything()  # type: ignore[attr-defined]
+    plugin.__dict__.update(accelerator_info=accelerator_info, detect=detect,
+                           parse_devices=parse_devices)  # fmt: skip
+    found = {name: opts for name, _, opts in _found_hooks(plugin)}
+    assert found == {
+        "accelerator_info": accelctl.hookimpl(lambda: None).accelctl_impl,  # type: ignore[attr-defined]
+        "detect": {"wrapper": False, "specname": None},
+    }

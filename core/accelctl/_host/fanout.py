@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 _local = threading.local()  # .run and .index: the fan-out and the item this worker asks
 #: Plugins whose work is still running past its deadline: that thread, and the error given.
-_late: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlError]] = (
+_timed_out: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlError]] = (
     weakref.WeakKeyDictionary()
 )
 _abandoned: list[threading.Thread] = []
@@ -61,8 +61,8 @@ _abandoned: list[threading.Thread] = []
 #: Called with ``(True, item)`` when a worker takes an item and ``(False, item)`` when its work
 #: returns (see :func:`observe`).
 _observer: Callable[[bool, object], None] | None = None
-#: Plugins (by name) not to ask, with why: they ended the process that asked them before.
-_ended: dict[str, str] = {}
+#: Plugins (by name) not to ask, with why: they crashed the process that asked them before.
+_crashed: dict[str, str] = {}
 
 
 def observe(observer: Callable[[bool, object], None] | None) -> None:
@@ -74,11 +74,11 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
     _observer = observer
 
 
-def skip_ended(ended: dict[str, str]) -> None:
-    """Answer for each plugin named in ``ended`` (by its name) with an error of its cause
-    instead of asking it: it ended the process that asked it before."""
-    _ended.clear()
-    _ended.update(ended)
+def skip_crashed(crashed: dict[str, str]) -> None:
+    """Answer for each plugin named in ``crashed`` (by its name) with an error of its cause
+    instead of asking it: it crashed the process that asked it before."""
+    _crashed.clear()
+    _crashed.update(crashed)
 
 
 def abandoned_threads() -> list[threading.Thread]:
@@ -87,7 +87,7 @@ def abandoned_threads() -> list[threading.Thread]:
     return list(_abandoned)
 
 
-def late_error(item: FanOutItem, seconds: float) -> AccelctlError:
+def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
     """The error of ``item`` when it has not answered within ``seconds``."""
     if isinstance(item, _Unnamed):
         return AccelctlError(f"accelctl did not finish within {seconds:g} s")
@@ -152,10 +152,10 @@ class _Run(Generic[A, T]):
         self.given_up.add(index)
         self.workers -= 1  # that thread is the late plugin's now
         item, thread = self.items[index], self.threads[index]
-        self.errors[index] = error = late_error(item, timeout)
+        self.errors[index] = error = timeout_error(item, timeout)
         if thread is not None:
             _abandoned.append(thread)
-            _late[item] = (thread, error)
+            _timed_out[item] = (thread, error)
         if self.waiting and self.workers == 0:
             self.start()  # in place of the thread left with the late plugin
 
@@ -184,13 +184,13 @@ def run_each(
     timeout = settings.hook_timeout()
     run = _Run(items, work)
     for index, item in enumerate(run.items):
-        busy = _late.get(item)
+        busy = _timed_out.get(item)
         name = getattr(item, "name", None)
-        ended = _ended.get(name) if _ended and isinstance(name, str) else None
+        crashed = _crashed.get(name) if _crashed and isinstance(name, str) else None
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
-        elif ended is not None:
-            run.errors[index] = item.error_for(None, ended)
+        elif crashed is not None:
+            run.errors[index] = item.error_for(None, crashed)
         else:
             run.waiting.append(index)
     limit = MAX_WORKERS if workers is None else workers

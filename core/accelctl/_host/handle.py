@@ -344,7 +344,7 @@ class AcceleratorHandle:
         self._calling = outer or hook
         try:
             value = function(*args)
-        except BaseException as exc:
+        except BaseException as exc:  # a hook's sys.exit() too (test_hostile_plugins.py)
             raise self._failed(hook, exc)  # noqa: B904 - the cause is set: what the plugin raised
         finally:
             self._calling = outer
@@ -357,7 +357,7 @@ class AcceleratorHandle:
         self._calling = outer or "detect"
         try:
             value = function()
-        except BaseException as exc:
+        except BaseException as exc:  # a hook's sys.exit() too (test_hostile_plugins.py)
             raise self._failed("detect", exc)  # noqa: B904 - the cause is set
         finally:
             self._calling = outer

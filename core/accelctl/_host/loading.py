@@ -26,6 +26,8 @@ from .isolation import failure_text
 
 #: The attribute in which ``@accelctl.hookimpl`` leaves its options on a function (pluggy's).
 _MARKER = f"{PROJECT_NAME}_impl"
+#: The options a marker can give a hook (pluggy's ``HookimplOpts``).
+_OPTIONS = ("wrapper", "hookwrapper", "optionalhook", "tryfirst", "trylast", "specname")
 #: The hooks that take an argument.
 _ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", "setup_device"})
 
@@ -64,8 +66,17 @@ def _argnames(function: Callable[..., Any]) -> tuple[str, ...]:
 
 
 def _marked(value: object) -> dict[str, Any] | None:
+    """The options ``@accelctl.hookimpl`` left on ``value``; None where it is not marked.
+
+    pluggy's marker leaves a dict (up to 1.7); an object of pluggy's with the same fields, as
+    a later release may leave, is read the same way. Anything else in the attribute (an object
+    that answers every attribute) is no mark, as pluggy itself rules."""
     opts = getattr(value, _MARKER, None)
-    return opts if isinstance(opts, dict) else None
+    if isinstance(opts, dict):
+        return opts
+    if opts is None or not type(opts).__module__.partition(".")[0] == "pluggy":
+        return None
+    return {name: getattr(opts, name) for name in _OPTIONS if hasattr(opts, name)}
 
 
 def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:

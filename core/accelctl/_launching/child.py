@@ -62,7 +62,7 @@ def run_script(argv: Sequence[str]) -> None:
         for line in details(exc):  # what the message says beyond its first line (stacks)
             print(line, file=sys.stderr)
         end_without_teardown(1)
-    except BaseException:
+    except BaseException:  # a sys.exit() or Ctrl-C too: the launcher reads the record
         if error_file:
             _publish(os.environ[ERROR_FILE_VARIABLE], error_file)
         raise

@@ -110,7 +110,7 @@ def save_atomic(state: Mapping[str, Any], path: Path, *, last_good: Path | None 
             # power cut too, at a cost of most of the write's time.
             file.flush()
         os.replace(temporary, path)
-    except BaseException as exc:
+    except BaseException as exc:  # Ctrl-C too: no half-written temporary file stays
         written = temporary.stat().st_size if temporary.exists() else 0
         cause = None
         if isinstance(exc, Exception):

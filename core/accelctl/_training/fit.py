@@ -134,7 +134,7 @@ class Fit:
             self.state.first_step = self.trainer.global_step
             Epochs(self, training).run()
             self._leave_together()
-        except BaseException as exc:
+        except BaseException as exc:  # Ctrl-C too: the stop is reported, the group ended
             missing = self._missing_kernel(exc)
             # Before the group goes: the report asks the other processes through its store.
             step = self.trainer.global_step

@@ -128,10 +128,10 @@ def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
         return
     global asked_in_child
     asked_in_child = True
-    ended: dict[str, str] = {}
+    crashed: dict[str, str] = {}
     one_at_a_time = False
     while True:
-        child = _Child(task, ended, one_at_a_time)
+        child = _Child(task, crashed, one_at_a_time)
         yield from child.results()
         if child.finished:
             return
@@ -139,7 +139,7 @@ def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
         cause = child.cause()
         if len(asking) == 1:
             [name] = asking
-            ended[name] = cause
+            crashed[name] = cause
         elif asking and not one_at_a_time:
             one_at_a_time = True  # asked at once: the next child asks one at a time to tell
         else:
@@ -159,7 +159,7 @@ class _Child:
     """One forked child running ``task``, and what the parent learns of it."""
 
     def __init__(
-        self, task: Callable[[], Iterator[Any]], ended: dict[str, str], one_at_a_time: bool
+        self, task: Callable[[], Iterator[Any]], crashed: dict[str, str], one_at_a_time: bool
     ) -> None:
         self.finished = False
         self.asking: set[str] = set()
@@ -172,7 +172,7 @@ class _Child:
         self.pid = os.fork()
         if self.pid == 0:  # the child: never returns
             os.close(read)
-            _child(task, _Pipe(write), ended, one_at_a_time)
+            _child(task, _Pipe(write), crashed, one_at_a_time)
         os.close(write)
         self.reader = os.fdopen(read, "rb")
         self.status: int | None = None
@@ -230,7 +230,7 @@ class _Child:
 
 
 def _child(
-    task: Callable[[], Iterator[Any]], pipe: _Pipe, ended: dict[str, str], one_at_a_time: bool
+    task: Callable[[], Iterator[Any]], pipe: _Pipe, crashed: dict[str, str], one_at_a_time: bool
 ) -> NoReturn:
     code = 0
     try:
@@ -241,9 +241,9 @@ def _child(
         causes = {
             name: f"the process accelctl asked it in {cause}; accelctl asked the others again "
             "without it"
-            for name, cause in ended.items()
+            for name, cause in crashed.items()
         }
-        fanout.skip_ended(causes)
+        fanout.skip_crashed(causes)
         fanout.observe(
             lambda asking, item: pipe.send(
                 ("asking" if asking else "answered", getattr(item, "name", None))
@@ -255,7 +255,7 @@ def _child(
     except KeyboardInterrupt:
         pipe.send(("interrupted",))
         code = 130
-    except BaseException as exc:
+    except BaseException as exc:  # a plugin's sys.exit() too: the parent words it (tests/cli)
         import traceback
 
         pipe.send(("raised", _portable(exc), "".join(traceback.format_exception(exc))))
