@@ -61,6 +61,8 @@ _abandoned: list[threading.Thread] = []
 #: Called with ``(True, item)`` when a worker takes an item and ``(False, item)`` when its work
 #: returns (see :func:`observe`).
 _observer: Callable[[bool, object], None] | None = None
+#: Threads a run may have at once in this process (:func:`one_at_a_time` sets 1).
+_max_workers = MAX_WORKERS
 #: Plugins (by name) not to ask, with why: they crashed the process that asked them before.
 _crashed: dict[str, str] = {}
 
@@ -72,6 +74,13 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
     named (the CLI's :mod:`accelctl.cli._child`)."""
     global _observer
     _observer = observer
+
+
+def one_at_a_time() -> None:
+    """Ask one plugin at a time in this process from now on: a process that asks plugins on
+    another's behalf (:mod:`accelctl.cli._child`), so that a plugin that crashes it is known."""
+    global _max_workers
+    _max_workers = 1
 
 
 def skip_crashed(crashed: dict[str, str]) -> None:
@@ -193,7 +202,7 @@ def run_each(
             run.errors[index] = item.error_for(None, crashed)
         else:
             run.waiting.append(index)
-    limit = MAX_WORKERS if workers is None else workers
+    limit = min(_max_workers, MAX_WORKERS if workers is None else workers)
     with _deadline_paused(), run.lock:
         if run.waiting:
             run.start()

@@ -237,7 +237,7 @@ def _child(
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
         if one_at_a_time:
-            fanout.MAX_WORKERS = 1
+            fanout.one_at_a_time()
         causes = {
             name: f"the process accelctl asked it in {cause}; accelctl asked the others again "
             "without it"
