@@ -1,5 +1,5 @@
 """The test sessions: one environment per framework a bridge adapts, each bridge on the oldest
-and the newest release of its window (``accelctl/integrations/_versions.py``).
+and the newest release of its window (``accelctl/integrations/_shared/versions.py``).
 
     nox                         every session (what ``bash scripts/test`` and CI run)
     nox -l                      the sessions, with what each installs

@@ -1,7 +1,7 @@
 """A bridge imported after a change to its framework in the same process, as a release other
 than the installed one would look to it: a newer version number with the same internals, or one
-internal changed (``accelctl.integrations._versions``). Each bridge's tests write the framework's
-part of the script; the accelerator it asks for and the runner are here."""
+internal changed (``accelctl.integrations._shared.versions``). Each bridge's tests write the
+framework's part of the script; the accelerator it asks for and the runner are here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The check every bridge's patches pass (accelctl/integrations/_patching.py): ``enable()``
+"""The check every bridge's patches pass (accelctl/integrations/_shared/patching.py): ``enable()``
 records one patch per internal the bridge replaces, is idempotent, and undoing the patches puts
 the framework's own code back."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from accelctl.integrations._patching import MARK, Patch, Patches
+from accelctl.integrations._shared.patching import MARK, Patch, Patches
 
 
 def assert_enabled_and_undone(

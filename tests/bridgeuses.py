@@ -1,13 +1,13 @@
 """Every name of a framework that a bridge's code uses, read from the code's syntax tree.
 
 The bridges (``accelctl/integrations``) declare what they use of their frameworks in
-``accelctl/integrations/_uses.py``, and each bridge checks those names on the installed release
-when it is imported (``accelctl.integrations._versions``). This module derives the same list
-from the code, so that a test keeps the declaration complete
-(``tests/integrations/test_bridge_uses.py``); ``python tests/bridgeuses.py --write`` writes it
-anew after a bridge changed.
+``accelctl/integrations/_shared/uses.py``, and each bridge checks those names on the installed
+release when it is imported (``accelctl.integrations._shared.versions``). This module derives the
+same list from the code, so that a test keeps the declaration complete
+(``tests/integrations/test_bridge_uses.py``); ``python tests/bridgeuses.py --write`` writes it anew
+after a bridge changed.
 
-What is read, in each module of a bridge (``lightning.py`` and ``_lightning_*.py``, ...):
+What is read, in each module of a bridge (``lightning.py`` and ``_lightning/*.py``, ...):
 
 - every import of a framework module or name (``from lightning.pytorch.strategies import
   ModelParallelStrategy``), type-checking-only imports left out;
@@ -43,14 +43,14 @@ BRIDGES = FRAMEWORKS
 
 
 def bridge_modules(bridge: str) -> list[Path]:
-    """The modules of ``bridge``: ``<bridge>.py`` and ``_<bridge>_*.py``."""
-    return [INTEGRATIONS / f"{bridge}.py", *sorted(INTEGRATIONS.glob(f"_{bridge}_*.py"))]
+    """The modules of ``bridge``: ``<bridge>.py`` and those of its package ``_<bridge>/``."""
+    return [INTEGRATIONS / f"{bridge}.py", *sorted((INTEGRATIONS / f"_{bridge}").glob("*.py"))]
 
 
 def shared_modules() -> list[Path]:
     """The modules no bridge owns alone (they must use no framework)."""
     owned = {path for bridge in BRIDGES for path in bridge_modules(bridge)}
-    return [path for path in sorted(INTEGRATIONS.glob("*.py")) if path not in owned]
+    return [path for path in sorted(INTEGRATIONS.rglob("*.py")) if path not in owned]
 
 
 @functools.cache
@@ -396,11 +396,11 @@ def _own_names(node: ast.ClassDef) -> set[str]:
 
 
 def declaration() -> str:
-    """The text of ``accelctl/integrations/_uses.py`` for the bridges' code as it stands."""
+    """The text of ``accelctl/integrations/_shared/uses.py`` for the bridges' code as it stands."""
     lines = [
         '"""Every name of its framework that each bridge uses on the paths it runs: what',
-        "``accelctl.integrations._versions`` checks on the installed release when the bridge is",
-        "imported (docs/design/bridge-uses.md).",
+        "``accelctl.integrations._shared.versions`` checks on the installed release when the",
+        "bridge is imported (docs/design/bridge-uses.md).",
         "",
         "Derived from the bridges' code by tests/bridgeuses.py, which writes this file",
         "(``python tests/bridgeuses.py --write``); tests/integrations/test_bridge_uses.py",
@@ -418,6 +418,6 @@ def declaration() -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        (INTEGRATIONS / "_uses.py").write_text(declaration())
+        (INTEGRATIONS / "_shared" / "uses.py").write_text(declaration())
     else:
         sys.stdout.write(declaration())

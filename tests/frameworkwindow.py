@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from importlib import import_module, metadata
 
-from accelctl.integrations._versions import Window
+from accelctl.integrations._shared.versions import Window
 
 
 def assert_adapted_in_window(window: Window, bridge: str) -> None:
@@ -15,8 +15,8 @@ def assert_adapted_in_window(window: Window, bridge: str) -> None:
     assert window.covers(version), (
         f"{window.framework} {version} is installed, outside the window accelctl's bridge is "
         f"tested with ({window.text()}): run this session's tests on it, then widen the window "
-        "in accelctl/integrations/_versions.py (or, where the bridge breaks, add an upper bound "
-        "to the extra with the reason)"
+        "in accelctl/integrations/_shared/versions.py (or, where the bridge breaks, add an upper "
+        "bound to the extra with the reason)"
     )
     # In the window, with every internal there: adapted, with no warning (Adaptation.check).
     adaptation = import_module(f"accelctl.integrations.{bridge}").ADAPTATION

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from accelctl.integrations._versions import BY_MODULE
+from accelctl.integrations._shared.versions import BY_MODULE
 
 #: Each folder holds one release and its dependencies, named ``<name>-<version>``.
 FOLDERS = [Path(p) for p in os.environ.get("ACCELCTL_BELOW_RELEASES", "").split(os.pathsep) if p]
@@ -57,10 +57,10 @@ EXPECTED: dict[tuple[str, str], str | None] = {
 
 #: The module of each bridge's adaptation (importable without the framework).
 ADAPTATIONS = {
-    "lightning": "_lightning_adaptation",
-    "accelerate": "_accelerate_state",
-    "transformers": "_transformers_state",
-    "ray": "_ray_adaptation",
+    "lightning": "_lightning.adaptation",
+    "accelerate": "_accelerate.state",
+    "transformers": "_transformers.state",
+    "ray": "_ray.adaptation",
 }
 
 pytestmark = pytest.mark.skipif(

@@ -86,7 +86,7 @@ def test_the_conformance_kit_and_the_bridges_are_packages_of_the_core() -> None:
     added = project["entry-points"]["accelctl.commands"]
     assert added == {
         "validate": "accelctl.testing.command:validate_command",
-        "ray-resources": "accelctl.integrations._ray_resources:ray_resources_command",
+        "ray-resources": "accelctl.integrations._ray.resources:ray_resources_command",
     }
 
 

@@ -39,8 +39,9 @@ def test_on_the_cpu_deepspeeds_own_cpu_builds_of_its_ops_are_used_and_rebound() 
 def test_the_bridges_patches_are_recorded_and_undone() -> None:
     import torch
 
-    from accelctl.integrations import _deepspeed_initialize, _deepspeed_ops
-    from accelctl.integrations._deepspeed_adaptation import PATCHES
+    from accelctl.integrations._deepspeed import initialize as _deepspeed_initialize
+    from accelctl.integrations._deepspeed import ops as _deepspeed_ops
+    from accelctl.integrations._deepspeed.adaptation import PATCHES
 
     rebound = PATCHES.applied()  # the import's: the builder names, on the CPU no initialize
     names = {patch.name for patch in rebound}
@@ -219,7 +220,7 @@ def test_on_openreg_the_accelerator_is_the_devices_and_fused_adam_is_refused_nam
 def test_an_abstract_method_of_a_newer_deepspeed_is_named_before_anything_runs() -> None:
     import abc
 
-    from accelctl.integrations._deepspeed_accelerator import PluginAccelerator, completed
+    from accelctl.integrations._deepspeed.accelerator import PluginAccelerator, completed
 
     class Newer(PluginAccelerator):  # as a release that added a method to the interface
         @abc.abstractmethod

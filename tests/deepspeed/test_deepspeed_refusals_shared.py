@@ -45,7 +45,8 @@ def refused_at_launch(config: dict[str, object], folder: Path) -> str:
 def test_the_bridge_refuses_in_each_process_what_launch_refuses_before(
     fake_site: FakeSite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelctl.integrations import _deepspeed_accelerator, _deepspeed_initialize
+    from accelctl.integrations._deepspeed import accelerator as _deepspeed_accelerator
+    from accelctl.integrations._deepspeed import initialize as _deepspeed_initialize
 
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     # A release whose ZeRO-3 norms are float64 (no get_norm_dtype), 0.16.9 by its metadata.

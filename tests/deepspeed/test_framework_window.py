@@ -2,7 +2,7 @@
 
 from frameworkwindow import assert_adapted_in_window
 
-from accelctl.integrations._versions import DEEPSPEED
+from accelctl.integrations._shared.versions import DEEPSPEED
 
 
 def test_the_installed_deepspeed_is_in_its_bridges_window() -> None:

@@ -23,9 +23,9 @@ from fakeaccelerators import TWO_PROCESSES, MetaAccelerator  # noqa: E402
 
 import accelctl  # noqa: E402
 from accelctl._kernels import setup  # noqa: E402
-from accelctl.integrations import _accelerate_state  # noqa: E402
-from accelctl.integrations._kernel_errors import TranslatedForward  # noqa: E402
-from accelctl.integrations._parameters import keeping_parameters  # noqa: E402
+from accelctl.integrations._accelerate import state as _accelerate_state  # noqa: E402
+from accelctl.integrations._shared.kernel_errors import TranslatedForward  # noqa: E402
+from accelctl.integrations._shared.parameters import keeping_parameters  # noqa: E402
 from accelctl.integrations.accelerate import ADAPTED, Accelerator, enable  # noqa: E402
 
 

@@ -4,7 +4,7 @@
 import pytest
 from frameworkwindow import assert_adapted_in_window
 
-from accelctl.integrations._versions import ACCELERATE, TRANSFORMERS
+from accelctl.integrations._shared.versions import ACCELERATE, TRANSFORMERS
 
 
 @pytest.mark.parametrize(

@@ -40,9 +40,9 @@ def _imported() -> None:
     import accelerate.state
     import transformers as imported
 
-    from accelctl.integrations import _transformers_state as adaptation
     from accelctl.integrations import accelerate as accelerate_bridge
     from accelctl.integrations import transformers as transformers_bridge
+    from accelctl.integrations._transformers import state as adaptation
 
     transformers = imported
     bridge = transformers_bridge

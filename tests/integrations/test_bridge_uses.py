@@ -1,7 +1,7 @@
 """What each bridge checks of its framework when it is imported is every name its code uses
-(accelctl/integrations/_uses.py, derived from the code by tests/bridgeuses.py): the declaration is
-the code's, the derivation finds the names that crashed inside the bridges before, and nothing
-outside the bridges' own modules uses a framework."""
+(accelctl/integrations/_shared/uses.py, derived from the code by tests/bridgeuses.py): the
+declaration is the code's, the derivation finds the names that crashed inside the bridges before,
+and nothing outside the bridges' own modules uses a framework."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from bridgeuses import BRIDGES, declaration, module_uses, shared_modules, uses_of
 
-from accelctl.integrations import _uses
+from accelctl.integrations._shared import uses as _uses
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,12 +28,10 @@ def test_the_declared_uses_are_the_ones_the_bridges_code_has() -> None:
 
 
 def test_each_bridges_adaptation_checks_its_uses() -> None:
-    from accelctl.integrations import (
-        _accelerate_state,
-        _lightning_adaptation,
-        _ray_adaptation,
-        _transformers_state,
-    )
+    from accelctl.integrations._accelerate import state as _accelerate_state
+    from accelctl.integrations._lightning import adaptation as _lightning_adaptation
+    from accelctl.integrations._ray import adaptation as _ray_adaptation
+    from accelctl.integrations._transformers import state as _transformers_state
 
     adaptations = {
         "lightning": _lightning_adaptation.ADAPTATION,

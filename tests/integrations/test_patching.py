@@ -1,5 +1,5 @@
 """The one way a bridge replaces an internal of its framework
-(accelctl/integrations/_patching.py): declared, shape-checked, recorded, once, undoable."""
+(accelctl/integrations/_shared/patching.py): declared, shape-checked, recorded, once, undoable."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from accelctl import FrameworkVersionError
-from accelctl.integrations._patching import MARK, Patches
-from accelctl.integrations._versions import Adaptation, Internal, Window
+from accelctl.integrations._shared.patching import MARK, Patches
+from accelctl.integrations._shared.versions import Adaptation, Internal, Window
 
 FRAMEWORK = textwrap.dedent(
     '''

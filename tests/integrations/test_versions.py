@@ -1,5 +1,5 @@
-"""The one rule of every bridge (accelctl/integrations/_versions.py): a window of releases, and
-the internals it adapts checked by their shape, never refused by the version number alone."""
+"""The one rule of every bridge (accelctl/integrations/_shared/versions.py): a window of releases,
+and the internals it adapts checked by their shape, never refused by the version number alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import tomllib
 
 from accelctl import FrameworkVersionError
-from accelctl.integrations._versions import (
+from accelctl.integrations._shared.versions import (
     ACCELERATE,
     DEEPSPEED,
     LIGHTNING,
@@ -156,7 +156,7 @@ def test_an_internal_of_a_module_that_cannot_be_imported_is_named() -> None:
     assert problem == "is not there (no module no_such_framework)"
 
 
-# -- every name a bridge uses (accelctl/integrations/_uses.py) --------------------------------
+# -- every name a bridge uses (accelctl/integrations/_shared/uses.py) ------------------------
 
 
 #: A framework as a real module with a source file: instance attributes are read from it.

@@ -2,7 +2,7 @@
 
 from frameworkwindow import assert_adapted_in_window
 
-from accelctl.integrations._versions import LIGHTNING
+from accelctl.integrations._shared.versions import LIGHTNING
 
 
 def test_the_installed_lightning_is_in_the_bridges_window() -> None:

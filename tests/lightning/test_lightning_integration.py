@@ -33,7 +33,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision  # noqa: E402
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # noqa: E402
 
 import accelctl  # noqa: E402
-from accelctl.integrations import _lightning_connector  # noqa: E402
+from accelctl.integrations._lightning import connector as _lightning_connector  # noqa: E402
 from accelctl.integrations.lightning import (  # noqa: E402
     ADAPTATION,
     LightningAccelerator,

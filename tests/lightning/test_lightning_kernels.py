@@ -14,7 +14,7 @@ import torch
 
 import accelctl
 from accelctl._launching import error_line as _error_line
-from accelctl.integrations._lightning_kernels import CPU_WAY, STEPS, TranslatedStep, translate_steps
+from accelctl.integrations._lightning.kernels import CPU_WAY, STEPS, TranslatedStep, translate_steps
 from accelctl.integrations.lightning import LightningAccelerator
 
 #: What torch raises where an ``*_overrideable`` operator has no kernel for the device.

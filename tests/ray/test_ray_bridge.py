@@ -20,9 +20,9 @@ from importgraph import CORE, imports_in, modules
 
 import accelctl
 from accelctl._kernels import setup as kernels
-from accelctl.integrations import _ray_placement
-from accelctl.integrations._ray_checkpoints import CheckpointMeta, Resume, resume_from, stage
-from accelctl.integrations._ray_placement import (
+from accelctl.integrations._ray import placement as _ray_placement
+from accelctl.integrations._ray.checkpoints import CheckpointMeta, Resume, resume_from, stage
+from accelctl.integrations._ray.placement import (
     WorkerRanks,
     check_resources,
     current,
@@ -30,7 +30,7 @@ from accelctl.integrations._ray_placement import (
     place,
     shared_hosts,
 )
-from accelctl.integrations._ray_resources import ray_resources  # ray.py's, which needs no Ray
+from accelctl.integrations._ray.resources import ray_resources  # ray.py's, which needs no Ray
 
 from fakedists import FakeSite
 
@@ -95,7 +95,7 @@ def test_accelctl_ray_resources_prints_the_json_for_ray_start(cli: Cli, npu: Fak
 
 def test_the_command_needs_neither_ray_nor_torch_to_load() -> None:
     # The CLI reaches it through the entry-point group on any node, before `ray start`.
-    module = "accelctl.integrations._ray_resources"
+    module = "accelctl.integrations._ray.resources"
     source = modules()[module].read_text()
     imported = imports_in(source, module, False, set(modules()))
     assert not [name for name in imported if name.split(".")[0] in ("ray", "torch")]
@@ -506,7 +506,7 @@ def test_a_checkpoint_that_is_not_the_trainers_changes_nothing(tmp_path: Path) -
 
 
 def test_the_run_id_is_one_per_ray_run_storage_and_name() -> None:
-    from accelctl.integrations._ray_report import run_id
+    from accelctl.integrations._ray.report import run_id
 
     class Context:
         def __init__(self, storage: str, name: str) -> None:

@@ -1,6 +1,6 @@
 """Which of DeepSpeed's compiled ops a device gets through the DeepSpeed bridge, and what this
 machine lacks to build the ones that run on the host: the facts the bridge's op builders
-(``accelctl.integrations._deepspeed_ops``) apply, and that the capability matrix reports
+(``accelctl.integrations._deepspeed.ops``) apply, and that the capability matrix reports
 (``deepspeed-device-ops``, ``deepspeed-host-ops``) without importing DeepSpeed or torch.
 
 - On the CPU every op is DeepSpeed's own CPU build, as with DeepSpeed's CPU accelerator.

@@ -15,9 +15,9 @@ or ``torchrun``), its ``distributed_backend`` and DDP across the processes, auto
 device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
 device mesh of the plugin's device type, where the device can run it
 (``accelctl.capabilities.fsdp_gaps``); with a ``DeepSpeedPlugin``, DeepSpeed's engine, its
-accelerator made the plugin's (``accelctl.integrations._deepspeed_device``), on CPU devices
+accelerator made the plugin's (``accelctl.integrations._deepspeed.device``), on CPU devices
 too. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
-Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate_state`) and
+Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate.state`) and
 applied by :func:`enable`, which the ``Accelerator`` calls; ``docs/accelerate.md`` lists what it
 changes and why.
 """
@@ -28,14 +28,14 @@ import dataclasses
 import os
 from typing import Annotated, Any
 
-from . import _accelerate_state
+from ._accelerate import state as _accelerate_state
 
 try:
     # Before anything of Accelerate: a release the bridge cannot run on is refused here.
     _accelerate_state.ADAPTATION.require()
     import accelerate
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Accelerate
-    from ._missing import framework_missing
+    from ._shared.missing import framework_missing
 
     raise framework_missing("accelerate", "HF Accelerate", exc) from exc
 
@@ -59,10 +59,10 @@ from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import raise_missing_kernel
 from accelctl._launching.error_line import one_line_when_raised
 
-from ._kernel_errors import translate_forward
-from ._parameters import keeping_parameters, move_before_sharding
-from ._patching import Patch
-from ._sharding import refuse_fsdp_gaps
+from ._shared.kernel_errors import translate_forward
+from ._shared.parameters import keeping_parameters, move_before_sharding
+from ._shared.patching import Patch
+from ._shared.sharding import refuse_fsdp_gaps
 
 __all__ = ["ADAPTATION", "ADAPTED", "Accelerator", "enable"]
 
@@ -130,7 +130,7 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
                 accelerates_cpu=accelerates_cpu,
             )
         if deepspeed:  # before Accelerate's state, which starts DeepSpeed's process group
-            from ._deepspeed_device import use_device
+            from ._deepspeed.device import use_device
 
             local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
             use_device(handle, device, local_world_size if distributed else 1, rank=rank)

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._deepspeed_adaptation import ADAPTATION
+from ._deepspeed.adaptation import ADAPTATION
 
 try:
     # Before anything of DeepSpeed: a release the bridge cannot run on is refused here.
     ADAPTATION.require()
     import deepspeed  # noqa: F401  # the framework, before anything of the bridge
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without DeepSpeed
-    from ._missing import framework_missing
+    from ._shared.missing import framework_missing
 
     raise framework_missing("deepspeed", "DeepSpeed", exc) from exc
 
@@ -47,9 +47,9 @@ from accelctl._training.processes import (
     launch_hint,
 )
 
-from ._deepspeed_accelerator import PluginAccelerator
-from ._deepspeed_device import use_device
-from ._deepspeed_ops import MissingOpError
+from ._deepspeed.accelerator import PluginAccelerator
+from ._deepspeed.device import use_device
+from ._deepspeed.ops import MissingOpError
 
 __all__ = ["ACCELERATOR", "ADAPTATION", "MissingOpError", "PluginAccelerator", "use_plugin"]
 

@@ -22,9 +22,9 @@ class methods delegate to the handle. That subclass is what :func:`register_all`
 Lightning chooses the strategy, the DDP backend and the autocast device by accelerator type or
 name; for accelctl's accelerators those choices follow the plugin instead (its device, its
 ``distributed_backend``, its device type), through one version-checked adaptation of Lightning's
-connectors in :mod:`accelctl.integrations._lightning_connector`, applied by :func:`enable` when the
+connectors in :mod:`accelctl.integrations._lightning.connector`, applied by :func:`enable` when the
 first bridge accelerator class is bound (never by importing this module); :func:`register_all`'s
-work on Lightning's registries is in :mod:`accelctl.integrations._lightning_registries`. A
+work on Lightning's registries is in :mod:`accelctl.integrations._lightning.registries`. A
 device/process mismatch known when the Trainer is made is refused then, with accelctl's error.
 ``docs/lightning.md`` lists each case.
 """
@@ -35,7 +35,7 @@ import itertools
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._lightning_adaptation import ADAPTATION as _ADAPTATION
+from ._lightning.adaptation import ADAPTATION as _ADAPTATION
 
 try:
     # Before the bridge uses anything of Lightning: a release it cannot run on is refused here.
@@ -45,7 +45,7 @@ try:
     from lightning.pytorch.accelerators import Accelerator as _LightningAcceleratorBase
     from lightning.pytorch.utilities import rank_zero_only
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Lightning
-    from ._missing import framework_missing
+    from ._shared.missing import framework_missing
 
     raise framework_missing("lightning", "Lightning", exc) from exc
 
@@ -68,9 +68,11 @@ from accelctl._host.registry import Registry, get_registry
 # accelctl.resolve applies to "auto" come from there, not from copies.
 from accelctl._kernels.setup import set_up_kernels
 
-from . import _lightning_connector, _lightning_kernels, _lightning_registries
-from ._lightning_registries import Registration
-from ._patching import Patch
+from ._lightning import connector as _lightning_connector
+from ._lightning import kernels as _lightning_kernels
+from ._lightning import registries as _lightning_registries
+from ._lightning.registries import Registration
+from ._shared.patching import Patch
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -321,7 +323,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def setup(self, trainer: pl.Trainer) -> None:
         """Called by the strategy in each process before the model is moved, wrapped and given
         its optimizers. The strategy's steps then raise :class:`accelctl.MissingKernelError`
-        for a kernel the device lacks (:mod:`accelctl.integrations._lightning_kernels`), and
+        for a kernel the device lacks (:mod:`accelctl.integrations._lightning.kernels`), and
         ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
         accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
         _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().plugin_name)

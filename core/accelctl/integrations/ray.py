@@ -35,7 +35,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._ray_adaptation import ADAPTATION
+from ._ray.adaptation import ADAPTATION
 
 try:
     # Before anything of Ray: a release the bridge cannot run on is refused here.
@@ -45,7 +45,7 @@ try:
     import ray.train.torch
     from ray.train.torch.config import _TorchBackend
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without Ray
-    from ._missing import framework_missing
+    from ._shared.missing import framework_missing
 
     raise framework_missing("ray", "Ray Train", exc) from exc
 
@@ -60,10 +60,10 @@ from accelctl._launching.error_line import show_as_one_line
 from accelctl._training.callbacks import add_process_callback
 from accelctl._training.data import move_to_device  # the Trainer's: the same distribution
 
-from . import _ray_placement
-from ._ray_checkpoints import resume_from
-from ._ray_report import RayReport, run_id
-from ._ray_resources import ray_resources
+from ._ray import placement as _ray_placement
+from ._ray.checkpoints import resume_from
+from ._ray.report import RayReport, run_id
+from ._ray.resources import ray_resources
 
 __all__ = ["ADAPTATION", "TorchConfig", "dataset_loader", "get_device", "prepare_data_loader",
            "prepare_model", "ray_resources"]  # fmt: skip
@@ -209,7 +209,7 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
 def _place_worker(
     accelerator: Any, starts: int, report: bool, report_checkpoints: bool, cpu_fallback: bool
 ) -> tuple[str | None, str | None]:
-    """In a worker: take its device (:func:`accelctl.integrations._ray_placement.place`), hand
+    """In a worker: take its device (:func:`accelctl.integrations._ray.placement.place`), hand
     its fits the run's id, Ray's restarts and Ray's checkpoint, and install the reporter; its
     backend and the resource that counts its devices, for the checks across the workers.
     ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""

@@ -16,11 +16,11 @@ bridge (the plugin's device for this process, its ``distributed_backend`` and DD
 processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
 unchanged; with ``fsdp`` (FSDP2, ``fsdp_config={"version": 2}``, transformers' default), the model
 is sharded on a device mesh of the plugin's device type; with ``deepspeed`` (a config), DeepSpeed's
-accelerator is the plugin's (``accelctl.integrations._deepspeed_device``) and DeepSpeed's engine
+accelerator is the plugin's (``accelctl.integrations._deepspeed.device``) and DeepSpeed's engine
 trains on the plugin's device. A set-up that cannot run is refused when
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
-(:mod:`accelctl.integrations._transformers_state`) and applied by :func:`enable`, which the
+(:mod:`accelctl.integrations._transformers.state`) and applied by :func:`enable`, which the
 ``TrainingArguments`` call; ``docs/transformers.md`` says what it changes.
 
 The plugin's device figures join transformers' logs (and so every ``report_to`` integration's)
@@ -38,14 +38,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
-from . import _transformers_state
+from ._transformers import state as _transformers_state
 
 try:
     # Before anything of transformers: a release the bridge cannot run on is refused here.
     _transformers_state.ADAPTATION.require()
     import transformers
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without transformers
-    from ._missing import framework_missing
+    from ._shared.missing import framework_missing
 
     raise framework_missing("transformers", "transformers", exc) from exc
 
@@ -53,10 +53,10 @@ import accelctl
 from accelctl._choice.selection import known_name
 from accelctl._kernels.setup import set_up_kernels
 
-from . import _accelerate_state
-from ._parameters import replaces_parameters
-from ._patching import Patch
-from ._transformers_callback import DeviceStatsCallback, add_device_stats
+from ._accelerate import state as _accelerate_state
+from ._shared.parameters import replaces_parameters
+from ._shared.patching import Patch
+from ._transformers.callback import DeviceStatsCallback, add_device_stats
 from .accelerate import _placement, _refuse_unusable_backend, check_sharding
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
         handle, device = place.handle, place.device
         if self.deepspeed:  # before the state, which starts DeepSpeed's process group
-            from ._deepspeed_device import use_device
+            from ._deepspeed.device import use_device
 
             local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", place.world_size))
             use_device(handle, device, local_world_size, rank=place.rank)

@@ -23,7 +23,7 @@ from typing import Any
 
 from accelctl._contract.errors import FrameworkVersionError
 
-from ._versions import Adaptation, Internal
+from .versions import Adaptation, Internal
 
 #: Set on every replacement, so that the bridge's code can be told from the framework's.
 MARK = "__accelctl_adapted__"

@@ -37,11 +37,11 @@ from accelctl._deepspeed.refusals import (
     zero_stage,
 )
 
-from ._deepspeed_adaptation import INITIALIZE, PATCHES
-from ._parameters import move_before_sharding, replaces_parameters
+from .._shared.parameters import move_before_sharding, replaces_parameters
+from .adaptation import INITIALIZE, PATCHES
 
 if TYPE_CHECKING:
-    from ._deepspeed_accelerator import PluginAccelerator
+    from .accelerator import PluginAccelerator
 
 #: What is wrapped: DeepSpeed's entry point, taking the model as its second parameter.
 INTERNAL = INITIALIZE

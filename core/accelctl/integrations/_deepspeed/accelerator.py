@@ -24,7 +24,7 @@ import accelctl
 from accelctl._choice.selection import known_name
 from accelctl._deepspeed.refusals import runs_float64
 
-from . import _deepspeed_ops
+from . import ops as _deepspeed_ops
 
 
 class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpeed ships no types
@@ -431,13 +431,13 @@ def completed(cls: type[PluginAccelerator]) -> type[PluginAccelerator]:
 
 
 def _window_text() -> str:
-    from ._versions import DEEPSPEED
+    from .._shared.versions import DEEPSPEED
 
     return DEEPSPEED.text()
 
 
 def _window_pinned() -> str:
-    from ._versions import DEEPSPEED
+    from .._shared.versions import DEEPSPEED
 
     return DEEPSPEED.pinned()
 

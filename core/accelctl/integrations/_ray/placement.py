@@ -29,7 +29,7 @@ from accelctl._contract import (
 from accelctl._kernels.setup import set_up_kernels
 from accelctl._kernels.translate import missing_kernel_error
 
-from ._ray_resources import resource_name
+from .resources import resource_name
 
 if TYPE_CHECKING:
     import torch

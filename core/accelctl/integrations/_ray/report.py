@@ -17,7 +17,7 @@ import ray.train
 
 from accelctl._training.callbacks import TrainingReport  # the same distribution
 
-from ._ray_checkpoints import CheckpointMeta, remove, stage
+from .checkpoints import CheckpointMeta, remove, stage
 
 #: The prefix of the device readings among the reported metrics.
 DEVICE_PREFIX = "device/"

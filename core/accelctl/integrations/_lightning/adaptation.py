@@ -1,12 +1,12 @@
 """What the Lightning bridge adapts of Lightning, and every name of Lightning its code uses:
 checked when :mod:`accelctl.integrations.lightning` is imported, before torch or anything of
-Lightning is (``accelctl.integrations._versions``); the adaptation itself is
-:mod:`accelctl.integrations._lightning_connector`'s."""
+Lightning is (``accelctl.integrations._shared.versions``); the adaptation itself is
+:mod:`accelctl.integrations._lightning.connector`'s."""
 
 from __future__ import annotations
 
-from ._uses import USES
-from ._versions import LIGHTNING, Adaptation, Internal
+from .._shared.uses import USES
+from .._shared.versions import LIGHTNING, Adaptation, Internal
 
 #: The owners of what the bridge patches, as its :class:`~._versions.Internal`\ s name them.
 TRAINER_CONNECTOR = (

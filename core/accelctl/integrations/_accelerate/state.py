@@ -28,7 +28,7 @@ the first time the bridge makes a state (:func:`building` calls :func:`install`)
 bridge is imported, through :data:`PATCHES` (``_patching``), which records both and can undo
 them. The methods are private: :data:`ADAPTATION` declares them with the parameters the wrappers
 pass, and importing the bridge refuses a release where one changed
-(``accelctl.integrations._versions``).
+(``accelctl.integrations._shared.versions``).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from accelctl._choice.selection import known_name
 
-from ._patching import Patches
-from ._uses import USES
-from ._versions import ACCELERATE, Adaptation, Internal
+from .._shared.patching import Patches
+from .._shared.uses import USES
+from .._shared.versions import ACCELERATE, Adaptation, Internal
 
 if TYPE_CHECKING:
     import torch

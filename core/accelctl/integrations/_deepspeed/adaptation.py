@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from ._patching import Patches
-from ._uses import USES
-from ._versions import DEEPSPEED, Adaptation, Internal
+from .._shared.patching import Patches
+from .._shared.uses import USES
+from .._shared.versions import DEEPSPEED, Adaptation, Internal
 
 #: ``deepspeed.initialize``, wrapped off the CPU (:func:`._deepspeed_initialize.wrap`).
 INITIALIZE = Internal("deepspeed", "initialize", ("args", "model"))

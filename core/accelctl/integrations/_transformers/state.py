@@ -28,7 +28,7 @@ the last two are wrapped through :data:`PATCHES` (``_patching``, which records t
 them) the first time the bridge's ``TrainingArguments`` are made, not when the bridge is
 imported, and act only on a ``Trainer`` made with them. :data:`ADAPTATION` declares the four
 internals with the parameters the bridge passes, and importing the bridge refuses a release
-where one changed (``accelctl.integrations._versions``).
+where one changed (``accelctl.integrations._shared.versions``).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Annotated, Any
 
 from accelctl._kernels.translate import raise_missing_kernel
 
-from ._parameters import keeping_parameters
-from ._patching import Patches
-from ._uses import USES
-from ._versions import TRANSFORMERS, Adaptation, Internal
+from .._shared.parameters import keeping_parameters
+from .._shared.patching import Patches
+from .._shared.uses import USES
+from .._shared.versions import TRANSFORMERS, Adaptation, Internal
 
 #: What the bridge replaces (``_setup_devices``, a cached property whose function it falls back
 #: to, and ``__post_init__``, which its subclass extends) and wraps (``_move_model_to_device``,

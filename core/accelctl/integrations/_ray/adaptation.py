@@ -1,11 +1,11 @@
 """What the Ray bridge extends of Ray Train, and every name of Ray its code uses: checked when
 :mod:`accelctl.integrations.ray` is imported, before anything of Ray is
-(``accelctl.integrations._versions``)."""
+(``accelctl.integrations._shared.versions``)."""
 
 from __future__ import annotations
 
-from ._uses import USES
-from ._versions import RAY, Adaptation, Internal
+from .._shared.uses import USES
+from .._shared.versions import RAY, Adaptation, Internal
 
 #: What the bridge extends: Ray Train's private torch backend (its ``on_start``, called with
 #: the parameters below) and the two properties of ``TorchConfig`` that name it and the training

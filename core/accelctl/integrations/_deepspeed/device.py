@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._deepspeed_adaptation import ADAPTATION
+from .adaptation import ADAPTATION
 
 if TYPE_CHECKING:
     import torch
 
     import accelctl
 
-    from ._deepspeed_accelerator import PluginAccelerator
+    from .accelerator import PluginAccelerator
 
 
 def use_device(
@@ -43,13 +43,13 @@ def use_device(
         import deepspeed
         from deepspeed.accelerator import set_accelerator
     except ModuleNotFoundError as exc:
-        from ._missing import framework_missing
+        from .._shared.missing import framework_missing
 
         raise framework_missing("deepspeed", "DeepSpeed", exc) from exc
     from accelctl._kernels.setup import set_up_kernels
 
-    from . import _deepspeed_initialize, _deepspeed_ops
-    from ._deepspeed_accelerator import accelerator_class
+    from . import initialize, ops
+    from .accelerator import accelerator_class
 
     chosen = accelerator_class()(handle, device, local_world_size)
     handle.setup_device(device)
@@ -58,6 +58,6 @@ def use_device(
     if ADAPTATION.refusal is None:
         ADAPTATION.check(deepspeed.__version__, stacklevel=stacklevel + 1)
     if ADAPTATION.refusal == "":
-        _deepspeed_ops.rebind()
-        _deepspeed_initialize.wrap(chosen)
+        ops.rebind()
+        initialize.wrap(chosen)
     return chosen

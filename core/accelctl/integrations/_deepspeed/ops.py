@@ -27,7 +27,7 @@ import accelctl
 from accelctl._deepspeed.builds import COMMUNICATION_OPS, HOST_OPS
 from accelctl._deepspeed.builds import HOST_BUILDERS as HOST_BUILDERS
 
-from ._deepspeed_adaptation import BUILDER_NAMES, PATCHES
+from .adaptation import BUILDER_NAMES, PATCHES
 
 
 class OpsAccelerator(Protocol):

@@ -66,7 +66,7 @@ goes through Lightning's code unchanged. Each wrap goes through :data:`PATCHES`
 ``enable()`` runs (a bound ``LightningAccelerator`` class is made), never when the bridge is
 imported. Most wrapped methods are private: :data:`ADAPTATION` declares each with the parameters
 the wrapper passes on, and importing the bridge refuses a release where one changed
-(``accelctl.integrations._versions``).
+(``accelctl.integrations._shared.versions``).
 """
 
 from __future__ import annotations
@@ -84,8 +84,11 @@ from accelctl._choice.selection import (
     known_name,  # the name a message uses: "openreg", not "privateuse1"
 )
 
-from ._lightning_adaptation import ADAPTATION as _ADAPTATION
-from ._lightning_adaptation import (
+from .._shared.parameters import keeping_parameters, move_before_sharding
+from .._shared.patching import Patches
+from .._shared.sharding import refuse_fsdp_gaps
+from .adaptation import ADAPTATION as _ADAPTATION
+from .adaptation import (
     FABRIC,
     FABRIC_CONNECTOR,
     FABRIC_DDP,
@@ -95,9 +98,6 @@ from ._lightning_adaptation import (
     TRAINER_DEEPSPEED,
     TRAINER_SHARDED,
 )
-from ._parameters import keeping_parameters, move_before_sharding
-from ._patching import Patches
-from ._sharding import refuse_fsdp_gaps
 
 #: Every method :func:`install` wraps and every name of Lightning the bridge uses (checked when
 #: the bridge is imported, before torch and Lightning are).
@@ -486,7 +486,7 @@ def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) 
             if not is_bridge(self.accelerator):
                 original(self)
                 return
-            from ._deepspeed_device import use_device
+            from .._deepspeed.device import use_device
 
             handle = type(self.accelerator).accelctl_handle()
             devices = list(self.parallel_devices or ())  # one per process on this machine

@@ -1,0 +1,2 @@
+"""The Lightning bridge's parts: what it adapts (``adaptation``), the connectors' choice of
+accelerator, strategy and precision (``connector``), the registries, missing kernels."""

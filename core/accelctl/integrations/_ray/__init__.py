@@ -1,0 +1,2 @@
+"""The Ray Train bridge's parts: resources and placement of the workers, their reports and
+checkpoints."""
