@@ -3,13 +3,18 @@ resume_run.py OUT ddp|fsdp``.
 
 Every process draws the same examples (hypothesis, derandomized, not shrunk: all stay in step,
 for the fits are collective), runs each stopped and resumed fit and compares its final weights
-with the uninterrupted fit's of its loader; a difference fails the launch. Rank 0 writes
+with the uninterrupted fit's of its loader; a difference fails the launch. A failure ends its
+process at once, its traceback printed: hypothesis would go on to the next example (or run the
+failing one again) in that process alone, while the others are still in the failed one's fits,
+and they would wait for it until the collective timeout, twice (seen). Rank 0 writes
 ``OUT/checked.txt``, a line per example checked.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,15 @@ def main(out: Path, fsdp: bool) -> None:
     @example("distributed", "step", EVERY + 2)
     @example("shuffle", "signal", 3)
     def resumes_exactly(loader: str, stop: str, seed: int) -> None:
+        try:
+            check(loader, stop, seed)
+        except BaseException:  # hypothesis catches even SystemExit: leave without it
+            traceback.print_exc()
+            print(f"rank {world()[0]}: the example above failed", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(1)
+
+    def check(loader: str, stop: str, seed: int) -> None:
         low, high = {"epoch-end": (1, EPOCHS - 1), "step": (EVERY + 1, total)}.get(stop, (1, total))
         case = Case(loader, stop, low + seed % (high - low + 1), fsdp)
         if loader not in expected:

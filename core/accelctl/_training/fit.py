@@ -170,12 +170,14 @@ class Fit:
         backend = accelerator.info.distributed_backend
         if sharded:  # on the device it trains on, before any group: no FSDP stack trace
             refuse_fsdp_gaps(accelerator.name, device.type, backend)
+        group = None  # the number of the group this fit makes, where it makes one
         if self.watch is not None or sharded:
             assert backend is not None  # choose_device and refuse_fsdp_gaps refused None
             timeout = self.config.timeout
-            self.owns_group = join_process_group(backend, self.env, device, timeout)
+            group = join_process_group(backend, self.env, device, timeout)
+            self.owns_group = group is not None
         if self.watch is not None:  # several processes
-            self.watch.start()
+            self.watch.start(group)
 
     def _plan_run(self) -> Planned:
         """Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank

@@ -26,7 +26,9 @@ from .timeouts import CollectiveTimeoutError, explain_timeout
 #: Seconds the reporter waits for answers (they take milliseconds, unless a process cannot).
 ANSWER_WAIT_S = 5.0
 STACK_FRAMES = 12  # the innermost frames of each stack shown
-_fits = itertools.count()  # store keys per fit: every rank of a run calls fit as often
+#: Store keys per fit in a group the fit did not make (a user's own): every rank of such a run
+#: calls fit as often. A group the fit made has a number all ranks agree on (:mod:`.processes`).
+_fits = itertools.count()
 
 
 @dataclass
@@ -45,15 +47,20 @@ class HangWatch:
     """The watcher thread of one fit's process, and the report of a collective that timed out."""
 
     def __init__(self, env: ProcessEnvironment, progress: Progress, restarts: int) -> None:
-        self.env, self.progress = env, progress
-        # The same in every process of the run (a run's store can outlive a restart).
-        self._prefix = f"accelctl/hang/{restarts}/{next(_fits)}/"
-        self._asked = self._prefix + f"ask/{env.rank}"
+        self.env, self.progress, self._restarts = env, progress, restarts
+        self._prefix = self._asked = ""  # the fit's keys, known once its group is
         self._main = threading.get_ident()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start the watcher (where the rendezvous store's address is known)."""
+    def start(self, group: int | None = None) -> None:
+        """Start the watcher (where the rendezvous store's address is known).
+
+        :param group: the number of the process group the fit made (None: the user's own).
+        """
+        # The same in every process of the run (a run's store can outlive a restart).
+        fit = f"group{group}" if group is not None else str(next(_fits))
+        self._prefix = f"accelctl/hang/{self._restarts}/{fit}/"
+        self._asked = self._prefix + f"ask/{self.env.rank}"
         if self.env.master_addr and self.env.master_port:
             self._thread = threading.Thread(target=self._watch, daemon=True)
             self._thread.start()

@@ -14,6 +14,7 @@ from .._choice.distributed_backend import NOTHING_STARTED, Started, unusable_bac
 from .._choice.process_environment import ProcessEnvironment
 from .._contract.errors import ProcessSetupError, warn_user
 from .._launching.handoff import launch_command_line
+from .timeouts import ENV_COLLECTIVE_TIMEOUT, CollectiveTimeoutError
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +119,7 @@ def join_process_group(
     env: ProcessEnvironment,
     device: torch.device,
     timeout: datetime.timedelta,
-) -> bool:
+) -> int | None:
     """Join the default ``torch.distributed`` process group of this run.
 
     Rendezvous through the launcher's ``MASTER_ADDR`` / ``MASTER_PORT`` (under torchrun), else at
@@ -127,8 +128,9 @@ def join_process_group(
 
     :param timeout: how long each collective may wait for the other processes.
 
-    :returns: True when this call created the group (and the caller destroys it), False when
-        one already existed with the same size (a user's own set-up, or an earlier ``fit``).
+    :returns: the group's number when this call created it (and the caller destroys it), the
+        same in every process of the run (0 for a group of one); None when one already existed
+        with the same size (a user's own set-up, or an earlier ``fit``).
     :raises ProcessSetupError: when torch has no ``torch.distributed``, or an existing group
         has another size.
     """
@@ -147,11 +149,11 @@ def join_process_group(
                 f"a torch.distributed process group of size {dist.get_world_size()} already "
                 f"exists, but the launcher started {env.world_size} processes"
             )
-        return False
+        return None
     if not env.launched:
         store = dist.HashStore()  # type: ignore[attr-defined]  # not in torch's stubs
         dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
-        return True
+        return 0
     init_method = "env://"  # torchrun's: MASTER_ADDR / MASTER_PORT (or its agent's store)
     if env.launcher != "torchrun" and env.master_addr is not None:
         host = f"[{env.master_addr}]" if ":" in env.master_addr else env.master_addr
@@ -165,20 +167,78 @@ def join_process_group(
         _stores[init_method] = next(
             rendezvous(init_method, env.rank, env.world_size, timeout=timeout)
         )[0]
-    global _groups_made
-    _groups_made += 1
-    prefix = f"accelctl.fit{_groups_made}"
-    dist.init_process_group(
-        backend=backend,
-        store=PrefixStore(prefix, _stores[init_method]),
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timeout,
-        # Bound to this process's device, collectives without tensors (barrier) know where to
-        # run: torch otherwise warns in every rank and guesses the current device.
-        device_id=_bindable(device),
-    )
-    return True
+    store = _stores[init_method]
+    group = _group_number(store, env, init_method, timeout)
+    try:
+        dist.init_process_group(
+            backend=backend,
+            store=PrefixStore(f"accelctl.fit{group}", store),
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timeout,
+            # Bound to this process's device, collectives without tensors (barrier) know where
+            # to run: torch otherwise warns in every rank and guesses the current device.
+            device_id=_bindable(device),
+        )
+    except BaseException:
+        _forget_failed_group(timeout)
+        raise
+    return group
+
+
+#: The store key where rank 0 counts the groups it made on a store (one key per group made
+#: marks it published: ``accelctl.groups/N``).
+_GROUPS_KEY = "accelctl.groups"
+
+
+def _group_number(
+    store: Any, env: ProcessEnvironment, init_method: str, timeout: datetime.timedelta
+) -> int:
+    """The number of the group this fit makes, the same in every rank: rank 0 counts its groups
+    in the store, and every other rank joins rank 0's newest one after the last it joined.
+
+    A count of each process's own would diverge for good once a rank failed a fit the others
+    never reached (its join timed out while rank 0 hung, say): every later fit would wait on
+    keys no other rank writes (docs/design/process-groups.md).
+
+    :raises CollectiveTimeoutError: when rank 0 made no new group within ``timeout``.
+    """
+    if env.rank == 0:
+        number = int(store.add(_GROUPS_KEY, 1))
+        store.set(f"{_GROUPS_KEY}/{number}", str(number))
+    else:
+        after = _joined.get(init_method, 0)
+        try:
+            store.wait([f"{_GROUPS_KEY}/{after + 1}"], timeout)
+        except RuntimeError as exc:
+            if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
+                raise
+            raise CollectiveTimeoutError(
+                f"rank {env.rank} of {env.world_size} waited {timeout.total_seconds():g} s for "
+                f"rank 0 to start this fit's process group and gave up: rank 0 hung or died "
+                f"before it, calls fit fewer times than this rank, or works longer than that "
+                f"alone (raise {ENV_COLLECTIVE_TIMEOUT}, in seconds)"
+            ) from None
+        number = int(store.add(_GROUPS_KEY, 0))  # rank 0's newest: one it may have retried
+    _joined[init_method] = number
+    return number
+
+
+def _forget_failed_group(timeout: datetime.timedelta) -> None:
+    """Undo what a failed ``init_process_group`` left: torch numbers the default groups it
+    names and counts from zero again only when one is destroyed, so a rank whose group timed out
+    would name its next group unlike the others' and never meet them. A group of one, made and
+    destroyed at once on an in-memory store, resets the count."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() or not dist.is_gloo_available():
+        return
+    try:
+        store = dist.HashStore()  # type: ignore[attr-defined]  # not in torch's stubs
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timeout)
+        dist.destroy_process_group()
+    except Exception as exc:  # the error being raised says more than this one
+        warn_user(f"could not reset torch.distributed after a failed process group: {exc}")
 
 
 def _bindable(device: torch.device) -> torch.device | None:
@@ -193,9 +253,9 @@ def _bindable(device: torch.device) -> torch.device | None:
     return device if current is not None and current.type == device.type else None
 
 
-#: The rendezvous store of each address, and how many groups this process made on them.
+#: The rendezvous store of each address, and the last group (rank 0's count) joined on each.
 _stores: dict[str, Any] = {}
-_groups_made = 0
+_joined: dict[str, int] = {}
 
 
 def script_argv() -> list[str] | None:
