@@ -8,10 +8,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from .._base.text import printable_line
+
+if TYPE_CHECKING:
+    from .._readings.stats import DeviceStats
 
 #: How often the command looks for a device whose reading newly failed (and for a signal).
 CHECK_S = 0.5
@@ -70,25 +74,29 @@ def serve_prometheus(name: str | None, host: str, port: int, interval: float | N
 
     stop = threading.Event()
     warned: set[tuple[str, str, str]] = set()
+
+    def warn_anew(readings: list[DeviceStats]) -> None:
+        for reading in readings:
+            if reading.error is None:
+                continue
+            seen = (reading.accelerator, reading.device, reading.error)
+            if seen not in warned:
+                warned.add(seen)
+                line = f"{reading.device} ({reading.accelerator}): {reading.error}"
+                click.echo(f"warning: {printable_line(line)}", err=True)
+
     with prometheus.serve(port, address=host, accelerator=name, interval=interval) as exporter:
         devices = len(exporter.readings)
         try:
-            # SIGTERM's handler first: once the line says where, a service manager may stop it.
+            # SIGTERM's handler first: once the line says where, a service manager may stop it;
+            # and the first round's failures said before it, whenever it is stopped.
             with _stopped_by_sigterm(stop):
+                warn_anew(exporter.readings)
                 click.echo(
                     f"serving Prometheus metrics of {devices} device{'s' * (devices != 1)} on "
                     f"{exporter.url}, read every {interval:g}s; Ctrl-C to stop"
                 )
-                while True:
-                    for reading in exporter.readings:
-                        if reading.error is None:
-                            continue
-                        seen = (reading.accelerator, reading.device, reading.error)
-                        if seen not in warned:
-                            warned.add(seen)
-                            line = f"{reading.device} ({reading.accelerator}): {reading.error}"
-                            click.echo(f"warning: {printable_line(line)}", err=True)
-                    if stop.wait(CHECK_S):
-                        break
+                while not stop.wait(CHECK_S):
+                    warn_anew(exporter.readings)
         except KeyboardInterrupt:
             pass
