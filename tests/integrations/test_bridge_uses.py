@@ -132,3 +132,31 @@ def test_no_module_but_a_bridges_own_uses_a_framework() -> None:
 
 def test_the_declaration_is_valid_python() -> None:
     ast.parse(declaration())
+
+
+def test_every_bridge_offers_what_it_adapts_by_the_same_names() -> None:
+    # docs/frameworks.md: each bridge module's ADAPTATION says what it checked, ADAPTED whether
+    # it adapted; read from the modules' syntax (the frameworks are not installed here).
+    integrations = Path(__file__).resolve().parents[2] / "core" / "accelctl" / "integrations"
+    for bridge in BRIDGES:
+        tree = ast.parse((integrations / f"{bridge}.py").read_text())
+        assigned = {
+            target.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.ImportFrom))
+            for target in (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else [ast.Name(alias.asname or alias.name) for alias in node.names]
+            )
+            if isinstance(target, ast.Name)
+        }
+        exported = next(
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        )
+        assert {"ADAPTATION", "ADAPTED"} <= assigned & set(exported), bridge

@@ -51,7 +51,17 @@ from ._deepspeed.accelerator import PluginAccelerator
 from ._deepspeed.device import use_device
 from ._deepspeed.ops import MissingOpError
 
-__all__ = ["ACCELERATOR", "ADAPTATION", "MissingOpError", "PluginAccelerator", "use_plugin"]
+__all__ = [
+    "ACCELERATOR",
+    "ADAPTATION",
+    "ADAPTED",
+    "MissingOpError",
+    "PluginAccelerator",
+    "use_plugin",
+]
+
+#: True: importing the bridge refuses a release it cannot adapt (see :data:`ADAPTATION`).
+ADAPTED: bool = ADAPTATION.refusal == ""
 
 
 def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccelerator:

@@ -77,7 +77,14 @@ from ._shared.patching import Patch
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-__all__ = ["LightningAccelerator", "Registration", "enable", "register_all"]
+__all__ = [
+    "ADAPTATION",
+    "ADAPTED",
+    "LightningAccelerator",
+    "Registration",
+    "enable",
+    "register_all",
+]
 
 #: What ``LightningAccelerator(...)`` accepts, for messages.
 _ACCEPTED = (

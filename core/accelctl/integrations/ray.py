@@ -65,8 +65,11 @@ from ._ray.checkpoints import resume_from
 from ._ray.report import RayReport, run_id
 from ._ray.resources import ray_resources
 
-__all__ = ["ADAPTATION", "TorchConfig", "dataset_loader", "get_device", "prepare_data_loader",
-           "prepare_model", "ray_resources"]  # fmt: skip
+__all__ = ["ADAPTATION", "ADAPTED", "TorchConfig", "dataset_loader", "get_device",
+           "prepare_data_loader", "prepare_model", "ray_resources"]  # fmt: skip
+
+#: True: importing the bridge refuses a release it cannot adapt (see :data:`ADAPTATION`).
+ADAPTED: bool = ADAPTATION.refusal == ""
 
 
 class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to mypy
