@@ -1,4 +1,6 @@
-"""Every error accelctl raises, all under :class:`AccelctlError`; messages teach what was asked,
+"""Every error accelctl raises, all under :class:`AccelctlError`.
+
+Every error accelctl raises, all under :class:`AccelctlError`; messages teach what was asked,
 what exists and what to do next. Each class takes a message alone, so a plugin raises them as it
 would a builtin; the structured parts (``name``, ``spec``, ...) are optional keywords.
 """
@@ -39,12 +41,16 @@ class AcceleratorUnavailableError(AccelctlError):
 
 
 class AcceleratorTypeError(AccelctlError, TypeError):
-    """An ``accelerator`` argument of a type accelctl does not take (a ``torch.device``, None, a
+    """An ``accelerator`` argument of a type that accelctl does not take.
+
+    An ``accelerator`` argument of a type accelctl does not take (a ``torch.device``, None, a
     number, a list): the message says what is accepted."""
 
 
 def fresh_copy(error: AccelctlError, message: str | None = None) -> AccelctlError:
-    """A new error of the same class and parts as ``error`` (optionally another message): an error
+    """Return a new error of the same class and parts as ``error``.
+
+    A new error of the same class and parts as ``error`` (optionally another message): an error
     kept is raised anew each time (``from error``), never edited in place."""
     copied = type(error)(str(error) if message is None else message)
     copied.__dict__.update(error.__dict__)
@@ -63,7 +69,9 @@ class PluginLoadError(AccelctlError):
 
 
 class PluginHookError(AccelctlError):
-    """A plugin's hook raised, returned something its specification does not allow, or (where
+    """A plugin's hook raised, returned what its specification does not allow, or did not answer.
+
+    A plugin's hook raised, returned something its specification does not allow, or (where
     accelctl asks many plugins at once) did not answer in time. The plugin loaded: this is not a
     :class:`PluginLoadError`."""
 
@@ -92,7 +100,9 @@ class PluginConflictError(PluginLoadError):
 
 
 class DeviceSpecError(AccelctlError, ValueError):
-    """A devices spec that the accelerator does not accept: the message names the accelerator,
+    """A devices spec that the accelerator does not accept.
+
+    A devices spec that the accelerator does not accept: the message names the accelerator,
     the spec, what is visible and the accepted forms, all kept as attributes too."""
 
     def __init__(
@@ -124,7 +134,9 @@ class PrecisionError(AccelctlError, ValueError):
 
 
 class ProcessSetupError(AccelctlError):
-    """The devices asked for do not fit the processes that run (several devices outside a
+    """The devices asked for do not fit the processes that run.
+
+    The devices asked for do not fit the processes that run (several devices outside a
     launcher, or a launcher that started another number of processes)."""
 
 
@@ -133,7 +145,9 @@ class TrainerError(AccelctlError, ValueError):
 
 
 class FrameworkVersionError(AccelctlError, ImportError):
-    """The installed release of a framework is one its accelctl bridge cannot run on: without a
+    """The installed release of a framework is one its accelctl bridge cannot run on.
+
+    The installed release of a framework is one its accelctl bridge cannot run on: without a
     name the bridge uses (or with its signature changed), or failing to import at all; never for
     its version number alone. Raised when the bridge is imported, before any process starts; the
     message is one line naming what is wrong, the window of releases tested and the line that
@@ -145,7 +159,9 @@ class PluginWarning(UserWarning):
 
 
 class CPUFallbackWarning(UserWarning):
-    """Emitted once per operator that runs on the CPU in place of a kernel the device lacks
+    """An operator runs on the CPU in place of a kernel the device lacks, or cannot.
+
+    Emitted once per operator that runs on the CPU in place of a kernel the device lacks
     (``ACCELCTL_CPU_FALLBACK=1``), and where that switch can do nothing on the device."""
 
 
@@ -156,7 +172,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 def warn_user(
     message: str, category: type[Warning] = UserWarning, *, also_skip: tuple[str, ...] = ()
 ) -> None:
-    """``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
+    """Warn, attributed to the first caller outside accelctl.
+
+    ``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
     led here), however many of accelctl's frames lie between: Python 3.12's
     ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
     soon as the warning is reached through another path (``resolve`` or a ``Trainer``). In a

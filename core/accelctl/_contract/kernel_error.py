@@ -94,7 +94,9 @@ class MissingKernelError(AccelctlError, NotImplementedError):
         return cls(message, **{k: None if v is None else str(v) for k, v in known.items()})
 
     def for_command(self, argv: Sequence[str]) -> str:
-        """The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
+        """Return the line shown to a script's user who ran ``argv``.
+
+        The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
         out as that command line with a variable before it (the CPU's: :attr:`cpu_way` where
         the error has one)."""
         command = clean(shlex.join(argv), LINE_LIMIT // 4)  # one line, even for `python -c`
@@ -102,7 +104,9 @@ class MissingKernelError(AccelctlError, NotImplementedError):
         return self._line((on_cpu, f"{self.switch} {command}"), debug=True)
 
     def for_launch(self, on_cpu: str, as_launched: str) -> str:
-        """The line ``accelctl launch`` shows for a rank's error: ``on_cpu`` is the launch line
+        """Return the line ``accelctl launch`` shows for a rank's error.
+
+        The line ``accelctl launch`` shows for a rank's error: ``on_cpu`` is the launch line
         with ``--cpu`` (:attr:`cpu_way` in its place where the error has one), ``as_launched``
         the line the user ran."""
         return self._line((self.cpu_way or on_cpu, f"{self.switch} {as_launched}"), debug=True)

@@ -1,4 +1,6 @@
-"""What a plugin knows of the kernels its device lacks: :class:`KernelGaps`, from the optional
+"""What a plugin knows of the kernels its device lacks, and the names shown for operators.
+
+What a plugin knows of the kernels its device lacks: :class:`KernelGaps`, from the optional
 ``kernel_gaps`` hook, and the names accelctl shows for torch's operators.
 
 An operator is named as torch's dispatcher names it, ``namespace::name`` with an optional
@@ -42,7 +44,9 @@ def is_op_name(name: object) -> bool:
 
 
 def shown_op(kernel: str) -> tuple[str, str | None]:
-    """The operator a user knows for ``kernel``, and the pass it belongs to where the name
+    """Return the operator a user knows for ``kernel``, and its pass where the name says.
+
+    The operator a user knows for ``kernel``, and the pass it belongs to where the name
     says (``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``).
     """
     base = kernel.split(".", 1)[0]
@@ -120,7 +124,9 @@ class KernelGaps:
 
     @classmethod
     def coerce(cls, value: KernelGaps | Mapping[str, Any] | None) -> KernelGaps:
-        """What the ``kernel_gaps`` hook may return: a ``KernelGaps``, a dict of its fields, or
+        """Check what the ``kernel_gaps`` hook returned and make it a ``KernelGaps`` or None.
+
+        What the ``kernel_gaps`` hook may return: a ``KernelGaps``, a dict of its fields, or
         None (nothing known: no gaps declared); anything else is refused."""
         if value is None:
             return cls()
@@ -134,7 +140,9 @@ class KernelGaps:
 
     @property
     def to_run_on_cpu(self) -> tuple[str, ...]:
-        """The operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration:
+        """Return the operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration.
+
+        The operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration:
         :attr:`missing`, then :attr:`partial`."""
         return tuple(dict.fromkeys((*self.missing, *self.partial)))
 
