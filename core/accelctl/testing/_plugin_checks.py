@@ -1,4 +1,6 @@
-"""The conformance checks of a plugin itself: its import, its hooks, ``detect``, the device
+"""The conformance checks of a plugin itself: its import, its hooks and what they answer.
+
+The conformance checks of a plugin itself: its import, its hooks, ``detect``, the device
 count, ``unavailable_reason``, ``accelerator_info`` and ``environment_info``."""
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ def check_import(
 
 
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
-    """The hooks against their specifications and the required hooks, from the handle's load;
+    """Check the hooks against their specifications and the required hooks.
+
+    The hooks against their specifications and the required hooks, from the handle's load;
     True if both pass."""
     run.start("hooks_match_specs")
     diagnosis = handle.diagnose()
@@ -251,7 +255,9 @@ def check_environment(handle: AcceleratorHandle, run: Run) -> None:
 
 
 def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, None]:
-    """``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None, naming operators this torch
+    """Check that ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None.
+
+    ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None, naming operators this torch
     has (torch imported outside the deadline, as for ``detect``)."""
     check = "kernel_gaps"
     run.start(check)

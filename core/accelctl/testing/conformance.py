@@ -1,4 +1,6 @@
-"""The pytest face of the conformance checks: subclass :class:`AcceleratorConformance` in a
+"""The pytest face of the conformance checks.
+
+The pytest face of the conformance checks: subclass :class:`AcceleratorConformance` in a
 plugin package's tests, as the package docstring shows.
 
 pytest collects one test per check (``test_loads``, ...): a failed check fails its test with the
@@ -20,7 +22,9 @@ from .results import ValidationReport
 
 
 class ConformanceFailure(AssertionError):
-    """A conformance check failed; the message is the check's reason, ``__cause__`` the plugin's
+    """A conformance check failed.
+
+    A conformance check failed; the message is the check's reason, ``__cause__`` the plugin's
     own exception where there is one."""
 
 
@@ -29,7 +33,9 @@ _CAPABILITY_REPORTS: weakref.WeakKeyDictionary[type, CapabilityReport] = weakref
 
 
 class AcceleratorConformance:
-    """Base class of a pytest test class that runs every conformance check on one accelerator:
+    """Base class of a pytest test class that runs every conformance check on one accelerator.
+
+    Base class of a pytest test class that runs every conformance check on one accelerator:
     :attr:`accelerator`, installed or not. The checks run once per class, on its first test; each
     ``test_<check>`` method then reports its own check."""
 
@@ -54,7 +60,9 @@ class AcceleratorConformance:
 
     @classmethod
     def capability_report(cls) -> CapabilityReport:
-        """The capability matrix's row of this class's accelerator (probed in a fresh process
+        """Return this class's accelerator's capability matrix row, computed on first use.
+
+        The capability matrix's row of this class's accelerator (probed in a fresh process
         for an installed name), computed on first use and kept."""
         report = _CAPABILITY_REPORTS.get(cls)
         if report is None:
@@ -134,7 +142,9 @@ del _check
 
 
 def assert_conforms(accelerator: object, **options: Any) -> ValidationReport:
-    """Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
+    """Validate ``accelerator`` and raise :class:`ConformanceFailure` if any check failed.
+
+    Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
     raise :class:`ConformanceFailure` listing every failed check; the report when none failed."""
     report = validate(accelerator, **options)
     if not report.passed:

@@ -1,4 +1,6 @@
-"""The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
+"""The capability matrix: what each installed accelerator's device can do for training.
+
+The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
 device can do for training, every row of :data:`accelctl.capabilities.CAPABILITIES` probed in a
 fresh process of its own per plugin.
 
@@ -74,7 +76,9 @@ class CapabilityReport:
 
     @property
     def fsdp_gaps(self) -> tuple[Capability, ...] | None:
-        """The rows of :data:`~accelctl.capabilities.FSDP_NEEDS` the device lacks (``()``: FSDP2
+        """Return the rows of FSDP2's needs that the device lacks, or None.
+
+        The rows of :data:`~accelctl.capabilities.FSDP_NEEDS` the device lacks (``()``: FSDP2
         can be tried); None unless every row was probed."""
         if self.state != "probed":
             return None
@@ -89,7 +93,9 @@ class CapabilityReport:
         raise KeyError(f"no capability {name!r} in the report of {self.name!r} (rows: {known})")
 
     def to_dict(self) -> dict[str, Any]:
-        """The object ``--capabilities --json`` prints for this accelerator (its fields are
+        """Return the object ``--capabilities --json`` prints for this accelerator.
+
+        The object ``--capabilities --json`` prints for this accelerator (its fields are
         documented in docs/writing-a-plugin.md)."""
         gaps = self.fsdp_gaps
         return {
@@ -116,7 +122,9 @@ def probe_installed(
     registry: Registry | None = None,
     timeout: float = PROBE_TIMEOUT_S,
 ) -> list[CapabilityReport]:
-    """The matrix of the accelerators called ``names`` (names or aliases), or of every installed
+    """Probe the capability matrix of the accelerators called ``names``, or of every installed one.
+
+    The matrix of the accelerators called ``names`` (names or aliases), or of every installed
     one: each available one probed in a fresh process (:data:`PARALLEL_PROBES` at a time), the
     others reported as :func:`accelctl.list_accelerators` finds them, in the listing's order.
 
@@ -155,7 +163,9 @@ def probe_installed(
 def probe_accelerator(
     accelerator: object, *, registry: Registry | None = None, timeout: float = PROBE_TIMEOUT_S
 ) -> CapabilityReport:
-    """One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
+    """Probe one accelerator's row of the capability matrix.
+
+    One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
     a fresh process, as :func:`probe_installed` does; a plugin object without an entry point (an
     :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
     import by name, probed in this process (which must have no process group)."""
@@ -219,7 +229,9 @@ _CHILD = "from accelctl.testing.matrix import _child_main; _child_main()"
 
 
 def _probe_in_child(handle: AcceleratorHandle, timeout: float) -> CapabilityReport:
-    """Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows as they
+    """Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows.
+
+    Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows as they
     come: each message within its deadline, else the process is stopped."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         process = subprocess.Popen(
@@ -348,7 +360,9 @@ def _report_of(
 
 
 def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
-    """The loaded plugin's first device (made current with ``setup_device``) and its declared
+    """Return the loaded plugin's first device, made current, and its declared backend.
+
+    The loaded plugin's first device (made current with ``setup_device``) and its declared
     backend; raises :class:`RuntimeError` saying why when it is not detected here."""
     from accelctl.torch_build import import_torch
 
@@ -362,7 +376,9 @@ def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
 
 
 def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
-    """The child's messages for ``handle`` (loaded): a header (``device``,
+    """Yield the child's messages for ``handle``: a header, then one per capability.
+
+    The child's messages for ``handle`` (loaded): a header (``device``,
     ``distributed_backend``) or ``{"error"}``, then one per capability."""
     try:
         device, backend = device_to_probe(handle)
@@ -377,8 +393,10 @@ def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
 
 
 def _child_main() -> None:
-    """The probe process: ``python -c ... NAME``. Its results go to a copy of stdout, one JSON
-    line each; everything else written to stdout (a plugin, native code) goes to stderr."""
+    """The probe process: ``python -c ...
+
+    NAME``. Its results go to a copy of stdout, one JSON line each; everything else written to
+    stdout (a plugin, native code) goes to stderr."""
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     name = sys.argv[1]
