@@ -1,4 +1,6 @@
-"""``deepspeed.initialize`` on a device that is not the CPU: the model moved to the plugin's
+"""``deepspeed.initialize`` on a device that is not the CPU.
+
+``deepspeed.initialize`` on a device that is not the CPU: the model moved to the plugin's
 device first, keeping its ``Parameter`` objects (``_parameters``), and a ZeRO-3 run refused
 before it starts where the DeepSpeed release would compute in float64 on a device without it.
 
@@ -48,7 +50,9 @@ INTERNAL = INITIALIZE
 
 
 def wrap(accelerator: PluginAccelerator) -> bool:
-    """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU; True
+    """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU.
+
+    Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU; True
     when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
     accelerator is undone first)."""
     restore()
@@ -93,7 +97,9 @@ _RUNNING = ("forward", "backward", "step")
 
 
 def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None:
-    """Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
+    """Make a kernel the device lacks in ``engine`` raise :class:`accelctl.MissingKernelError`.
+
+    Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
     ``step``, raise :class:`accelctl.MissingKernelError` naming it (the layer too, in the
     forward), shown as accelctl's one line should it end the program; other errors pass
     unchanged, and nothing is asked of an error until one stopped the call."""
@@ -125,7 +131,9 @@ def restore() -> None:
 
 
 def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> None:
-    """Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
+    """Refuse ZeRO-3 where DeepSpeed would compute norms in float64 on a device without it.
+
+    Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
     norms in float64 anyway (:func:`accelctl._deepspeed.refusals.float64_norms_refusal`, which
     ``accelctl launch`` applies too).
 
@@ -144,7 +152,9 @@ def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> N
 def refuse_offload(
     accelerator: PluginAccelerator, config: dict[str, Any] | None, optimizer: Any
 ) -> None:
-    """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
+    """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group.
+
+    Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
     a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
     op, which on a plugin's device is compiled on first use, on a machine without what that
     takes (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch``
@@ -176,7 +186,9 @@ def refuse_offload(
 
 
 def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
+    """Return the config a call of ``deepspeed.initialize`` passes, or None.
+
+    The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
     or ``args.deepspeed_config``, a dict or a JSON file); None where none is read."""
     first = args[0] if args else kwargs.get("args")
     config = kwargs.get("config") or kwargs.get("config_params")

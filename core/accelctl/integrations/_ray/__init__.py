@@ -1,2 +1,4 @@
-"""The Ray Train bridge's parts: resources and placement of the workers, their reports and
+"""The Ray Train bridge's parts.
+
+The Ray Train bridge's parts: resources and placement of the workers, their reports and
 checkpoints."""

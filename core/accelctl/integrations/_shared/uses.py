@@ -1,4 +1,6 @@
-"""Every name of its framework that each bridge uses on the paths it runs: what
+"""Every name of its framework that each bridge uses on the paths it runs.
+
+Every name of its framework that each bridge uses on the paths it runs: what
 ``accelctl.integrations._shared.versions`` checks on the installed release when the
 bridge is imported (docs/design/bridge-uses.md).
 

@@ -1,2 +1,4 @@
-"""The transformers bridge's parts: the ``Trainer``'s device through its arguments, the callback
+"""The transformers bridge's parts.
+
+The transformers bridge's parts: the ``Trainer``'s device through its arguments, the callback
 that reads the run's figures."""
