@@ -38,7 +38,9 @@ Origin: TypeAlias = str | metadata.Distribution
 
 
 class Found(NamedTuple):
-    """One entry point of either group, the scan's plain output: its name, value and
+    """One entry point of either group, the scan's plain output.
+
+    One entry point of either group, the scan's plain output: its name, value and
     distribution (``origin``); ``problem`` says why the distribution's files cannot be trusted (the
     entry is then never imported). The registry makes a handle of each at once."""
 
@@ -57,7 +59,9 @@ def distribution(origin: Origin) -> metadata.Distribution:
 
 
 class Identity(NamedTuple):
-    """Who installed a plugin: the distribution's name and version, and why they cannot be read
+    """Who installed a plugin: the distribution's name and version, or why they cannot be read.
+
+    Who installed a plugin: the distribution's name and version, and why they cannot be read
     (None when they can; the name is then the folder's, the version None)."""
 
     distribution: str | None
@@ -104,7 +108,9 @@ def folder_of(origin: Origin, filename: str = "") -> str:
 
 
 def dist_key(origin: Origin) -> str:
-    """The distribution's normalised name: from its folder's name where it has one (importlib's
+    """Return the distribution's normalised name.
+
+    The distribution's normalised name: from its folder's name where it has one (importlib's
     rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if isinstance(folder, (str, os.PathLike)):  # a folder (a zip's is a zipfile.Path)
@@ -123,7 +129,9 @@ def dist_key(origin: Origin) -> str:
 
 
 def _folder_key(name: str) -> str | None:
-    """The normalised distribution name of a ``<name>-<version>.dist-info`` (or ``.egg-info``)
+    """Return the normalised distribution name of a ``.dist-info`` or ``.egg-info`` folder's name.
+
+    The normalised distribution name of a ``<name>-<version>.dist-info`` (or ``.egg-info``)
     folder's name, importlib's rule; None for any other name."""
     stem, dot, suffix = name.lower().rpartition(".")
     if not dot or suffix not in ("dist-info", "egg-info"):
@@ -150,7 +158,9 @@ def scan(
     groups: Sequence[str] = _GROUPS,
     unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
-    """Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
+    """Return every entry point of ``groups`` on ``path``, each distribution counted once.
+
+    Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
     ``path`` (default: ``sys.path``); a distribution installed twice counts once (the first, as
     for imports). ``warn``: name a broken one that declares none of ``groups`` (a second scan
     need not say it again). A broken file's entries in ``groups`` come with its ``problem``
@@ -179,7 +189,9 @@ def scan(
 def distributions(
     path: Sequence[str] | None = None,
 ) -> Iterator[tuple[str, Origin]]:
-    """What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
+    """Return what :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`.
+
+    What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
     path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
     ``sys.path``), listed here; importlib's own objects for a zip, an egg and any other finder's
     distributions.
@@ -220,7 +232,9 @@ def _listed(entry: str) -> Iterator[tuple[str, Origin]]:
 
 
 def _entry_points_text(origin: Origin) -> str:
-    """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
+    """Read the distribution's ``entry_points.txt``; "" when it has none.
+
+    The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
     it (the same errors mean "none"), with `os.open` and `os.read` where it is a folder."""
     if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
         return origin.read_text("entry_points.txt") or ""
@@ -248,7 +262,9 @@ def _entries(
     headers: Sequence[str],
     unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
-    """The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
+    """Return the entries of ``groups`` in one ``entry_points.txt``.
+
+    The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
     it is bad."""
     if error is None and not any(header in text for header in headers):
         # Most declare neither group: only look for a line that would break torch's autoload.
@@ -304,7 +320,9 @@ def _entries(
 
 
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
-    """``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
+    """Read ``Name`` and ``Version`` from the metadata headers, without the e-mail parser.
+
+    ``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
     whole file (over hundreds of plugins it costs more than the scan); raises what reading does."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}

@@ -1,4 +1,6 @@
-"""What each hook may return: one check per hook, which also normalises the value, and raises a
+"""What each hook may return: one check per hook, which also normalises the value.
+
+What each hook may return: one check per hook, which also normalises the value, and raises a
 ``TypeError`` saying what was expected (the handle names the plugin and hook). **Choice:** strict:
 ``True`` is not a device count and a ``bool`` is not a figure.
 """

@@ -1,4 +1,6 @@
-"""How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``:
+"""How an installed accelerator fares here: a row of ``accelctl list``.
+
+How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``:
 a view of its handle plus what its hooks said in this one listing.
 """
 
@@ -22,7 +24,9 @@ RowState = Literal["available", "unavailable", "disabled", "broken", "not-run"]
 
 @dataclass(frozen=True)
 class AcceleratorStatus:
-    """One installed accelerator and what its hooks said here: ``available`` and ``device_count``
+    """One installed accelerator and what its hooks said here.
+
+    One installed accelerator and what its hooks said here: ``available`` and ``device_count``
     are None where detection did not run; ``reason`` says why a working plugin is unavailable or
     disabled, ``error`` why a broken one is (in one line)."""
 
@@ -35,7 +39,9 @@ class AcceleratorStatus:
 
     @classmethod
     def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
-        """From package metadata alone (no plugin code runs): disabled, broken (as known so far),
+        """Make the status from package metadata alone, without running plugin code.
+
+        From package metadata alone (no plugin code runs): disabled, broken (as known so far),
         else not run."""
         handle.identify()  # its metadata: a handle whose metadata cannot be read is broken
         if handle.state == "broken" and handle.error is not None:
@@ -79,7 +85,9 @@ class AcceleratorStatus:
 
     @property
     def state(self) -> RowState:
-        """What this listing found: ``"available"``, ``"unavailable"``, ``"disabled"``,
+        """Return what this listing found, one of :data:`RowState`.
+
+        What this listing found: ``"available"``, ``"unavailable"``, ``"disabled"``,
         ``"broken"`` or ``"not-run"`` (see :data:`RowState`)."""
         if self.error is not None:
             return "broken"
@@ -112,7 +120,9 @@ class AcceleratorStatus:
 
 
 def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
-    """Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected, its
+    """Load the plugin and ask what ``accelctl list`` shows, never raising for its failure.
+
+    Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected, its
     devices or why not, each through the handle's own hook method. Never raises for the plugin's
     failure (the status says it)."""
     if handle.state == "disabled":
@@ -132,7 +142,9 @@ def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
 def settle(
     handles: Sequence[AcceleratorHandle], probed: Sequence[AcceleratorStatus | AccelctlError]
 ) -> list[AcceleratorStatus]:
-    """The statuses of a probe of ``handles``: a plugin that did not answer in time (its
+    """Return the statuses of a probe of ``handles``, a late plugin as a broken row.
+
+    The statuses of a probe of ``handles``: a plugin that did not answer in time (its
     :class:`~accelctl.AccelctlError` in ``probed``) is a broken row."""
     return [
         result
