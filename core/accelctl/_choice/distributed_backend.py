@@ -22,7 +22,9 @@ _NOT_ADVISED = frozenset({"fake", "undefined"})
 
 
 def backend_problem(backend: str, device_type: str) -> str | None:
-    """Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
+    """Say why ``backend`` cannot carry ``device_type`` tensors here; None when it can.
+
+    Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors here: None when it can (registered, and compiled in), ``"skip: <why>"``
     when this torch cannot tell, else a phrase saying what is wrong."""
     import torch.distributed as dist
@@ -49,7 +51,9 @@ def backend_problem(backend: str, device_type: str) -> str | None:
 
 
 def device_backends(device_type: str) -> list[str]:
-    """The backends that carry ``device_type`` tensors in this torch, torch's default for the
+    """Return the backends that carry ``device_type`` tensors in this torch, its default first.
+
+    The backends that carry ``device_type`` tensors in this torch, torch's default for the
     type first (``["gloo"]`` for ``"cpu"``, ``["occl"]`` for torch_openreg's ``"openreg"``);
     ``[]`` when it has none, or no ``torch.distributed``."""
     import torch.distributed as dist
@@ -121,7 +125,9 @@ def unusable_backend(
     shown_name: str,
     started: Started = NOTHING_STARTED,
 ) -> str | None:
-    """The sentence refusing several processes of ``handle`` because torch cannot carry its
+    """Return the sentence refusing several processes of ``handle`` for its backend, or None.
+
+    The sentence refusing several processes of ``handle`` because torch cannot carry its
     ``device_type`` tensors over its ``distributed_backend``; None when it can, when torch cannot
     tell, or when the plugin declares no backend (its own refusal: one process only).
 
@@ -172,7 +178,9 @@ def named_backend_refusal(
     leave_out: str,
     started: Started,
 ) -> str | None:
-    """The sentence refusing a backend the user named (``InitProcessGroupKwargs(backend=...)``,
+    """Return the sentence refusing a backend the user named for several processes, or None.
+
+    The sentence refusing a backend the user named (``InitProcessGroupKwargs(backend=...)``,
     ``ddp_backend``) for several processes on ``device_type`` devices, where torch cannot carry
     their tensors over it; None when it can, or cannot tell.
 
