@@ -1,4 +1,6 @@
-"""The kernels a device lacks: accelctl's error for one (:class:`MissingKernelError`), what a
+"""The kernels a device lacks: the error, the declaration, the CPU fallback, the translation.
+
+The kernels a device lacks: accelctl's error for one (:class:`MissingKernelError`), what a
 plugin declares of them (:class:`KernelGaps`), the CPU fallback ``ACCELCTL_CPU_FALLBACK=1`` turns
 on, and the translation every training path asks for when an error stops it.
 

@@ -1,4 +1,6 @@
-"""What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer step
+"""What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer.
+
+What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer step
 (:data:`CASES`), each run on the device and on the CPU by :mod:`.probe`.
 
 The list comes from the small models of :mod:`.reference`: every operator a training step of
@@ -120,7 +122,9 @@ def _convolution(dims: int, transposed: bool = False, bf16: bool = False) -> Ker
 
 
 def _batch_norm(bf16: bool = False) -> KernelCase:
-    """Training-mode batch norm as ``nn.BatchNorm2d`` runs it: the running statistics and the
+    """Run training-mode batch norm as ``nn.BatchNorm2d`` runs it.
+
+    Training-mode batch norm as ``nn.BatchNorm2d`` runs it: the running statistics and the
     count of batches are updated (and compared)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -142,7 +146,9 @@ def _batch_norm(bf16: bool = False) -> KernelCase:
 
 
 def _layer_norm() -> KernelCase:
-    """LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
+    """Run LayerNorm.
+
+    LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
     run in float32: no bfloat16 case)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -221,7 +227,9 @@ def _average_pool(bf16: bool = False) -> KernelCase:
 
 
 def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
-    """Dropout as GPT-2's: judged by its shape, not against the CPU's draws (each output is 0
+    """Run dropout as GPT-2's, judged by its shape.
+
+    Dropout as GPT-2's: judged by its shape, not against the CPU's draws (each output is 0
     or the input scaled by ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through
     the same mask)."""
 
@@ -256,7 +264,9 @@ def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
 
 
 def _linear(bf16: bool = False) -> KernelCase:
-    """Linear layers on a batch of sequences, as a transformer's: one with a bias, then a head
+    """Run linear layers on a batch of sequences, as a transformer's.
+
+    Linear layers on a batch of sequences, as a transformer's: one with a bias, then a head
     without (as GPT-2's tied one); both results are compared (an autocast may cast one kind
     and not the other: torch_openreg 0.0.1 leaves the one with a bias in float32)."""
 
@@ -293,7 +303,9 @@ def _embedding() -> KernelCase:
 
 
 def _attention(bf16: bool = False) -> KernelCase:
-    """Causal self-attention as GPT-2's: a fused QKV projection split into heads,
+    """Run causal self-attention as GPT-2's.
+
+    Causal self-attention as GPT-2's: a fused QKV projection split into heads,
     ``scaled_dot_product_attention``, the heads joined again."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -315,7 +327,9 @@ def _attention(bf16: bool = False) -> KernelCase:
 
 
 def _cross_entropy(bf16: bool = False) -> KernelCase:
-    """The losses of a classifier (logits and labels) and of a language model (logits and
+    """Return the summed losses of a classifier and of a language model.
+
+    The losses of a classifier (logits and labels) and of a language model (logits and
     next-token targets, flattened), summed."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -341,7 +355,9 @@ def _cross_entropy(bf16: bool = False) -> KernelCase:
 
 
 def _optimizer(name: str) -> KernelCase:
-    """Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
+    """Take two steps of one of :data:`.reference.OPTIMIZERS` on three parameters.
+
+    Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
     reads the state the first made)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
