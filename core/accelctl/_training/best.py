@@ -19,7 +19,9 @@ class Offer:
 
 @dataclass
 class BestCheckpoints:
-    """The ``keep`` best epoch-end checkpoints: ``[score, file name]``, best first, lower scores
+    """The ``keep`` best epoch-end checkpoints, best first.
+
+    The ``keep`` best epoch-end checkpoints: ``[score, file name]``, best first, lower scores
     better with ``mode="min"``, higher with ``"max"``."""
 
     keep: int

@@ -1,4 +1,6 @@
-"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or
+"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines.
+
+``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or
 ``"epoch"``, written by rank 0 only (docs/training.md, "Figures"). Appended to, never truncated,
 each line in a single ``write``, so a kill leaves whole lines; non-finite figures are ``null``.
 """
@@ -23,7 +25,9 @@ def _finite(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends JSON lines to ``path``, each tagged with ``run`` and ``restart``; with
+    """Appends JSON lines to ``path``, each tagged with ``run`` and ``restart``.
+
+    Appends JSON lines to ``path``, each tagged with ``run`` and ``restart``; with
     ``path=None`` (the processes other than rank 0) every call does nothing."""
 
     def __init__(self, path: Path | None, *, run: str = "", restart: int = 0) -> None:
