@@ -1,4 +1,4 @@
 """What every layer may use: text, the project's names, device strings, torch's build.
 
-What every layer may use: text for people, the project's own names, device strings, torch's
-build read without importing it. Imports nothing of accelctl."""
+Text for people, the project's own names, device strings, torch's build read without importing it.
+Imports nothing of accelctl."""

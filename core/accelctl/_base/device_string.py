@@ -17,9 +17,9 @@ _FORMS = "a torch.device, or a str '<type>' or '<type>:<index>' such as 'cpu' or
 def split_device(device: Any) -> tuple[str, int | None]:
     """Return the type and index of ``device``.
 
-    The type and index of ``device``: ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give
-    ``("cuda", 1)``, ``"cpu"`` gives ``("cpu", None)``; a ``TypeError`` for what is neither a
-    ``torch.device`` nor a ``str``, a ``ValueError`` for a string of another form."""
+    ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give ``("cuda", 1)``, ``"cpu"`` gives
+    ``("cpu", None)``; a ``TypeError`` for what is neither a ``torch.device`` nor a ``str``, a
+    ``ValueError`` for a string of another form."""
     if isinstance(device, str):
         match = _DEVICE_RE.match(device.strip())
         if match is None:

@@ -67,8 +67,7 @@ def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
 def quote(value: str, limit: int = 100) -> str:
     """Quote ``value`` with :func:`repr` for a message, bounded.
 
-    ``repr(value)`` for a message, bounded: a user's 100,000-character input is quoted by its
-    start and a count of the rest."""
+    A user's 100,000-character input is quoted by its start and a count of the rest."""
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r} (and {len(value) - limit} more characters)"
@@ -103,8 +102,7 @@ def safe_repr(value: object, limit: int = 80) -> str:
 def describe_exception(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
     """Describe an exception as ``"TypeName: message"`` in one clean, bounded line.
 
-    ``"TypeName: message"`` in one clean, bounded line; just the type's name when the
-    message is empty or cannot be read."""
+    Just the type's name when the message is empty or cannot be read."""
     name = type(exc).__name__
     message = clean(safe_str(exc), limit)
     return f"{name}: {message}" if message else name

@@ -109,8 +109,8 @@ def _from_module(torch: Any, source: str) -> TorchBuild:
 def read_torch_build() -> TorchBuild | None:
     """Return the installed torch's build, or None without torch.
 
-    The installed torch's build (None without torch): from the imported module, else its
-    ``version.py`` (read once per process), else ``import torch``, whose errors it raises."""
+    From the imported module, else its ``version.py`` (read once per process), else ``import
+    torch``, whose errors it raises."""
     loaded = loaded_torch()
     if loaded is not None and getattr(loaded, "version", None) is not None:
         return _from_module(loaded, "loaded")
@@ -152,8 +152,8 @@ def mps_built(build: TorchBuild) -> bool:
 def cudnn_version(build: TorchBuild) -> str | None:
     """Return the cuDNN version of a CUDA build, or None when not known.
 
-    The cuDNN version of a CUDA build: the library's where torch is imported (no CUDA
-    context), else that of the ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
+    The library's where torch is imported (no CUDA context), else that of the
+    ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
     if not build.cuda:
         return None
     if build.source != "version.py":

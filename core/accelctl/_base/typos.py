@@ -62,8 +62,7 @@ def slips(asked: str, name: str) -> int | None:
 def _distance(a: str, b: str) -> int:
     """Return the optimal string alignment distance between two strings.
 
-    The optimal string alignment distance: insertions, deletions, substitutions and swaps of
-    neighbouring letters, one each."""
+    Insertions, deletions, substitutions and swaps of neighbouring letters, one each."""
     previous: list[int] = []
     row = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):

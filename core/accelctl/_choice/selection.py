@@ -374,9 +374,8 @@ def devices_variable_applies(handle: AcceleratorHandle, selected: str) -> bool:
 def processes_here(environ: Mapping[str, str] | None = None) -> str | None:
     """Return the processes of this launch on this machine, as a devices spec, or None.
 
-    The processes of this launch on this machine, as a devices spec: torchrun's
-    ``LOCAL_WORLD_SIZE``; None outside a launch of several processes (the accelerator's own
-    ``"auto"`` then)."""
+    torchrun's ``LOCAL_WORLD_SIZE``; None outside a launch of several processes (the accelerator's
+    own ``"auto"`` then)."""
     raw = (os.environ if environ is None else environ).get("LOCAL_WORLD_SIZE", "").strip()
     return raw if raw.isdigit() and int(raw) >= 1 else None
 

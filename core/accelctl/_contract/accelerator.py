@@ -65,8 +65,7 @@ class Accelerator(abc.ABC):
     def accelerator_name(self) -> str:
         """Return the accelerator's name as messages show it.
 
-        The accelerator's name in messages: the entry point's name, else :attr:`name`, else the
-        class name without "Accelerator"."""
+        The entry point's name, else :attr:`name`, else the class name without "Accelerator"."""
         return (
             self._entry_point_name
             or self.name
@@ -172,7 +171,6 @@ class Accelerator(abc.ABC):
     ) -> str:
         """Describe the set variables of ``names`` as a reason names them.
 
-        The variables of ``names`` that are set, as a reason names them:
         ``"CUDA_VISIBLE_DEVICES='', HIP_VISIBLE_DEVICES='1'"``; ``""`` when none is set."""
         found = cls.environment_variables(names, environ)
         return ", ".join(f"{name}={value!r}" for name, value in found.items())

@@ -1,9 +1,8 @@
 """Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
 
-Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages
-(docs/concepts.md section 5). Each refusal is a :class:`~accelctl.DeviceSpecError` naming the
-accelerator, the spec as given, what is visible and the accepted forms.
-"""
+One table of accepted forms, one set of messages (docs/concepts.md section 5). Each refusal is a
+:class:`~accelctl.DeviceSpecError` naming the accelerator, the spec as given, what is visible and
+the accepted forms."""
 
 from __future__ import annotations
 
@@ -23,10 +22,9 @@ from .errors import DeviceSpecError
 class AcceptedForms:
     """What one parser accepts, written for the kind of spec that was given.
 
-    What one parser accepts, written for the kind of spec that was given: ``values`` for a
-    Python value, ``strings`` for a string, which is all that a command line's ``--devices`` or
-    ``ACCELCTL_DEVICES`` can hold (no list there), so a refusal never lists a form the channel
-    it came through cannot take."""
+    ``values`` for a Python value, ``strings`` for a string, which is all that a command line's
+    ``--devices`` or ``ACCELCTL_DEVICES`` can hold (no list there), so a refusal never lists a form
+    the channel it came through cannot take."""
 
     values: str
     strings: str
@@ -326,8 +324,8 @@ def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> 
 def devices_spec(parsed: int | Sequence[int]) -> str:
     """Return a devices spec that parses back to ``parsed``.
 
-    A devices spec that parses back to ``parsed``: ``"2"`` for a count, ``"0,2"`` for indices,
-    ``"1,"`` for a single index (``"1"`` would mean "the first one")."""
+    ``"2"`` for a count, ``"0,2"`` for indices, ``"1,"`` for a single index (``"1"`` would mean "the
+    first one")."""
     if isinstance(parsed, int):
         return str(parsed)
     indices = [str(index) for index in parsed]
@@ -337,8 +335,8 @@ def devices_spec(parsed: int | Sequence[int]) -> str:
 def typed_spec(parsed: int | Sequence[int]) -> str:
     """Return the spec a user would type for ``parsed``.
 
-    The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
-    ``"1"`` for the first one, else :func:`devices_spec`'s exact form."""
+    ``"2"`` for the first two devices (``[0, 1]``), ``"1"`` for the first one, else
+    :func:`devices_spec`'s exact form."""
     if not isinstance(parsed, int) and parsed and list(parsed) == list(range(len(parsed))):
         return str(len(parsed))
     return devices_spec(parsed)

@@ -1,9 +1,8 @@
 """Every error accelctl raises, all under :class:`AccelctlError`.
 
-Every error accelctl raises, all under :class:`AccelctlError`; messages teach what was asked,
-what exists and what to do next. Each class takes a message alone, so a plugin raises them as it
-would a builtin; the structured parts (``name``, ``spec``, ...) are optional keywords.
-"""
+Messages teach what was asked, what exists and what to do next. Each class takes a message alone, so
+a plugin raises them as it would a builtin; the structured parts (``name``, ``spec``, ...) are
+optional keywords."""
 
 from __future__ import annotations
 
@@ -102,8 +101,8 @@ class PluginConflictError(PluginLoadError):
 class DeviceSpecError(AccelctlError, ValueError):
     """A devices spec that the accelerator does not accept.
 
-    A devices spec that the accelerator does not accept: the message names the accelerator,
-    the spec, what is visible and the accepted forms, all kept as attributes too."""
+    The message names the accelerator, the spec, what is visible and the accepted forms, all kept as
+    attributes too."""
 
     def __init__(
         self,
@@ -147,11 +146,10 @@ class TrainerError(AccelctlError, ValueError):
 class FrameworkVersionError(AccelctlError, ImportError):
     """The installed release of a framework is one its accelctl bridge cannot run on.
 
-    The installed release of a framework is one its accelctl bridge cannot run on: without a
-    name the bridge uses (or with its signature changed), or failing to import at all; never for
-    its version number alone. Raised when the bridge is imported, before any process starts; the
-    message is one line naming what is wrong, the window of releases tested and the line that
-    installs one."""
+    Without a name the bridge uses (or with its signature changed), or failing to import at all;
+    never for its version number alone. Raised when the bridge is imported, before any process
+    starts; the message is one line naming what is wrong, the window of releases tested and the line
+    that installs one."""
 
 
 class PluginWarning(UserWarning):

@@ -11,8 +11,8 @@ from .errors import AccelctlError
 class ExtraMissingError(AccelctlError, ModuleNotFoundError):
     """An optional library is not installed.
 
-    An optional library is not installed: a :class:`ModuleNotFoundError` as any failed import
-    is, and one of accelctl's errors, so that the CLI says it in one line (exit 1)."""
+    A :class:`ModuleNotFoundError` as any failed import is, and one of accelctl's errors, so that
+    the CLI says it in one line (exit 1)."""
 
 
 def extra_missing(

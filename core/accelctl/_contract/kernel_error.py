@@ -106,9 +106,8 @@ class MissingKernelError(AccelctlError, NotImplementedError):
     def for_launch(self, on_cpu: str, as_launched: str) -> str:
         """Return the line ``accelctl launch`` shows for a rank's error.
 
-        The line ``accelctl launch`` shows for a rank's error: ``on_cpu`` is the launch line
-        with ``--cpu`` (:attr:`cpu_way` in its place where the error has one), ``as_launched``
-        the line the user ran."""
+        ``on_cpu`` is the launch line with ``--cpu`` (:attr:`cpu_way` in its place where the error
+        has one), ``as_launched`` the line the user ran."""
         return self._line((self.cpu_way or on_cpu, f"{self.switch} {as_launched}"), debug=True)
 
     def _python_ways(self) -> tuple[str, str]:

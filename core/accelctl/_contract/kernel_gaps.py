@@ -1,7 +1,7 @@
 """What a plugin knows of the kernels its device lacks, and the names shown for operators.
 
-What a plugin knows of the kernels its device lacks: :class:`KernelGaps`, from the optional
-``kernel_gaps`` hook, and the names accelctl shows for torch's operators.
+:class:`KernelGaps`, from the optional ``kernel_gaps`` hook, and the names accelctl shows for
+torch's operators.
 
 An operator is named as torch's dispatcher names it, ``namespace::name`` with an optional
 ``.overload`` (``aten::convolution_overrideable``, ``aten::add_.Tensor``). torch's extension

@@ -176,8 +176,7 @@ def launch_id(environ: Mapping[str, str] | None = None) -> str | None:
 def launch_note(environ: Mapping[str, str] | None = None) -> str | None:
     """Return ``ACCELCTL_LAUNCH_NOTE``, the launcher's checkpoint note file, or None.
 
-    ``ACCELCTL_LAUNCH_NOTE``: the file the launcher reads the last checkpoint from; None
-    outside ``accelctl launch``."""
+    The file the launcher reads the last checkpoint from; None outside ``accelctl launch``."""
     return _environ(environ).get(LAUNCH_NOTE, "").strip() or None
 
 
@@ -215,8 +214,8 @@ def cpu_fallback(environ: Mapping[str, str] | None = None) -> bool:
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     """Return whether ``ACCELCTL_DEBUG`` is on; an unreadable value counts as on.
 
-    ``ACCELCTL_DEBUG``: True for ``1``; an unreadable value counts as on (it is read where
-    an error is being shown, and more detail is the safer mistake there)."""
+    True for ``1``; an unreadable value counts as on (it is read where an error is being shown, and
+    more detail is the safer mistake there)."""
     try:
         return _switch(DEBUG, environ)
     except SettingError:

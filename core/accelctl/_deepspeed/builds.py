@@ -61,8 +61,7 @@ def host_build_problem() -> str | None:
 def host_ops_row(device_type: str) -> tuple[bool, str]:
     """Return the ``deepspeed-host-ops`` row beside ``device_type``.
 
-    The ``deepspeed-host-ops`` row beside ``device_type``: whether DeepSpeed's host ops can
-    be built here, and why."""
+    Whether DeepSpeed's host ops can be built here, and why."""
     problem = host_build_problem()
     where = "on the CPU" if device_type == "cpu" else f"beside {device_type!r} devices"
     if problem is not None:
@@ -81,9 +80,8 @@ def host_ops_row(device_type: str) -> tuple[bool, str]:
 def device_ops_row(device_type: str) -> tuple[bool, str]:
     """Return the ``deepspeed-device-ops`` row for ``device_type``.
 
-    The ``deepspeed-device-ops`` row for ``device_type``: whether DeepSpeed's compiled device
-    ops (fused Adam, Lamb, Lion, the transformer kernels, ...) have a build for it through the
-    bridge, and why."""
+    Whether DeepSpeed's compiled device ops (fused Adam, Lamb, Lion, the transformer kernels, ...)
+    have a build for it through the bridge, and why."""
     if device_type == "cpu":
         return True, "DeepSpeed's own CPU builds of its ops, as with its CPU accelerator"
     return False, (

@@ -1,10 +1,9 @@
 """The DeepSpeed set-ups that cannot run on a plugin's device, read from a config alone.
 
-The DeepSpeed set-ups that cannot run on a plugin's device, read from a config alone: the
-words and the conditions shared by the DeepSpeed bridge's ``deepspeed.initialize`` (in each
-process) and ``accelctl launch`` (before any process starts, where the script's command line
-names the config; docs/design/deepspeed-refused-at-launch.md). Neither DeepSpeed nor torch is
-imported here; :func:`runs_float64` imports torch when it is asked.
+The words and the conditions shared by the DeepSpeed bridge's ``deepspeed.initialize`` (in each
+process) and ``accelctl launch`` (before any process starts, where the script's command line names
+the config; docs/design/deepspeed-refused-at-launch.md). Neither DeepSpeed nor torch is imported
+here; :func:`runs_float64` imports torch when it is asked.
 
 - ZeRO-Offload with a DeepSpeed optimizer steps with DeepSpeed's compiled CPU op, which on a
   plugin's device is compiled on first use (:func:`accelctl._deepspeed.builds.host_build_problem`).
@@ -164,9 +163,8 @@ def float64_norms_refusal(
 ) -> str | None:
     """Say why ZeRO ``stage`` cannot run on ``device`` of ``accelerator``; None where it can.
 
-    Why ZeRO ``stage`` cannot run on ``device`` of ``accelerator``: stage 3, a DeepSpeed
-    release that computes its norms in float64 anyway, and a device without float64
-    (``has_float64()``, asked last: it may run on the device); None where it can run."""
+    Stage 3, a DeepSpeed release that computes its norms in float64 anyway, and a device without
+    float64 (``has_float64()``, asked last: it may run on the device); None where it can run."""
     if stage != 3 or norms_follow_device() or has_float64():
         return None
     return (

@@ -40,9 +40,9 @@ Origin: TypeAlias = str | metadata.Distribution
 class Found(NamedTuple):
     """One entry point of either group, the scan's plain output.
 
-    One entry point of either group, the scan's plain output: its name, value and
-    distribution (``origin``); ``problem`` says why the distribution's files cannot be trusted (the
-    entry is then never imported). The registry makes a handle of each at once."""
+    Its name, value and distribution (``origin``); ``problem`` says why the distribution's files
+    cannot be trusted (the entry is then never imported). The registry makes a handle of each at
+    once."""
 
     group: str
     name: str
@@ -61,8 +61,8 @@ def distribution(origin: Origin) -> metadata.Distribution:
 class Identity(NamedTuple):
     """Who installed a plugin: the distribution's name and version, or why they cannot be read.
 
-    Who installed a plugin: the distribution's name and version, and why they cannot be read
-    (None when they can; the name is then the folder's, the version None)."""
+    The distribution's name and version, and why they cannot be read (None when they can; the name
+    is then the folder's, the version None)."""
 
     distribution: str | None
     version: str | None
@@ -110,8 +110,8 @@ def folder_of(origin: Origin, filename: str = "") -> str:
 def dist_key(origin: Origin) -> str:
     """Return the distribution's normalised name.
 
-    The distribution's normalised name: from its folder's name where it has one (importlib's
-    rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
+    From its folder's name where it has one (importlib's rule, as
+    :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if isinstance(folder, (str, os.PathLike)):  # a folder (a zip's is a zipfile.Path)
         key = _folder_key(os.path.basename(folder))
@@ -191,8 +191,7 @@ def distributions(
 ) -> Iterator[tuple[str, Origin]]:
     """Return what :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`.
 
-    What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
-    path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
+    The path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
     ``sys.path``), listed here; importlib's own objects for a zip, an egg and any other finder's
     distributions.
 
@@ -234,8 +233,8 @@ def _listed(entry: str) -> Iterator[tuple[str, Origin]]:
 def _entry_points_text(origin: Origin) -> str:
     """Read the distribution's ``entry_points.txt``; "" when it has none.
 
-    The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
-    it (the same errors mean "none"), with `os.open` and `os.read` where it is a folder."""
+    As ``dist.read_text`` reads it (the same errors mean "none"), with `os.open` and `os.read` where
+    it is a folder."""
     if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
         return origin.read_text("entry_points.txt") or ""
     try:
@@ -264,8 +263,7 @@ def _entries(
 ) -> Iterator[Found]:
     """Return the entries of ``groups`` in one ``entry_points.txt``.
 
-    The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
-    it is bad."""
+    All marked with the problem when it is bad."""
     if error is None and not any(header in text for header in headers):
         # Most declare neither group: only look for a line that would break torch's autoload.
         if all(

@@ -81,8 +81,8 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
 def one_at_a_time() -> None:
     """Ask one plugin at a time in this process from now on.
 
-    Ask one plugin at a time in this process from now on: a process that asks plugins on
-    another's behalf (:mod:`accelctl.cli._child`), so that a plugin that crashes it is known."""
+    A process that asks plugins on another's behalf (:mod:`accelctl.cli._child`), so that a plugin
+    that crashes it is known."""
     global _max_workers
     _max_workers = 1
 
@@ -117,8 +117,8 @@ def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
 class _Run(Generic[A, T]):
     """One :func:`run_each` call: its items, what waits, what is being asked, and each outcome.
 
-    One :func:`run_each` call: its items, the indices waiting for a thread and those being
-    asked (with when their deadline started; None: off the clock), and each outcome."""
+    Its items, the indices waiting for a thread and those being asked (with when their deadline
+    started; None: off the clock), and each outcome."""
 
     def __init__(self, items: Sequence[A], work: Callable[[A], T]) -> None:
         self.items, self.work = list(items), work
@@ -246,8 +246,7 @@ def run_each(
 class _Unnamed:
     """The item of :func:`run_one` when no plugin is named.
 
-    The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's own
-    error."""
+    Past the deadline, accelctl's own error."""
 
     def busy_with(self) -> str:
         return "accelctl"

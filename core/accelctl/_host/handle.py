@@ -45,8 +45,8 @@ Stage = Literal["metadata", "name", "conflict", "import", "instantiate", "regist
 class Loading(NamedTuple):
     """How loading a plugin went, one record replaced whole at each change.
 
-    How loading a plugin went, one record replaced whole at each change: the :data:`State`,
-    with the :data:`Stage` that failed and its error when broken, and why when disabled."""
+    The :data:`State`, with the :data:`Stage` that failed and its error when broken, and why when
+    disabled."""
 
     state: State
     stage: Stage | None = None
@@ -80,10 +80,10 @@ class AcceleratorHandle:
     ) -> None:
         """Make the handle of the plugin called ``name`` from the registry's scan.
 
-        ``name``: the canonical name; the registry's scan gives the rest: the entry point, the
+        ``name`` is the canonical name; the registry's scan gives the rest: the entry point, the
         ``.dist-info`` folder (``origin``), why that distribution's files cannot be trusted
-        (``problem``), why the user's variables disable it (``disabled``), and the error of a
-        name that several distributions claim (``conflict``)."""
+        (``problem``), why the user's variables disable it (``disabled``), and the error of a name
+        that several distributions claim (``conflict``)."""
         #: The plugin's own name, its canonical name: the entry point's name (or the object's, see
         #: :meth:`from_object`); what ``ACCELCTL_PLUGINS``, ``validate`` and a lookup that loads
         #: one plugin alone go by. :attr:`name` is the accelerator's, which may differ.
@@ -115,8 +115,8 @@ class AcceleratorHandle:
     def state(self) -> State:
         """Return how loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken``.
 
-        How loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a
-        listing found: see :class:`~accelctl.AcceleratorStatus`)."""
+        ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a listing found: see
+        :class:`~accelctl.AcceleratorStatus`)."""
         return self._loading_state.state
 
     @property
@@ -160,9 +160,8 @@ class AcceleratorHandle:
     def name(self) -> str:
         """Return the accelerator's name, the one a user types and accelctl shows.
 
-        The accelerator's name, the one a user types and accelctl shows: the device type a
-        loaded plugin also answers to as an alias (the generic PrivateUse1 plugin serves
-        ``openreg`` devices: ``openreg``), else :attr:`plugin_name`.
+        The device type a loaded plugin also answers to as an alias (the generic PrivateUse1 plugin
+        serves ``openreg`` devices: ``openreg``), else :attr:`plugin_name`.
 
         Read from what the plugin said when it was loaded (never a hook call): before loading,
         and for a plugin whose ``accelerator_info()`` failed, it is the plugin's own name.
@@ -201,8 +200,8 @@ class AcceleratorHandle:
     def identify(self) -> AcceleratorHandle:
         """Read the distribution's metadata once; break the handle where it cannot be read.
 
-        Read the distribution's metadata (once); where it cannot be read the handle is broken
-        at stage ``metadata`` (loading does this first; a listing without detection too)."""
+        Where it cannot be read the handle is broken at stage ``metadata`` (loading does this first;
+        a listing without detection too)."""
         problem = self._read_identity().problem
         if problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
@@ -424,8 +423,7 @@ class AcceleratorHandle:
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
         """Return the device's peak FLOPs per data type and memory bandwidth; None when unknown.
 
-        The device's peak FLOPs per data type and memory bandwidth; None: unknown (the
-        plugin says so, or has no ``device_peak`` hook)."""
+        None: unknown (the plugin says so, or has no ``device_peak`` hook)."""
         return cast("DevicePeak | None", self._call("device_peak", device))
 
     def kernel_gaps(self) -> KernelGaps:
@@ -472,8 +470,8 @@ class AcceleratorHandle:
     def busy_with(self) -> str:
         """Say what the plugin is doing, for a message.
 
-        What the plugin is doing, for a message: the hook being called (``"detect()"``), else
-        ``"its import"`` before it is loaded, ``"its hooks"`` after."""
+        The hook being called (``"detect()"``), else ``"its import"`` before it is loaded, ``"its
+        hooks"`` after."""
         calling = self._calling
         if calling is not None:
             return f"{calling}()"

@@ -1,11 +1,9 @@
 """What a plugin's code may not do to accelctl in its own process, and how torch is imported.
 
-What a plugin's code may not do to accelctl in its own process: raise through it, or steer
-its configuration at import (docs/concepts.md section 11); and how accelctl imports torch. Nothing
-here is set up per hook call, and nothing replaces a process-wide object: what a plugin could
-do to a whole process (end it, crash it, write on its stdout) the CLI keeps out of its own
-process instead (:mod:`accelctl.cli._child`).
-"""
+Raise through it, or steer its configuration at import (docs/concepts.md section 11); and how
+accelctl imports torch. Nothing here is set up per hook call, and nothing replaces a process-wide
+object: what a plugin could do to a whole process (end it, crash it, write on its stdout) the CLI
+keeps out of its own process instead (:mod:`accelctl.cli._child`)."""
 
 from __future__ import annotations
 

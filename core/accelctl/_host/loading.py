@@ -112,8 +112,8 @@ def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict
 def _namespaces(plugin: object) -> Iterator[Mapping[str, Any]]:
     """Return where ``plugin``'s attributes are found, the nearest first.
 
-    Where ``plugin``'s attributes are found, the nearest first: its own (a module's are all
-    it has), then each of its class's (what :func:`inspect.getattr_static` walks, read once)."""
+    Its own (a module's are all it has), then each of its class's (what
+    :func:`inspect.getattr_static` walks, read once)."""
     own = getattr(plugin, "__dict__", None)
     if isinstance(own, dict):
         yield own
@@ -125,8 +125,7 @@ def _namespaces(plugin: object) -> Iterator[Mapping[str, Any]]:
 class HookDiagnosis(NamedTuple):
     """Which hooks a plugin implements, which it lacks, and which accelctl does not know.
 
-    Which hooks a plugin implements, which it lacks, which accelctl does not know: what the
-    conformance checks report (:func:`diagnose`); loading keeps only its verdict."""
+    What the conformance checks report (:func:`diagnose`); loading keeps only its verdict."""
 
     implemented: tuple[str, ...]
     unknown: tuple[str, ...]
@@ -192,8 +191,8 @@ def _wrappers_message(wrappers: tuple[str, ...]) -> str | None:
 def instantiate(obj: object, subject: str) -> object:
     """Return the plugin an entry point names, instantiating a class.
 
-    The plugin an entry point names: a module, a class (instantiated with no arguments) or an
-    instance; ``subject`` names it in messages."""
+    A module, a class (instantiated with no arguments) or an instance; ``subject`` names it in
+    messages."""
     if not inspect.isclass(obj):
         return obj
     try:
@@ -208,8 +207,7 @@ def instantiate(obj: object, subject: str) -> object:
 def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
     """Validate ``plugin`` and take its hook functions into a plain table.
 
-    Validate ``plugin`` and take its hook functions into a plain table; ``subject`` names it in
-    the error.
+    ``subject`` names it in the error.
 
     :raises PluginLoadError: reading its attributes raised, or a hook is unknown, missing, a
         wrapper, or takes a parameter its specification does not have.

@@ -144,9 +144,9 @@ class Registry:
     def shown_names(self) -> list[str]:
         """List the installed accelerators as a message names them.
 
-        The installed accelerators as a message lists them: each by its name, with the other
-        aliases a user can type for it (``cuda (or rocm)``); a plugin's own name where it is not
-        the accelerator's is left to ``accelctl list``'s PLUGIN column."""
+        Each by its name, with the other aliases a user can type for it (``cuda (or rocm)``); a
+        plugin's own name where it is not the accelerator's is left to ``accelctl list``'s PLUGIN
+        column."""
         shown: dict[str, None] = {}
         for handle in self.plugins():
             info = handle._info
@@ -230,8 +230,7 @@ class Registry:
     def candidates(self) -> list[AcceleratorStatus]:
         """Return every enabled accelerator, probed at once, for ``"auto"`` and ``"gpu"``.
 
-        Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; a broken one is
-        named in a :class:`~accelctl.PluginWarning`."""
+        A broken one is named in a :class:`~accelctl.PluginWarning`."""
         enabled = self.enabled()
         load_each(enabled)
         statuses = settle(enabled, fanout.run_each(enabled, probe))
@@ -247,10 +246,9 @@ class Registry:
     ) -> UnknownAcceleratorError:
         """Return the error for a name that nothing installed provides.
 
-        The error for a name nothing installed provides: what is, the nearest name, and the
-        plugin to install. ``unanswered``: the plugins that could not say their aliases (late
-        past the hook deadline, or failing in accelerator_info()), any of which may be the one
-        asked for."""
+        What is, the nearest name, and the plugin to install. ``unanswered``: the plugins that could
+        not say their aliases (late past the hook deadline, or failing in accelerator_info()), any
+        of which may be the one asked for."""
         key = asked.strip().lower()
         typed = self.typed_names()
         installed = list(dict.fromkeys(handle.name for handle in self.plugins()))
@@ -289,10 +287,10 @@ class Registry:
 def install_hint(registry: Registry, name: str) -> str:
     """Say what to install for ``name``.
 
-    What to install for ``name``: ``pip install <distribution>`` for a plugin this project
-    ships; for any other name, the conventional ``accelctl-<name>``, worded as a vendor's to
-    publish, never as a package that exists. When that distribution is installed already, a
-    pointer to its row in ``accelctl list``."""
+    ``pip install <distribution>`` for a plugin this project ships; for any other name, the
+    conventional ``accelctl-<name>``, worded as a vendor's to publish, never as a package that
+    exists. When that distribution is installed already, a pointer to its row in ``accelctl
+    list``."""
     distribution = SHIPPED.get(name, f"accelctl-{name}")
     installed = {h.distribution for h in registry.plugins()}
     if distribution in installed:

@@ -1,8 +1,7 @@
 """How an installed accelerator fares here: a row of ``accelctl list``.
 
-How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``:
-a view of its handle plus what its hooks said in this one listing.
-"""
+:class:`AcceleratorStatus`, a row of ``accelctl list``: a view of its handle plus what its hooks
+said in this one listing."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ RowState = Literal["available", "unavailable", "disabled", "broken", "not-run"]
 class AcceleratorStatus:
     """One installed accelerator and what its hooks said here.
 
-    One installed accelerator and what its hooks said here: ``available`` and ``device_count``
-    are None where detection did not run; ``reason`` says why a working plugin is unavailable or
-    disabled, ``error`` why a broken one is (in one line)."""
+    ``available`` and ``device_count`` are None where detection did not run; ``reason`` says why a
+    working plugin is unavailable or disabled, ``error`` why a broken one is (in one line)."""
 
     accelerator: AcceleratorHandle
     available: bool | None = None
@@ -87,8 +85,8 @@ class AcceleratorStatus:
     def state(self) -> RowState:
         """Return what this listing found, one of :data:`RowState`.
 
-        What this listing found: ``"available"``, ``"unavailable"``, ``"disabled"``,
-        ``"broken"`` or ``"not-run"`` (see :data:`RowState`)."""
+        ``"available"``, ``"unavailable"``, ``"disabled"``, ``"broken"`` or ``"not-run"`` (see
+        :data:`RowState`)."""
         if self.error is not None:
             return "broken"
         if self.accelerator.state == "disabled":
@@ -122,9 +120,8 @@ class AcceleratorStatus:
 def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
     """Load the plugin and ask what ``accelctl list`` shows, never raising for its failure.
 
-    Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected, its
-    devices or why not, each through the handle's own hook method. Never raises for the plugin's
-    failure (the status says it)."""
+    Its info, whether it is detected, its devices or why not, each through the handle's own hook
+    method. Never raises for the plugin's failure (the status says it)."""
     if handle.state == "disabled":
         return AcceleratorStatus(handle, reason=handle.reason)
     handle.load()

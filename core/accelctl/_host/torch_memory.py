@@ -1,7 +1,7 @@
 """The allocator's figures a plugin leaves out, read from ``torch.accelerator``.
 
-The allocator's figures a plugin leaves out, read from ``torch.accelerator``: for every device
-type torch serves through it (CUDA, XPU, MPS, an out-of-tree PrivateUse1 backend), the same keys.
+For every device type torch serves through it (CUDA, XPU, MPS, an out-of-tree PrivateUse1 backend),
+the same keys.
 
 Only where this process already uses that device: torch is imported (never imported here), the
 device's type is torch's current accelerator, and its runtime says it is initialised. Elsewhere

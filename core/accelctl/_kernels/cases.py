@@ -1,7 +1,7 @@
 """What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer.
 
-What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer step
-(:data:`CASES`), each run on the device and on the CPU by :mod:`.probe`.
+One small case per layer or optimizer step (:data:`CASES`), each run on the device and on the CPU by
+:mod:`.probe`.
 
 The list comes from the small models of :mod:`.reference`: every operator a training step of
 them calls on the CPU (:data:`NEEDED_OPERATORS`, re-derived by a test) is called by some case,
@@ -124,8 +124,7 @@ def _convolution(dims: int, transposed: bool = False, bf16: bool = False) -> Ker
 def _batch_norm(bf16: bool = False) -> KernelCase:
     """Run training-mode batch norm as ``nn.BatchNorm2d`` runs it.
 
-    Training-mode batch norm as ``nn.BatchNorm2d`` runs it: the running statistics and the
-    count of batches are updated (and compared)."""
+    The running statistics and the count of batches are updated (and compared)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         import torch
@@ -229,9 +228,8 @@ def _average_pool(bf16: bool = False) -> KernelCase:
 def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
     """Run dropout as GPT-2's, judged by its shape.
 
-    Dropout as GPT-2's: judged by its shape, not against the CPU's draws (each output is 0
-    or the input scaled by ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through
-    the same mask)."""
+    Judged by its shape, not against the CPU's draws (each output is 0 or the input scaled by
+    ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through the same mask)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return (_draw(g, 4096, bf16=bf16),)
@@ -266,9 +264,9 @@ def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
 def _linear(bf16: bool = False) -> KernelCase:
     """Run linear layers on a batch of sequences, as a transformer's.
 
-    Linear layers on a batch of sequences, as a transformer's: one with a bias, then a head
-    without (as GPT-2's tied one); both results are compared (an autocast may cast one kind
-    and not the other: torch_openreg 0.0.1 leaves the one with a bias in float32)."""
+    One with a bias, then a head without (as GPT-2's tied one); both results are compared (an
+    autocast may cast one kind and not the other: torch_openreg 0.0.1 leaves the one with a bias in
+    float32)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return _draw(g, 2, 4, 8), _draw(g, 5, 8), _draw(g, 5), _draw(g, 6, 5)
@@ -305,8 +303,8 @@ def _embedding() -> KernelCase:
 def _attention(bf16: bool = False) -> KernelCase:
     """Run causal self-attention as GPT-2's.
 
-    Causal self-attention as GPT-2's: a fused QKV projection split into heads,
-    ``scaled_dot_product_attention``, the heads joined again."""
+    A fused QKV projection split into heads, ``scaled_dot_product_attention``, the heads joined
+    again."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return _draw(g, 2, 6, 16), _draw(g, 48, 16), _draw(g, 48)

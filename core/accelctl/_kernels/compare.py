@@ -1,7 +1,7 @@
 """Whether a device's result is the CPU's, within what the dtype allows.
 
-Whether a device's result is the CPU's, within what the dtype allows: a missing kernel
-raises, a placeholder or a wrong one gives another result (uninitialised memory, zeros, NaN).
+A missing kernel raises, a placeholder or a wrong one gives another result (uninitialised memory,
+zeros, NaN).
 
 The tolerance is meant to catch those, not rounding: 16 units in the last place of the coarser
 of the result's dtype and TF32 (a real device may run a float32 matmul or convolution in TF32,

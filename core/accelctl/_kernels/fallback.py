@@ -246,8 +246,8 @@ class CPUFallback:
     def _run(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``op`` on CPU copies and put the results back on the device.
 
-        ``op`` on CPU copies; results back on the device, written into the tensors that
-        in-place and ``out=`` variants write."""
+        Results back on the device, written into the tensors that in-place and ``out=`` variants
+        write."""
 
         kernel = _name_of(op)
         moved: list[torch.device] = []

@@ -1,7 +1,7 @@
 """The capability matrix's ``kernels`` row: each case run on the device and on the CPU.
 
-The capability matrix's ``kernels`` row: each case of :data:`.cases.CASES` run on the device
-and on the CPU, forward and backward (an optimizer's steps), and what the device lacks named.
+Each case of :data:`.cases.CASES` run on the device and on the CPU, forward and backward (an
+optimizer's steps), and what the device lacks named.
 
 A case's pass on the device is, against the CPU's:
 
@@ -326,8 +326,8 @@ def _kernel_of(exc: BaseException, device: torch.device, loss: Any = None) -> Ke
 def _named(ran: list[str], gaps: KernelGaps) -> str | None:
     """Return the kernel a wrong result is put down to, or None.
 
-    The kernel a wrong result is put down to: the first the device ran that the plugin
-    declares missing, or that is one of torch's overrideable operators; None where none is."""
+    The first the device ran that the plugin declares missing, or that is one of torch's
+    overrideable operators; None where none is."""
     for kernel in ran:
         if kernel in gaps.missing or kernel in OVERRIDEABLE:
             return kernel

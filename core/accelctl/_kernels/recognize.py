@@ -60,16 +60,15 @@ UNDEFINED_GRADIENT = "tensor does not have a device"
 def _is_device_key(key: str, device_type: str) -> bool:
     """Say whether ``key`` is a dispatch key of the model's device.
 
-    A dispatch key of the model's device: ``PrivateUse1`` (and its sparse/quantized forms)
-    for an out-of-tree backend, the device type's own key (``XPU``, ``MPS``, ``HPU``) else."""
+    ``PrivateUse1`` (and its sparse/quantized forms) for an out-of-tree backend, the device type's
+    own key (``XPU``, ``MPS``, ``HPU``) else."""
     return key.endswith("PrivateUse1") or key.lower().endswith(device_type.lower())
 
 
 def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
     """Return the missing kernel ``exc`` shows, on a model running on ``device_type``, or None.
 
-    The missing kernel ``exc`` shows, on a model running on ``device_type``; None where
-    ``exc`` is another error (a CPU model's errors never are: the CPU is the floor)."""
+    None where ``exc`` is another error (a CPU model's errors never are: the CPU is the floor)."""
     if device_type == "cpu" or not isinstance(exc, RuntimeError):  # NotImplementedError too
         return None
     text = str(exc)
@@ -115,11 +114,10 @@ def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailur
 def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None:
     """Return the kernel behind the autograd engine's ``tensor does not have a device``, or None.
 
-    The kernel behind the autograd engine's ``tensor does not have a device``: a backward
-    node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a device's
-    placeholder kernel leaves its gradients undefined). None where ``exc`` is not that error or
-    the graph names no such node. ``loss`` None: the tensor whose ``backward()`` raised, where
-    the traceback shows it (:func:`backward_root`)."""
+    A backward node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a
+    device's placeholder kernel leaves its gradients undefined). None where ``exc`` is not that
+    error or the graph names no such node. ``loss`` None: the tensor whose ``backward()`` raised,
+    where the traceback shows it (:func:`backward_root`)."""
     if not isinstance(exc, RuntimeError) or UNDEFINED_GRADIENT not in str(exc):
         return None
     grad_fn = getattr(loss if loss is not None else backward_root(exc), "grad_fn", None)
@@ -140,9 +138,8 @@ def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None
 def backward_root(exc: BaseException) -> Any:
     """Return the tensor whose ``backward()`` raised ``exc``, or None.
 
-    The tensor whose ``backward()`` raised ``exc``: the ``self`` of torch's
-    ``Tensor.backward`` on its traceback (a framework's training step calls it on a loss the
-    caller of the step never holds); None where it is not there."""
+    The ``self`` of torch's ``Tensor.backward`` on its traceback (a framework's training step calls
+    it on a loss the caller of the step never holds); None where it is not there."""
     import torch
 
     for frame, _ in traceback.walk_tb(exc.__traceback__):

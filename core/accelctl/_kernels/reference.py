@@ -72,8 +72,7 @@ def small_gpt(
 ) -> torch.nn.Module:
     """Build a GPT-2 block with its embeddings and head.
 
-    A GPT-2 block with its embeddings and head: ``(N, T)`` token ids to ``(N, T,
-    vocabulary)`` logits."""
+    ``(N, T)`` token ids to ``(N, T, vocabulary)`` logits."""
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -158,8 +157,8 @@ def training_step(
 ) -> torch.Tensor:
     """Take one training step as the Trainer takes it and return the loss.
 
-    One step as the Trainer takes it: the forward and the loss (under autocast to
-    ``autocast`` on the inputs' device, where given), backward, the optimizer's step; the loss."""
+    The forward and the loss (under autocast to ``autocast`` on the inputs' device, where given),
+    backward, the optimizer's step; the loss."""
     import torch
     from torch.nn import functional as F
 

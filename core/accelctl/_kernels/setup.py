@@ -1,7 +1,7 @@
 """What accelctl does about a device's kernels in a process that trains on it.
 
-What accelctl does about a device's kernels in a process that trains on it: once, where the
-Trainer, ``accelctl launch``'s children or a bridge set the device up (:func:`set_up_kernels`).
+Once, where the Trainer, ``accelctl launch``'s children or a bridge set the device up
+(:func:`set_up_kernels`).
 
 - ``ACCELCTL_CPU_FALLBACK=1`` on a PrivateUse1 backend: accelctl's CPU kernels
   (:mod:`.fallback`); on a device whose plugin names torch's own switch (MPS): that switch,
@@ -191,8 +191,8 @@ def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str 
 def _gaps_of(accelerator: AcceleratorHandle) -> KernelGaps:
     """Return the plugin's declared gaps; a broken hook counts as none declared.
 
-    The plugin's declared gaps; a hook that breaks is warned about and counts as none
-    declared (a broken plugin never stops the training on its own)."""
+    A hook that breaks is warned about and counts as none declared (a broken plugin never stops the
+    training on its own)."""
     try:
         return accelerator.kernel_gaps()
     except AccelctlError as exc:

@@ -1,8 +1,7 @@
 """What runs inside each launched process, before and around the user's code.
 
-What runs inside each launched process, before and around the user's code: every child first
-ties its life to the launcher's (:func:`accelctl._launching.supervision.die_with_launcher`).
-"""
+Every child first ties its life to the launcher's
+(:func:`accelctl._launching.supervision.die_with_launcher`)."""
 
 from __future__ import annotations
 
@@ -103,10 +102,10 @@ def _publish(written: str, error_file: str) -> None:
 def end_without_teardown(code: object) -> NoReturn:
     """End a child whose script finished, skipping the interpreter's teardown.
 
-    End a child whose script finished: exit handlers run and output is flushed, then
-    ``os._exit`` skips the interpreter's teardown, where under load torch 2.13's gloo and store
-    threads can abort a process that trained correctly (``terminate called without an active
-    exception``, 1 run in 12 of two ranks on a loaded 2-core machine)."""
+    Exit handlers run and output is flushed, then ``os._exit`` skips the interpreter's teardown,
+    where under load torch 2.13's gloo and store threads can abort a process that trained correctly
+    (``terminate called without an active exception``, 1 run in 12 of two ranks on a loaded 2-core
+    machine)."""
     import atexit
 
     if code is not None and not isinstance(code, int):

@@ -1,7 +1,7 @@
 """Which launched process failed, and why.
 
-Which launched process failed, and why: the report a failed launch raises, read from the
-error files of torchrun's ``ChildFailedError`` (:meth:`RankFailure.from_child_failed`)."""
+The report a failed launch raises, read from the error files of torchrun's ``ChildFailedError``
+(:meth:`RankFailure.from_child_failed`)."""
 
 from __future__ import annotations
 
@@ -76,8 +76,7 @@ class RankFailure:
     def exit_code(self) -> int:
         """Return the status ``accelctl launch`` exits with, never 0.
 
-        The status ``accelctl launch`` exits with: the child's own, ``128 + N`` for signal
-        ``N``, never 0."""
+        The child's own, ``128 + N`` for signal ``N``, never 0."""
         if self.returncode < 0:
             return 128 - self.returncode
         return self.returncode or 1
@@ -85,8 +84,8 @@ class RankFailure:
     def describe(self, what: str | None = None) -> str:
         """Describe the failure in one line.
 
-        One line: ``"rank 1 of 2 failed (exit code 1): ValueError: boom"`` (the error's first
-        line: the child printed the rest with its traceback)."""
+        ``"rank 1 of 2 failed (exit code 1): ValueError: boom"`` (the error's first line: the child
+        printed the rest with its traceback)."""
         who = what or f"rank {self.rank} of {self.world_size}"
         first = self.error.strip().splitlines()[0] if self.error.strip() else self.error
         return f"{who} failed ({self._status()}): {first}"

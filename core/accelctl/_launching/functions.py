@@ -1,7 +1,7 @@
 """``accelctl.launch(fn)``: a function on one process per device, for notebooks.
 
-``accelctl.launch(fn)``: a function on one process per device, through torch's elastic launch
-API (``elastic_launch`` / ``LaunchConfig``), for notebooks."""
+A function on one process per device, through torch's elastic launch API (``elastic_launch`` /
+``LaunchConfig``), for notebooks."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """What launched processes receive from their launcher: the selection, resolved once.
 
-What launched processes receive from their launcher: the selection, resolved once, through
-``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` set in ``os.environ`` while they start (each
-takes ``devices[LOCAL_RANK]``). Visible-device variables are left alone: narrowing them would
-renumber the devices (docs/training.md, "Choices accelctl launch makes").
-"""
+The selection, resolved once, through ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` set in
+``os.environ`` while they start (each takes ``devices[LOCAL_RANK]``). Visible-device variables are
+left alone: narrowing them would renumber the devices (docs/training.md, "Choices accelctl launch
+makes")."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ from .._contract.errors import LaunchError
 class NodeOptionError(LaunchError):
     """Multi-machine options that cannot work together.
 
-    Multi-machine options that cannot work together: :attr:`option` names the one at fault
-    (None for a missing one), :attr:`problem` what is wrong with its value."""
+    :attr:`option` names the one at fault (None for a missing one), :attr:`problem` what is wrong
+    with its value."""
 
     def __init__(self, problem: str, *, option: str | None = None) -> None:
         super().__init__(f"{option} {problem}" if option else problem)
@@ -89,9 +89,8 @@ class Nodes:
 def torchrun_variables(environ: Mapping[str, str] = os.environ) -> list[str]:
     """Return torchrun's own ``PET_*`` variables set in ``environ``, sorted.
 
-    torchrun's own ``PET_*`` variables set in ``environ``, sorted: where any is, torchrun's
-    configuration is the user's (its rendezvous, unless an option names the machines, and its
-    log folder)."""
+    Where any is, torchrun's configuration is the user's (its rendezvous, unless an option names the
+    machines, and its log folder)."""
     return sorted(name for name in environ if name.startswith("PET_"))
 
 
@@ -104,8 +103,8 @@ def plan_nodes(
 ) -> Nodes:
     """Plan the machines of a launch from the options, torchrun, SLURM or this machine alone.
 
-    The machines of a launch: options given win, then torchrun's ``PET_*`` variables, then a
-    SLURM job step of one task per node, then this machine alone.
+    Options given win, then torchrun's ``PET_*`` variables, then a SLURM job step of one task per
+    node, then this machine alone.
 
     :raises NodeOptionError: also for an option that contradicts the SLURM job step, or a step of
         several tasks per node (each would launch its own).

@@ -1,7 +1,7 @@
 """``accelctl launch SCRIPT``: one process per device of the selection, through torchrun.
 
-``accelctl launch SCRIPT``: one process per device of the selection, through torchrun called
-in this process (docs/training.md, "Choices accelctl launch makes")."""
+One process per device of the selection, through torchrun called in this process (docs/training.md,
+"Choices accelctl launch makes")."""
 
 from __future__ import annotations
 
@@ -238,8 +238,7 @@ def _launch(
 ) -> None:
     """Start the processes of :func:`launch_script` and wait for them.
 
-    Start the processes of :func:`launch_script` and wait for them; ``phase`` says when they
-    have ended."""
+    ``phase`` says when they have ended."""
     nproc = len(selection.devices)
     if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
         _run_single(script, script_args, env)

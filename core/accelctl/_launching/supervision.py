@@ -74,10 +74,9 @@ def launcher_environment() -> dict[str, str]:
 def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
     """End this launched child when its launcher dies.
 
-    In a launched child: end this process when the launcher named by
-    ``ACCELCTL_LAUNCHER_PID`` dies (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent
-    where there is none). Returns how (``"pdeathsig"``, ``"watchdog"``), or None when not
-    launched by accelctl."""
+    End this process when the launcher named by ``ACCELCTL_LAUNCHER_PID`` dies
+    (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent where there is none). Returns how
+    (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl."""
     launcher = settings.launcher_pid(environ)
     if launcher is None:
         return None
@@ -121,10 +120,9 @@ def _watch_parent(launcher: int, period: float = 1.0) -> None:
 def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRACE_S) -> int:
     """Wait for ``process``, forwarding SIGINT and SIGTERM, and return its exit status.
 
-    Wait for ``process`` and return its exit status; on SIGINT or SIGTERM to this process,
-    pass the signal on after a short pause (on a terminal Ctrl-C reached it already), then
-    SIGTERM and SIGKILL ``grace`` seconds apart, and raise :class:`LaunchInterruptedError` once
-    it has ended."""
+    On SIGINT or SIGTERM to this process, pass the signal on after a short pause (on a terminal
+    Ctrl-C reached it already), then SIGTERM and SIGKILL ``grace`` seconds apart, and raise
+    :class:`LaunchInterruptedError` once it has ended."""
     received: list[int] = []
 
     def note(signum: int, frame: object) -> None:

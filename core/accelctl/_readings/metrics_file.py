@@ -1,7 +1,7 @@
 """Reading a Trainer's ``metrics.jsonl`` back: one run's records, in step order.
 
-Reading a Trainer's ``metrics.jsonl`` back: one run's records, in the order of its steps, for
-``accelctl plot`` (:mod:`accelctl.plotting`). No torch, no matplotlib.
+One run's records, in the order of its steps, for ``accelctl plot`` (:mod:`accelctl.plotting`). No
+torch, no matplotlib.
 
 The file (docs/training.md, "Figures") is appended to by every fit of a ``root_dir``: each line a
 JSON object tagged ``run`` (one name for every attempt of a run) and ``restart``. A run resumed
@@ -51,8 +51,7 @@ class RunMetrics:
     def series(self, key: str, kind: str = "step") -> tuple[list[int], list[float]]:
         """Return ``(steps, values)`` of ``key`` in the records of ``kind`` that have it.
 
-        ``(steps, values)`` of ``key`` in the records of ``kind`` that have it; a ``null``
-        (a figure that was not finite) is NaN, a gap in a line."""
+        A ``null`` (a figure that was not finite) is NaN, a gap in a line."""
         records = self.steps if kind == "step" else self.epochs
         steps, values = [], []
         for record in records:
@@ -75,8 +74,7 @@ def _is_number(value: Any) -> bool:
 def metrics_path(source: str | Path) -> Path:
     """Return the metrics file of ``source``.
 
-    The metrics file of ``source``: a file as it is, a folder's ``metrics.jsonl`` (a
-    Trainer's ``root_dir``).
+    A file as it is, a folder's ``metrics.jsonl`` (a Trainer's ``root_dir``).
 
     :raises AccelctlError: neither exists.
     """

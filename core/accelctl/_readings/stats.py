@@ -72,8 +72,8 @@ def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
 def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
     """Yield rounds of readings of the same accelerators, each when asked.
 
-    Rounds of readings of the same accelerators: the first as :func:`read_stats` returns it,
-    each next one when asked (the caller waits between them; ``accelctl stats --watch``)."""
+    The first as :func:`read_stats` returns it, each next one when asked (the caller waits between
+    them; ``accelctl stats --watch``)."""
     handles, broken = _primed(accelerator)
     while True:
         yield _read_all(handles) + broken

@@ -21,8 +21,8 @@ class Offer:
 class BestCheckpoints:
     """The ``keep`` best epoch-end checkpoints, best first.
 
-    The ``keep`` best epoch-end checkpoints: ``[score, file name]``, best first, lower scores
-    better with ``mode="min"``, higher with ``"max"``."""
+    ``[score, file name]``, best first, lower scores better with ``mode="min"``, higher with
+    ``"max"``."""
 
     keep: int
     mode: str

@@ -44,9 +44,8 @@ class TrainingReport:
 class Callback(Protocol):
     """What the Trainer calls: ``on_report`` on every process, at every point of a fit.
 
-    What the Trainer calls: ``on_report(trainer, report)`` on every process, at every point
-    of :class:`TrainingReport`. An exception it raises stops the fit, as one of
-    ``training_step`` does."""
+    ``on_report(trainer, report)`` on every process, at every point of :class:`TrainingReport`. An
+    exception it raises stops the fit, as one of ``training_step`` does."""
 
     def on_report(self, trainer: Any, report: TrainingReport) -> None: ...
 

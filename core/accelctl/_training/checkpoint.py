@@ -136,8 +136,8 @@ TEMPORARY_SUFFIX = ".tmp"
 class _RecordingFile:
     """A binary file that keeps the first ``OSError`` of its writes.
 
-    A binary file that keeps the first ``OSError`` of its writes: torch's writer reports a
-    failed write (``ENOSPC``, ``EFBIG``) as a ``RuntimeError`` of its own words."""
+    torch's writer reports a failed write (``ENOSPC``, ``EFBIG``) as a ``RuntimeError`` of its own
+    words."""
 
     def __init__(self, file: Any) -> None:
         self.file = file
@@ -181,8 +181,7 @@ def _full_disk_or_limit(folder: Path, written: int) -> OSError | None:
 def _cause(exc: BaseException, folder: Path) -> str:
     """Say why a write failed, in words.
 
-    Why a write failed, in words: the error's, and what it means for a full disk or a
-    file-size limit."""
+    The error's, and what it means for a full disk or a file-size limit."""
     import errno
     import resource
 
@@ -212,8 +211,8 @@ def _cause(exc: BaseException, folder: Path) -> str:
 def unwritable(path: Path, exc: BaseException, *, last_good: Path | None = None) -> CheckpointError:
     """Return the error for checkpoint ``path`` that could not be written.
 
-    The error for checkpoint ``path`` that could not be written: the cause, and the last
-    good checkpoint (``last_good``, ``path`` by default), which is intact."""
+    The cause, and the last good checkpoint (``last_good``, ``path`` by default), which is
+    intact."""
     last_good = last_good or path
     kept = "there is no earlier checkpoint to resume from"
     if last_good.is_file():
@@ -302,9 +301,8 @@ def resumed_batches(
 ) -> Iterator[tuple[int, Any]]:
     """Enumerate ``loader`` from batch ``resume.batches_done`` on, as if training never stopped.
 
-    ``enumerate(loader)`` from batch ``resume.batches_done`` on: the epoch's starting states
-    are restored, its first batches read and dropped, then the checkpoint's random states
-    restored, as if training had never stopped."""
+    The epoch's starting states are restored, its first batches read and dropped, then the
+    checkpoint's random states restored, as if training had never stopped."""
     if resume.epoch_rng is not None:
         set_epoch_rng_state(resume.epoch_rng, loader, device)
     skip = resume.batches_done

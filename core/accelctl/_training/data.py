@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 def move_to_device(batch: Any, device: torch.device) -> Any:
     """Return ``batch`` with every tensor in it on ``device``.
 
-    ``batch`` with every tensor in it on ``device``: tensors, and lists, tuples (named ones
-    too) and mappings of them, nested; anything else is returned as it is."""
+    Tensors, and lists, tuples (named ones too) and mappings of them, nested; anything else is
+    returned as it is."""
     import torch
 
     if isinstance(batch, torch.Tensor):

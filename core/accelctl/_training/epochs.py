@@ -117,9 +117,9 @@ class Epochs:
     def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
         """Yield the epoch's numbered batches, resuming where a checkpoint stopped.
 
-        The epoch's numbered batches; for the epoch a checkpoint stopped in, its data order
-        replayed and the batches it trained skipped. Notes the states the epoch starts from
-        when a mid-epoch checkpoint may need them."""
+        For the epoch a checkpoint stopped in, its data order replayed and the batches it trained
+        skipped. Notes the states the epoch starts from when a mid-epoch checkpoint may need
+        them."""
         resume, loader = self.training.resume, self.training.train_loader
         restores = resume is not None and (resume.batches_done or resume.epoch_rng is not None)
         if resume is not None and restores and epoch == resume.epoch:
@@ -251,8 +251,7 @@ class Epochs:
     def _device_stats(self) -> dict[str, int | float]:
         """Return the device's stats for a log line.
 
-        The device's stats for a log line; a hook that breaks is warned about once and not
-        asked again during this fit."""
+        A hook that breaks is warned about once and not asked again during this fit."""
         try:
             return self.trainer.accelerator.device_stats(self.device)
         except AccelctlError as exc:

@@ -1,9 +1,8 @@
 """The figures a fit reports, agreed across processes.
 
-The figures a fit reports, agreed across processes: a logging window's mean loss, an epoch's
-loss and throughput, validation means. Each reduction is one all-reduce of a float32 tensor (every
-backend reduces it; counts stay exact below 2**24 per call); alone, no collective at all.
-"""
+A logging window's mean loss, an epoch's loss and throughput, validation means. Each reduction is
+one all-reduce of a float32 tensor (every backend reduces it; counts stay exact below 2**24 per
+call); alone, no collective at all."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ class Window:
 class EpochTally:
     """An epoch's training figures as its steps add up.
 
-    An epoch's training figures as its steps add up: the losses stay on the device until a
-    logging window closes (no per-step synchronisation), the counts in Python."""
+    The losses stay on the device until a logging window closes (no per-step synchronisation), the
+    counts in Python."""
 
     def __init__(self, device: torch.device, env: ProcessEnvironment) -> None:
         self.device, self.env = device, env

@@ -369,8 +369,8 @@ class Fit:
     def _report_stop(self, exc: BaseException) -> None:
         """Log the line for a fit that did not finish.
 
-        The log's line for a fit that did not finish: an error, or Ctrl-C (where no launcher
-        reports it: under ``accelctl launch``, the launcher's one line names the checkpoint)."""
+        An error, or Ctrl-C (where no launcher reports it: under ``accelctl launch``, the launcher's
+        one line names the checkpoint)."""
         if isinstance(exc, SystemExit):  # the requeue's exit: it said why
             return
         # Where it stopped: None before this fit's first step (the trainer's figures may be a

@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 class FitOwner(Protocol):
     """The Trainer as its fits see it: the settings they read and the results they write.
 
-    The Trainer as its fits see it: the settings a fit reads and the results it writes back
-    (``global_step``, ``current_epoch`` and ``metrics``, current while the fit runs, for
-    ``on_epoch_end``). A protocol: the Trainer's module imports this one, not the reverse."""
+    The settings a fit reads and the results it writes back (``global_step``, ``current_epoch`` and
+    ``metrics``, current while the fit runs, for ``on_epoch_end``). A protocol: the Trainer's module
+    imports this one, not the reverse."""
 
     max_epochs: int
     log_every_n_steps: int

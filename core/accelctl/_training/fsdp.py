@@ -110,9 +110,8 @@ def _children_with_parameters(module: nn.Module) -> Iterator[nn.Module]:
 def mixed_precision_policy(precision: Precision) -> Any:
     """Return FSDP2's ``MixedPrecisionPolicy`` for the Trainer's ``precision``.
 
-    FSDP2's ``MixedPrecisionPolicy`` for the Trainer's ``precision``: parameters gathered in
-    bfloat16 / float16 for the mixed settings, gradients reduced in float32 (the sharded
-    parameters and the optimizer stay float32)."""
+    Parameters gathered in bfloat16 / float16 for the mixed settings, gradients reduced in float32
+    (the sharded parameters and the optimizer stay float32)."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -125,8 +124,8 @@ def mixed_precision_policy(precision: Precision) -> Any:
 def sharded_grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradScaler | None:
     """Return float16's gradient scaler, sharding-aware.
 
-    float16's gradient scaler, sharding-aware: whether a step overflowed is agreed by all
-    processes, so that all skip it together (each holds only a shard of the gradients)."""
+    Whether a step overflowed is agreed by all processes, so that all skip it together (each holds
+    only a shard of the gradients)."""
     if precision.name != "16-mixed":
         return None
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler

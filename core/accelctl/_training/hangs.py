@@ -115,8 +115,8 @@ class HangWatch:
     ) -> CollectiveTimeoutError | None:
         """Return the error a collective's timeout becomes, or None for any other error.
 
-        The error a collective's timeout becomes (None for any other error): the ranks that
-        did not arrive and every rank's stack where the store answers, else the plain timeout."""
+        The ranks that did not arrive and every rank's stack where the store answers, else the plain
+        timeout."""
         env, prefix = self.env, self._prefix
         plain = explain_timeout(
             error, timeout=timeout, rank=env.rank, world_size=env.world_size, step=step

@@ -1,7 +1,7 @@
 """What :meth:`accelctl.Trainer.fit` asks of a model.
 
-What :meth:`accelctl.Trainer.fit` asks of a model: the methods it calls, checked up front, and
-``training_step`` as a module's forward for DDP. Imported by the Trainer only (imports torch)."""
+The methods it calls, checked up front, and ``training_step`` as a module's forward for DDP.
+Imported by the Trainer only (imports torch)."""
 
 from __future__ import annotations
 

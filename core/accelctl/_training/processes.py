@@ -30,8 +30,8 @@ def choose_device(
 ) -> torch.device:
     """Return this process's device, after checking that the processes fit.
 
-    This process's device: ``devices[LOCAL_RANK]``, after checking that the processes fit and
-    that torch can carry the devices' tensors between them.
+    ``devices[LOCAL_RANK]``, after checking that the processes fit and that torch can carry the
+    devices' tensors between them.
 
     :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.
@@ -202,8 +202,8 @@ def _group_number(
 ) -> int:
     """Return the number of the group this fit makes, the same in every rank.
 
-    The number of the group this fit makes, the same in every rank: rank 0 counts its groups
-    in the store, and every other rank joins rank 0's newest one after the last it joined.
+    Rank 0 counts its groups in the store, and every other rank joins rank 0's newest one after the
+    last it joined.
 
     A count of each process's own would diverge for good once a rank failed a fit the others
     never reached (its join timed out while rank 0 hung, say): every later fit would wait on
@@ -235,10 +235,9 @@ def _group_number(
 def _forget_failed_group(timeout: datetime.timedelta) -> None:
     """Undo what a failed ``init_process_group`` left, so that the next group is named alike.
 
-    Undo what a failed ``init_process_group`` left: torch numbers the default groups it
-    names and counts from zero again only when one is destroyed, so a rank whose group timed out
-    would name its next group unlike the others' and never meet them. A group of one, made and
-    destroyed at once on an in-memory store, resets the count."""
+    torch numbers the default groups it names and counts from zero again only when one is destroyed,
+    so a rank whose group timed out would name its next group unlike the others' and never meet
+    them. A group of one, made and destroyed at once on an in-memory store, resets the count."""
     import torch.distributed as dist
 
     if dist.is_initialized() or not dist.is_gloo_available():
@@ -254,9 +253,9 @@ def _forget_failed_group(timeout: datetime.timedelta) -> None:
 def _bindable(device: torch.device) -> torch.device | None:
     """Return ``device`` where ``init_process_group(device_id=...)`` takes it, else None.
 
-    ``device`` where ``init_process_group(device_id=...)`` takes it: an indexed device of the
-    accelerator torch was built for or has loaded (``cuda:1``, ``openreg:0``); None for the CPU
-    (its collectives need no device) and for a device of another type, which torch refuses."""
+    An indexed device of the accelerator torch was built for or has loaded (``cuda:1``,
+    ``openreg:0``); None for the CPU (its collectives need no device) and for a device of another
+    type, which torch refuses."""
     import torch
 
     if device.type == "cpu" or device.index is None:
@@ -273,6 +272,6 @@ _joined: dict[str, int] = {}
 def script_argv() -> list[str] | None:
     """Return the command line of a script run with ``python script.py args``, or None.
 
-    The command line of a script run with ``python script.py args``; None in a notebook, a
-    REPL or ``python -c``, where there is no script to hand to ``accelctl launch``."""
+    None in a notebook, a REPL or ``python -c``, where there is no script to hand to ``accelctl
+    launch``."""
     return list(sys.argv) if sys.argv and sys.argv[0].endswith(".py") else None

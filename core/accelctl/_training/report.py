@@ -1,7 +1,7 @@
 """The fit's log for people: one line per event, written by rank 0.
 
-The fit's log for people: one line per event, written by rank 0 through the ``accelctl.trainer``
-logger, whether or not a terminal is attached (docs/training.md, "The log").
+One line per event, written by rank 0 through the ``accelctl.trainer`` logger, whether or not a
+terminal is attached (docs/training.md, "The log").
 
 What it runs on, where its checkpoints go, what it resumed from, each epoch's figures, each
 checkpoint written, and why it stopped. ``enable_progress_bar`` governs the bar only. Where the

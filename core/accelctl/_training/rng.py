@@ -45,8 +45,8 @@ def _torch_state(device: torch.device) -> dict[str, Any]:
 def _set_torch_state(state: Mapping[str, Any], device: torch.device) -> None:
     """Restore what :func:`_torch_state` saved.
 
-    Restore what :func:`_torch_state` saved; the device's state only on a device of the type
-    that saved it (a checkpoint of an older accelctl names none: its own, as it was read)."""
+    The device's state only on a device of the type that saved it (a checkpoint of an older accelctl
+    names none: its own, as it was read)."""
     import torch
 
     torch.set_rng_state(state["torch"].cpu())
@@ -167,9 +167,8 @@ def order_gap(loader: Iterable[Any]) -> str | None:
 def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
     """Return what an epoch's data order depends on, taken before its iterator starts.
 
-    What an epoch's data order depends on, taken before its iterator starts: the random
-    states, the loader's own generators, the state of its parts that save one, and (``gap``)
-    why its order cannot be restored, when it cannot."""
+    The random states, the loader's own generators, the state of its parts that save one, and
+    (``gap``) why its order cannot be restored, when it cannot."""
     generators = [generator.get_state() for generator in _generators(loader)]
     parts = [part.state_dict() for part in _stateful_parts(loader)]
     state = {**_torch_state(device), "generators": generators, "parts": parts}

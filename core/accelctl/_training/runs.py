@@ -1,6 +1,6 @@
 """Run folders: every fit of a Trainer writes its checkpoints into a folder of its own.
 
-Run folders: every fit of a Trainer writes its checkpoints into a folder of its own under
+Every fit of a Trainer writes its checkpoints into a folder of its own under
 ``<root_dir>/checkpoints`` (``run-0``, ``run-1``, ...), so that no run overwrites another's
 (docs/training.md, "Runs and their folders").
 

@@ -60,8 +60,8 @@ def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
 def _first_failure(exc: Any) -> OSError:
     """Return the first rank's failure in DCP's ``CheckpointException`` as an ``OSError``.
 
-    The first rank's failure in DCP's ``CheckpointException``: its ``OSError`` itself (its
-    errno says a full disk from a file-size limit), else an ``OSError`` of its words."""
+    Its ``OSError`` itself (its errno says a full disk from a file-size limit), else an ``OSError``
+    of its words."""
     failures = getattr(exc, "failures", None) or {}
     for failure in failures.values():
         inner = failure[0] if isinstance(failure, tuple) else failure  # (exception, stack)

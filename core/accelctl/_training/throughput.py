@@ -50,10 +50,9 @@ def parse_flops_per_sample(value: Any) -> float | str | None:
 def peak_dtype(precision: str, peak: DevicePeak) -> str:
     """Return the data type of ``peak`` that a fit in ``precision`` is measured against.
 
-    The data type of ``peak`` that a fit in ``precision`` is measured against: bfloat16 and
-    float16 for mixed precision; for ``"32"``, tf32 where torch lets float32 matrix products use
-    it (``torch.get_float32_matmul_precision()`` is not ``"highest"``) and the peak has it, else
-    float32."""
+    Bfloat16 and float16 for mixed precision; for ``"32"``, tf32 where torch lets float32 matrix
+    products use it (``torch.get_float32_matmul_precision()`` is not ``"highest"``) and the peak has
+    it, else float32."""
     if precision in _PRECISION_DTYPES:
         return _PRECISION_DTYPES[precision]
     import torch
@@ -122,9 +121,8 @@ def peak_flops(
 ) -> float | None:
     """Return one device's peak FLOPs per second for ``precision``, or None.
 
-    One device's peak FLOPs per second for ``precision``: the user's ``declared`` peak,
-    else the plugin's ``device_peak``; None where neither knows (a hook that fails is warned
-    about: the fit goes on without ``mfu``)."""
+    The user's ``declared`` peak, else the plugin's ``device_peak``; None where neither knows (a
+    hook that fails is warned about: the fit goes on without ``mfu``)."""
     peak = declared
     if peak is None:
         try:

@@ -1,9 +1,7 @@
 """How long a collective may wait for the other processes before the run is declared hung.
 
-How long a collective may wait for the other processes before the run is declared hung: not
-torch's 30 minutes but ``ACCELCTL_COLLECTIVE_TIMEOUT``, which must exceed the longest a process
-spends alone between two collectives (a slow step, rank 0's checkpoint).
-"""
+Not torch's 30 minutes but ``ACCELCTL_COLLECTIVE_TIMEOUT``, which must exceed the longest a process
+spends alone between two collectives (a slow step, rank 0's checkpoint)."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ _TIMEOUT_MARKERS = ("timed out", "timeout")
 class CollectiveTimeoutError(TrainerError):
     """A collective did not complete in time.
 
-    A collective did not complete in time: another process hung, died silently or is slower
-    than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
+    Another process hung, died silently or is slower than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
 
 
 def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.timedelta:

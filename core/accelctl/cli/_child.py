@@ -50,9 +50,9 @@ asked_in_child = False
 def _dumps(message: tuple[Any, ...]) -> bytes:
     """Serialise a message to bytes.
 
-    A message as bytes: plain data (``list``'s rows, text, names) through ``marshal``, which
-    is built in, anything else (a selection's objects, an error) through ``pickle``, imported
-    then: ``list`` never pays pickle's import (a few ms of a 100 ms command)."""
+    Plain data (``list``'s rows, text, names) through ``marshal``, which is built in, anything else
+    (a selection's objects, an error) through ``pickle``, imported then: ``list`` never pays
+    pickle's import (a few ms of a 100 ms command)."""
     try:
         return b"m" + marshal.dumps(message)
     except ValueError:  # an object marshal does not take
@@ -76,8 +76,7 @@ def _loads(data: bytes) -> Any:
 class _Pipe:
     """The child's end of the pipe: length-prefixed messages, one whole message per call.
 
-    The child's end: length-prefixed messages (:func:`_dumps`), one whole message per call,
-    from any thread."""
+    Length-prefixed messages (:func:`_dumps`), one whole message per call, from any thread."""
 
     def __init__(self, descriptor: int) -> None:
         self.descriptor = descriptor

@@ -1,8 +1,7 @@
 """Commands that installed distributions add to ``accelctl``.
 
-Commands that installed distributions add to ``accelctl``: the entry-point group
-``accelctl.commands``, each entry point a command's name and ``"module:attr"`` of its click
-command, as llm and conda let plugins add commands::
+The entry-point group ``accelctl.commands``, each entry point a command's name and ``"module:attr"``
+of its click command, as llm and conda let plugins add commands::
 
     [project.entry-points."accelctl.commands"]
     hello = "acme_tools.cli:hello"
@@ -54,8 +53,8 @@ class Contributed:
     def command(self, name: str) -> click.Command | None:
         """Return the click command named ``name``, loaded on first use, or None.
 
-        The click command named ``name``, loaded on first use; a stand-in whose run is the
-        one-line error when it cannot be loaded; None when no distribution adds it."""
+        A stand-in whose run is the one-line error when it cannot be loaded; None when no
+        distribution adds it."""
         if name not in self._loaded:
             claims = self._claims.get(name)
             if not claims:
@@ -97,8 +96,8 @@ def _load(name: str, claims: list[Found]) -> click.Command:
 def _failing(name: str, message: str, cause: BaseException | None = None) -> click.Command:
     """Return a command that stands for one that cannot run.
 
-    A command that stands for one that cannot run: listed, and its run (whatever the
-    arguments, ``--help`` included) is ``message`` as the CLI's one-line error, exit 1."""
+    Listed, and its run (whatever the arguments, ``--help`` included) is ``message`` as the CLI's
+    one-line error, exit 1."""
 
     def fail() -> None:
         raise AccelctlError(message) from cause

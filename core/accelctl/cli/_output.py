@@ -51,8 +51,8 @@ def emit_json(data: Any) -> None:
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Format an aligned plain-text table.
 
-    An aligned plain-text table; None shows as "-"; each cell is one escaped line of at most
-    about :data:`~accelctl._base.text.FIELD_LIMIT` characters."""
+    None shows as "-"; each cell is one escaped line of at most about
+    :data:`~accelctl._base.text.FIELD_LIMIT` characters."""
     table = [list(headers)] + [
         ["-" if value is None else clean(str(value), FIELD_LIMIT) for value in row] for row in rows
     ]

@@ -1,7 +1,7 @@
 """``accelctl stats --prometheus [HOST:]PORT``: the Prometheus exporter, run until stopped.
 
-``accelctl stats --prometheus [HOST:]PORT``: the exporter of :mod:`accelctl.exporters.prometheus`
-run until Ctrl-C or SIGTERM (exit 0), saying on stderr when a device's reading fails."""
+The exporter of :mod:`accelctl.exporters.prometheus` run until Ctrl-C or SIGTERM (exit 0), saying on
+stderr when a device's reading fails."""
 
 from __future__ import annotations
 

@@ -66,9 +66,8 @@ def _torch_info() -> dict[str, Any]:
 def _accelerators() -> list[dict[str, Any]]:
     """Return a row per plugin: its status and its ``environment_info``.
 
-    A row per plugin: its status (:func:`accelctl.list_accelerators`), then the
-    ``environment_info`` of each loaded one that answered, asked of all at once, each under the
-    deadline."""
+    Its status (:func:`accelctl.list_accelerators`), then the ``environment_info`` of each loaded
+    one that answered, asked of all at once, each under the deadline."""
     statuses = list_accelerators()
     asked = [s.accelerator for s in statuses if s.error is None and s.accelerator.state == "loaded"]
     facts = dict(zip(asked, run_each(asked, AcceleratorHandle.environment_info), strict=True))

@@ -145,8 +145,8 @@ def cli(debug: bool) -> None:
 def main() -> None:
     """Run the CLI: the console-script entry point.
 
-    Console-script entry point; ends with ``os._exit`` (output flushed) where a plugin's thread
-    left running past its deadline, or a non-daemon one, would hold up the interpreter's exit.
+    Ends with ``os._exit`` (output flushed) where a plugin's thread left running past its deadline,
+    or a non-daemon one, would hold up the interpreter's exit.
 
     A command whose plugins were asked in a child (``list``, ``stats``, ``env``, ``resolve``)
     freezes the garbage collector's objects once it is done: the interpreter's shutdown would

@@ -1,7 +1,7 @@
 """``accelctl plot``: a run's ``metrics.jsonl`` as a picture.
 
-``accelctl plot``: a run's ``metrics.jsonl`` as a picture (:mod:`accelctl.plotting`, which
-imports matplotlib only when it draws)."""
+A run's ``metrics.jsonl`` as a picture (:mod:`accelctl.plotting`, which imports matplotlib only when
+it draws)."""
 
 from __future__ import annotations
 

@@ -82,9 +82,9 @@ _NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_]")
 class MetricName:
     """The Prometheus metric of one ``device_stats`` key: its name, unit and scale.
 
-    The Prometheus metric of one ``device_stats`` key: its ``name``, its ``unit`` (Prometheus'
-    unit, the name's suffix; ``""`` for a count or a ratio without a suffix) and the ``scale``
-    that turns the key's value into the metric's (0.01 for a percentage)."""
+    Its ``name``, its ``unit`` (Prometheus' unit, the name's suffix; ``""`` for a count or a ratio
+    without a suffix) and the ``scale`` that turns the key's value into the metric's (0.01 for a
+    percentage)."""
 
     name: str
     unit: str

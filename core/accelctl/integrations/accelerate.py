@@ -197,8 +197,7 @@ def _named_backend(
 ) -> str | None:
     """Return the backend that an ``InitProcessGroupKwargs`` in ``kwargs_handlers`` names, or None.
 
-    The backend an ``InitProcessGroupKwargs`` in ``kwargs_handlers`` names; None where none
-    is named (the plugin's ``distributed_backend`` is then used).
+    None where none is named (the plugin's ``distributed_backend`` is then used).
 
     Accelerate's ``InitProcessGroupKwargs`` has ``backend="nccl"`` as its default and passes on
     only what differs from its defaults, so a handler's ``"nccl"`` cannot be told from no backend
@@ -234,8 +233,8 @@ def _named_backend(
 def _uses_deepspeed(kwargs: dict[str, Any]) -> bool:
     """Say whether this Accelerator runs DeepSpeed, as Accelerate reads its arguments.
 
-    Whether this Accelerator runs DeepSpeed: a ``deepspeed_plugin`` (or ``deepspeed_plugins``)
-    given, or ``accelerate launch --use_deepspeed``'s variable, as Accelerate reads them."""
+    A ``deepspeed_plugin`` (or ``deepspeed_plugins``) given, or ``accelerate launch
+    --use_deepspeed``'s variable, as Accelerate reads them."""
     if kwargs.get("deepspeed_plugin") is not None or kwargs.get("deepspeed_plugins") is not None:
         return True
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"

@@ -141,8 +141,8 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
 def _backend_refusal(accelerator: Any, backend: Any) -> str:
     """Return the ``backend=`` refusal, suggesting the config for what was asked.
 
-    The ``backend=`` refusal, suggesting the config for what was asked: the accelerator
-    given, else the installed accelerators (here, in the driver) whose backend ``backend`` is."""
+    The accelerator given, else the installed accelerators (here, in the driver) whose backend
+    ``backend`` is."""
     named = accelerator if isinstance(accelerator, str) else None
     if named is None or named.strip().lower() == "auto":
         try:
@@ -213,10 +213,10 @@ def _place_worker(
 ) -> tuple[str | None, str | None]:
     """Place a worker on its device and hand its fits the run's id, restarts and checkpoint.
 
-    In a worker: take its device (:func:`accelctl.integrations._ray.placement.place`), hand
-    its fits the run's id, Ray's restarts and Ray's checkpoint, and install the reporter; its
-    backend and the resource that counts its devices, for the checks across the workers.
-    ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""
+    Take its device (:func:`accelctl.integrations._ray.placement.place`), hand its fits the run's
+    id, Ray's restarts and Ray's checkpoint, and install the reporter; its backend and the resource
+    that counts its devices, for the checks across the workers. ``cpu_fallback``: the driver's
+    ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""
     if cpu_fallback:
         os.environ[_settings.CPU_FALLBACK] = "1"
     context = ray.train.get_context()
@@ -279,9 +279,8 @@ def prepare_model(
 ) -> torch.nn.Module:
     """Run ``ray.train.torch.prepare_model`` on this worker's device.
 
-    ``ray.train.torch.prepare_model`` on this worker's device: the model moved there and,
-    with several workers, wrapped in ``DistributedDataParallel`` over the group Ray made with
-    the plugin's backend."""
+    The model moved there and, with several workers, wrapped in ``DistributedDataParallel`` over the
+    group Ray made with the plugin's backend."""
     prepared: torch.nn.Module = ray.train.torch.prepare_model(
         model,
         move_to_device=get_device(),
@@ -298,11 +297,10 @@ def prepare_data_loader(
 ) -> Any:
     """Run ``ray.train.torch.prepare_data_loader`` on this worker's device.
 
-    ``ray.train.torch.prepare_data_loader`` on this worker's device: with several workers,
-    each reads its share of the data (a ``DistributedSampler``, as Ray adds it), and with
-    ``move_to_device`` every batch arrives on the device (Ray's own loader can move batches only
-    to the devices Ray knows). Call ``loader.sampler.set_epoch(epoch)`` each epoch, as with
-    Ray's."""
+    With several workers, each reads its share of the data (a ``DistributedSampler``, as Ray adds
+    it), and with ``move_to_device`` every batch arrives on the device (Ray's own loader can move
+    batches only to the devices Ray knows). Call ``loader.sampler.set_epoch(epoch)`` each epoch, as
+    with Ray's."""
     loader = ray.train.torch.prepare_data_loader(
         data_loader, add_dist_sampler=add_dist_sampler, move_to_device=False
     )
@@ -312,8 +310,8 @@ def prepare_data_loader(
 def dataset_loader(shard: Any = "train", **iter_torch_batches: Any) -> Any:
     """Return a Ray Data shard as a loader for :meth:`accelctl.Trainer.fit`.
 
-    A Ray Data shard as the loader of :meth:`accelctl.Trainer.fit`: a torch ``DataLoader``
-    over an ``IterableDataset`` whose every pass is one ``iter_torch_batches`` of the shard.
+    A torch ``DataLoader`` over an ``IterableDataset`` whose every pass is one
+    ``iter_torch_batches`` of the shard.
 
     :param shard: the dataset's name in ``TorchTrainer(datasets=...)`` (its
         ``ray.train.get_dataset_shard``), or the shard itself.
@@ -346,8 +344,7 @@ def dataset_loader(shard: Any = "train", **iter_torch_batches: Any) -> Any:
 class _OnDevice:
     """A data loader whose batches arrive on ``device``.
 
-    A data loader whose batches arrive on ``device``; every other attribute is the loader's
-    (``sampler``, ``dataset``, ``batch_size``)."""
+    Every other attribute is the loader's (``sampler``, ``dataset``, ``batch_size``)."""
 
     def __init__(self, loader: torch.utils.data.DataLoader[Any], device: torch.device) -> None:
         self._loader, self._device = loader, device

@@ -218,10 +218,10 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     def _accelctl_placed(self) -> _Place:
         """Return where the plugin says this process runs, chosen once per process.
 
-        Where the plugin says this process runs: chosen once (refused there when it cannot
-        run), and again in a process that unpickled these arguments (the ``Trainer`` saves
-        them with each checkpoint; a plugin's handle is not saved). The bridge's patches are
-        enabled first: the ``Trainer`` made with these arguments needs them."""
+        Chosen once (refused there when it cannot run), and again in a process that unpickled these
+        arguments (the ``Trainer`` saves them with each checkpoint; a plugin's handle is not saved).
+        The bridge's patches are enabled first: the ``Trainer`` made with these arguments needs
+        them."""
         place: _Place | None = self.__dict__.get("_accelctl_place")
         if place is None:
             enable()
@@ -239,10 +239,9 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     def _setup_devices(self) -> torch.device:
         """Return this process's device, making the state on first use and checking it later.
 
-        This process's device; the state is made on first use, and checked again on a later
-        use whenever Accelerate's state changed (``Trainer`` reads it when it is made), so that
-        a state replaced meanwhile (by other arguments made since) is refused, not a run
-        elsewhere."""
+        The state is made on first use, and checked again on a later use whenever Accelerate's state
+        changed (``Trainer`` reads it when it is made), so that a state replaced meanwhile (by other
+        arguments made since) is refused, not a run elsewhere."""
         place = self._accelctl_placed()
         if not self.__dict__.get("_accelctl_made"):
             self._accelctl_make_state(place)

@@ -1,7 +1,7 @@
 """The conformance checks of a plugin's devices.
 
-The conformance checks of a plugin's devices: bad specs, the round trips from a spec to
-``torch.device`` objects, ``device_stats`` and the declared distributed backend."""
+Bad specs, the round trips from a spec to ``torch.device`` objects, ``device_stats`` and the
+declared distributed backend."""
 
 from __future__ import annotations
 

@@ -78,6 +78,6 @@ def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
 def reset_registry() -> None:
     """Forget the process-wide registry, so that the next lookup scans the entry points again.
 
-    Forget the process-wide registry: the next lookup scans the entry points again (in a
-    long-lived process that has just ``pip install``\\ ed a plugin, say)."""
+    The next lookup scans the entry points again (in a long-lived process that has just ``pip
+    install``\\ ed a plugin, say)."""
     set_registry(None)

@@ -131,8 +131,7 @@ def validate(
 ) -> ValidationReport:
     """Run every check of :data:`CHECKS` on one accelerator, in the caller's thread.
 
-    Run every check of :data:`CHECKS` on one accelerator, in the caller's thread; a report
-    with one result per check, never an exception for a broken plugin.
+    A report with one result per check, never an exception for a broken plugin.
 
     :param accelerator: an installed name or alias (any case), or a plugin object without an entry
         point (an :class:`accelctl.Accelerator` instance or subclass, a module or object with
@@ -209,8 +208,8 @@ def validate_installed(
 class _Asked:
     """One plugin being validated, as the fan-out sees it.
 
-    One plugin being validated, as the fan-out sees it: its run, its steps and what the next
-    step is sent, its handle once known, and its report once done."""
+    Its run, its steps and what the next step is sent, its handle once known, and its report once
+    done."""
 
     run: Run
     handle: AcceleratorHandle | None = None
@@ -305,9 +304,9 @@ def _steps(
 ) -> Generator[Unclocked | None, Any, None]:
     """Yield the checks of one plugin in steps, each asked with a deadline of its own.
 
-    The checks of one plugin, in steps: each ``yield`` ends one (where many plugins are
-    validated at once, each step is asked with a deadline of its own); an :class:`Unclocked`
-    asks for accelctl's own work, done outside the deadline and sent back."""
+    Each ``yield`` ends one (where many plugins are validated at once, each step is asked with a
+    deadline of its own); an :class:`Unclocked` asks for accelctl's own work, done outside the
+    deadline and sent back."""
     handle = _handle_of(accelerator, registry, run)
     if handle is None:
         return

@@ -1,7 +1,7 @@
 """The pytest face of the conformance checks.
 
-The pytest face of the conformance checks: subclass :class:`AcceleratorConformance` in a
-plugin package's tests, as the package docstring shows.
+Subclass :class:`AcceleratorConformance` in a plugin package's tests, as the package docstring
+shows.
 
 pytest collects one test per check (``test_loads``, ...): a failed check fails its test with the
 reason (the plugin's exception chained), one that cannot run here is a skip that says why. No
@@ -24,8 +24,8 @@ from .results import ValidationReport
 class ConformanceFailure(AssertionError):
     """A conformance check failed.
 
-    A conformance check failed; the message is the check's reason, ``__cause__`` the plugin's
-    own exception where there is one."""
+    The message is the check's reason, ``__cause__`` the plugin's own exception where there is
+    one."""
 
 
 _REPORTS: weakref.WeakKeyDictionary[type, ValidationReport] = weakref.WeakKeyDictionary()

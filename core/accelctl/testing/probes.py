@@ -1,8 +1,7 @@
 """Measurements for the conformance checks.
 
-Measurements for the conformance checks: is CUDA initialised, what importing a plugin costs
-in a fresh interpreter, whether a distributed backend exists. Only the device checks import torch.
-"""
+Is CUDA initialised, what importing a plugin costs in a fresh interpreter, whether a distributed
+backend exists. Only the device checks import torch."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ else:
 def cuda_initialized() -> bool | None:
     """Return ``torch.cuda.is_initialized()`` when torch is imported, else None.
 
-    ``torch.cuda.is_initialized()`` when torch is imported; None when it is not (so no CUDA
-    context can exist through torch). Never imports torch."""
+    None when it is not (so no CUDA context can exist through torch). Never imports torch."""
     from accelctl.torch_build import loaded_torch
 
     torch = loaded_torch()
@@ -71,9 +69,8 @@ def import_torch_without_backends() -> Callable[[], list[str]] | None:
 class ImportProbe:
     """What importing one module in a fresh interpreter did.
 
-    What importing one module in a fresh interpreter did: ``error`` when the import failed,
-    ``unreachable`` when the module cannot be found by name (defined in a test or ``__main__``).
-    """
+    ``error`` when the import failed, ``unreachable`` when the module cannot be found by name
+    (defined in a test or ``__main__``)."""
 
     seconds: float = 0.0
     heavy: tuple[str, ...] = ()
@@ -84,8 +81,8 @@ class ImportProbe:
 def fresh_interpreter_environment() -> dict[str, str]:
     """Return the environment of a fresh interpreter that sees what this one sees.
 
-    The environment of a fresh interpreter that sees what this one sees: this process's
-    variables, and its ``sys.path`` as ``PYTHONPATH`` (a registry over chosen folders included)."""
+    This process's variables, and its ``sys.path`` as ``PYTHONPATH`` (a registry over chosen folders
+    included)."""
     env = dict(os.environ)
     paths = [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
     env["PYTHONPATH"] = os.pathsep.join(paths)

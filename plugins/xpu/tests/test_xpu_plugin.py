@@ -1,8 +1,8 @@
 """The XPU plugin on fake hardware.
 
-The XPU plugin on fake hardware: a fake ``/sys`` and ``/dev`` tree (Intel GPUs bound to i915 or
-xe, render nodes, the Level Zero loader), torch's build faked through ``torch.version``, and a
-fake ``torch.xpu`` (monkeypatched functions) where the runtime would answer.
+A fake ``/sys`` and ``/dev`` tree (Intel GPUs bound to i915 or xe, render nodes, the Level Zero
+loader), torch's build faked through ``torch.version``, and a fake ``torch.xpu`` (monkeypatched
+functions) where the runtime would answer.
 
 The fakes stand in for the hardware, the driver and torch's XPU runtime only; the plugin's code
 (probe, visible-device parsing, torch-build reading, stats) runs for real.
@@ -90,8 +90,8 @@ def install_intel(
 ) -> None:
     """Install a fake Intel GPU machine.
 
-    An Intel GPU machine: ``count`` Intel GPUs after an NVIDIA one (card0), a display
-    connector entry, render nodes, the Level Zero loader, and torch's XPU build."""
+    ``count`` Intel GPUs after an NVIDIA one (card0), a display connector entry, render nodes, the
+    Level Zero loader, and torch's XPU build."""
     _card(root, 0, "0x10de", "nvidia")
     for index in range(count):
         _card(root, index + 1, "0x8086", kernel_driver)
@@ -150,8 +150,7 @@ def test_macos_is_never_xpu(machine: Path, monkeypatch: pytest.MonkeyPatch):
 def test_list_on_this_machine_imports_no_torch_and_says_why(tmp_path: Path):
     """Check the real `accelctl list` path here, in a fresh interpreter.
 
-    The real `accelctl list` path, in a fresh interpreter: xpu unavailable with a reason, no
-    error, and torch not imported."""
+    Xpu unavailable with a reason, no error, and torch not imported."""
     if driver.intel_gpus():
         pytest.skip("this machine has an Intel GPU")
     code = textwrap.dedent(

@@ -454,9 +454,9 @@ _PROBED = {"bf16": "bf16-autocast", "fp16": "fp16-autocast"}
 def _dtype_supported(device_type: str, dtype: str) -> bool:
     """Say whether the device trains in ``dtype``.
 
-    Whether the device trains in ``dtype``: the capability probe's autocast row for bf16 and
-    fp16 (a matmul under ``torch.autocast`` gives that dtype); for fp64, whether the device runs
-    what DeepSpeed computes in it (else DeepSpeed keeps its norms in float32, as on MPS)."""
+    The capability probe's autocast row for bf16 and fp16 (a matmul under ``torch.autocast`` gives
+    that dtype); for fp64, whether the device runs what DeepSpeed computes in it (else DeepSpeed
+    keeps its norms in float32, as on MPS)."""
     if dtype == "fp64":  # the check accelctl launch makes too
         return runs_float64(device_type)
     from accelctl.capabilities import _Probe, _run

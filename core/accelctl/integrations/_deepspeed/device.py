@@ -1,11 +1,9 @@
 """DeepSpeed's accelerator made the plugin's for one process whose device is already chosen.
 
-DeepSpeed's accelerator made the plugin's for one process whose device is already chosen:
-by :func:`accelctl.integrations.deepspeed.use_plugin` (from the launcher's variables), or by
-another bridge that starts DeepSpeed for its framework (Lightning's ``DeepSpeedStrategy``,
-Accelerate's ``DeepSpeedPlugin``, transformers' ``TrainingArguments(deepspeed=...)``), which
-places its processes by its own rules and must not run ``use_plugin``'s import-time choice.
-"""
+By :func:`accelctl.integrations.deepspeed.use_plugin` (from the launcher's variables), or by another
+bridge that starts DeepSpeed for its framework (Lightning's ``DeepSpeedStrategy``, Accelerate's
+``DeepSpeedPlugin``, transformers' ``TrainingArguments(deepspeed=...)``), which places its processes
+by its own rules and must not run ``use_plugin``'s import-time choice."""
 
 from __future__ import annotations
 

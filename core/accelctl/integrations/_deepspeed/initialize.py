@@ -1,8 +1,8 @@
 """``deepspeed.initialize`` on a device that is not the CPU.
 
-``deepspeed.initialize`` on a device that is not the CPU: the model moved to the plugin's
-device first, keeping its ``Parameter`` objects (``_parameters``), and a ZeRO-3 run refused
-before it starts where the DeepSpeed release would compute in float64 on a device without it.
+The model moved to the plugin's device first, keeping its ``Parameter`` objects (``_parameters``),
+and a ZeRO-3 run refused before it starts where the DeepSpeed release would compute in float64 on a
+device without it.
 
 DeepSpeed's engine names the model's parameters (and, from 0.17 or so, holds a weak reference
 to each) before it moves the model with ``module.to(device)``. On a device whose tensors cannot
@@ -52,8 +52,7 @@ INTERNAL = INITIALIZE
 def wrap(accelerator: PluginAccelerator) -> bool:
     """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU.
 
-    Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU; True
-    when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
+    True when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
     accelerator is undone first)."""
     restore()
     device = accelerator.process_device
@@ -154,12 +153,11 @@ def refuse_offload(
 ) -> None:
     """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group.
 
-    Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
-    a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
-    op, which on a plugin's device is compiled on first use, on a machine without what that
-    takes (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch``
-    applies too); a torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed
-    refuses it otherwise, in its engine).
+    A DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU op,
+    which on a plugin's device is compiled on first use, on a machine without what that takes
+    (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch`` applies too); a
+    torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed refuses it otherwise,
+    in its engine).
 
     :raises accelctl.ProcessSetupError: naming what is missing and the ways out.
     """

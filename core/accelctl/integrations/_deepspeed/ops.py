@@ -1,7 +1,7 @@
 """DeepSpeed's compiled ops on an accelctl accelerator.
 
-DeepSpeed's compiled ops on an accelctl accelerator: which builder each op gets, and the
-names DeepSpeed bound to the builders of the accelerator it found when it was imported.
+Which builder each op gets, and the names DeepSpeed bound to the builders of the accelerator it
+found when it was imported.
 
 - On a CPU plugin every op is DeepSpeed's own CPU build (``deepspeed.ops.op_builder.cpu``),
   as with DeepSpeed's CPU accelerator.

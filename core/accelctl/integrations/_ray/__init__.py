@@ -1,4 +1,3 @@
 """The Ray Train bridge's parts.
 
-The Ray Train bridge's parts: resources and placement of the workers, their reports and
-checkpoints."""
+Resources and placement of the workers, their reports and checkpoints."""

@@ -97,9 +97,8 @@ def stage(checkpoint: Path, meta: CheckpointMeta) -> Path:
 def local_directory(checkpoint: Any) -> Path:
     """Return the directory of Ray checkpoint ``checkpoint`` on this node.
 
-    The directory of Ray checkpoint ``checkpoint`` on this node: its own path where Ray's
-    storage is a folder, else a download into a folder of this node's temporary directory that
-    every worker of the node shares (downloaded once, under a lock)."""
+    Its own path where Ray's storage is a folder, else a download into a folder of this node's
+    temporary directory that every worker of the node shares (downloaded once, under a lock)."""
     if getattr(checkpoint.filesystem, "type_name", "") == "local":
         return Path(checkpoint.path)
     from filelock import FileLock

@@ -75,8 +75,7 @@ def place(
 ) -> Placement:
     """Take this worker's device and hand the choice to accelctl.
 
-    Take this worker's device and hand the choice to accelctl; the worker group's start calls
-    it in every worker before the process group is made.
+    The worker group's start calls it in every worker before the process group is made.
 
     :param accelerator: what :func:`accelctl.resolve` takes.
     :param restarts: how many times Ray Train has started this run's worker group again.

@@ -1,7 +1,7 @@
 """What a Ray node advertises: its accelctl devices as a custom resource.
 
-What a Ray node advertises: its accelctl devices as a custom resource, and the command
-``accelctl ray-resources`` that prints them for ``ray start --resources``.
+Its accelctl devices as a custom resource, and the command ``accelctl ray-resources`` that prints
+them for ``ray start --resources``.
 
 Ray schedules a worker on a node that has the resources it asks for; it knows GPUs (and a few
 chips of its own) but nothing of an accelctl plugin's devices. A node therefore advertises them as
@@ -31,8 +31,8 @@ from accelctl._choice.selection import (
 def resource_name(handle: accelctl.AcceleratorHandle) -> str:
     """Return the custom resource that counts ``handle``'s devices.
 
-    The custom resource that counts ``handle``'s devices: their torch device type (the
-    generic PrivateUse1 plugin's ``openreg``), else the accelerator's name."""
+    Their torch device type (the generic PrivateUse1 plugin's ``openreg``), else the accelerator's
+    name."""
     return handle.info.device_type or handle.plugin_name
 
 

@@ -1,8 +1,7 @@
 """The error a bridge raises when its framework is not installed.
 
-The error a bridge raises when its framework is not installed: which extra installs it, from
-an index and from a clone of accelctl (where ``pip install 'accelctl[...]'`` would look for
-accelctl itself on the index)."""
+Which extra installs it, from an index and from a clone of accelctl (where ``pip install
+'accelctl[...]'`` would look for accelctl itself on the index)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ _MISSING = object()
 class Patch:
     """One internal replaced, with what it was, what replaces it and why.
 
-    One internal replaced: ``owner.name`` was ``original`` and is ``replacement``, for
-    ``why``; ``internal`` is the declaration its shape was checked against."""
+    ``owner.name`` was ``original`` and is ``replacement``, for ``why``; ``internal`` is the
+    declaration its shape was checked against."""
 
     bridge: str
     internal: Internal
@@ -128,8 +128,7 @@ class Patches:
     def undo(self, *names: str) -> tuple[Patch, ...]:
         """Put the originals back, the last patch first, and return what was undone.
 
-        Put the originals back, the last patch first: every patch's, or those of the
-        attributes ``names`` names; returns what was undone.
+        Every patch's, or those of the attributes ``names`` names; returns what was undone.
 
         :raises RuntimeError: something else replaced a patched attribute since (undoing would
             drop that too).

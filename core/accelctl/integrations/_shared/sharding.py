@@ -1,8 +1,8 @@
 """FSDP2 on an accelctl accelerator: the check both bridges make before sharding.
 
-FSDP2 on an accelctl accelerator: the check both bridges make before a framework shards a
-model, so that a device that cannot run FSDP2 is refused with its capabilities' own reasons
-(``accelctl.capabilities.fsdp_gaps``) instead of torch's stack trace in every rank."""
+The check both bridges make before a framework shards a model, so that a device that cannot run
+FSDP2 is refused with its capabilities' own reasons (``accelctl.capabilities.fsdp_gaps``) instead of
+torch's stack trace in every rank."""
 
 from __future__ import annotations
 

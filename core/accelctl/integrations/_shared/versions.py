@@ -86,9 +86,8 @@ BY_MODULE = {window.framework: window for window in WINDOWS}
 class Internal:
     """One of a framework's internals that a bridge replaces or calls.
 
-    One of a framework's internals that a bridge replaces or calls: the attribute ``name`` of
-    ``owner`` (``"module"`` or ``"module:Class"``) and, for a function, the names of the
-    parameters the bridge passes, in order (``self`` included for a method)."""
+    The attribute ``name`` of ``owner`` (``"module"`` or ``"module:Class"``) and, for a function,
+    the names of the parameters the bridge passes, in order (``self`` included for a method)."""
 
     owner: str
     name: str
@@ -134,10 +133,10 @@ class Internal:
 class Adaptation:
     """What one bridge uses of its framework.
 
-    What one bridge uses of its framework: the window it is tested with, the internals it
-    replaces or calls (with the parameters its wrappers pass), and every name its code uses
-    (``uses``, as :data:`accelctl.integrations._shared.uses.USES` lists them). :meth:`require` once,
-    when the bridge is imported; then :attr:`refusal` is ``""``."""
+    The window it is tested with, the internals it replaces or calls (with the parameters its
+    wrappers pass), and every name its code uses (``uses``, as
+    :data:`accelctl.integrations._shared.uses.USES` lists them). :meth:`require` once, when the
+    bridge is imported; then :attr:`refusal` is ``""``."""
 
     bridge: str
     window: Window
@@ -178,9 +177,8 @@ class Adaptation:
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
         """Say whether the bridge may adapt ``version``; refuse it otherwise.
 
-        Whether the bridge may adapt ``version``: True when every name it uses and every
-        internal it adapts is there as it expects (with one warning for a release outside the
-        window); else refused.
+        True when every name it uses and every internal it adapts is there as it expects (with one
+        warning for a release outside the window); else refused.
 
         :raises accelctl.FrameworkVersionError: naming the first problem and the window.
         """
@@ -241,9 +239,9 @@ class Adaptation:
 def installed_version(framework: str) -> str | None:
     """Return the installed release of ``framework``, or None.
 
-    The installed release of ``framework``: its module's ``__version__`` where it is imported
-    already, else its distribution's metadata, read without importing it (an old release may not
-    import beside this torch at all); None where it is not installed."""
+    Its module's ``__version__`` where it is imported already, else its distribution's metadata,
+    read without importing it (an old release may not import beside this torch at all); None where
+    it is not installed."""
     module = sys.modules.get(framework)
     version = getattr(module, "__version__", None)
     if isinstance(version, str):

@@ -31,10 +31,9 @@ DEFAULT_PREFIX = "device/"
 class DeviceStatsCallback(transformers.TrainerCallback):  # type: ignore[misc]  # Any to mypy
     """Adds the device's figures to every log of transformers' ``Trainer``.
 
-    Adds the device's figures to every log of transformers' ``Trainer``: each
-    ``device_stats`` key (docs/concepts.md section 7), ``prefix`` before it
-    (``device/memory_allocated_bytes``), read from this process's device (``args.device``) by
-    its accelctl plugin when the ``Trainer`` logs.
+    Each ``device_stats`` key (docs/concepts.md section 7), ``prefix`` before it
+    (``device/memory_allocated_bytes``), read from this process's device (``args.device``) by its
+    accelctl plugin when the ``Trainer`` logs.
 
     :param accelerator: the accelctl accelerator that reads the device: a name, an alias or a
         plugin object. Default: the accelerator of accelctl's ``TrainingArguments``

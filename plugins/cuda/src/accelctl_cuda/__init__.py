@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 class CUDAAccelerator(accelctl.Accelerator):
     """NVIDIA and AMD GPUs as torch's ``cuda`` devices.
 
-    NVIDIA and AMD GPUs as torch's ``cuda`` devices: the probe (:mod:`accelctl_cuda.probe`)
-    answers ``detect``, ``unavailable_reason`` and ``auto_device_count``; devices and their
-    specs are the base class's indexed defaults (``cuda:i``)."""
+    The probe (:mod:`accelctl_cuda.probe`) answers ``detect``, ``unavailable_reason`` and
+    ``auto_device_count``; devices and their specs are the base class's indexed defaults
+    (``cuda:i``)."""
 
     name = "cuda"
     description = "NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)"
@@ -50,8 +50,7 @@ class CUDAAccelerator(accelctl.Accelerator):
     def auto_device_count(self) -> int:
         """Count the visible GPUs.
 
-        Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``)
-        honoured."""
+        ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``) honoured."""
         return current().device_count
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
@@ -145,10 +144,9 @@ class CUDAAccelerator(accelctl.Accelerator):
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
         """Report drivers and variables for ``accelctl env``.
 
-        Drivers and variables for ``accelctl env``: the NVIDIA driver and the newest CUDA
-        version it supports (NVML, only where a driver's files are), the ``amdgpu`` module's
-        version, and the visible-device variables that are set. No torch import, no CUDA
-        context."""
+        The NVIDIA driver and the newest CUDA version it supports (NVML, only where a driver's files
+        are), the ``amdgpu`` module's version, and the visible-device variables that are set. No
+        torch import, no CUDA context."""
         facts: dict[str, str | int | float | bool | None] = {}
         if nvml.driver_files_present():
             try:

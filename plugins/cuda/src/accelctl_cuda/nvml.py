@@ -157,8 +157,8 @@ class _Unreadable:
 def _figure(pynvml: ModuleType, read: Callable[[], Any]) -> Any:
     """Return what ``read`` returns, None where unsupported, or an unreadable marker.
 
-    What ``read`` returns; None where the device does not support it (the figure is left out:
-    not supported); :class:`_Unreadable` where NVML failed otherwise (NaN: not available now)."""
+    None where the device does not support it (the figure is left out: not supported);
+    :class:`_Unreadable` where NVML failed otherwise (NaN: not available now)."""
     try:
         return read()
     except Exception as exc:

@@ -1,7 +1,6 @@
 """Which GPUs a process may use, read as the runtimes read them.
 
-Which GPUs a process may use: ``CUDA_VISIBLE_DEVICES``, and the ROCm variables, read as the
-runtimes read them.
+``CUDA_VISIBLE_DEVICES``, and the ROCm variables, read as the runtimes read them.
 
 The CUDA runtime's rules, followed here so that the count matches what ``torch.cuda`` will see:
 

@@ -112,10 +112,9 @@ class MPSAccelerator(accelctl.Accelerator):
     def kernel_gaps(self) -> accelctl.KernelGaps:
         """Return torch's own switch for the operators MPS lacks.
 
-        torch's own switch for the operators MPS lacks: ``PYTORCH_ENABLE_MPS_FALLBACK``, which
-        ``ACCELCTL_CPU_FALLBACK=1`` sets for the processes ``accelctl launch`` starts (torch
-        reads it when it is imported). The operators themselves are torch's to list: its error
-        names each one."""
+        ``PYTORCH_ENABLE_MPS_FALLBACK``, which ``ACCELCTL_CPU_FALLBACK=1`` sets for the processes
+        ``accelctl launch`` starts (torch reads it when it is imported). The operators themselves
+        are torch's to list: its error names each one."""
         return accelctl.KernelGaps(
             fallback_variable="PYTORCH_ENABLE_MPS_FALLBACK",
             note="torch's MPS backend runs its missing operators on the CPU with its own switch",
@@ -131,8 +130,7 @@ class MPSAccelerator(accelctl.Accelerator):
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
         """Report macOS's version and torch's MPS variables for ``accelctl env``.
 
-        For ``accelctl env``: macOS's version (on macOS) and torch's MPS variables that are
-        set; no torch import."""
+        MacOS's version (on macOS) and torch's MPS variables that are set; no torch import."""
         facts: dict[str, str | int | float | bool | None] = {}
         if _on_macos():
             import platform

@@ -32,9 +32,9 @@ PRIORITY = 50
 class PrivateUse1Accelerator(accelctl.Accelerator):
     """The backend in torch's PrivateUse1 slot, read from the probe.
 
-    The backend in torch's PrivateUse1 slot: its name (``openreg``) is known only once torch
-    has loaded it, so the device type, the alias and the description are read from the probe
-    (:mod:`accelctl_torch_backend.probe`) rather than written as class attributes."""
+    Its name (``openreg``) is known only once torch has loaded it, so the device type, the alias and
+    the description are read from the probe (:mod:`accelctl_torch_backend.probe`) rather than
+    written as class attributes."""
 
     name = NAME
     priority = PRIORITY
@@ -134,8 +134,7 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
     def setup_device(self, device: torch.device) -> None:
         """Make ``device`` current.
 
-        Make ``device`` current: the backend module's ``set_device``, else
-        ``torch.accelerator.set_device_index``."""
+        The backend module's ``set_device``, else ``torch.accelerator.set_device_index``."""
         import torch
 
         found = probe()

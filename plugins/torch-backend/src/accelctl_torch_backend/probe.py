@@ -60,8 +60,8 @@ class Backend(NamedTuple):
     def alias(self) -> str | None:
         """Return the name to claim as an alias, or None.
 
-        The name to claim as an alias: the backend's, unless a dedicated plugin has it (so
-        the dedicated plugin's canonical name wins) or it is not a valid accelctl name."""
+        The backend's, unless a dedicated plugin has it (so the dedicated plugin's canonical name
+        wins) or it is not a valid accelctl name."""
         if self.name is None or self.dedicated is not None:
             return None
         if not _ALIAS_RE.match(self.name) or self.name in _RESERVED:
@@ -141,8 +141,7 @@ def _distributed_backend(name: str) -> str | None:
 def _package(installed: Installed, torch: ModuleType, name: str) -> str | None:
     """Return the torch.backends package whose module provides ``torch.<name>``.
 
-    The torch.backends package whose module provides ``torch.<name>``; the only one, when
-    the module does not tell."""
+    The only one, when the module does not tell."""
     module = _device_module(torch, name)
     top = str(getattr(module, "__name__", "")).partition(".")[0]
     for package in installed.backends:

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 class XPUAccelerator(accelctl.Accelerator):
     """Intel GPUs as torch's ``xpu`` devices.
 
-    Intel GPUs as torch's ``xpu`` devices: the probe (:mod:`accelctl_xpu.probe`) answers
-    ``detect``, ``unavailable_reason`` and ``auto_device_count``; devices and their specs are the
-    base class's indexed defaults (``xpu:i``)."""
+    The probe (:mod:`accelctl_xpu.probe`) answers ``detect``, ``unavailable_reason`` and
+    ``auto_device_count``; devices and their specs are the base class's indexed defaults
+    (``xpu:i``)."""
 
     name = "xpu"
     description = "Intel GPUs through torch's XPU build (torch's xpu device)"
@@ -50,8 +50,8 @@ class XPUAccelerator(accelctl.Accelerator):
     def unavailable_reason(self) -> str | None:
         """Say why XPU is not available.
 
-        Why not: no Intel GPU driver, a torch without XPU, no Level Zero loader, a variable
-        hiding every device..."""
+        No Intel GPU driver, a torch without XPU, no Level Zero loader, a variable hiding every
+        device..."""
         return current().reason
 
     def auto_device_count(self) -> int:

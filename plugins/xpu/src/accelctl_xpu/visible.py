@@ -1,7 +1,7 @@
 """Which Intel GPUs a process may use, read as Level Zero and SYCL read them.
 
-Which Intel GPUs a process may use: ``ZE_AFFINITY_MASK`` and ``ONEAPI_DEVICE_SELECTOR``, read
-the way Level Zero and the SYCL runtime under ``torch.xpu`` read them.
+``ZE_AFFINITY_MASK`` and ``ONEAPI_DEVICE_SELECTOR``, read the way Level Zero and the SYCL runtime
+under ``torch.xpu`` read them.
 
 ``ZE_AFFINITY_MASK`` (Level Zero) is a *mask*, not an order: the devices it keeps stay in the
 driver's order.
