@@ -255,10 +255,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def auto_device_count(cls) -> int:
         """Return what ``devices="auto"`` means, by accelctl's rule.
 
-        What ``devices="auto"`` means, by accelctl's rule: every device the plugin's
-        ``auto_device_count()`` gives when it has a distributed backend, one device when it runs
-        in a single process (``distributed_backend`` None). Explicit specs still reach every
-        visible device (``devices=[1]``)."""
+        Every device the plugin's ``auto_device_count()`` gives when it has a distributed backend,
+        one device when it runs in a single process (``distributed_backend`` None). Explicit specs
+        still reach every visible device (``devices=[1]``)."""
         handle = cls.accelctl_handle()
         count = handle.auto_device_count()
         if handle.info.distributed_backend is None:
@@ -270,8 +269,8 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def parse_devices(cls, devices: Any) -> int | list[int]:
         """Parse a devices spec with the plugin's ``parse_devices``.
 
-        The plugin's ``parse_devices``; a bad spec raises :class:`accelctl.DeviceSpecError`
-        (a ``ValueError``) naming the accelerator, the spec and the accepted forms."""
+        A bad spec raises :class:`accelctl.DeviceSpecError` (a ``ValueError``) naming the
+        accelerator, the spec and the accepted forms."""
         return cls.accelctl_handle().parse_devices(devices)
 
     @classmethod

@@ -1,4 +1,4 @@
 """The Lightning bridge's parts.
 
-The Lightning bridge's parts: what it adapts (``adaptation``), the connectors' choice of
-accelerator, strategy and precision (``connector``), the registries, missing kernels."""
+What it adapts (``adaptation``), the connectors' choice of accelerator, strategy and precision
+(``connector``), the registries, missing kernels."""

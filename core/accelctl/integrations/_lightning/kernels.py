@@ -1,7 +1,7 @@
 """A kernel the device lacks, on Lightning's training path.
 
-A kernel the device lacks, on Lightning's training path: the steps of a strategy that runs on
-an accelctl accelerator raise :class:`accelctl.MissingKernelError` (:func:`translate_steps`).
+The steps of a strategy that runs on an accelctl accelerator raise
+:class:`accelctl.MissingKernelError` (:func:`translate_steps`).
 
 Lightning runs each step through a public method of the Trainer's strategy (``training_step``,
 ``validation_step``, ``test_step``, ``predict_step``, ``backward``), looked up on the strategy

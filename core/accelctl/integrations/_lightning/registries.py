@@ -119,8 +119,7 @@ def register(
 def _taken_by_others(name: str, is_ours: Callable[[object], bool]) -> str | None:
     """Say why ``name`` is left alone; None when it is free or accelctl's.
 
-    Why ``name`` is left alone: Lightning (or another package) has it; None when it is free
-    or accelctl's."""
+    Lightning (or another package) has it; None when it is free or accelctl's."""
     for target in (TRAINER_REGISTRY, FABRIC_REGISTRY):
         owner = _owner(target, name) if name in target else None
         if name in target and not is_ours(owner):
