@@ -1,7 +1,7 @@
 """Every name of its framework that each bridge uses on the paths it runs.
 
-What ``accelctl.integrations._shared.versions`` checks on the installed release when the bridge is
-imported (docs/design/bridge-uses.md).
+What ``accelctl.integrations._shared.versions`` checks on the installed release when the
+bridge is imported (docs/design/bridge-uses.md).
 
 Derived from the bridges' code by tests/bridgeuses.py, which writes this file
 (``python tests/bridgeuses.py --write``); tests/integrations/test_bridge_uses.py
