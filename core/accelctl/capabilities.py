@@ -374,7 +374,7 @@ def _collective(name: str, single: str, legacy: str) -> Callable[[_Probe], str]:
 
 
 def _in_place_collective(name: str) -> Callable[[_Probe], str]:
-    """Run ``broadcast`` or ``all_reduce`` on the 1-process group and check the tensor is unchanged.
+    """Return the probe that runs ``broadcast`` or ``all_reduce`` on the 1-process group.
 
     ``broadcast`` is from rank 0, ``all_reduce`` a sum: on one process each leaves the tensor as it
     was."""
@@ -398,7 +398,7 @@ def _in_place_collective(name: str) -> Callable[[_Probe], str]:
 
 
 def _deepspeed(row: str) -> Callable[[_Probe], str]:
-    """Probe the DeepSpeed bridge's compiled ops for this device and machine.
+    """Return the probe of a row of the DeepSpeed bridge's compiled ops on this machine.
 
     Facts of the bridge's rules (:mod:`._deepspeed_builds`) and of this machine, read without
     DeepSpeed."""

@@ -122,7 +122,7 @@ def _convolution(dims: int, transposed: bool = False, bf16: bool = False) -> Ker
 
 
 def _batch_norm(bf16: bool = False) -> KernelCase:
-    """Run training-mode batch norm as ``nn.BatchNorm2d`` runs it.
+    """The case of training-mode batch norm, as ``nn.BatchNorm2d`` runs it.
 
     The running statistics and the count of batches are updated (and compared)."""
 
@@ -145,7 +145,7 @@ def _batch_norm(bf16: bool = False) -> KernelCase:
 
 
 def _layer_norm() -> KernelCase:
-    """Run LayerNorm.
+    """The case of LayerNorm.
 
     LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
     run in float32: no bfloat16 case)."""
@@ -226,7 +226,7 @@ def _average_pool(bf16: bool = False) -> KernelCase:
 
 
 def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
-    """Run dropout as GPT-2's, judged by its shape.
+    """The case of dropout as GPT-2's, judged by its shape.
 
     Judged by its shape, not against the CPU's draws (each output is 0 or the input scaled by
     ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through the same mask)."""
@@ -262,7 +262,7 @@ def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
 
 
 def _linear(bf16: bool = False) -> KernelCase:
-    """Run linear layers on a batch of sequences, as a transformer's.
+    """The case of linear layers on a batch of sequences, as a transformer's.
 
     One with a bias, then a head without (as GPT-2's tied one); both results are compared (an
     autocast may cast one kind and not the other: torch_openreg 0.0.1 leaves the one with a bias in
@@ -301,7 +301,7 @@ def _embedding() -> KernelCase:
 
 
 def _attention(bf16: bool = False) -> KernelCase:
-    """Run causal self-attention as GPT-2's.
+    """The case of causal self-attention as GPT-2's.
 
     A fused QKV projection split into heads, ``scaled_dot_product_attention``, the heads joined
     again."""
@@ -325,7 +325,7 @@ def _attention(bf16: bool = False) -> KernelCase:
 
 
 def _cross_entropy(bf16: bool = False) -> KernelCase:
-    """Return the summed losses of a classifier and of a language model.
+    """The case of a classifier's and a language model's losses, summed.
 
     The losses of a classifier (logits and labels) and of a language model (logits and
     next-token targets, flattened), summed."""
@@ -353,7 +353,7 @@ def _cross_entropy(bf16: bool = False) -> KernelCase:
 
 
 def _optimizer(name: str) -> KernelCase:
-    """Take two steps of one of :data:`.reference.OPTIMIZERS` on three parameters.
+    """The case of two steps of one of :data:`.reference.OPTIMIZERS` on three parameters.
 
     Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
     reads the state the first made)."""

@@ -32,10 +32,10 @@ def selection_environment(selection: Selection) -> dict[str, str]:
 
 
 def launch_command_line(accelerator: str | None, devices: str, argv: Sequence[str]) -> str:
-    """The shell line ``accelctl launch ...
+    """Return the shell line ``accelctl launch ... ARGV`` that hands this selection to ``argv``.
 
-    ARGV`` that hands this selection to ``argv`` (a script and its arguments): what a Trainer asked
-    for several devices outside a launcher suggests."""
+    ``argv`` is a script and its arguments; the line is what a Trainer asked for several devices
+    outside a launcher suggests."""
     parts = ["accelctl", "launch"]
     if accelerator:
         parts += ["--accelerator", accelerator]

@@ -116,10 +116,9 @@ class Reporting:
         self._checkpoint = path
 
     def done(self, epoch: int) -> None:
-        """End the point: report what it wrote to every callback.
+        """Report what the point wrote to every callback, now that it is over.
 
-        The point is over: report what it wrote to every callback (nothing when it wrote
-        nothing)."""
+        Nothing is reported when it wrote nothing."""
         line, checkpoint = self._line, self._checkpoint
         self._line = self._checkpoint = None
         if line is None and checkpoint is None:

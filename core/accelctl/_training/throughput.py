@@ -80,7 +80,7 @@ class Throughput:
         self.devices = devices
 
     def counting(self, samples: int) -> AbstractContextManager[None]:
-        """Count the first step's FLOPs; run every other step under a no-op context.
+        """Return the context around a step's forward and backward; the first step is counted.
 
         Around a step's ``training_step`` and backward: the first one is counted, every other
         one runs under a shared no-op context."""

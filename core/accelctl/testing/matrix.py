@@ -393,10 +393,10 @@ def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
 
 
 def _child_main() -> None:
-    """The probe process: ``python -c ...
+    """Run the probe process, ``python -c ... NAME``.
 
-    NAME``. Its results go to a copy of stdout, one JSON line each; everything else written to
-    stdout (a plugin, native code) goes to stderr."""
+    Its results go to a copy of stdout, one JSON line each; everything else written to stdout (a
+    plugin, native code) goes to stderr."""
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     name = sys.argv[1]
