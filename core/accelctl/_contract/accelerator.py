@@ -114,8 +114,7 @@ class Accelerator(abc.ABC):
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
         """Return the device's peak: unknown (None) by default.
 
-        Default: unknown (None), so the Trainer logs no ``mfu``; see
-        :func:`accelctl.hookspecs.device_peak`."""
+        Without a peak the Trainer logs no ``mfu``; see :func:`accelctl.hookspecs.device_peak`."""
         return None
 
     def kernel_gaps(self) -> KernelGaps | None:
@@ -139,11 +138,10 @@ class Accelerator(abc.ABC):
     def installed_torch() -> TorchBuild | None:
         """Return the installed torch's version and build, read without importing torch.
 
-        The installed torch's version and build (CUDA, ROCm, XPU or CPU-only), read from
-        ``torch/version.py`` without importing torch where it is not imported yet
-        (:func:`accelctl.torch_build.read_torch_build`); None where torch is not installed, and
-        where its install is too broken to read, so that ``detect()`` says no instead of raising
-        (give :attr:`TORCH_MISSING` as the reason)."""
+        The build is CUDA, ROCm, XPU or CPU-only, read from ``torch/version.py`` where torch is not
+        imported yet (:func:`accelctl.torch_build.read_torch_build`); None where torch is not
+        installed, and where its install is too broken to read, so that ``detect()`` says no instead
+        of raising (give :attr:`TORCH_MISSING` as the reason)."""
         from .._base.torch_build import (
             read_torch_build,  # not on the path of a plugin that never asks
         )
@@ -159,8 +157,7 @@ class Accelerator(abc.ABC):
     ) -> dict[str, str]:
         """Return the set variables of ``names`` with their values, in the order of ``names``.
 
-        The variables of ``names`` that are set (in ``environ``, default ``os.environ``), with
-        their values, in the order of ``names``: what ``environment_info()`` reports of the
+        Read from ``environ``, default ``os.environ``: what ``environment_info()`` reports of the
         variables that choose an accelerator's devices (``CUDA_VISIBLE_DEVICES``, ...)."""
         environ = os.environ if environ is None else environ
         return {name: environ[name] for name in names if name in environ}
@@ -179,10 +176,9 @@ class Accelerator(abc.ABC):
     def once_per_environment(names: Sequence[str], look: Callable[[], T]) -> PerEnvironment[T]:
         """Wrap ``look`` so that it runs once per setting of the environment variables ``names``.
 
-        ``look`` as a function that calls it once per setting of the environment variables
-        ``names`` (the ones it reads: a change to one of them is a new look), and keeps each
-        answer for the process; its ``forget()`` looks again next time (tests, a driver
-        installed meanwhile). For a probe of the machine that ``detect``,
+        The variables ``names`` are the ones ``look`` reads: a change to one of them is a new look.
+        Each answer is kept for the process; the wrapper's ``forget()`` looks again next time
+        (tests, a driver installed meanwhile). For a probe of the machine that ``detect``,
         ``auto_device_count`` and ``unavailable_reason`` all ask."""
         return PerEnvironment(names, look)
 
@@ -190,10 +186,9 @@ class Accelerator(abc.ABC):
     def torch_device_in_use(device_type: str) -> bool:
         """Say whether this process already uses torch's ``device_type`` runtime.
 
-        True when this process already uses torch's ``device_type`` runtime: torch is imported
-        (and not still being imported by another thread) and ``torch.<device_type>.
-        is_initialized()`` says so. Never imports torch nor starts anything, so
-        ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
+        True when torch is imported (and not still being imported by another thread) and
+        ``torch.<device_type>.is_initialized()`` says so. Never imports torch nor starts anything,
+        so ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
         a device module that cannot tell counts as not in use."""
         from .._base.torch_build import loaded_torch
 
@@ -208,8 +203,7 @@ T = TypeVar("T")
 class PerEnvironment(Generic[T]):
     """A look made once per setting of some environment variables.
 
-    A look made once per setting of some environment variables
-    (:meth:`Accelerator.once_per_environment`)."""
+    See :meth:`Accelerator.once_per_environment`."""
 
     def __init__(self, names: Sequence[str], look: Callable[[], T]) -> None:
         self.names, self.look = tuple(names), look

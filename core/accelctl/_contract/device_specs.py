@@ -116,8 +116,7 @@ def _shown(spec: object) -> str:
 def _is_bool(value: Any) -> bool:
     """Say whether ``value`` is a bool or a boolean numpy or torch scalar.
 
-    True for bools and boolean numpy or torch scalars (``torch.tensor(True)`` converts to an
-    index, so its dtype is read)."""
+    ``torch.tensor(True)`` converts to an index, so its dtype is read."""
     if isinstance(value, bool):
         return True
     scalar = getattr(value, "ndim", None) == 0
@@ -197,8 +196,8 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
 def _not_a_string_spec(text: str, refuse: _Refusal) -> str:
     """Describe the problem with a string that is no accepted form at all.
 
-    The problem with a string that is no form at all, naming the habits seen elsewhere (a
-    range, a list in brackets) and, for an indexed accelerator, how to write them here."""
+    The problem names the habits seen elsewhere (a range, a list in brackets) and, for an indexed
+    accelerator, how to write them here."""
     problem = 'is not "auto", a number or a comma-separated list of indices'
     found = _RANGE_RE.match(text)
     if found:
@@ -287,9 +286,8 @@ def _select(value: int | str | list[int], visible: int, refuse: _Refusal) -> lis
 def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
     """Parse a devices spec into a process count, for an accelerator that runs them on one device.
 
-    The number of processes for a devices spec of an accelerator that runs ``k`` processes on
-    one device (the CPU): ``"auto"`` is 1, ``k`` or ``"k"`` (k >= 1) is k; indices and ``-1`` are
-    refused, saying it takes a process count."""
+    For an accelerator that runs ``k`` processes on one device (the CPU): ``"auto"`` is 1, ``k`` or
+    ``"k"`` (k >= 1) is k; indices and ``-1`` are refused, saying it takes a process count."""
     cores = os.cpu_count() or 1
     refuse = _Refusal(
         accelerator,
@@ -312,8 +310,7 @@ def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
 def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> list[int]:
     """Parse a devices spec for an accelerator that exposes a single device (MPS).
 
-    Parse a devices spec for an accelerator that exposes a single device (MPS), ``visible`` (1)
-    or not (0): ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``."""
+    ``visible`` is 1 or 0: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``."""
     phrase = f"{accelerator} exposes a single device"
     if not visible:
         phrase += " and it is not available here"
@@ -345,8 +342,7 @@ def typed_spec(parsed: int | Sequence[int]) -> str:
 def given_spec(spec: object, parsed: int | Sequence[int]) -> str:
     """Return a devices spec as the user gave it, for ``--devices`` in a suggested command.
 
-    A devices spec as the user gave it, for ``--devices`` in a suggested command: ``"0,1"``
-    stays ``0,1`` (never the count 2), ``2`` is ``2``; for ``"auto"`` or a list,
+    ``"0,1"`` stays ``0,1`` (never the count 2), ``2`` is ``2``; for ``"auto"`` or a list,
     :func:`typed_spec`'s form of ``parsed``, what it selected."""
     if isinstance(spec, str) and spec.strip() and spec.strip().lower() != "auto":
         return spec.strip()

@@ -42,15 +42,14 @@ class AcceleratorUnavailableError(AccelctlError):
 class AcceleratorTypeError(AccelctlError, TypeError):
     """An ``accelerator`` argument of a type that accelctl does not take.
 
-    An ``accelerator`` argument of a type accelctl does not take (a ``torch.device``, None, a
-    number, a list): the message says what is accepted."""
+    A ``torch.device``, None, a number, a list: the message says what is accepted."""
 
 
 def fresh_copy(error: AccelctlError, message: str | None = None) -> AccelctlError:
     """Return a new error of the same class and parts as ``error``.
 
-    A new error of the same class and parts as ``error`` (optionally another message): an error
-    kept is raised anew each time (``from error``), never edited in place."""
+    Optionally with another message: an error kept is raised anew each time (``from error``), never
+    edited in place."""
     copied = type(error)(str(error) if message is None else message)
     copied.__dict__.update(error.__dict__)
     return copied
@@ -70,9 +69,8 @@ class PluginLoadError(AccelctlError):
 class PluginHookError(AccelctlError):
     """A plugin's hook raised, returned what its specification does not allow, or did not answer.
 
-    A plugin's hook raised, returned something its specification does not allow, or (where
-    accelctl asks many plugins at once) did not answer in time. The plugin loaded: this is not a
-    :class:`PluginLoadError`."""
+    Not answering counts where accelctl asks many plugins at once, with a deadline. The plugin
+    loaded: this is not a :class:`PluginLoadError`."""
 
     def __init__(
         self,
@@ -135,8 +133,7 @@ class PrecisionError(AccelctlError, ValueError):
 class ProcessSetupError(AccelctlError):
     """The devices asked for do not fit the processes that run.
 
-    The devices asked for do not fit the processes that run (several devices outside a
-    launcher, or a launcher that started another number of processes)."""
+    Several devices outside a launcher, or a launcher that started another number of processes."""
 
 
 class TrainerError(AccelctlError, ValueError):

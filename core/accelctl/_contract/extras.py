@@ -1,7 +1,6 @@
 """The error raised when an optional library a part of the core needs is not installed.
 
-The error a part of the core raises when the optional library it is built on is not installed:
-which extra installs it, from an index and from a clone of accelctl."""
+It says which extra installs the library, from an index and from a clone of accelctl."""
 
 from __future__ import annotations
 

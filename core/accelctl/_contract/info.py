@@ -44,10 +44,9 @@ def from_fields(cls: type[R], fields: Mapping[str, Any]) -> R:
 class AcceleratorInfo:
     """Description, family, priority, backend, aliases and device type of one accelerator.
 
-    Description, family, priority, distributed backend, aliases and device type of one
-    accelerator, from the optional ``accelerator_info`` hook (a dict of these fields is accepted
-    too). Checked on creation (a ``TypeError``/``ValueError`` names the field); aliases are
-    lower-cased into a tuple."""
+    From the optional ``accelerator_info`` hook (a dict of these fields is accepted too). Checked on
+    creation (a ``TypeError``/``ValueError`` names the field); aliases are lower-cased into a
+    tuple."""
 
     description: str = ""
     family: str | None = None

@@ -96,9 +96,8 @@ class MissingKernelError(AccelctlError, NotImplementedError):
     def for_command(self, argv: Sequence[str]) -> str:
         """Return the line shown to a script's user who ran ``argv``.
 
-        The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
-        out as that command line with a variable before it (the CPU's: :attr:`cpu_way` where
-        the error has one)."""
+        ``argv`` is the command line, e.g. ``["python", "train.py"]``: the ways out are that command
+        line with a variable before it (the CPU's: :attr:`cpu_way` where the error has one)."""
         command = clean(shlex.join(argv), LINE_LIMIT // 4)  # one line, even for `python -c`
         on_cpu = self.cpu_way or f"{settings.ACCELERATOR}=cpu {command}"
         return self._line((on_cpu, f"{self.switch} {command}"), debug=True)

@@ -46,9 +46,7 @@ def is_op_name(name: object) -> bool:
 def shown_op(kernel: str) -> tuple[str, str | None]:
     """Return the operator a user knows for ``kernel``, and its pass where the name says.
 
-    The operator a user knows for ``kernel``, and the pass it belongs to where the name
-    says (``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``).
-    """
+    ``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``."""
     base = kernel.split(".", 1)[0]
     if base in OVERRIDEABLE:
         return OVERRIDEABLE[base]
@@ -142,7 +140,6 @@ class KernelGaps:
     def to_run_on_cpu(self) -> tuple[str, ...]:
         """Return the operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration.
 
-        The operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration:
         :attr:`missing`, then :attr:`partial`."""
         return tuple(dict.fromkeys((*self.missing, *self.partial)))
 

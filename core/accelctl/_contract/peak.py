@@ -95,8 +95,7 @@ class DevicePeak:
     def parse_flops(cls, text: str, *, source: str = "") -> DevicePeak:
         """Parse a peak from a declaration such as ``"bfloat16=2.4e12,float32=1.2e12"``.
 
-        A peak from a declaration such as ``"bfloat16=2.4e12,float32=1.2e12"``, or a bare
-        number for every data type (``"1.5e12"``).
+        Or a bare number for every data type (``"1.5e12"``).
 
         :raises ValueError: naming the part that is not accepted, and the accepted forms.
         """

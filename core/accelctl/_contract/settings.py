@@ -110,8 +110,7 @@ class PluginFilter(NamedTuple):
 class SelectionVariables(NamedTuple):
     """The selection variables ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``.
 
-    ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset); what they
-    select is an :class:`accelctl.Selection`."""
+    Both stripped ("" when unset); what they select is an :class:`accelctl.Selection`."""
 
     accelerator: str = ""
     devices: str = ""
@@ -206,8 +205,8 @@ def _switch(name: str, environ: Mapping[str, str] | None) -> bool:
 def cpu_fallback(environ: Mapping[str, str] | None = None) -> bool:
     """Return whether ``ACCELCTL_CPU_FALLBACK`` is on.
 
-    ``ACCELCTL_CPU_FALLBACK``: True for ``1`` (``true``, ``yes``, ``on``). Raises
-    :class:`SettingError` for a value that is neither on nor off."""
+    True for ``1`` (``true``, ``yes``, ``on``). Raises :class:`SettingError` for a value that is
+    neither on nor off."""
     return _switch(CPU_FALLBACK, environ)
 
 

@@ -186,9 +186,8 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
 def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: Run) -> None:
     """Check that the declared ``distributed_backend`` exists in torch for the devices' type.
 
-    The declared ``distributed_backend`` must exist in torch for the devices' type: a
-    backend that cannot carry these tensors passes ``validate`` otherwise and fails in every
-    rank of ``accelctl launch``."""
+    A backend that cannot carry these tensors passes ``validate`` otherwise and fails in every rank
+    of ``accelctl launch``."""
     check = "distributed_backend"
     run.start(check)
     try:
@@ -220,8 +219,8 @@ def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: R
 def check_peak(handle: AcceleratorHandle, device: torch.device | None, run: Run) -> None:
     """Check that ``device_peak`` gives a plausible :class:`accelctl.DevicePeak` or None.
 
-    ``device_peak`` gives a :class:`accelctl.DevicePeak` or None for both forms of the first
-    device, the same for both, quickly, in units that are plausibly FLOPs and bytes per second."""
+    For both forms of the first device: the same for both, quickly, in units that are plausibly
+    FLOPs and bytes per second."""
     check = "device_peak"
     run.start(check)
     if not handle.implements(check):

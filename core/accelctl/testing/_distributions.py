@@ -1,10 +1,8 @@
 """Installed distributions written by hand, as ``pip install`` leaves them, for tests.
 
-Installed distributions written by hand, as ``pip install`` leaves them (a ``.dist-info``
-folder and the modules beside it), for tests that would otherwise mock ``importlib.metadata``:
-put the folder on ``sys.path`` and give it to :class:`accelctl.testing.Registry` or
-:func:`installed_plugins`.
-"""
+A ``.dist-info`` folder and the modules beside it, for tests that would otherwise mock
+``importlib.metadata``: put the folder on ``sys.path`` and give it to
+:class:`accelctl.testing.Registry` or :func:`installed_plugins`."""
 
 from __future__ import annotations
 
@@ -78,6 +76,5 @@ def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
 def reset_registry() -> None:
     """Forget the process-wide registry, so that the next lookup scans the entry points again.
 
-    The next lookup scans the entry points again (in a long-lived process that has just ``pip
-    install``\\ ed a plugin, say)."""
+    In a long-lived process that has just ``pip install``\\ ed a plugin, say."""
     set_registry(None)

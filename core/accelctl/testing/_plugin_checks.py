@@ -79,8 +79,7 @@ def check_import(
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
     """Check the hooks against their specifications and the required hooks.
 
-    The hooks against their specifications and the required hooks, from the handle's load;
-    True if both pass."""
+    From the handle's load; True if both pass."""
     run.start("hooks_match_specs")
     diagnosis = handle.diagnose()
     if diagnosis is None:  # a hook takes a parameter its spec lacks, or reading raised
@@ -257,8 +256,7 @@ def check_environment(handle: AcceleratorHandle, run: Run) -> None:
 def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, None]:
     """Check that ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None.
 
-    ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None, naming operators this torch
-    has (torch imported outside the deadline, as for ``detect``)."""
+    Naming operators this torch has (torch imported outside the deadline, as for ``detect``)."""
     check = "kernel_gaps"
     run.start(check)
     if not handle.implements(check):

@@ -159,9 +159,8 @@ def validate_installed(
 ) -> list[ValidationReport]:
     """Validate the accelerators called ``names``, or every installed one, all at once.
 
-    Validate the accelerators called ``names``, or every installed one, all at once, each
-    check under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not imported: its
-    report skips every check, or, asked for by name, fails ``loads``.
+    Each check runs under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not
+    imported: its report skips every check, or, asked for by name, fails ``loads``.
 
     The checks of all the plugins go in steps (:func:`_steps`): each step of every plugin still
     checked is asked at once by the fan-out, with a deadline of its own; the work of accelctl's
@@ -220,8 +219,8 @@ class _Asked:
     def advance(self) -> Unclocked | None:
         """Run the next step of the checks; at the end, make the report.
 
-        Run the next step (None: a check's end; an :class:`Unclocked`: work to do first);
-        at the end the report is made and the steps are dropped."""
+        The step is sent None at a check's end, or an :class:`Unclocked`'s work to do first; at the
+        end the report is made and the steps are dropped."""
         assert self.steps is not None
         sent, self.sent = self.sent, None
         try:

@@ -35,9 +35,8 @@ _CAPABILITY_REPORTS: weakref.WeakKeyDictionary[type, CapabilityReport] = weakref
 class AcceleratorConformance:
     """Base class of a pytest test class that runs every conformance check on one accelerator.
 
-    Base class of a pytest test class that runs every conformance check on one accelerator:
-    :attr:`accelerator`, installed or not. The checks run once per class, on its first test; each
-    ``test_<check>`` method then reports its own check."""
+    The accelerator is :attr:`accelerator`, installed or not. The checks run once per class, on its
+    first test; each ``test_<check>`` method then reports its own check."""
 
     #: The accelerator's name or alias, or a plugin object (instance, class or module).
     accelerator: ClassVar[object] = None
@@ -62,8 +61,7 @@ class AcceleratorConformance:
     def capability_report(cls) -> CapabilityReport:
         """Return this class's accelerator's capability matrix row, computed on first use.
 
-        The capability matrix's row of this class's accelerator (probed in a fresh process
-        for an installed name), computed on first use and kept."""
+        Probed in a fresh process for an installed name, and kept."""
         report = _CAPABILITY_REPORTS.get(cls)
         if report is None:
             report = probe_accelerator(cls._subject())

@@ -95,8 +95,7 @@ class CapabilityReport:
     def to_dict(self) -> dict[str, Any]:
         """Return the object ``--capabilities --json`` prints for this accelerator.
 
-        The object ``--capabilities --json`` prints for this accelerator (its fields are
-        documented in docs/writing-a-plugin.md)."""
+        Its fields are documented in docs/writing-a-plugin.md."""
         gaps = self.fsdp_gaps
         return {
             "name": self.name,
@@ -231,8 +230,7 @@ _CHILD = "from accelctl.testing.matrix import _child_main; _child_main()"
 def _probe_in_child(handle: AcceleratorHandle, timeout: float) -> CapabilityReport:
     """Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows.
 
-    Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows as they
-    come: each message within its deadline, else the process is stopped."""
+    Rows are read as they come: each message within its deadline, else the process is stopped."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-c", _CHILD, handle.plugin_name],
@@ -362,8 +360,8 @@ def _report_of(
 def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
     """Return the loaded plugin's first device, made current, and its declared backend.
 
-    The loaded plugin's first device (made current with ``setup_device``) and its declared
-    backend; raises :class:`RuntimeError` saying why when it is not detected here."""
+    The device is made current with ``setup_device``; raises :class:`RuntimeError` saying why when
+    the plugin is not detected here."""
     from accelctl.torch_build import import_torch
 
     import_torch()  # with the out-of-tree backends, as the CLI loads them
@@ -378,8 +376,7 @@ def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
 def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
     """Yield the child's messages for ``handle``: a header, then one per capability.
 
-    The child's messages for ``handle`` (loaded): a header (``device``,
-    ``distributed_backend``) or ``{"error"}``, then one per capability."""
+    ``handle`` is loaded; the header is ``device`` and ``distributed_backend``, or ``{"error"}``."""
     try:
         device, backend = device_to_probe(handle)
     except BaseException as exc:  # the plugin's failure, whatever it raised

@@ -1,8 +1,7 @@
 """The plain data of a conformance run.
 
-The plain data of a conformance run: one :class:`CheckResult` per check, a
-:class:`ValidationReport` per accelerator. ``accelctl validate`` prints them; the pytest face turns
-each result into a passed, failed or skipped test."""
+One :class:`CheckResult` per check, a :class:`ValidationReport` per accelerator. ``accelctl
+validate`` prints them; the pytest face turns each result into a passed, failed or skipped test."""
 
 from __future__ import annotations
 
@@ -18,9 +17,9 @@ STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
 class CheckResult:
     """The outcome of one conformance check on one accelerator.
 
-    The outcome of one conformance check (an id of :data:`accelctl.testing.CHECK_IDS`) on one
-    accelerator: ``detail`` is one line, what was seen or why; ``error``, the exception behind a
-    failure (for ``--debug`` and pytest tracebacks), is never part of :meth:`to_dict`."""
+    ``check`` is an id of :data:`accelctl.testing.CHECK_IDS`; ``detail`` is one line, what was seen
+    or why; ``error``, the exception behind a failure (for ``--debug`` and pytest tracebacks), is
+    never part of :meth:`to_dict`."""
 
     check: str
     status: Status
@@ -105,8 +104,8 @@ _WORDS: dict[Status, str] = {"fail": "failed", "pass": "passed", "skip": "skippe
 class Run:
     """Collects one accelerator's check results, in the order of ``ids``.
 
-    Collects one accelerator's results, in the order of ``ids`` (the first recorded counts);
-    :meth:`start` marks the check in progress (the one a plugin that stops answering is in)."""
+    The first result recorded for a check counts; :meth:`start` marks the check in progress (the one
+    a plugin that stops answering is in)."""
 
     def __init__(self, name: str, ids: tuple[str, ...]) -> None:
         self.name = name
@@ -151,7 +150,7 @@ class Run:
 class Unclocked(NamedTuple):
     """What a check yields to have accelctl's slow work done outside any deadline.
 
-    What a check yields to have accelctl's own slow work done outside any deadline, and sent
-    back: a subprocess with a timeout of its own, torch's import (see ``checks._steps``)."""
+    The work is done and sent back: a subprocess with a timeout of its own, torch's import (see
+    ``checks._steps``)."""
 
     work: Callable[[], Any]
