@@ -148,10 +148,10 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
     def prepare(self, *args: Any, device_placement: Any = None) -> Any:
         """Accelerate's ``prepare``, moving FSDP2 models to the device and naming missing kernels.
 
-        Accelerate's ``prepare``; with FSDP2, each model is first moved to this process's
-        device where ``fully_shard`` could not move it there itself (``_parameters``). A kernel
-        the device lacks in a model's forward is :class:`accelctl.MissingKernelError`, as for
-        :meth:`prepare_model` (Accelerate prepares an FSDP2 model without it)."""
+        With FSDP2, each model is first moved to this process's device where ``fully_shard`` could
+        not move it there itself (``_parameters``). A kernel the device lacks in a model's forward
+        is :class:`accelctl.MissingKernelError`, as for :meth:`prepare_model` (Accelerate prepares
+        an FSDP2 model without it)."""
         models = [obj for obj in args if isinstance(obj, torch.nn.Module)]
         if self.is_fsdp2:
             for model in models:
@@ -164,9 +164,8 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         """Accelerate's ``prepare_model``, moving the model without replacing its parameters.
 
-        Accelerate's ``prepare_model``, moving the model without replacing its parameters, so
-        that an optimizer made before ``prepare`` steps the model's (``_parameters``); a kernel
-        the device lacks in its forward is :class:`accelctl.MissingKernelError`
+        An optimizer made before ``prepare`` so steps the model's parameters (``_parameters``); a
+        kernel the device lacks in its forward is :class:`accelctl.MissingKernelError`
         (``_kernel_errors``)."""
         with keeping_parameters(self.device):
             prepared = super().prepare_model(model, *args, **kwargs)
@@ -177,9 +176,8 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
     def backward(self, loss: Any, **kwargs: Any) -> None:
         """Accelerate's ``backward``, naming a kernel the device lacks in the backward pass.
 
-        Accelerate's ``backward``; a kernel the device lacks in the backward pass is
-        :class:`accelctl.MissingKernelError`, the operator named from ``loss``'s graph where
-        torch's error names none."""
+        The error is :class:`accelctl.MissingKernelError`, the operator named from ``loss``'s graph
+        where torch's error names none."""
         try:
             super().backward(loss, **kwargs)
         except Exception as exc:
@@ -243,8 +241,8 @@ def _uses_deepspeed(kwargs: dict[str, Any]) -> bool:
 def _cpu_backend(named: str | None) -> str:
     """Return the backend that Accelerate's own CPU set-up joins the group over.
 
-    The backend Accelerate's own CPU set-up (``cpu=True``) joins the group over, whatever
-    is named: MPI where it is named or none is, and torch has it; else gloo."""
+    That is Accelerate's own CPU set-up (``cpu=True``), whatever is named: MPI where it is named or
+    none is, and torch has it; else gloo."""
     mpi = torch.distributed.is_available() and torch.distributed.is_mpi_available()
     return "mpi" if named in (None, "mpi") and mpi else "gloo"
 
@@ -261,12 +259,10 @@ def _refuse_unusable_backend(
 ) -> None:
     """Refuse a backend that cannot carry ``device``'s tensors, before the process group is joined.
 
-    Refuse, in each of the launcher's ``world_size`` processes before Accelerate's state
-    joins the process group, a backend that cannot carry ``device``'s tensors: ``named`` by the
-    user (``named_by`` says where), else the plugin's ``distributed_backend``; and, where
-    Accelerate's own CPU set-up makes the state (``accelerates_cpu``), a named backend it does
-    not run (gloo, or MPI where torch has it). The transformers bridge refuses ``ddp_backend``
-    here too.
+    Refused in each of the launcher's ``world_size`` processes: the backend ``named`` by the user
+    (``named_by`` says where), else the plugin's ``distributed_backend``; and, where Accelerate's
+    own CPU set-up makes the state (``accelerates_cpu``), a named backend it does not run (gloo, or
+    MPI where torch has it). The transformers bridge refuses ``ddp_backend`` here too.
 
     :raises accelctl.ProcessSetupError: naming the backend and the one torch has for the device.
     """
@@ -347,11 +343,10 @@ def check_sharding(
 ) -> bool:
     """Say whether Accelerate's FSDP ``version`` runs through the bridge; refuse what cannot.
 
-    Whether Accelerate's FSDP ``version`` runs through the bridge on ``device`` over
-    ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own); refused otherwise,
-    as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a device with gaps
-    (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here too.
-    (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
+    On ``device`` over ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own);
+    refused otherwise, as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a
+    device with gaps (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here
+    too. (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
 
     :param asked: how the user asked for FSDP, for the messages.
     :param fsdp2: how to ask for FSDP2 instead of FSDP1.
@@ -373,9 +368,8 @@ def _placement(
 ) -> tuple[accelctl.AcceleratorHandle, torch.device, int, int]:
     """Return the accelerator, device, rank and process count from the launcher's variables.
 
-    The accelerator, this process's device, its rank and the number of processes, from the
-    launcher's variables (one process, started alone, without them); refused as the
-    ``Accelerator`` documents. The transformers bridge places its processes by the same rule."""
+    Without them: one process, started alone. Refused as the ``Accelerator`` documents; the
+    transformers bridge places its processes by the same rule."""
     launched = all(name in os.environ for name in _LAUNCH_VARIABLES)
     rank = int(os.environ.get("RANK", 0)) if launched else 0
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
@@ -439,8 +433,7 @@ def _check_state(
 ) -> None:
     """Refuse an Accelerate state, made by other code, that does not run where the plugin says.
 
-    Refuse an Accelerate state that does not run where the plugin says (made before this
-    Accelerator by other code)."""
+    Such a state was made before this Accelerator."""
     same_device = state.device == device or (device.type == "cpu" == state.device.type)
     if same_device and state.num_processes == world and state.process_index == rank:
         return
@@ -459,12 +452,11 @@ def _check_state(
 def enable() -> tuple[Patch, ...]:
     """Replace the two internals of Accelerate's state that the bridge adapts.
 
-    Replace the two internals of Accelerate's state that the bridge adapts
-    (``PartialState._prepare_backend`` and ``set_device``, docs/accelerate.md), and return the
-    records of what is replaced. Idempotent. The bridge's :class:`Accelerator` and the
-    transformers bridge's ``TrainingArguments`` call it before they make Accelerate's state;
-    importing the bridge replaces nothing. The replacements act only while the bridge makes a
-    state: at any other time they call Accelerate's own methods."""
+    They are ``PartialState._prepare_backend`` and ``set_device`` (docs/accelerate.md); returns the
+    records of what is replaced. Idempotent. The bridge's :class:`Accelerator` and the transformers
+    bridge's ``TrainingArguments`` call it before they make Accelerate's state; importing the bridge
+    replaces nothing. The replacements act only while the bridge makes a state: at any other time
+    they call Accelerate's own methods."""
     _accelerate_state.install()
     return _accelerate_state.PATCHES.applied()
 

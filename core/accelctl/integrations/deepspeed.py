@@ -57,8 +57,7 @@ __all__ = ["ACCELERATOR", "ADAPTATION", "MissingOpError", "PluginAccelerator", "
 def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccelerator:
     """Make DeepSpeed's accelerator in this process the accelctl accelerator's.
 
-    Make DeepSpeed's accelerator in this process the accelctl accelerator's, before
-    ``deepspeed.initialize``; returns the ``DeepSpeedAccelerator`` set.
+    Call it before ``deepspeed.initialize``; returns the ``DeepSpeedAccelerator`` set.
 
     :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"``, ``"gpu"``, a name or
         alias, or an :class:`accelctl.Accelerator` instance.

@@ -213,10 +213,10 @@ def _place_worker(
 ) -> tuple[str | None, str | None]:
     """Place a worker on its device and hand its fits the run's id, restarts and checkpoint.
 
-    Take its device (:func:`accelctl.integrations._ray.placement.place`), hand its fits the run's
-    id, Ray's restarts and Ray's checkpoint, and install the reporter; its backend and the resource
-    that counts its devices, for the checks across the workers. ``cpu_fallback``: the driver's
-    ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""
+    The worker takes its device (:func:`accelctl.integrations._ray.placement.place`) and installs
+    the reporter; returns its backend and the resource that counts its devices, for the checks
+    across the workers. ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where
+    it is on."""
     if cpu_fallback:
         os.environ[_settings.CPU_FALLBACK] = "1"
     context = ray.train.get_context()
@@ -244,9 +244,9 @@ def _place_worker(
 def _worker_missing_kernel(exc: BaseException) -> accelctl.MissingKernelError | None:
     """Return the missing-kernel error that stopped a worker of the failed run, or None.
 
-    The :class:`~accelctl.MissingKernelError` that stopped a worker of the run whose failure
-    ``exc`` is: Ray Train's ``WorkerGroupError`` carries each failed worker's error in
-    ``worker_failures`` (world rank -> error); the lowest rank's. None where no worker's was."""
+    The :class:`~accelctl.MissingKernelError` of the run whose failure ``exc`` is: Ray Train's
+    ``WorkerGroupError`` carries each failed worker's error in ``worker_failures`` (world rank ->
+    error); the lowest rank's. None where no worker's was."""
     failures = getattr(exc, "worker_failures", None)
     if not isinstance(failures, Mapping):
         return None
@@ -264,8 +264,7 @@ def _point_accelerate_at_the_device() -> None:
 def get_device() -> torch.device:
     """Return this worker's device, as the plugin gave it.
 
-    This worker's device, as the plugin gave it (``ray.train.torch.get_device`` answers the
-    CPU for a chip Ray does not know).
+    ``ray.train.torch.get_device`` answers the CPU for a chip Ray does not know.
 
     :raises accelctl.ProcessSetupError: outside a worker started with :class:`TorchConfig`.
     """

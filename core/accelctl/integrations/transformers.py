@@ -179,11 +179,10 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
     def _accelctl_check_sharding(self, place: _Place, fsdp: dict[str, Any]) -> None:
         """Check FSDP by the Accelerate bridge's rules; build FSDP2's mesh on the plugin's device.
 
-        FSDP through the Accelerate bridge's rules (transformers reads its ``fsdp`` arguments
-        after the state is made, so each process checks them after joining the group); FSDP2's
-        device mesh on the plugin's device type (Accelerate builds it from the
-        ``ParallelismConfig`` the ``Trainer`` passes on; without one, ``fully_shard`` takes
-        torch's current accelerator, whatever the plugin's device)."""
+        transformers reads its ``fsdp`` arguments after the state is made, so each process checks
+        them after joining the group. Accelerate builds FSDP2's device mesh from the
+        ``ParallelismConfig`` the ``Trainer`` passes on; without one, ``fully_shard`` takes torch's
+        current accelerator, whatever the plugin's device."""
         version = int(fsdp.get("fsdp_version", 1))
         sharded = check_sharding(
             place.handle,
@@ -355,8 +354,8 @@ def _environment(variables: dict[str, str]) -> Iterator[None]:
 def _state_key() -> tuple[Any, ...]:
     """Return a key of Accelerate's process-wide state, read without making a state object.
 
-    What :meth:`_Place.check` reads of Accelerate's process-wide state, read without making
-    a state object: a new key is a state made, replaced or reset since the last check."""
+    What :meth:`_Place.check` reads: a new key is a state made, replaced or reset since the last
+    check."""
     from accelerate.state import PartialState
 
     shared = PartialState._shared_state
@@ -387,11 +386,11 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
 def enable() -> tuple[Patch, ...]:
     """Replace the internals of transformers and Accelerate that the bridge adapts.
 
-    Replace the internals the bridge adapts (transformers' ``Trainer._move_model_to_device``
-    and ``Trainer.train``, and Accelerate's two the Accelerate bridge adapts; docs/transformers.md)
-    and return the records of what is replaced. Idempotent. The bridge's
-    :class:`TrainingArguments` call it when they are made; importing the bridge replaces
-    nothing. The replacements act only on a ``Trainer`` made with the bridge's arguments."""
+    They are transformers' ``Trainer._move_model_to_device`` and ``Trainer.train``, and the two of
+    Accelerate's the Accelerate bridge adapts (docs/transformers.md); returns the records of what is
+    replaced. Idempotent. The bridge's :class:`TrainingArguments` call it when they are made;
+    importing the bridge replaces nothing. The replacements act only on a ``Trainer`` made with the
+    bridge's arguments."""
     _transformers_state.install()
     _accelerate_state.install()
     return (*_transformers_state.PATCHES.applied(), *_accelerate_state.PATCHES.applied())
