@@ -53,9 +53,8 @@ def backend_problem(backend: str, device_type: str) -> str | None:
 def device_backends(device_type: str) -> list[str]:
     """Return the backends that carry ``device_type`` tensors in this torch, its default first.
 
-    The backends that carry ``device_type`` tensors in this torch, torch's default for the
-    type first (``["gloo"]`` for ``"cpu"``, ``["occl"]`` for torch_openreg's ``"openreg"``);
-    ``[]`` when it has none, or no ``torch.distributed``."""
+    ``["gloo"]`` for ``"cpu"``, ``["occl"]`` for torch_openreg's ``"openreg"``; ``[]`` when it has
+    none, or no ``torch.distributed``."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -127,9 +126,9 @@ def unusable_backend(
 ) -> str | None:
     """Return the sentence refusing several processes of ``handle`` for its backend, or None.
 
-    The sentence refusing several processes of ``handle`` because torch cannot carry its
-    ``device_type`` tensors over its ``distributed_backend``; None when it can, when torch cannot
-    tell, or when the plugin declares no backend (its own refusal: one process only).
+    Refused because torch cannot carry its ``device_type`` tensors over its ``distributed_backend``;
+    None when it can, when torch cannot tell, or when the plugin declares no backend (its own
+    refusal: one process only).
 
     Asked once per process for each backend and device type (a launch asks before it starts its
     processes, a Trainer before it joins their group), never per call of a step.
@@ -180,9 +179,9 @@ def named_backend_refusal(
 ) -> str | None:
     """Return the sentence refusing a backend the user named for several processes, or None.
 
-    The sentence refusing a backend the user named (``InitProcessGroupKwargs(backend=...)``,
-    ``ddp_backend``) for several processes on ``device_type`` devices, where torch cannot carry
-    their tensors over it; None when it can, or cannot tell.
+    The backend named by ``InitProcessGroupKwargs(backend=...)`` or ``ddp_backend``, for
+    ``device_type`` devices, where torch cannot carry their tensors over it; None when it can, or
+    cannot tell.
 
     :param named_by: where the user named it, as they wrote it
         (``"InitProcessGroupKwargs(backend='gloo')"``).

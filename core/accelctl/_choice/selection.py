@@ -52,7 +52,6 @@ class Selection:
     def asked_devices(self) -> str:
         """Describe the devices spec as given and the devices it selected, for a message.
 
-        The devices spec as it was given and the devices it selected, for a message:
         ``devices='0,1' (openreg:0, openreg:1)``, or ``ACCELCTL_DEVICES='0,1' (...)`` where that
         variable gave it; processes that share one device (the CPU's) are not listed."""
         if self.spec_variable:
@@ -68,8 +67,7 @@ class Selection:
     def given_devices(self) -> str:
         """Return the devices as the user gave them, for ``--devices`` in a suggested command.
 
-        The devices as the user gave them, for ``--devices`` in a suggested command (``0,1``
-        for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected)."""
+        ``0,1`` for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected."""
         return given_spec(self.spec, self.parsed)
 
     def first_device(self) -> Selection:
@@ -103,10 +101,9 @@ class Selection:
 def known_name(handle: AcceleratorHandle, asked: object = None) -> str:
     """Return the accelerator's name as the user knows it.
 
-    The accelerator's name as the user knows it, for messages and suggested commands: the
-    alias it was asked by (``rocm``), else its :attr:`~accelctl.AcceleratorHandle.name` (the
-    generic PrivateUse1 plugin's ``openreg``). ``--accelerator`` and ``accelerator=`` take
-    each of them."""
+    For messages and suggested commands: the alias it was asked by (``rocm``), else its
+    :attr:`~accelctl.AcceleratorHandle.name` (the generic PrivateUse1 plugin's ``openreg``).
+    ``--accelerator`` and ``accelerator=`` take each of them."""
     key = asked.strip().lower() if isinstance(asked, str) else ""
     if key and key != handle.name:
         try:
@@ -197,8 +194,7 @@ def _why(status: AcceleratorStatus) -> str:
 def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
     """Return the available accelerator of highest priority, probing every enabled plugin at once.
 
-    The available accelerator of highest priority (of ``family``, when given; ties: the first
-    name), every enabled plugin probed at once."""
+    Of ``family``, when given; ties: the first name."""
     statuses = registry.candidates()
     if family is not None:  # a broken plugin's family is unknown: named in the error below
         statuses = [s for s in statuses if s.error is not None or s.family == family]
@@ -246,8 +242,7 @@ ACCEPTED_ACCELERATORS = (
 def _check_plugin_object(accelerator: object) -> None:
     """Refuse, as the caller's mistake, what is no plugin object.
 
-    Refuse, as the caller's mistake, what is no plugin object (a ``torch.device``, None, a
-    number), which would otherwise be blamed as a broken plugin."""
+    A ``torch.device``, None, a number: these would otherwise be blamed as a broken plugin."""
     if isinstance(accelerator, (AcceleratorHandle, Accelerator)) or (
         isinstance(accelerator, type) and issubclass(accelerator, Accelerator)
     ):
@@ -302,9 +297,9 @@ def resolve_chosen(
 ) -> Selection:
     """Resolve the devices of ``handle``, the second half of :func:`resolve`.
 
-    The second half of :func:`resolve`: the devices of ``handle``, which
-    :func:`select_accelerator` chose for ``accelerator`` (what the user asked, for messages).
-    ``chosen``: the variables as :func:`resolve` read them (else read from ``environ`` now)."""
+    :func:`select_accelerator` chose ``handle`` for ``accelerator`` (what the user asked, for
+    messages). ``chosen``: the variables as :func:`resolve` read them (else read from ``environ``
+    now)."""
     if chosen is None:
         chosen = settings.SelectionVariables.read(environ)
     given = devices
@@ -383,6 +378,6 @@ def processes_here(environ: Mapping[str, str] | None = None) -> str | None:
 def single_process(parsed: int | list[int]) -> int | list[int]:
     """Return what ``devices="auto"`` keeps on an accelerator without a distributed backend.
 
-    What ``devices="auto"`` keeps on an accelerator without ``distributed_backend``: its first
-    device, so that "auto" never selects a setup that cannot run (a spec such as ``"1,"`` can)."""
+    Its first device, so that "auto" never selects a setup that cannot run (a spec such as ``"1,"``
+    can)."""
     return min(parsed, 1) if isinstance(parsed, int) else parsed[:1]

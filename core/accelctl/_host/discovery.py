@@ -61,8 +61,7 @@ def distribution(origin: Origin) -> metadata.Distribution:
 class Identity(NamedTuple):
     """Who installed a plugin: the distribution's name and version, or why they cannot be read.
 
-    The distribution's name and version, and why they cannot be read (None when they can; the name
-    is then the folder's, the version None)."""
+    None when they can be read; the name is then the folder's, the version None."""
 
     distribution: str | None
     version: str | None
@@ -131,8 +130,7 @@ def dist_key(origin: Origin) -> str:
 def _folder_key(name: str) -> str | None:
     """Return the normalised distribution name of a ``.dist-info`` or ``.egg-info`` folder's name.
 
-    The normalised distribution name of a ``<name>-<version>.dist-info`` (or ``.egg-info``)
-    folder's name, importlib's rule; None for any other name."""
+    By importlib's rule, for ``<name>-<version>.dist-info``; None for any other name."""
     stem, dot, suffix = name.lower().rpartition(".")
     if not dot or suffix not in ("dist-info", "egg-info"):
         return None
@@ -320,8 +318,8 @@ def _entries(
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
     """Read ``Name`` and ``Version`` from the metadata headers, without the e-mail parser.
 
-    ``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
-    whole file (over hundreds of plugins it costs more than the scan); raises what reading does."""
+    The e-mail parser over the whole file, over hundreds of plugins, costs more than the scan.
+    Raises what reading does."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}
     for line in text.splitlines():

@@ -90,8 +90,8 @@ def one_at_a_time() -> None:
 def skip_crashed(crashed: dict[str, str]) -> None:
     """Answer with an error, instead of asking, for each plugin named in ``crashed``.
 
-    Answer for each plugin named in ``crashed`` (by its name) with an error of its cause
-    instead of asking it: it crashed the process that asked it before."""
+    Each plugin is named by its name; the error is of its cause: it crashed the process that asked
+    it before."""
     _crashed.clear()
     _crashed.update(crashed)
 
@@ -179,8 +179,7 @@ class _Run(Generic[A, T]):
     def grow(self, now: float, limit: int) -> float:
         """Start one more thread where every running one has been busy long enough and items wait.
 
-        Start one more thread where every running one has been busy for
-        :data:`GROW_AFTER_S` and items wait; how long until that is worth asking again."""
+        Busy for :data:`GROW_AFTER_S`; returns how long until that is worth asking again."""
         if not self.waiting or not self.running or self.workers >= limit:
             return POLL_S  # nothing to grow for, or no thread has taken a plugin yet
         # An item off the clock waits for a fan-out of its own: busy, as long as can be.
@@ -196,9 +195,9 @@ def run_each(
 ) -> list[T | AccelctlError]:
     """Call ``work(item)`` for every item from a pool of daemon threads, each under a deadline.
 
-    ``work(item)`` for every item, from a pool of daemon threads (``workers``, default
-    :data:`MAX_WORKERS`); per item its value or the :class:`~accelctl.AccelctlError` it raised or
-    its deadline gave (any other exception is accelctl's own bug, raised here).
+    ``workers`` defaults to :data:`MAX_WORKERS`; per item its value or the
+    :class:`~accelctl.AccelctlError` it raised or its deadline gave (any other exception is
+    accelctl's own bug, raised here).
 
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
@@ -258,9 +257,9 @@ class _Unnamed:
 def run_one(work: Callable[[], T], plugin: FanOutItem | None = None) -> T:
     """Call ``work()`` in a worker thread under the deadline and return or raise its outcome.
 
-    ``work()`` in a worker thread under the deadline (the CLI's named commands): its value, or
-    the error it raised or its deadline gave, raised here; past the deadline the error is
-    ``plugin``'s (the plugin ``work`` is for, where the caller knows it), else accelctl's own."""
+    For the CLI's named commands: its value, or the error it raised or its deadline gave, raised
+    here; past the deadline the error is ``plugin``'s (the plugin ``work`` is for, where the caller
+    knows it), else accelctl's own."""
     [result] = run_each([plugin if plugin is not None else _Unnamed()], lambda _: work())
     if isinstance(result, AccelctlError):
         raise result

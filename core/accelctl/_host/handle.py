@@ -140,8 +140,8 @@ class AcceleratorHandle:
     ) -> AcceleratorHandle:
         """Make a handle on a plugin object without an entry point.
 
-        A handle on a plugin object without an entry point (an :class:`Accelerator` instance
-        or subclass, or a module or object with ``@accelctl.hookimpl`` functions).
+        An :class:`Accelerator` instance or subclass, or a module or object with
+        ``@accelctl.hookimpl`` functions.
 
         :param check: raise where it cannot be used; ``False``: return the handle whatever
             loading it gave (``state``, ``stage`` and ``error`` say it: the conformance kit).
@@ -189,8 +189,7 @@ class AcceleratorHandle:
     def _read_identity(self) -> Identity:
         """Read the distribution's name and version, once.
 
-        The distribution's name and version, read once (a read only: :meth:`identify` is what
-        breaks the handle where they cannot be read)."""
+        A read only: :meth:`identify` is what breaks the handle where they cannot be read."""
         if self._identity is None:
             self._identity = Identity(None, None)
             if self._origin is not None:
@@ -232,8 +231,8 @@ class AcceleratorHandle:
     def load(self) -> AcceleratorHandle:
         """Import, instantiate and validate the plugin, once, never raising for its failure.
 
-        Import, instantiate and validate the plugin, once (a disabled one is not imported);
-        never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
+        A disabled one is not imported. :attr:`state`, :attr:`stage` and :attr:`error` say how it
+        went."""
         self.identify()
         if self.state == "not-loaded" and self._entry_point is not None:
             with self._loading:  # one import per handle, whichever thread asks first
@@ -286,9 +285,8 @@ class AcceleratorHandle:
     def diagnose(self) -> HookDiagnosis | None:
         """Return the contract checks' verdict on the imported plugin's hooks, or None.
 
-        The contract checks' verdict on the imported plugin's hooks, worked out now (the
-        conformance checks' detail; loading keeps only its outcome); None before the plugin is
-        imported or where a hook takes a parameter its specification lacks."""
+        Worked out now (the conformance checks' detail; loading keeps only its outcome); None before
+        the plugin is imported or where a hook takes a parameter its specification lacks."""
         if self.plugin is None:
             return None
         return diagnose(self.plugin)
@@ -329,8 +327,8 @@ class AcceleratorHandle:
     def _failed(self, hook: str, exc: BaseException) -> AccelctlError:
         """Return the error for what ``hook`` raised.
 
-        The error for what ``hook`` raised (a device hook's ``DeviceSpecError`` passes, its
-        parts filled in); a Ctrl-C is raised as it is."""
+        A device hook's ``DeviceSpecError`` passes, its parts filled in; a Ctrl-C is raised as it
+        is."""
         if isinstance(exc, DeviceSpecError) and hook in ("parse_devices", "get_parallel_devices"):
             if exc.accelerator is None:
                 exc.accelerator = self.name
@@ -429,8 +427,8 @@ class AcceleratorHandle:
     def kernel_gaps(self) -> KernelGaps:
         """Return the kernels the plugin declares its device lacks, and torch's CPU-fallback switch.
 
-        The operators the plugin declares its device lacks or must never run on the CPU,
-        and torch's own CPU-fallback switch for it (empty when the plugin has no such hook)."""
+        The operators its device lacks or must never run on the CPU; empty when the plugin has no
+        such hook."""
         return cast("KernelGaps", self._call("kernel_gaps") or KernelGaps())
 
     def unavailable_reason(self) -> str | None:

@@ -146,10 +146,9 @@ def import_torch() -> ModuleType:
 def import_torch_alone() -> ModuleType:
     """Import torch without its out-of-tree backends.
 
-    ``import torch`` without its out-of-tree backends (see :func:`load_backends`): torch's
-    autoload switch is off for the import and put back after (where a distribution's
-    ``entry_points.txt`` cannot be read, and the conformance kit, which times the backends with
-    a plugin's first ``detect()``)."""
+    See :func:`load_backends`: torch's autoload switch is off for the import and put back after.
+    Used where a distribution's ``entry_points.txt`` cannot be read, and by the conformance kit,
+    which times the backends with a plugin's first ``detect()``."""
     previous = os.environ.get(AUTOLOAD_VARIABLE)
     os.environ[AUTOLOAD_VARIABLE] = "0"
     try:
@@ -165,9 +164,8 @@ def import_torch_alone() -> ModuleType:
 def load_backends(strict: bool = False) -> list[str]:
     """Load the ``torch.backends`` entry points as torch's autoload does, and return their names.
 
-    Load the ``torch.backends`` entry points as torch's autoload does, unless
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; their names. One that fails is named in a warning,
-    or, ``strict``, raises."""
+    Unless ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no. One that fails is named in a warning, or,
+    ``strict``, raises."""
     if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
         return []
     found = scan(warn=False, groups=(TORCH_BACKENDS_GROUP,))

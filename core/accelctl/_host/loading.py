@@ -35,9 +35,8 @@ _ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", 
 class _Impl(NamedTuple):
     """One hook of a plugin: its function, its required parameters and its marker's options.
 
-    One hook of a plugin: its function (bound, for a method), the names of its parameters
-    without a default, and its marker's options (``{}`` for an unmarked method of an
-    :class:`~accelctl.Accelerator` subclass)."""
+    The function is bound, for a method; the parameters are those without a default; the options are
+    ``{}`` for an unmarked method of an :class:`~accelctl.Accelerator` subclass."""
 
     function: Callable[..., Any]
     argnames: tuple[str, ...]
@@ -56,8 +55,7 @@ def _spec_arguments() -> dict[str, tuple[str, ...]]:
 def _argnames(function: Callable[..., Any]) -> tuple[str, ...]:
     """Return the parameters a call must pass, as pluggy counts them.
 
-    The parameters a call must pass (those without a default), as pluggy counts them: of a
-    bound method without ``self``."""
+    Those without a default, of a bound method without ``self``."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: no parameter to check
@@ -229,8 +227,8 @@ def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
 def diagnose(plugin: object) -> HookDiagnosis | None:
     """Return the plugin's :class:`HookDiagnosis`, read again; None where it cannot be read.
 
-    The plugin's :class:`HookDiagnosis`, read again (the conformance checks' detail); None
-    where a hook takes a parameter its specification lacks or reading its attributes raises."""
+    The conformance checks' detail; None where a hook takes a parameter its specification lacks or
+    reading its attributes raises."""
     try:
         return _read(plugin, "")[1]
     except PluginLoadError:
@@ -274,8 +272,7 @@ def _checked(
 ) -> dict[str, _Impl]:
     """Return the hooks found, by name, each checked against its specification.
 
-    The hooks found, by name, each checked against its specification (an unknown name is
-    kept for the caller to name).
+    An unknown name is kept for the caller to name.
 
     :raises PluginLoadError: a hook takes a parameter its specification does not have.
     """
@@ -311,9 +308,9 @@ def _wrappers(impls: dict[str, _Impl]) -> tuple[str, ...]:
 def name_of(obj: object) -> str:
     """Return the name of a plugin object that has no entry point.
 
-    The name of a plugin object that has no entry point, the one rule for it: an
-    :class:`~accelctl.Accelerator`'s :attr:`~accelctl.Accelerator.accelerator_name` (its class's
-    too), else the object's ``name`` or ``__name__`` attribute, else its type's name; lowercase."""
+    The one rule for it: an :class:`~accelctl.Accelerator`'s
+    :attr:`~accelctl.Accelerator.accelerator_name` (its class's too), else the object's ``name`` or
+    ``__name__`` attribute, else its type's name; lowercase."""
     if isinstance(obj, Accelerator):
         return obj.accelerator_name
     if inspect.isclass(obj) and issubclass(obj, Accelerator):

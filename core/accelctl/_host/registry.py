@@ -62,8 +62,8 @@ def load_each(handles: Sequence[AcceleratorHandle]) -> None:
 class Registry:
     """The accelerator plugins installed on ``path``.
 
-    The accelerator plugins installed on ``path`` (default: ``sys.path``); ``environ`` is
-    where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read at the first scan."""
+    ``path`` defaults to ``sys.path``; ``environ`` is where ``ACCELCTL_PLUGINS`` /
+    ``ACCELCTL_DISABLE`` are read at the first scan."""
 
     def __init__(
         self, path: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
@@ -161,8 +161,8 @@ class Registry:
     def named(self, name: object) -> AcceleratorHandle | None:
         """Return the one handle whose canonical name is ``name``, not loaded; else None.
 
-        The one handle whose canonical name is ``name`` (any case), not loaded; None for
-        anything else (``"auto"``, an alias, a name claimed twice, not a str)."""
+        ``name`` in any case; None for anything else (``"auto"``, an alias, a name claimed twice,
+        not a str)."""
         if not isinstance(name, str):
             return None
         handles = self._scan().get(name.strip().lower(), [])
@@ -219,8 +219,7 @@ class Registry:
     def listing(self, detect: bool = True) -> list[AcceleratorStatus]:
         """List every installed accelerator and how it fares here, all probed at once.
 
-        Every installed accelerator and how it fares here, all probed at once (what
-        :func:`accelctl.list_accelerators` returns for the process-wide registry)."""
+        What :func:`accelctl.list_accelerators` returns for the process-wide registry."""
         plugins = self.plugins()
         if not detect:
             return [AcceleratorStatus.of(handle) for handle in plugins]
@@ -339,8 +338,8 @@ def set_registry(registry: Registry | None) -> Registry | None:
 def get_accelerator(name: str) -> AcceleratorHandle:
     """Return a handle on the loaded accelerator called ``name``.
 
-    A handle on the loaded accelerator called ``name`` (canonical name or alias, any case);
-    a canonical name imports that plugin alone."""
+    ``name`` is a canonical name or alias, in any case; a canonical name imports that plugin
+    alone."""
     return get_registry().get(name)
 
 
