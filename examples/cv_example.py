@@ -32,7 +32,9 @@ import accelctl
 
 
 class DigitsCNN(nn.Module):
-    """``blocks`` convolution blocks (each halves the image and doubles the channels, from
+    """A small CNN: convolution blocks, pooled to 4x4, and a classifier.
+
+    ``blocks`` convolution blocks (each halves the image and doubles the channels, from
     ``width``), pooled to 4x4, and a classifier."""
 
     def __init__(self, in_channels: int, blocks: int, width: int, lr: float) -> None:
@@ -89,7 +91,9 @@ def digits(seed: int) -> tuple[TensorDataset, TensorDataset]:
 
 
 def synthetic(count: int, seed: int, size: int = 64) -> tuple[TensorDataset, TensorDataset]:
-    """``count`` noisy 3x``size``x``size`` images of 10 smooth random patterns: learnable, and
+    """Make ``count`` noisy images of 10 smooth random patterns.
+
+    ``count`` noisy 3x``size``x``size`` images of 10 smooth random patterns: learnable, and
     heavy enough (about 2.3 GFLOP per image and step with the wider network) to time."""
     generator = torch.Generator().manual_seed(seed)
     # Smooth patterns (8x8 noise scaled up) that a convolution picks out from the pixel noise.

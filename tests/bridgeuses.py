@@ -398,8 +398,9 @@ def _own_names(node: ast.ClassDef) -> set[str]:
 def declaration() -> str:
     """The text of ``accelctl/integrations/_shared/uses.py`` for the bridges' code as it stands."""
     lines = [
-        '"""Every name of its framework that each bridge uses on the paths it runs: what',
-        "``accelctl.integrations._shared.versions`` checks on the installed release when the",
+        '"""Every name of its framework that each bridge uses on the paths it runs.',
+        "",
+        "What ``accelctl.integrations._shared.versions`` checks on the installed release when the",
         "bridge is imported (docs/design/bridge-uses.md).",
         "",
         "Derived from the bridges' code by tests/bridgeuses.py, which writes this file",

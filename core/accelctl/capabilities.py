@@ -1,8 +1,10 @@
-"""What a device can do for training, probed in this process: the rows of the capability matrix
-(``accelctl validate --capabilities``) and the needs of sharded training (FSDP2). The rows for
-DeepSpeed's ZeRO: the collectives it calls beyond FSDP2's (``broadcast``, ``all-reduce``) and
-which of its compiled ops the DeepSpeed bridge gives the device (``deepspeed-device-ops``) or can
-build on this machine (``deepspeed-host-ops``, what ZeRO-Offload's CPU optimizers need).
+"""What a device can do for training, probed in this process: the capability matrix's rows.
+
+The rows of the capability matrix (``accelctl validate --capabilities``) and the needs of sharded
+training (FSDP2). The rows for DeepSpeed's ZeRO: the collectives it calls beyond FSDP2's
+(``broadcast``, ``all-reduce``) and which of its compiled ops the DeepSpeed bridge gives the device
+(``deepspeed-device-ops``) or can build on this machine (``deepspeed-host-ops``, what ZeRO-Offload's
+CPU optimizers need).
 
 Each probe runs the smallest piece of torch that the feature rests on, on the device itself, and
 records the device's own words when it fails (the exception's type and message) or what was
@@ -44,9 +46,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Capability:
-    """One row of the capability matrix: ``name`` (an id of :data:`CAPABILITIES`), whether the
-    device has it, and ``reason``: what was run and seen, in the device's own words where it has
-    some (an exception's ``"TypeName: message"``).
+    """One row of the capability matrix: a capability, whether the device has it, and why.
+
+    ``name`` is an id of :data:`CAPABILITIES`; ``reason`` is what was run and seen, in the device's
+    own words where it has some (an exception's ``"TypeName: message"``).
 
     The ``kernels`` row has three fields more: ``missing_kernels``, what its cases found
     missing or wrong (:class:`~accelctl._kernels.probe.MissingKernel`, each saying whether
@@ -62,8 +65,10 @@ class Capability:
     kernel_gaps: KernelGaps | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"name", "supported", "reason"}``, as ``--capabilities --json`` prints a row; the
-        ``kernels`` row adds ``missing_kernels``, ``kernel_cases`` and ``kernel_gaps``."""
+        """Return the row as ``--capabilities --json`` prints it.
+
+        ``{"name", "supported", "reason"}``; the ``kernels`` row adds ``missing_kernels``,
+        ``kernel_cases`` and ``kernel_gaps``."""
         row: dict[str, Any] = {
             "name": self.name,
             "supported": self.supported,
@@ -126,8 +131,9 @@ class _Missing(Exception):
 
 
 class _Probe:
-    """What the probes of one device share: the device, and a 1-process group made on first need
-    and destroyed by :meth:`close`."""
+    """What the probes of one device share: the device and a 1-process group.
+
+    The group is made on first need and destroyed by :meth:`close`."""
 
     def __init__(
         self,
@@ -147,15 +153,17 @@ class _Probe:
         self._group_error: str | None = None
 
     def _current_device(self) -> torch.device:
-        """The device of this type the process is on (``setup_device`` made it current): the
-        device module's ``current_device()``, else index 0."""
+        """Return the device of this type that the process is on.
+
+        ``setup_device`` made it current: the device module's ``current_device()``, else index 0."""
         current = getattr(self.module, "current_device", None)
         index = current() if callable(current) else 0
         return self.torch.device(self.device_type, index if isinstance(index, int) else 0)
 
     def group(self) -> Any:
-        """The 1-process group on :attr:`backend` (rank 0 of 1, an in-memory store); raises
-        :class:`_Missing` saying why there is none."""
+        """Return the 1-process group on :attr:`backend`, made on first need.
+
+        Rank 0 of 1, on an in-memory store; raises :class:`_Missing` saying why there is none."""
         if self._group is not None:
             return self._group
         if self._group_error is None:
@@ -190,10 +198,12 @@ class _Probe:
 
 
 def _backend_gap(backend: str, device_type: str) -> str | None:
-    """Why ``backend`` (``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``) cannot carry
-    ``device_type`` tensors in this torch, from its registration alone (no process group); None
-    when it is registered for them and compiled in. The check ``accelctl launch``, the Trainer
-    and ``validate`` make (``_choice.distributed_backend``), worded as a capability's reason."""
+    """Say why ``backend`` cannot carry ``device_type`` tensors in this torch; None when it can.
+
+    ``backend`` is ``"gloo"``, or per device type ``"cpu:gloo,cuda:nccl"``; read from its
+    registration alone (no process group): None when it is registered for the device type and
+    compiled in. The check ``accelctl launch``, the Trainer and ``validate`` make
+    (``_choice.distributed_backend``), worded as a capability's reason."""
     from ._choice.distributed_backend import backend_problem
 
     problem = backend_problem(backend, device_type)
@@ -364,8 +374,10 @@ def _collective(name: str, single: str, legacy: str) -> Callable[[_Probe], str]:
 
 
 def _in_place_collective(name: str) -> Callable[[_Probe], str]:
-    """``broadcast`` (from rank 0) or ``all_reduce`` (a sum) on the 1-process group: each
-    leaves the tensor as it was."""
+    """Return the probe that runs ``broadcast`` or ``all_reduce`` on the 1-process group.
+
+    ``broadcast`` is from rank 0, ``all_reduce`` a sum: on one process each leaves the tensor as it
+    was."""
 
     def probe(p: _Probe) -> str:
         import torch.distributed as dist
@@ -386,8 +398,10 @@ def _in_place_collective(name: str) -> Callable[[_Probe], str]:
 
 
 def _deepspeed(row: str) -> Callable[[_Probe], str]:
-    """The DeepSpeed bridge's compiled ops (:mod:`._deepspeed_builds`): facts of the bridge's
-    rules and of this machine, read without DeepSpeed."""
+    """Return the probe of a row of the DeepSpeed bridge's compiled ops on this machine.
+
+    Facts of the bridge's rules (:mod:`._deepspeed_builds`) and of this machine, read without
+    DeepSpeed."""
 
     def probe(p: _Probe) -> str:
         from ._deepspeed import builds
@@ -485,9 +499,11 @@ def iter_capabilities(
     *,
     kernel_gaps: Callable[[], KernelGaps] | None = None,
 ) -> Iterator[Capability]:
-    """:func:`probe_capabilities` one row at a time, in the order of :data:`CAPABILITIES` (a
-    process that reports each row as it comes leaves the finished ones behind if a probe
-    crashes it). The process group, made on first need, is destroyed when the iteration ends.
+    """Yield the rows of :func:`probe_capabilities` one at a time.
+
+    In the order of :data:`CAPABILITIES`: a process that reports each row as it comes leaves the
+    finished ones behind if a probe crashes it. The process group, made on first need, is destroyed
+    when the iteration ends.
 
     :raises RuntimeError: when this process already has a default process group (probing makes
         a 1-process group of its own).
@@ -514,12 +530,14 @@ def probe_capabilities(
     *,
     kernel_gaps: Callable[[], KernelGaps] | None = None,
 ) -> tuple[Capability, ...]:
-    """Every row of the matrix (:data:`CAPABILITIES`), probed in THIS process on the current
-    device of ``device_type`` (its module's ``current_device()``, else 0; ``"cpu"``: the CPU).
-    The collective rows run on a 1-process group on ``backend`` (``init_process_group(backend,
-    store=HashStore(), rank=0, world_size=1)``), destroyed after; ``backend=None`` (one process
-    only) makes them a "no" that says so. ``kernel_gaps``: the plugin's hook (its declared gaps
-    go into the ``kernels`` row); None: none declared.
+    """Probe every row of the capability matrix in this process, on the current device.
+
+    Every row of :data:`CAPABILITIES`, probed in THIS process on the current device of
+    ``device_type`` (its module's ``current_device()``, else 0; ``"cpu"``: the CPU). The collective
+    rows run on a 1-process group on ``backend`` (``init_process_group(backend, store=HashStore(),
+    rank=0, world_size=1)``), destroyed after; ``backend=None`` (one process only) makes them a "no"
+    that says so. ``kernel_gaps``: the plugin's hook (its declared gaps go into the ``kernels``
+    row); None: none declared.
 
     A probe can load a device runtime and leave state behind (a compiled function, the device's
     random state drawn from), so the kit runs it in a fresh process per plugin.
@@ -528,13 +546,14 @@ def probe_capabilities(
 
 
 def fsdp_gaps(device_type: str, backend: str | None) -> tuple[Capability, ...]:
-    """The FSDP2 needs (:data:`FSDP_NEEDS`) this process can check without a process group that
-    ``device_type`` lacks; ``()`` when FSDP2 can be tried. The device module's
+    """Return the FSDP2 needs that ``device_type`` lacks, checked without a process group.
+
+    The needs are :data:`FSDP_NEEDS`; ``()`` when FSDP2 can be tried. The device module's
     ``Stream``/``Event``/``current_stream`` and storage resize are run on the device; the
-    collectives are checked by the backend's registration for the device type only (running
-    them needs a group: :func:`probe_capabilities`). Cheap enough to run once before a launch;
-    it allocates a small tensor on the current device, so it starts the device's runtime in the
-    calling process (not for a parent that forks its workers afterwards).
+    collectives are checked by the backend's registration for the device type only (running them
+    needs a group: :func:`probe_capabilities`). Cheap enough to run once before a launch; it
+    allocates a small tensor on the current device, so it starts the device's runtime in the calling
+    process (not for a parent that forks its workers afterwards).
     """
     probe = _Probe(device_type, backend)
     gaps = [

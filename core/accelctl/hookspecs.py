@@ -296,8 +296,9 @@ def environment_info() -> dict[str, str | int | float | bool | None]:
 
 @hookspec
 def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | None:
-    """Say what one device can do at most: dense FLOPs per second by data type, and its memory
-    bandwidth.
+    """Say what one device can do at most: dense FLOPs per second by data type, and bandwidth.
+
+    The bandwidth is the device's memory bandwidth.
 
     Optional: without it (or with ``None``) the peak is unknown, and the Trainer logs the model's
     ``flops_per_second`` but no ``mfu``. Called by the Trainer once per ``fit``, after
@@ -336,8 +337,9 @@ def device_peak(device: torch.device | str) -> DevicePeak | dict[str, Any] | Non
 
 @hookspec
 def kernel_gaps() -> KernelGaps | dict[str, Any] | None:
-    """Say which of torch's operators the device lacks, which must never run on the CPU in its
-    place, and torch's own switch that runs its missing kernels on the CPU, where there is one.
+    """Say which of torch's operators the device lacks, and which must never run on the CPU.
+
+    Also torch's own switch that runs the device's missing kernels on the CPU, where there is one.
 
     Optional: without it (or with ``None``) nothing is declared, and accelctl learns of a missing
     kernel from the error torch raises at its first call (an operator without any kernel for the

@@ -42,9 +42,11 @@ MARKERS = ("o", "s", "^", "D")
 
 
 def plot_metrics(source: str | Path | RunMetrics, run: str | None = None) -> Figure:
-    """The figure of ``run`` (default: the last) of ``source``: a metrics file, the
-    ``root_dir`` that holds one, or what :func:`read_metrics` returned. Each panel's title says
-    what it shows (``loss``, ``throughput``, ``MFU``, ``memory``); each line's label is its key.
+    """Plot the metrics of one run of ``source`` as a figure.
+
+    ``run`` defaults to the last; ``source`` is a metrics file, the ``root_dir`` that holds one, or
+    what :func:`read_metrics` returned. Each panel's title says what it shows (``loss``,
+    ``throughput``, ``MFU``, ``memory``); each line's label is its key.
 
     :raises AccelctlError: as :func:`read_metrics`; matplotlib is not installed (an
         :class:`ImportError` too), naming the extra that installs it.
@@ -84,8 +86,9 @@ def plot_metrics(source: str | Path | RunMetrics, run: str | None = None) -> Fig
 def save_plot(
     source: str | Path | RunMetrics, output: str | Path, run: str | None = None
 ) -> Figure:
-    """:func:`plot_metrics`, written to ``output`` (its suffix is the format: ``.png``,
-    ``.svg``, ``.pdf``, ...).
+    """Plot the metrics with :func:`plot_metrics` and write the figure to ``output``.
+
+    The suffix of ``output`` is the format: ``.png``, ``.svg``, ``.pdf``, ...
 
     :raises AccelctlError: as :func:`plot_metrics`; ``output`` cannot be written, or its suffix
         is not a format matplotlib writes.

@@ -109,8 +109,10 @@ ORDERED_KEYS: tuple[tuple[str, str], ...] = (
 
 
 def unit_of(key: str) -> str | None:
-    """The unit a key's suffix names (``"bytes"`` for ``"cuda.l2_cache_bytes"``); None for a key
-    without one (a plain count or ratio)."""
+    """Return the unit that a key's suffix names, or None.
+
+    ``"bytes"`` for ``"cuda.l2_cache_bytes"``; None for a key without one (a plain count or
+    ratio)."""
     for suffix, unit in UNIT_SUFFIXES.items():
         if key.endswith(suffix):
             return unit

@@ -1,7 +1,8 @@
-"""The out-of-tree torch backends that ``import torch`` loads (its ``torch.backends`` entry
-points), from accelctl's one scan of the installed distributions: the scan that finds the plugins
-finds them too, so a plugin that asks (the generic PrivateUse1 plugin, on each probe) costs no
-second pass over the installed distributions.
+"""The out-of-tree torch backends that ``import torch`` loads, from accelctl's one scan.
+
+They are ``import torch``'s ``torch.backends`` entry points; the scan of the installed distributions
+that finds the plugins finds them too, so a plugin that asks (the generic PrivateUse1 plugin, on
+each probe) costs no second pass over the installed distributions.
 
 Its own module, apart from :mod:`accelctl.torch_build` (which reads torch's build and imports
 torch, and which the base class :class:`accelctl.Accelerator` uses): this one asks the registry,
@@ -30,9 +31,10 @@ class BackendEntryPoint(NamedTuple):
 
 
 def backend_entry_points() -> list[BackendEntryPoint]:
-    """Every installed ``torch.backends`` entry point, from accelctl's one scan of the installed
-    distributions (the process-wide registry's, which finds the plugins too): a plugin that asks
-    costs no second pass over them, and asking again reads no file."""
+    """Return every installed ``torch.backends`` entry point, from accelctl's one scan.
+
+    The scan is the process-wide registry's, which finds the plugins too: a plugin that asks costs
+    no second pass over them, and asking again reads no file."""
     registry = get_registry()
     if _backends[0] is not registry:  # read once per registry (a new one scans again)
         entries = []
@@ -47,7 +49,8 @@ _backends: list[Any] = [None, []]  # the registry read last, and its entries
 
 
 def plugin_distributions(name: str) -> list[str]:
-    """The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (any
-    case), from the same scan: a plugin that serves a backend by its name (the generic
-    PrivateUse1 one) asks whether a dedicated plugin claims it, without a second pass."""
+    """Return the distributions whose ``accelctl.accelerators`` entry point is called ``name``.
+
+    ``name`` in any case, from the same scan: a plugin that serves a backend by its name (the
+    generic PrivateUse1 one) asks whether a dedicated plugin claims it, without a second pass."""
     return [handle.distribution or "?" for handle in get_registry().claimants(name)]

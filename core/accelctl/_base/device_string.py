@@ -1,4 +1,6 @@
-"""A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch:
+"""A device as a string, read and written without torch.
+
+A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch:
 ``accelctl stats`` hands ``device_stats`` the string form, and plugins split either form with
 :func:`split_device`.
 """
@@ -13,9 +15,11 @@ _FORMS = "a torch.device, or a str '<type>' or '<type>:<index>' such as 'cpu' or
 
 
 def split_device(device: Any) -> tuple[str, int | None]:
-    """The type and index of ``device``: ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give
-    ``("cuda", 1)``, ``"cpu"`` gives ``("cpu", None)``; a ``TypeError`` for what is neither a
-    ``torch.device`` nor a ``str``, a ``ValueError`` for a string of another form."""
+    """Return the type and index of ``device``.
+
+    ``torch.device("cuda", 1)`` and ``"cuda:1"`` both give ``("cuda", 1)``, ``"cpu"`` gives
+    ``("cpu", None)``; a ``TypeError`` for what is neither a ``torch.device`` nor a ``str``, a
+    ``ValueError`` for a string of another form."""
     if isinstance(device, str):
         match = _DEVICE_RE.match(device.strip())
         if match is None:

@@ -1,6 +1,7 @@
-"""Names shared by the hook markers, discovery and the messages: one constant rules them, as in
-pytest and tox (the ``ACCELCTL_*`` variables are :mod:`accelctl._contract.settings`').
-"""
+"""Names shared by the hook markers, discovery and the messages.
+
+One constant rules them, as in pytest and tox (the ``ACCELCTL_*`` variables are
+:mod:`accelctl._contract.settings`')."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Making text from others (plugins, package metadata, the user's input) safe to print: one line
+"""Making text from others safe to print: one line, escaped, bounded.
+
+Making text from others (plugins, package metadata, the user's input) safe to print: one line
 (runs of white space become one space), other control characters escaped as :func:`repr` does (no
 escape sequence reaches the terminal), and bounded: the middle of a longer text is cut, keeping
 the start (usually the point) and the end (usually the advice).
@@ -17,7 +19,9 @@ JSON_STRING_LIMIT = 4000
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with every non-printable character (control, format, separator other than the
+    """Escape every non-printable character of ``text``, as :func:`repr` shows it.
+
+    ``text`` with every non-printable character (control, format, separator other than the
     space, surrogate) written as its escape, as :func:`repr` shows it."""
     if text.isprintable():
         return text
@@ -25,7 +29,9 @@ def escape_controls(text: str) -> str:
 
 
 def bound(text: str, limit: int) -> str:
-    """``text``, or its start and end around a ``[... N characters cut ...]`` marker so that the
+    """Bound ``text`` to about ``limit`` characters, cutting its middle.
+
+    ``text``, or its start and end around a ``[... N characters cut ...]`` marker so that the
     result is about ``limit`` characters long."""
     if len(text) <= limit:
         return text
@@ -37,7 +43,9 @@ def bound(text: str, limit: int) -> str:
 
 
 def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """One printable line of about ``limit`` characters at most (see the module's docstring); the
+    """Make ``text`` one printable line of about ``limit`` characters at most.
+
+    One printable line of about ``limit`` characters at most (see the module's docstring); the
     bound applies before escaping, which can make it up to four times longer."""
     if len(text) <= limit and text.isprintable() and "  " not in text:
         return text  # the common case, at C speed
@@ -45,7 +53,9 @@ def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
-    """A line composed by accelctl, made safe as a last resort: each white-space character becomes
+    """Make a line composed by accelctl safe to print, as a last resort.
+
+    A line composed by accelctl, made safe as a last resort: each white-space character becomes
     a space (runs are kept, for alignment), others escaped, the length bounded. Others' text in it
     should have gone through :func:`clean` already."""
     if len(text) <= limit and text.isprintable():
@@ -55,8 +65,9 @@ def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
 
 
 def quote(value: str, limit: int = 100) -> str:
-    """``repr(value)`` for a message, bounded: a user's 100,000-character input is quoted by its
-    start and a count of the rest."""
+    """Quote ``value`` with :func:`repr` for a message, bounded.
+
+    A user's 100,000-character input is quoted by its start and a count of the rest."""
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r} (and {len(value) - limit} more characters)"
@@ -89,22 +100,27 @@ def safe_repr(value: object, limit: int = 80) -> str:
 
 
 def describe_exception(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
-    """``"TypeName: message"`` in one clean, bounded line; just the type's name when the
-    message is empty or cannot be read."""
+    """Describe an exception as ``"TypeName: message"`` in one clean, bounded line.
+
+    Just the type's name when the message is empty or cannot be read."""
     name = type(exc).__name__
     message = clean(safe_str(exc), limit)
     return f"{name}: {message}" if message else name
 
 
 def one_line(message: BaseException | str, limit: int = LINE_LIMIT) -> str:
-    """A message (an exception's) in one clean, bounded line; an exception's type's name when
+    """Return a message in one clean, bounded line.
+
+    A message (an exception's) in one clean, bounded line; an exception's type's name when
     its message is empty."""
     text = clean(message if isinstance(message, str) else safe_str(message), limit)
     return text or type(message).__name__
 
 
 def end_sentence(text: str) -> str:
-    """``text`` ending a sentence once: its own ``?`` or ``!`` kept, else one full stop
+    """End ``text`` as a sentence, once.
+
+    ``text`` ending a sentence once: its own ``?`` or ``!`` kept, else one full stop
     (``"Did you mean 'openreg'?"`` before another sentence, never ``"...?."``)."""
     text = text.rstrip().rstrip(".")
     return text if text.endswith(("?", "!")) else f"{text}."

@@ -65,7 +65,9 @@ class TorchBuild:
 
 
 def version_literals(path: Path) -> dict[str, Any] | None:
-    """The literal top-level ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a
+    """Read the literal ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a ``torch/version.py``.
+
+    The literal top-level ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a
     ``torch/version.py``, never executed; None when the file is missing or not the generated
     one."""
     try:
@@ -105,8 +107,10 @@ def _from_module(torch: Any, source: str) -> TorchBuild:
 
 
 def read_torch_build() -> TorchBuild | None:
-    """The installed torch's build (None without torch): from the imported module, else its
-    ``version.py`` (read once per process), else ``import torch``, whose errors it raises."""
+    """Return the installed torch's build, or None without torch.
+
+    From the imported module, else its ``version.py`` (read once per process), else ``import
+    torch``, whose errors it raises."""
     loaded = loaded_torch()
     if loaded is not None and getattr(loaded, "version", None) is not None:
         return _from_module(loaded, "loaded")
@@ -146,8 +150,10 @@ def mps_built(build: TorchBuild) -> bool:
 
 
 def cudnn_version(build: TorchBuild) -> str | None:
-    """The cuDNN version of a CUDA build: the library's where torch is imported (no CUDA
-    context), else that of the ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
+    """Return the cuDNN version of a CUDA build, or None when not known.
+
+    The library's where torch is imported (no CUDA context), else that of the
+    ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
     if not build.cuda:
         return None
     if build.source != "version.py":

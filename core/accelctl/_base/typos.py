@@ -25,7 +25,9 @@ _LONG = 8
 
 
 def nearest(asked: str, names: Iterable[str]) -> str | None:
-    """The one name of ``names`` that ``asked`` is a typo of, or None (none is, or several are
+    """Return the one name of ``names`` that ``asked`` is a typo of, or None.
+
+    The one name of ``names`` that ``asked`` is a typo of, or None (none is, or several are
     equally near)."""
     by_slips: dict[int, list[str]] = {}
     for name in dict.fromkeys(names):
@@ -39,7 +41,9 @@ def nearest(asked: str, names: Iterable[str]) -> str | None:
 
 
 def slips(asked: str, name: str) -> int | None:
-    """How many slips turn ``name`` into ``asked``, when they are few enough to be a typo of it
+    """Count the slips that turn ``name`` into ``asked``, when few enough to be a typo.
+
+    How many slips turn ``name`` into ``asked``, when they are few enough to be a typo of it
     (the module's rule), else None."""
     shorter = min(len(asked), len(name))
     allowed = 2 if shorter >= _LONG else 1
@@ -56,8 +60,9 @@ def slips(asked: str, name: str) -> int | None:
 
 
 def _distance(a: str, b: str) -> int:
-    """The optimal string alignment distance: insertions, deletions, substitutions and swaps of
-    neighbouring letters, one each."""
+    """Return the optimal string alignment distance between two strings.
+
+    Insertions, deletions, substitutions and swaps of neighbouring letters, one each."""
     previous: list[int] = []
     row = list(range(len(b) + 1))
     for i in range(1, len(a) + 1):

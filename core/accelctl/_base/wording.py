@@ -29,8 +29,10 @@ def on_command_line() -> Iterator[None]:
 
 
 def setting(name: str, value: object, *, shown: str | None = None) -> str:
-    """An argument as the reader writes it: ``accelerator="auto"`` in Python, ``--accelerator
-    auto`` on a command line, which holds strings only (any other value is written for Python).
+    """Write an argument as the reader writes it, in Python or on a command line.
+
+    ``accelerator="auto"`` in Python, ``--accelerator auto`` on a command line, which holds strings
+    only (any other value is written for Python).
 
     :param shown: the value as Python shows it where not ``"<value>"`` (``repr`` of a devices
         spec, shortened).

@@ -22,9 +22,10 @@ PORT_BASE, PORT_SPAN = 20000, 10000
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
-    """SLURM's host list syntax expanded, in order, as ``scontrol show hostnames`` does:
-    ``"gpu[01-03,07],login1"`` gives ``gpu01, gpu02, gpu03, gpu07, login1`` (zero padding is
-    kept; several bracket groups multiply: ``"r[1-2]n[1-2]"`` is ``r1n1, r1n2, r2n1, r2n2``).
+    """Expand SLURM's host list syntax, in order, as ``scontrol show hostnames`` does.
+
+    ``"gpu[01-03,07],login1"`` gives ``gpu01, gpu02, gpu03, gpu07, login1`` (zero padding is kept;
+    several bracket groups multiply: ``"r[1-2]n[1-2]"`` is ``r1n1, r1n2, r2n1, r2n2``).
 
     :raises ProcessSetupError: for a list that does not follow the syntax.
     """
@@ -95,8 +96,10 @@ class SlurmStep:
 
 
 def slurm_step(environ: Mapping[str, str]) -> SlurmStep | None:
-    """This task's SLURM job step, or None outside one (a batch script, ``salloc``, no SLURM);
-    a :class:`ProcessSetupError` for a SLURM variable that cannot be read."""
+    """Return this task's SLURM job step, or None outside one.
+
+    Outside one: a batch script, ``salloc``, no SLURM. A :class:`ProcessSetupError` for a SLURM
+    variable that cannot be read."""
     step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "")).strip()
     if not step.isdigit() or int(step) >= SPECIAL_STEPS_FROM or "SLURM_JOB_ID" not in environ:
         return None

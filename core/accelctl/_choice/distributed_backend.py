@@ -22,7 +22,9 @@ _NOT_ADVISED = frozenset({"fake", "undefined"})
 
 
 def backend_problem(backend: str, device_type: str) -> str | None:
-    """Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
+    """Say why ``backend`` cannot carry ``device_type`` tensors here; None when it can.
+
+    Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
     ``device_type`` tensors here: None when it can (registered, and compiled in), ``"skip: <why>"``
     when this torch cannot tell, else a phrase saying what is wrong."""
     import torch.distributed as dist
@@ -49,9 +51,10 @@ def backend_problem(backend: str, device_type: str) -> str | None:
 
 
 def device_backends(device_type: str) -> list[str]:
-    """The backends that carry ``device_type`` tensors in this torch, torch's default for the
-    type first (``["gloo"]`` for ``"cpu"``, ``["occl"]`` for torch_openreg's ``"openreg"``);
-    ``[]`` when it has none, or no ``torch.distributed``."""
+    """Return the backends that carry ``device_type`` tensors in this torch, its default first.
+
+    ``["gloo"]`` for ``"cpu"``, ``["occl"]`` for torch_openreg's ``"openreg"``; ``[]`` when it has
+    none, or no ``torch.distributed``."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -121,9 +124,11 @@ def unusable_backend(
     shown_name: str,
     started: Started = NOTHING_STARTED,
 ) -> str | None:
-    """The sentence refusing several processes of ``handle`` because torch cannot carry its
-    ``device_type`` tensors over its ``distributed_backend``; None when it can, when torch cannot
-    tell, or when the plugin declares no backend (its own refusal: one process only).
+    """Return the sentence refusing several processes of ``handle`` for its backend, or None.
+
+    Refused because torch cannot carry its ``device_type`` tensors over its ``distributed_backend``;
+    None when it can, when torch cannot tell, or when the plugin declares no backend (its own
+    refusal: one process only).
 
     Asked once per process for each backend and device type (a launch asks before it starts its
     processes, a Trainer before it joins their group), never per call of a step.
@@ -172,9 +177,11 @@ def named_backend_refusal(
     leave_out: str,
     started: Started,
 ) -> str | None:
-    """The sentence refusing a backend the user named (``InitProcessGroupKwargs(backend=...)``,
-    ``ddp_backend``) for several processes on ``device_type`` devices, where torch cannot carry
-    their tensors over it; None when it can, or cannot tell.
+    """Return the sentence refusing a backend the user named for several processes, or None.
+
+    The backend named by ``InitProcessGroupKwargs(backend=...)`` or ``ddp_backend``, for
+    ``device_type`` devices, where torch cannot carry their tensors over it; None when it can, or
+    cannot tell.
 
     :param named_by: where the user named it, as they wrote it
         (``"InitProcessGroupKwargs(backend='gloo')"``).

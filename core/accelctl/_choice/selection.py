@@ -50,7 +50,8 @@ class Selection:
 
     @property
     def asked_devices(self) -> str:
-        """The devices spec as it was given and the devices it selected, for a message:
+        """Describe the devices spec as given and the devices it selected, for a message.
+
         ``devices='0,1' (openreg:0, openreg:1)``, or ``ACCELCTL_DEVICES='0,1' (...)`` where that
         variable gave it; processes that share one device (the CPU's) are not listed."""
         if self.spec_variable:
@@ -64,8 +65,9 @@ class Selection:
 
     @property
     def given_devices(self) -> str:
-        """The devices as the user gave them, for ``--devices`` in a suggested command (``0,1``
-        for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected)."""
+        """Return the devices as the user gave them, for ``--devices`` in a suggested command.
+
+        ``0,1`` for ``devices="0,1"``, never the count 2; for ``"auto"``, what it selected."""
         return given_spec(self.spec, self.parsed)
 
     def first_device(self) -> Selection:
@@ -97,10 +99,11 @@ class Selection:
 
 
 def known_name(handle: AcceleratorHandle, asked: object = None) -> str:
-    """The accelerator's name as the user knows it, for messages and suggested commands: the
-    alias it was asked by (``rocm``), else its :attr:`~accelctl.AcceleratorHandle.name` (the
-    generic PrivateUse1 plugin's ``openreg``). ``--accelerator`` and ``accelerator=`` take
-    each of them."""
+    """Return the accelerator's name as the user knows it.
+
+    For messages and suggested commands: the alias it was asked by (``rocm``), else its
+    :attr:`~accelctl.AcceleratorHandle.name` (the generic PrivateUse1 plugin's ``openreg``).
+    ``--accelerator`` and ``accelerator=`` take each of them."""
     key = asked.strip().lower() if isinstance(asked, str) else ""
     if key and key != handle.name:
         try:
@@ -117,7 +120,9 @@ def select_accelerator(
     registry: Registry | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> AcceleratorHandle:
-    """The accelerator for ``accelerator`` (docs/concepts.md section 6): ``"auto"``, ``"gpu"``, a
+    """Select the accelerator for ``accelerator``: ``"auto"``, ``"gpu"``, a name or a plugin object.
+
+    The accelerator for ``accelerator`` (docs/concepts.md section 6): ``"auto"``, ``"gpu"``, a
     name or alias (any case, which must be available), or a plugin object used as it is.
     ``ACCELCTL_ACCELERATOR`` is read from ``environ`` (default: ``os.environ``) before any plugin
     code runs, so no plugin can change what this call selects."""
@@ -126,7 +131,9 @@ def select_accelerator(
 
 
 def asked_name(accelerator: Any, override: str) -> Any:
-    """What a selection of ``accelerator`` looks up: ``ACCELCTL_ACCELERATOR`` (``override``, as
+    """Return the name a selection of ``accelerator`` looks up.
+
+    What a selection of ``accelerator`` looks up: ``ACCELCTL_ACCELERATOR`` (``override``, as
     read) where ``"auto"`` was asked and the variable names an accelerator; else
     ``accelerator`` itself. The one place that rule lives (the CLI names the plugin a deadline
     is for by it)."""
@@ -185,8 +192,9 @@ def _why(status: AcceleratorStatus) -> str:
 
 
 def _select_best(registry: Registry, family: str | None) -> AcceleratorHandle:
-    """The available accelerator of highest priority (of ``family``, when given; ties: the first
-    name), every enabled plugin probed at once."""
+    """Return the available accelerator of highest priority, probing every enabled plugin at once.
+
+    Of ``family``, when given; ties: the first name."""
     statuses = registry.candidates()
     if family is not None:  # a broken plugin's family is unknown: named in the error below
         statuses = [s for s in statuses if s.error is not None or s.family == family]
@@ -232,8 +240,9 @@ ACCEPTED_ACCELERATORS = (
 
 
 def _check_plugin_object(accelerator: object) -> None:
-    """Refuse, as the caller's mistake, what is no plugin object (a ``torch.device``, None, a
-    number), which would otherwise be blamed as a broken plugin."""
+    """Refuse, as the caller's mistake, what is no plugin object.
+
+    A ``torch.device``, None, a number: these would otherwise be blamed as a broken plugin."""
     if isinstance(accelerator, (AcceleratorHandle, Accelerator)) or (
         isinstance(accelerator, type) and issubclass(accelerator, Accelerator)
     ):
@@ -286,9 +295,11 @@ def resolve_chosen(
     environ: Mapping[str, str] | None = None,
     chosen: settings.SelectionVariables | None = None,
 ) -> Selection:
-    """The second half of :func:`resolve`: the devices of ``handle``, which
-    :func:`select_accelerator` chose for ``accelerator`` (what the user asked, for messages).
-    ``chosen``: the variables as :func:`resolve` read them (else read from ``environ`` now)."""
+    """Resolve the devices of ``handle``, the second half of :func:`resolve`.
+
+    :func:`select_accelerator` chose ``handle`` for ``accelerator`` (what the user asked, for
+    messages). ``chosen``: the variables as :func:`resolve` read them (else read from ``environ``
+    now)."""
     if chosen is None:
         chosen = settings.SelectionVariables.read(environ)
     given = devices
@@ -329,7 +340,9 @@ def resolve_chosen(
 
 
 def devices_variable_applies(handle: AcceleratorHandle, selected: str) -> bool:
-    """Whether ``ACCELCTL_DEVICES`` is ``handle``'s, where ``ACCELCTL_ACCELERATOR`` says
+    """Say whether ``ACCELCTL_DEVICES`` applies to ``handle``.
+
+    Whether ``ACCELCTL_DEVICES`` is ``handle``'s, where ``ACCELCTL_ACCELERATOR`` says
     ``selected`` (``""`` when unset).
 
     A launcher hands its children the devices of the accelerator it selected: its name in
@@ -354,14 +367,17 @@ def devices_variable_applies(handle: AcceleratorHandle, selected: str) -> bool:
 
 
 def processes_here(environ: Mapping[str, str] | None = None) -> str | None:
-    """The processes of this launch on this machine, as a devices spec: torchrun's
-    ``LOCAL_WORLD_SIZE``; None outside a launch of several processes (the accelerator's own
-    ``"auto"`` then)."""
+    """Return the processes of this launch on this machine, as a devices spec, or None.
+
+    torchrun's ``LOCAL_WORLD_SIZE``; None outside a launch of several processes (the accelerator's
+    own ``"auto"`` then)."""
     raw = (os.environ if environ is None else environ).get("LOCAL_WORLD_SIZE", "").strip()
     return raw if raw.isdigit() and int(raw) >= 1 else None
 
 
 def single_process(parsed: int | list[int]) -> int | list[int]:
-    """What ``devices="auto"`` keeps on an accelerator without ``distributed_backend``: its first
-    device, so that "auto" never selects a setup that cannot run (a spec such as ``"1,"`` can)."""
+    """Return what ``devices="auto"`` keeps on an accelerator without a distributed backend.
+
+    Its first device, so that "auto" never selects a setup that cannot run (a spec such as ``"1,"``
+    can)."""
     return min(parsed, 1) if isinstance(parsed, int) else parsed[:1]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 class Accelerator(abc.ABC):
     """Base class of class-based accelerator plugins: methods named after hooks *are* its hooks.
+
     Only :meth:`detect` and :meth:`auto_device_count` must be written; the other defaults fit an
     indexed accelerator whose ``torch.device`` type is :attr:`device_type`:
 
@@ -62,8 +63,9 @@ class Accelerator(abc.ABC):
 
     @property
     def accelerator_name(self) -> str:
-        """The accelerator's name in messages: the entry point's name, else :attr:`name`, else the
-        class name without "Accelerator"."""
+        """Return the accelerator's name as messages show it.
+
+        The entry point's name, else :attr:`name`, else the class name without "Accelerator"."""
         return (
             self._entry_point_name
             or self.name
@@ -110,8 +112,9 @@ class Accelerator(abc.ABC):
         return {}
 
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
-        """Default: unknown (None), so the Trainer logs no ``mfu``; see
-        :func:`accelctl.hookspecs.device_peak`."""
+        """Return the device's peak: unknown (None) by default.
+
+        Without a peak the Trainer logs no ``mfu``; see :func:`accelctl.hookspecs.device_peak`."""
         return None
 
     def kernel_gaps(self) -> KernelGaps | None:
@@ -133,11 +136,12 @@ class Accelerator(abc.ABC):
 
     @staticmethod
     def installed_torch() -> TorchBuild | None:
-        """The installed torch's version and build (CUDA, ROCm, XPU or CPU-only), read from
-        ``torch/version.py`` without importing torch where it is not imported yet
-        (:func:`accelctl.torch_build.read_torch_build`); None where torch is not installed, and
-        where its install is too broken to read, so that ``detect()`` says no instead of raising
-        (give :attr:`TORCH_MISSING` as the reason)."""
+        """Return the installed torch's version and build, read without importing torch.
+
+        The build is CUDA, ROCm, XPU or CPU-only, read from ``torch/version.py`` where torch is not
+        imported yet (:func:`accelctl.torch_build.read_torch_build`); None where torch is not
+        installed, and where its install is too broken to read, so that ``detect()`` says no instead
+        of raising (give :attr:`TORCH_MISSING` as the reason)."""
         from .._base.torch_build import (
             read_torch_build,  # not on the path of a plugin that never asks
         )
@@ -151,8 +155,9 @@ class Accelerator(abc.ABC):
     def environment_variables(
         names: Iterable[str], environ: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        """The variables of ``names`` that are set (in ``environ``, default ``os.environ``), with
-        their values, in the order of ``names``: what ``environment_info()`` reports of the
+        """Return the set variables of ``names`` with their values, in the order of ``names``.
+
+        Read from ``environ``, default ``os.environ``: what ``environment_info()`` reports of the
         variables that choose an accelerator's devices (``CUDA_VISIBLE_DEVICES``, ...)."""
         environ = os.environ if environ is None else environ
         return {name: environ[name] for name in names if name in environ}
@@ -161,26 +166,29 @@ class Accelerator(abc.ABC):
     def describe_variables(
         cls, names: Iterable[str], environ: Mapping[str, str] | None = None
     ) -> str:
-        """The variables of ``names`` that are set, as a reason names them:
+        """Describe the set variables of ``names`` as a reason names them.
+
         ``"CUDA_VISIBLE_DEVICES='', HIP_VISIBLE_DEVICES='1'"``; ``""`` when none is set."""
         found = cls.environment_variables(names, environ)
         return ", ".join(f"{name}={value!r}" for name, value in found.items())
 
     @staticmethod
     def once_per_environment(names: Sequence[str], look: Callable[[], T]) -> PerEnvironment[T]:
-        """``look`` as a function that calls it once per setting of the environment variables
-        ``names`` (the ones it reads: a change to one of them is a new look), and keeps each
-        answer for the process; its ``forget()`` looks again next time (tests, a driver
-        installed meanwhile). For a probe of the machine that ``detect``,
+        """Wrap ``look`` so that it runs once per setting of the environment variables ``names``.
+
+        The variables ``names`` are the ones ``look`` reads: a change to one of them is a new look.
+        Each answer is kept for the process; the wrapper's ``forget()`` looks again next time
+        (tests, a driver installed meanwhile). For a probe of the machine that ``detect``,
         ``auto_device_count`` and ``unavailable_reason`` all ask."""
         return PerEnvironment(names, look)
 
     @staticmethod
     def torch_device_in_use(device_type: str) -> bool:
-        """True when this process already uses torch's ``device_type`` runtime: torch is imported
-        (and not still being imported by another thread) and ``torch.<device_type>.
-        is_initialized()`` says so. Never imports torch nor starts anything, so
-        ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
+        """Say whether this process already uses torch's ``device_type`` runtime.
+
+        True when torch is imported (and not still being imported by another thread) and
+        ``torch.<device_type>.is_initialized()`` says so. Never imports torch nor starts anything,
+        so ``device_stats()`` and ``teardown()`` may ask it first and read the allocator only then;
         a device module that cannot tell counts as not in use."""
         from .._base.torch_build import loaded_torch
 
@@ -193,8 +201,9 @@ T = TypeVar("T")
 
 
 class PerEnvironment(Generic[T]):
-    """A look made once per setting of some environment variables
-    (:meth:`Accelerator.once_per_environment`)."""
+    """A look made once per setting of some environment variables.
+
+    See :meth:`Accelerator.once_per_environment`."""
 
     def __init__(self, names: Sequence[str], look: Callable[[], T]) -> None:
         self.names, self.look = tuple(names), look

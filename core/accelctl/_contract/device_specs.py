@@ -1,7 +1,8 @@
-"""Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages
-(docs/concepts.md section 5). Each refusal is a :class:`~accelctl.DeviceSpecError` naming the
-accelerator, the spec as given, what is visible and the accepted forms.
-"""
+"""Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
+
+One table of accepted forms, one set of messages (docs/concepts.md section 5). Each refusal is a
+:class:`~accelctl.DeviceSpecError` naming the accelerator, the spec as given, what is visible and
+the accepted forms."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from .errors import DeviceSpecError
 
 @dataclass(frozen=True)
 class AcceptedForms:
-    """What one parser accepts, written for the kind of spec that was given: ``values`` for a
-    Python value, ``strings`` for a string, which is all that a command line's ``--devices`` or
-    ``ACCELCTL_DEVICES`` can hold (no list there), so a refusal never lists a form the channel
-    it came through cannot take."""
+    """What one parser accepts, written for the kind of spec that was given.
+
+    ``values`` for a Python value, ``strings`` for a string, which is all that a command line's
+    ``--devices`` or ``ACCELCTL_DEVICES`` can hold (no list there), so a refusal never lists a form
+    the channel it came through cannot take."""
 
     values: str
     strings: str
@@ -112,8 +114,9 @@ def _shown(spec: object) -> str:
 
 
 def _is_bool(value: Any) -> bool:
-    """True for bools and boolean numpy or torch scalars (``torch.tensor(True)`` converts to an
-    index, so its dtype is read)."""
+    """Say whether ``value`` is a bool or a boolean numpy or torch scalar.
+
+    ``torch.tensor(True)`` converts to an index, so its dtype is read."""
     if isinstance(value, bool):
         return True
     scalar = getattr(value, "ndim", None) == 0
@@ -191,8 +194,10 @@ def _normalise(spec: Any, refuse: _Refusal) -> int | str | list[int]:
 
 
 def _not_a_string_spec(text: str, refuse: _Refusal) -> str:
-    """The problem with a string that is no form at all, naming the habits seen elsewhere (a
-    range, a list in brackets) and, for an indexed accelerator, how to write them here."""
+    """Describe the problem with a string that is no accepted form at all.
+
+    The problem names the habits seen elsewhere (a range, a list in brackets) and, for an indexed
+    accelerator, how to write them here."""
     problem = 'is not "auto", a number or a comma-separated list of indices'
     found = _RANGE_RE.match(text)
     if found:
@@ -279,9 +284,10 @@ def _select(value: int | str | list[int], visible: int, refuse: _Refusal) -> lis
 
 
 def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
-    """The number of processes for a devices spec of an accelerator that runs ``k`` processes on
-    one device (the CPU): ``"auto"`` is 1, ``k`` or ``"k"`` (k >= 1) is k; indices and ``-1`` are
-    refused, saying it takes a process count."""
+    """Parse a devices spec into a process count, for an accelerator that runs them on one device.
+
+    For an accelerator that runs ``k`` processes on one device (the CPU): ``"auto"`` is 1, ``k`` or
+    ``"k"`` (k >= 1) is k; indices and ``-1`` are refused, saying it takes a process count."""
     cores = os.cpu_count() or 1
     refuse = _Refusal(
         accelerator,
@@ -302,8 +308,9 @@ def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
 
 
 def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> list[int]:
-    """Parse a devices spec for an accelerator that exposes a single device (MPS), ``visible`` (1)
-    or not (0): ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``."""
+    """Parse a devices spec for an accelerator that exposes a single device (MPS).
+
+    ``visible`` is 1 or 0: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]`` and ``"0,"`` give ``[0]``."""
     phrase = f"{accelerator} exposes a single device"
     if not visible:
         phrase += " and it is not available here"
@@ -312,8 +319,10 @@ def parse_single_device(devices: Any, *, accelerator: str, visible: int = 1) -> 
 
 
 def devices_spec(parsed: int | Sequence[int]) -> str:
-    """A devices spec that parses back to ``parsed``: ``"2"`` for a count, ``"0,2"`` for indices,
-    ``"1,"`` for a single index (``"1"`` would mean "the first one")."""
+    """Return a devices spec that parses back to ``parsed``.
+
+    ``"2"`` for a count, ``"0,2"`` for indices, ``"1,"`` for a single index (``"1"`` would mean "the
+    first one")."""
     if isinstance(parsed, int):
         return str(parsed)
     indices = [str(index) for index in parsed]
@@ -321,16 +330,19 @@ def devices_spec(parsed: int | Sequence[int]) -> str:
 
 
 def typed_spec(parsed: int | Sequence[int]) -> str:
-    """The spec a user would type for ``parsed``: ``"2"`` for the first two devices (``[0, 1]``),
-    ``"1"`` for the first one, else :func:`devices_spec`'s exact form."""
+    """Return the spec a user would type for ``parsed``.
+
+    ``"2"`` for the first two devices (``[0, 1]``), ``"1"`` for the first one, else
+    :func:`devices_spec`'s exact form."""
     if not isinstance(parsed, int) and parsed and list(parsed) == list(range(len(parsed))):
         return str(len(parsed))
     return devices_spec(parsed)
 
 
 def given_spec(spec: object, parsed: int | Sequence[int]) -> str:
-    """A devices spec as the user gave it, for ``--devices`` in a suggested command: ``"0,1"``
-    stays ``0,1`` (never the count 2), ``2`` is ``2``; for ``"auto"`` or a list,
+    """Return a devices spec as the user gave it, for ``--devices`` in a suggested command.
+
+    ``"0,1"`` stays ``0,1`` (never the count 2), ``2`` is ``2``; for ``"auto"`` or a list,
     :func:`typed_spec`'s form of ``parsed``, what it selected."""
     if isinstance(spec, str) and spec.strip() and spec.strip().lower() != "auto":
         return spec.strip()

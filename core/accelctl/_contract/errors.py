@@ -1,7 +1,8 @@
-"""Every error accelctl raises, all under :class:`AccelctlError`; messages teach what was asked,
-what exists and what to do next. Each class takes a message alone, so a plugin raises them as it
-would a builtin; the structured parts (``name``, ``spec``, ...) are optional keywords.
-"""
+"""Every error accelctl raises, all under :class:`AccelctlError`.
+
+Messages teach what was asked, what exists and what to do next. Each class takes a message alone, so
+a plugin raises them as it would a builtin; the structured parts (``name``, ``spec``, ...) are
+optional keywords."""
 
 from __future__ import annotations
 
@@ -39,13 +40,16 @@ class AcceleratorUnavailableError(AccelctlError):
 
 
 class AcceleratorTypeError(AccelctlError, TypeError):
-    """An ``accelerator`` argument of a type accelctl does not take (a ``torch.device``, None, a
-    number, a list): the message says what is accepted."""
+    """An ``accelerator`` argument of a type that accelctl does not take.
+
+    A ``torch.device``, None, a number, a list: the message says what is accepted."""
 
 
 def fresh_copy(error: AccelctlError, message: str | None = None) -> AccelctlError:
-    """A new error of the same class and parts as ``error`` (optionally another message): an error
-    kept is raised anew each time (``from error``), never edited in place."""
+    """Return a new error of the same class and parts as ``error``.
+
+    Optionally with another message: an error kept is raised anew each time (``from error``), never
+    edited in place."""
     copied = type(error)(str(error) if message is None else message)
     copied.__dict__.update(error.__dict__)
     return copied
@@ -63,9 +67,10 @@ class PluginLoadError(AccelctlError):
 
 
 class PluginHookError(AccelctlError):
-    """A plugin's hook raised, returned something its specification does not allow, or (where
-    accelctl asks many plugins at once) did not answer in time. The plugin loaded: this is not a
-    :class:`PluginLoadError`."""
+    """A plugin's hook raised, returned what its specification does not allow, or did not answer.
+
+    Not answering counts where accelctl asks many plugins at once, with a deadline. The plugin
+    loaded: this is not a :class:`PluginLoadError`."""
 
     def __init__(
         self,
@@ -92,8 +97,10 @@ class PluginConflictError(PluginLoadError):
 
 
 class DeviceSpecError(AccelctlError, ValueError):
-    """A devices spec that the accelerator does not accept: the message names the accelerator,
-    the spec, what is visible and the accepted forms, all kept as attributes too."""
+    """A devices spec that the accelerator does not accept.
+
+    The message names the accelerator, the spec, what is visible and the accepted forms, all kept as
+    attributes too."""
 
     def __init__(
         self,
@@ -124,8 +131,9 @@ class PrecisionError(AccelctlError, ValueError):
 
 
 class ProcessSetupError(AccelctlError):
-    """The devices asked for do not fit the processes that run (several devices outside a
-    launcher, or a launcher that started another number of processes)."""
+    """The devices asked for do not fit the processes that run.
+
+    Several devices outside a launcher, or a launcher that started another number of processes."""
 
 
 class TrainerError(AccelctlError, ValueError):
@@ -133,11 +141,12 @@ class TrainerError(AccelctlError, ValueError):
 
 
 class FrameworkVersionError(AccelctlError, ImportError):
-    """The installed release of a framework is one its accelctl bridge cannot run on: without a
-    name the bridge uses (or with its signature changed), or failing to import at all; never for
-    its version number alone. Raised when the bridge is imported, before any process starts; the
-    message is one line naming what is wrong, the window of releases tested and the line that
-    installs one."""
+    """The installed release of a framework is one its accelctl bridge cannot run on.
+
+    Without a name the bridge uses (or with its signature changed), or failing to import at all;
+    never for its version number alone. Raised when the bridge is imported, before any process
+    starts; the message is one line naming what is wrong, the window of releases tested and the line
+    that installs one."""
 
 
 class PluginWarning(UserWarning):
@@ -145,7 +154,9 @@ class PluginWarning(UserWarning):
 
 
 class CPUFallbackWarning(UserWarning):
-    """Emitted once per operator that runs on the CPU in place of a kernel the device lacks
+    """An operator runs on the CPU in place of a kernel the device lacks, or cannot.
+
+    Emitted once per operator that runs on the CPU in place of a kernel the device lacks
     (``ACCELCTL_CPU_FALLBACK=1``), and where that switch can do nothing on the device."""
 
 
@@ -156,7 +167,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 def warn_user(
     message: str, category: type[Warning] = UserWarning, *, also_skip: tuple[str, ...] = ()
 ) -> None:
-    """``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
+    """Warn, attributed to the first caller outside accelctl.
+
+    ``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
     led here), however many of accelctl's frames lie between: Python 3.12's
     ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
     soon as the warning is reached through another path (``resolve`` or a ``Trainer``). In a

@@ -1,5 +1,6 @@
-"""The error a part of the core raises when the optional library it is built on is not installed:
-which extra installs it, from an index and from a clone of accelctl."""
+"""The error raised when an optional library a part of the core needs is not installed.
+
+It says which extra installs the library, from an index and from a clone of accelctl."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ from .errors import AccelctlError
 
 
 class ExtraMissingError(AccelctlError, ModuleNotFoundError):
-    """An optional library is not installed: a :class:`ModuleNotFoundError` as any failed import
-    is, and one of accelctl's errors, so that the CLI says it in one line (exit 1)."""
+    """An optional library is not installed.
+
+    A :class:`ModuleNotFoundError` as any failed import is, and one of accelctl's errors, so that
+    the CLI says it in one line (exit 1)."""
 
 
 def extra_missing(
     what: str, library: str, extra: str, cause: ModuleNotFoundError
 ) -> ExtraMissingError:
-    """``<what> needs <library> (<module> is missing): pip install 'accelctl[<extra>]' ...``,
+    """Return the error saying which extra installs the missing ``library``.
+
+    ``<what> needs <library> (<module> is missing): pip install 'accelctl[<extra>]' ...``,
     with the module that was missing as its ``name``; raise it ``from cause``."""
     missing = (cause.name or library).partition(".")[0]  # the package, not its submodule
     return ExtraMissingError(

@@ -42,10 +42,11 @@ def from_fields(cls: type[R], fields: Mapping[str, Any]) -> R:
 
 @dataclass(frozen=True)
 class AcceleratorInfo:
-    """Description, family, priority, distributed backend, aliases and device type of one
-    accelerator, from the optional ``accelerator_info`` hook (a dict of these fields is accepted
-    too). Checked on creation (a ``TypeError``/``ValueError`` names the field); aliases are
-    lower-cased into a tuple."""
+    """Description, family, priority, backend, aliases and device type of one accelerator.
+
+    From the optional ``accelerator_info`` hook (a dict of these fields is accepted too). Checked on
+    creation (a ``TypeError``/``ValueError`` names the field); aliases are lower-cased into a
+    tuple."""
 
     description: str = ""
     family: str | None = None

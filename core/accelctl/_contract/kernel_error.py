@@ -94,17 +94,19 @@ class MissingKernelError(AccelctlError, NotImplementedError):
         return cls(message, **{k: None if v is None else str(v) for k, v in known.items()})
 
     def for_command(self, argv: Sequence[str]) -> str:
-        """The line for a script's user, who ran ``argv`` (``["python", "train.py"]``): the ways
-        out as that command line with a variable before it (the CPU's: :attr:`cpu_way` where
-        the error has one)."""
+        """Return the line shown to a script's user who ran ``argv``.
+
+        ``argv`` is the command line, e.g. ``["python", "train.py"]``: the ways out are that command
+        line with a variable before it (the CPU's: :attr:`cpu_way` where the error has one)."""
         command = clean(shlex.join(argv), LINE_LIMIT // 4)  # one line, even for `python -c`
         on_cpu = self.cpu_way or f"{settings.ACCELERATOR}=cpu {command}"
         return self._line((on_cpu, f"{self.switch} {command}"), debug=True)
 
     def for_launch(self, on_cpu: str, as_launched: str) -> str:
-        """The line ``accelctl launch`` shows for a rank's error: ``on_cpu`` is the launch line
-        with ``--cpu`` (:attr:`cpu_way` in its place where the error has one), ``as_launched``
-        the line the user ran."""
+        """Return the line ``accelctl launch`` shows for a rank's error.
+
+        ``on_cpu`` is the launch line with ``--cpu`` (:attr:`cpu_way` in its place where the error
+        has one), ``as_launched`` the line the user ran."""
         return self._line((self.cpu_way or on_cpu, f"{self.switch} {as_launched}"), debug=True)
 
     def _python_ways(self) -> tuple[str, str]:

@@ -1,5 +1,7 @@
-"""What a plugin knows of the kernels its device lacks: :class:`KernelGaps`, from the optional
-``kernel_gaps`` hook, and the names accelctl shows for torch's operators.
+"""What a plugin knows of the kernels its device lacks, and the names shown for operators.
+
+:class:`KernelGaps`, from the optional ``kernel_gaps`` hook, and the names accelctl shows for
+torch's operators.
 
 An operator is named as torch's dispatcher names it, ``namespace::name`` with an optional
 ``.overload`` (``aten::convolution_overrideable``, ``aten::add_.Tensor``). torch's extension
@@ -42,9 +44,9 @@ def is_op_name(name: object) -> bool:
 
 
 def shown_op(kernel: str) -> tuple[str, str | None]:
-    """The operator a user knows for ``kernel``, and the pass it belongs to where the name
-    says (``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``).
-    """
+    """Return the operator a user knows for ``kernel``, and its pass where the name says.
+
+    ``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``."""
     base = kernel.split(".", 1)[0]
     if base in OVERRIDEABLE:
         return OVERRIDEABLE[base]
@@ -120,7 +122,9 @@ class KernelGaps:
 
     @classmethod
     def coerce(cls, value: KernelGaps | Mapping[str, Any] | None) -> KernelGaps:
-        """What the ``kernel_gaps`` hook may return: a ``KernelGaps``, a dict of its fields, or
+        """Check what the ``kernel_gaps`` hook returned and make it a ``KernelGaps`` or None.
+
+        What the ``kernel_gaps`` hook may return: a ``KernelGaps``, a dict of its fields, or
         None (nothing known: no gaps declared); anything else is refused."""
         if value is None:
             return cls()
@@ -134,7 +138,8 @@ class KernelGaps:
 
     @property
     def to_run_on_cpu(self) -> tuple[str, ...]:
-        """The operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration:
+        """Return the operators ``ACCELCTL_CPU_FALLBACK=1`` runs on the CPU by this declaration.
+
         :attr:`missing`, then :attr:`partial`."""
         return tuple(dict.fromkeys((*self.missing, *self.partial)))
 

@@ -73,7 +73,9 @@ class DevicePeak:
 
     @classmethod
     def coerce(cls, value: DevicePeak | Mapping[str, Any] | None) -> DevicePeak | None:
-        """What the ``device_peak`` hook may return: a ``DevicePeak``, a dict of its fields, or
+        """Check what the ``device_peak`` hook returned and make it a ``DevicePeak`` or None.
+
+        What the ``device_peak`` hook may return: a ``DevicePeak``, a dict of its fields, or
         None (unknown); anything else is refused."""
         if value is None or isinstance(value, cls):
             return value
@@ -91,8 +93,9 @@ class DevicePeak:
 
     @classmethod
     def parse_flops(cls, text: str, *, source: str = "") -> DevicePeak:
-        """A peak from a declaration such as ``"bfloat16=2.4e12,float32=1.2e12"``, or a bare
-        number for every data type (``"1.5e12"``).
+        """Parse a peak from a declaration such as ``"bfloat16=2.4e12,float32=1.2e12"``.
+
+        Or a bare number for every data type (``"1.5e12"``).
 
         :raises ValueError: naming the part that is not accepted, and the accepted forms.
         """

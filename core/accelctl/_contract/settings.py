@@ -108,8 +108,9 @@ class PluginFilter(NamedTuple):
 
 
 class SelectionVariables(NamedTuple):
-    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``, stripped ("" when unset); what they
-    select is an :class:`accelctl.Selection`."""
+    """The selection variables ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES``.
+
+    Both stripped ("" when unset); what they select is an :class:`accelctl.Selection`."""
 
     accelerator: str = ""
     devices: str = ""
@@ -172,8 +173,9 @@ def launch_id(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def launch_note(environ: Mapping[str, str] | None = None) -> str | None:
-    """``ACCELCTL_LAUNCH_NOTE``: the file the launcher reads the last checkpoint from; None
-    outside ``accelctl launch``."""
+    """Return ``ACCELCTL_LAUNCH_NOTE``, the launcher's checkpoint note file, or None.
+
+    The file the launcher reads the last checkpoint from; None outside ``accelctl launch``."""
     return _environ(environ).get(LAUNCH_NOTE, "").strip() or None
 
 
@@ -201,14 +203,18 @@ def _switch(name: str, environ: Mapping[str, str] | None) -> bool:
 
 
 def cpu_fallback(environ: Mapping[str, str] | None = None) -> bool:
-    """``ACCELCTL_CPU_FALLBACK``: True for ``1`` (``true``, ``yes``, ``on``). Raises
-    :class:`SettingError` for a value that is neither on nor off."""
+    """Return whether ``ACCELCTL_CPU_FALLBACK`` is on.
+
+    True for ``1`` (``true``, ``yes``, ``on``). Raises :class:`SettingError` for a value that is
+    neither on nor off."""
     return _switch(CPU_FALLBACK, environ)
 
 
 def debug(environ: Mapping[str, str] | None = None) -> bool:
-    """``ACCELCTL_DEBUG``: True for ``1``; an unreadable value counts as on (it is read where
-    an error is being shown, and more detail is the safer mistake there)."""
+    """Return whether ``ACCELCTL_DEBUG`` is on; an unreadable value counts as on.
+
+    True for ``1``; an unreadable value counts as on (it is read where an error is being shown, and
+    more detail is the safer mistake there)."""
     try:
         return _switch(DEBUG, environ)
     except SettingError:
@@ -217,6 +223,7 @@ def debug(environ: Mapping[str, str] | None = None) -> bool:
 
 def declared_peak(environ: Mapping[str, str] | None = None) -> DevicePeak | None:
     """``ACCELCTL_PEAK_FLOPS`` as a :class:`~accelctl.DevicePeak` (None when unset or blank).
+
     Raises :class:`SettingError` naming the variable and the accepted forms."""
     raw = _environ(environ).get(PEAK_FLOPS, "").strip()
     if not raw:

@@ -1,4 +1,6 @@
-"""Which of DeepSpeed's compiled ops a device gets through the DeepSpeed bridge, and what this
+"""Which of DeepSpeed's compiled ops a device gets, and what building the host's takes.
+
+Which of DeepSpeed's compiled ops a device gets through the DeepSpeed bridge, and what this
 machine lacks to build the ones that run on the host: the facts the bridge's op builders
 (``accelctl.integrations._deepspeed.ops``) apply, and that the capability matrix reports
 (``deepspeed-device-ops``, ``deepspeed-host-ops``) without importing DeepSpeed or torch.
@@ -42,7 +44,9 @@ def _names(builders: frozenset[str] | tuple[str, ...]) -> str:
 
 
 def host_build_problem() -> str | None:
-    """What this machine lacks to build DeepSpeed's host ops on first use (torch's
+    """Say what this machine lacks to build DeepSpeed's host ops; None where it has it all.
+
+    What this machine lacks to build DeepSpeed's host ops on first use (torch's
     ``cpp_extension``: ``ninja``, and the C++ compiler ``$CXX``, else ``c++``, on ``PATH``);
     None where it has both."""
     compiler = os.environ.get("CXX") or "c++"
@@ -55,8 +59,9 @@ def host_build_problem() -> str | None:
 
 
 def host_ops_row(device_type: str) -> tuple[bool, str]:
-    """The ``deepspeed-host-ops`` row beside ``device_type``: whether DeepSpeed's host ops can
-    be built here, and why."""
+    """Return the ``deepspeed-host-ops`` row beside ``device_type``.
+
+    Whether DeepSpeed's host ops can be built here, and why."""
     problem = host_build_problem()
     where = "on the CPU" if device_type == "cpu" else f"beside {device_type!r} devices"
     if problem is not None:
@@ -73,9 +78,10 @@ def host_ops_row(device_type: str) -> tuple[bool, str]:
 
 
 def device_ops_row(device_type: str) -> tuple[bool, str]:
-    """The ``deepspeed-device-ops`` row for ``device_type``: whether DeepSpeed's compiled device
-    ops (fused Adam, Lamb, Lion, the transformer kernels, ...) have a build for it through the
-    bridge, and why."""
+    """Return the ``deepspeed-device-ops`` row for ``device_type``.
+
+    Whether DeepSpeed's compiled device ops (fused Adam, Lamb, Lion, the transformer kernels, ...)
+    have a build for it through the bridge, and why."""
     if device_type == "cpu":
         return True, "DeepSpeed's own CPU builds of its ops, as with its CPU accelerator"
     return False, (

@@ -1,8 +1,9 @@
-"""The DeepSpeed set-ups that cannot run on a plugin's device, read from a config alone: the
-words and the conditions shared by the DeepSpeed bridge's ``deepspeed.initialize`` (in each
-process) and ``accelctl launch`` (before any process starts, where the script's command line
-names the config; docs/design/deepspeed-refused-at-launch.md). Neither DeepSpeed nor torch is
-imported here; :func:`runs_float64` imports torch when it is asked.
+"""The DeepSpeed set-ups that cannot run on a plugin's device, read from a config alone.
+
+The words and the conditions shared by the DeepSpeed bridge's ``deepspeed.initialize`` (in each
+process) and ``accelctl launch`` (before any process starts, where the script's command line names
+the config; docs/design/deepspeed-refused-at-launch.md). Neither DeepSpeed nor torch is imported
+here; :func:`runs_float64` imports torch when it is asked.
 
 - ZeRO-Offload with a DeepSpeed optimizer steps with DeepSpeed's compiled CPU op, which on a
   plugin's device is compiled on first use (:func:`accelctl._deepspeed.builds.host_build_problem`).
@@ -43,7 +44,9 @@ def zero_stage(config: Mapping[str, Any] | None) -> int | None:
 
 
 def offload_device(config: Mapping[str, Any] | None) -> str | None:
-    """Where ``config`` offloads the optimizer (``"cpu"`` or ``"nvme"``, as written); None
+    """Return where ``config`` offloads the optimizer, or None.
+
+    Where ``config`` offloads the optimizer (``"cpu"`` or ``"nvme"``, as written); None
     where it does not."""
     zero = (config or {}).get("zero_optimization")
     offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
@@ -52,7 +55,9 @@ def offload_device(config: Mapping[str, Any] | None) -> str | None:
 
 
 def offload_where(config: Mapping[str, Any], accelerator: str, device: object) -> str:
-    """How a refusal of ``config``'s offload names the set-up: ``ZeRO-Offload (offload_optimizer:
+    """Name the set-up that a refusal of ``config``'s offload refers to.
+
+    How a refusal of ``config``'s offload names the set-up: ``ZeRO-Offload (offload_optimizer:
     cpu) on accelctl accelerator 'openreg' (openreg:0)``."""
     return (
         f"ZeRO-Offload (offload_optimizer: {offload_device(config)}) on accelctl accelerator "
@@ -70,7 +75,9 @@ TORCH_OPTIMIZER_INSTEAD = (
 def offload_refusal(
     config: Mapping[str, Any] | None, accelerator: str, device: object
 ) -> str | None:
-    """Why ``config``'s ZeRO-Offload with the DeepSpeed optimizer it names
+    """Say why ``config``'s ZeRO-Offload cannot run beside ``device`` here; None where it can.
+
+    Why ``config``'s ZeRO-Offload with the DeepSpeed optimizer it names
     (``"optimizer": {"type": "AdamW"}``, ...) cannot run beside ``device`` of ``accelerator``
     on this machine: its CPU op is compiled on first use, and the machine lacks what that takes;
     None where it can run, or where the config names no such optimizer (a torch optimizer
@@ -100,7 +107,9 @@ def offload_refusal(
 
 
 def deepspeed_release() -> str | None:
-    """The installed DeepSpeed's version, from its distribution's metadata (DeepSpeed is not
+    """Return the installed DeepSpeed's version from its metadata, or None.
+
+    The installed DeepSpeed's version, from its distribution's metadata (DeepSpeed is not
     imported); None where it is not installed."""
     try:
         return metadata.version("deepspeed")
@@ -109,7 +118,9 @@ def deepspeed_release() -> str | None:
 
 
 def norms_follow_device() -> bool:
-    """Whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64 where the
+    """Say whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64.
+
+    Whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64 where the
     accelerator has none: its ``deepspeed.runtime.zero.utils`` defines ``get_norm_dtype``
     (0.19.6 and later). Read from the module where DeepSpeed is imported, else from its source
     with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so that nothing
@@ -134,7 +145,9 @@ def norms_follow_device() -> bool:
 
 
 def runs_float64(device_type: str) -> bool:
-    """Whether ``device_type``'s devices run what DeepSpeed computes in float64 (ZeRO's gradient
+    """Say whether ``device_type``'s devices run what DeepSpeed computes in float64.
+
+    Whether ``device_type``'s devices run what DeepSpeed computes in float64 (ZeRO's gradient
     norms: norm, power, sum, inf/nan); imports torch and runs them on the current device."""
     import torch
 
@@ -148,9 +161,10 @@ def runs_float64(device_type: str) -> bool:
 def float64_norms_refusal(
     stage: int | None, accelerator: str, device: object, has_float64: Callable[[], bool]
 ) -> str | None:
-    """Why ZeRO ``stage`` cannot run on ``device`` of ``accelerator``: stage 3, a DeepSpeed
-    release that computes its norms in float64 anyway, and a device without float64
-    (``has_float64()``, asked last: it may run on the device); None where it can run."""
+    """Say why ZeRO ``stage`` cannot run on ``device`` of ``accelerator``; None where it can.
+
+    Stage 3, a DeepSpeed release that computes its norms in float64 anyway, and a device without
+    float64 (``has_float64()``, asked last: it may run on the device); None where it can run."""
     if stage != 3 or norms_follow_device() or has_float64():
         return None
     return (
@@ -175,7 +189,9 @@ class GivenConfig:
 
 
 def config_on_command_line(script_args: Sequence[str]) -> GivenConfig | None:
-    """The DeepSpeed config the first of :data:`CONFIG_OPTIONS` in ``script_args`` names
+    """Read the DeepSpeed config that ``script_args`` names, or return None.
+
+    The DeepSpeed config the first of :data:`CONFIG_OPTIONS` in ``script_args`` names
     (``--deepspeed_config PATH`` or ``--deepspeed_config=PATH``; ``--deepspeed`` only with a
     ``.json`` path), read; None where none is named before ``--``, or it is not a readable JSON
     object (the script and DeepSpeed then say what is wrong with it)."""

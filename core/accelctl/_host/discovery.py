@@ -38,9 +38,11 @@ Origin: TypeAlias = str | metadata.Distribution
 
 
 class Found(NamedTuple):
-    """One entry point of either group, the scan's plain output: its name, value and
-    distribution (``origin``); ``problem`` says why the distribution's files cannot be trusted (the
-    entry is then never imported). The registry makes a handle of each at once."""
+    """One entry point of either group, the scan's plain output.
+
+    Its name, value and distribution (``origin``); ``problem`` says why the distribution's files
+    cannot be trusted (the entry is then never imported). The registry makes a handle of each at
+    once."""
 
     group: str
     name: str
@@ -57,8 +59,9 @@ def distribution(origin: Origin) -> metadata.Distribution:
 
 
 class Identity(NamedTuple):
-    """Who installed a plugin: the distribution's name and version, and why they cannot be read
-    (None when they can; the name is then the folder's, the version None)."""
+    """Who installed a plugin: the distribution's name and version, or why they cannot be read.
+
+    None when they can be read; the name is then the folder's, the version None."""
 
     distribution: str | None
     version: str | None
@@ -104,8 +107,10 @@ def folder_of(origin: Origin, filename: str = "") -> str:
 
 
 def dist_key(origin: Origin) -> str:
-    """The distribution's normalised name: from its folder's name where it has one (importlib's
-    rule, as :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
+    """Return the distribution's normalised name.
+
+    From its folder's name where it has one (importlib's rule, as
+    :func:`importlib.metadata.entry_points` applies it), else from its metadata."""
     folder = origin if isinstance(origin, str) else getattr(origin, "_path", None)
     if isinstance(folder, (str, os.PathLike)):  # a folder (a zip's is a zipfile.Path)
         key = _folder_key(os.path.basename(folder))
@@ -123,8 +128,9 @@ def dist_key(origin: Origin) -> str:
 
 
 def _folder_key(name: str) -> str | None:
-    """The normalised distribution name of a ``<name>-<version>.dist-info`` (or ``.egg-info``)
-    folder's name, importlib's rule; None for any other name."""
+    """Return the normalised distribution name of a ``.dist-info`` or ``.egg-info`` folder's name.
+
+    By importlib's rule, for ``<name>-<version>.dist-info``; None for any other name."""
     stem, dot, suffix = name.lower().rpartition(".")
     if not dot or suffix not in ("dist-info", "egg-info"):
         return None
@@ -150,7 +156,9 @@ def scan(
     groups: Sequence[str] = _GROUPS,
     unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
-    """Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
+    """Return every entry point of ``groups`` on ``path``, each distribution counted once.
+
+    Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
     ``path`` (default: ``sys.path``); a distribution installed twice counts once (the first, as
     for imports). ``warn``: name a broken one that declares none of ``groups`` (a second scan
     need not say it again). A broken file's entries in ``groups`` come with its ``problem``
@@ -179,8 +187,9 @@ def scan(
 def distributions(
     path: Sequence[str] | None = None,
 ) -> Iterator[tuple[str, Origin]]:
-    """What :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`: the
-    path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
+    """Return what :func:`importlib.metadata.distributions` finds, each with its :func:`dist_key`.
+
+    The path of each ``.dist-info`` / ``.egg-info`` folder in a folder on ``path`` (default:
     ``sys.path``), listed here; importlib's own objects for a zip, an egg and any other finder's
     distributions.
 
@@ -220,8 +229,10 @@ def _listed(entry: str) -> Iterator[tuple[str, Origin]]:
 
 
 def _entry_points_text(origin: Origin) -> str:
-    """The distribution's ``entry_points.txt``, "" when it has none; as ``dist.read_text`` reads
-    it (the same errors mean "none"), with `os.open` and `os.read` where it is a folder."""
+    """Read the distribution's ``entry_points.txt``; "" when it has none.
+
+    As ``dist.read_text`` reads it (the same errors mean "none"), with `os.open` and `os.read` where
+    it is a folder."""
     if not isinstance(origin, str):  # in a zip, or a custom finder's: importlib's way
         return origin.read_text("entry_points.txt") or ""
     try:
@@ -248,8 +259,9 @@ def _entries(
     headers: Sequence[str],
     unreadable: list[str] | None = None,
 ) -> Iterator[Found]:
-    """The entries of ``groups`` in one ``entry_points.txt``; all marked with the problem when
-    it is bad."""
+    """Return the entries of ``groups`` in one ``entry_points.txt``.
+
+    All marked with the problem when it is bad."""
     if error is None and not any(header in text for header in headers):
         # Most declare neither group: only look for a line that would break torch's autoload.
         if all(
@@ -304,8 +316,10 @@ def _entries(
 
 
 def read_name_and_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
-    """``Name`` and ``Version`` from the metadata headers, without the e-mail parser over the
-    whole file (over hundreds of plugins it costs more than the scan); raises what reading does."""
+    """Read ``Name`` and ``Version`` from the metadata headers, without the e-mail parser.
+
+    The e-mail parser over the whole file, over hundreds of plugins, costs more than the scan.
+    Raises what reading does."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}
     for line in text.splitlines():

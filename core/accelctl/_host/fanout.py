@@ -68,7 +68,9 @@ _crashed: dict[str, str] = {}
 
 
 def observe(observer: Callable[[bool, object], None] | None) -> None:
-    """Have ``observer(True, item)`` called in the worker's thread when it starts asking an item,
+    """Have ``observer`` told when the worker's thread starts and ends asking an item.
+
+    Have ``observer(True, item)`` called in the worker's thread when it starts asking an item,
     ``observer(False, item)`` when that returns; None: no more. What a process that asks
     plugins on another's behalf tells it, so that the plugin it was asking when it ended can be
     named (the CLI's :mod:`accelctl.cli._child`)."""
@@ -77,15 +79,19 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
 
 
 def one_at_a_time() -> None:
-    """Ask one plugin at a time in this process from now on: a process that asks plugins on
-    another's behalf (:mod:`accelctl.cli._child`), so that a plugin that crashes it is known."""
+    """Ask one plugin at a time in this process from now on.
+
+    A process that asks plugins on another's behalf (:mod:`accelctl.cli._child`), so that a plugin
+    that crashes it is known."""
     global _max_workers
     _max_workers = 1
 
 
 def skip_crashed(crashed: dict[str, str]) -> None:
-    """Answer for each plugin named in ``crashed`` (by its name) with an error of its cause
-    instead of asking it: it crashed the process that asked it before."""
+    """Answer with an error, instead of asking, for each plugin named in ``crashed``.
+
+    Each plugin is named by its name; the error is of its cause: it crashed the process that asked
+    it before."""
     _crashed.clear()
     _crashed.update(crashed)
 
@@ -109,8 +115,10 @@ def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
 
 
 class _Run(Generic[A, T]):
-    """One :func:`run_each` call: its items, the indices waiting for a thread and those being
-    asked (with when their deadline started; None: off the clock), and each outcome."""
+    """One :func:`run_each` call: its items, what waits, what is being asked, and each outcome.
+
+    Its items, the indices waiting for a thread and those being asked (with when their deadline
+    started; None: off the clock), and each outcome."""
 
     def __init__(self, items: Sequence[A], work: Callable[[A], T]) -> None:
         self.items, self.work = list(items), work
@@ -169,8 +177,9 @@ class _Run(Generic[A, T]):
             self.start()  # in place of the thread left with the late plugin
 
     def grow(self, now: float, limit: int) -> float:
-        """Start one more thread where every running one has been busy for
-        :data:`GROW_AFTER_S` and items wait; how long until that is worth asking again."""
+        """Start one more thread where every running one has been busy long enough and items wait.
+
+        Busy for :data:`GROW_AFTER_S`; returns how long until that is worth asking again."""
         if not self.waiting or not self.running or self.workers >= limit:
             return POLL_S  # nothing to grow for, or no thread has taken a plugin yet
         # An item off the clock waits for a fan-out of its own: busy, as long as can be.
@@ -184,9 +193,11 @@ class _Run(Generic[A, T]):
 def run_each(
     items: Sequence[A], work: Callable[[A], T], *, workers: int | None = None
 ) -> list[T | AccelctlError]:
-    """``work(item)`` for every item, from a pool of daemon threads (``workers``, default
-    :data:`MAX_WORKERS`); per item its value or the :class:`~accelctl.AccelctlError` it raised or
-    its deadline gave (any other exception is accelctl's own bug, raised here).
+    """Call ``work(item)`` for every item from a pool of daemon threads, each under a deadline.
+
+    ``workers`` defaults to :data:`MAX_WORKERS`; per item its value or the
+    :class:`~accelctl.AccelctlError` it raised or its deadline gave (any other exception is
+    accelctl's own bug, raised here).
 
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
@@ -232,8 +243,9 @@ def run_each(
 
 
 class _Unnamed:
-    """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's own
-    error."""
+    """The item of :func:`run_one` when no plugin is named.
+
+    Past the deadline, accelctl's own error."""
 
     def busy_with(self) -> str:
         return "accelctl"
@@ -243,9 +255,11 @@ class _Unnamed:
 
 
 def run_one(work: Callable[[], T], plugin: FanOutItem | None = None) -> T:
-    """``work()`` in a worker thread under the deadline (the CLI's named commands): its value, or
-    the error it raised or its deadline gave, raised here; past the deadline the error is
-    ``plugin``'s (the plugin ``work`` is for, where the caller knows it), else accelctl's own."""
+    """Call ``work()`` in a worker thread under the deadline and return or raise its outcome.
+
+    For the CLI's named commands: its value, or the error it raised or its deadline gave, raised
+    here; past the deadline the error is ``plugin``'s (the plugin ``work`` is for, where the caller
+    knows it), else accelctl's own."""
     [result] = run_each([plugin if plugin is not None else _Unnamed()], lambda _: work())
     if isinstance(result, AccelctlError):
         raise result
@@ -254,7 +268,9 @@ def run_one(work: Callable[[], T], plugin: FanOutItem | None = None) -> T:
 
 @contextlib.contextmanager
 def _deadline_paused() -> Iterator[None]:
-    """A fan-out inside a task (an alias looked up while a plugin is checked): the inner tasks
+    """Pause the outer deadline while a fan-out inside a task runs.
+
+    A fan-out inside a task (an alias looked up while a plugin is checked): the inner tasks
     have the deadlines, the outer one waits, its clock started again from the end."""
     run = getattr(_local, "run", None)
     index = getattr(_local, "index", None)

@@ -43,8 +43,10 @@ Stage = Literal["metadata", "name", "conflict", "import", "instantiate", "regist
 
 
 class Loading(NamedTuple):
-    """How loading a plugin went, one record replaced whole at each change: the :data:`State`,
-    with the :data:`Stage` that failed and its error when broken, and why when disabled."""
+    """How loading a plugin went, one record replaced whole at each change.
+
+    The :data:`State`, with the :data:`Stage` that failed and its error when broken, and why when
+    disabled."""
 
     state: State
     stage: Stage | None = None
@@ -76,10 +78,12 @@ class AcceleratorHandle:
         disabled: str | None = None,
         conflict: AccelctlError | None = None,
     ) -> None:
-        """``name``: the canonical name; the registry's scan gives the rest: the entry point, the
+        """Make the handle of the plugin called ``name`` from the registry's scan.
+
+        ``name`` is the canonical name; the registry's scan gives the rest: the entry point, the
         ``.dist-info`` folder (``origin``), why that distribution's files cannot be trusted
-        (``problem``), why the user's variables disable it (``disabled``), and the error of a
-        name that several distributions claim (``conflict``)."""
+        (``problem``), why the user's variables disable it (``disabled``), and the error of a name
+        that several distributions claim (``conflict``)."""
         #: The plugin's own name, its canonical name: the entry point's name (or the object's, see
         #: :meth:`from_object`); what ``ACCELCTL_PLUGINS``, ``validate`` and a lookup that loads
         #: one plugin alone go by. :attr:`name` is the accelerator's, which may differ.
@@ -109,8 +113,10 @@ class AcceleratorHandle:
 
     @property
     def state(self) -> State:
-        """How loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a
-        listing found: see :class:`~accelctl.AcceleratorStatus`)."""
+        """Return how loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken``.
+
+        ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a listing found: see
+        :class:`~accelctl.AcceleratorStatus`)."""
         return self._loading_state.state
 
     @property
@@ -132,8 +138,10 @@ class AcceleratorHandle:
     def from_object(
         cls, obj: object, name: str | None = None, *, check: bool = True
     ) -> AcceleratorHandle:
-        """A handle on a plugin object without an entry point (an :class:`Accelerator` instance
-        or subclass, or a module or object with ``@accelctl.hookimpl`` functions).
+        """Make a handle on a plugin object without an entry point.
+
+        An :class:`Accelerator` instance or subclass, or a module or object with
+        ``@accelctl.hookimpl`` functions.
 
         :param check: raise where it cannot be used; ``False``: return the handle whatever
             loading it gave (``state``, ``stage`` and ``error`` say it: the conformance kit).
@@ -150,9 +158,10 @@ class AcceleratorHandle:
 
     @property
     def name(self) -> str:
-        """The accelerator's name, the one a user types and accelctl shows: the device type a
-        loaded plugin also answers to as an alias (the generic PrivateUse1 plugin serves
-        ``openreg`` devices: ``openreg``), else :attr:`plugin_name`.
+        """Return the accelerator's name, the one a user types and accelctl shows.
+
+        The device type a loaded plugin also answers to as an alias (the generic PrivateUse1 plugin
+        serves ``openreg`` devices: ``openreg``), else :attr:`plugin_name`.
 
         Read from what the plugin said when it was loaded (never a hook call): before loading,
         and for a plugin whose ``accelerator_info()`` failed, it is the plugin's own name.
@@ -178,8 +187,9 @@ class AcceleratorHandle:
         return None if self._entry_point is None else self._entry_point.value
 
     def _read_identity(self) -> Identity:
-        """The distribution's name and version, read once (a read only: :meth:`identify` is what
-        breaks the handle where they cannot be read)."""
+        """Read the distribution's name and version, once.
+
+        A read only: :meth:`identify` is what breaks the handle where they cannot be read."""
         if self._identity is None:
             self._identity = Identity(None, None)
             if self._origin is not None:
@@ -187,15 +197,19 @@ class AcceleratorHandle:
         return self._identity
 
     def identify(self) -> AcceleratorHandle:
-        """Read the distribution's metadata (once); where it cannot be read the handle is broken
-        at stage ``metadata`` (loading does this first; a listing without detection too)."""
+        """Read the distribution's metadata once; break the handle where it cannot be read.
+
+        Where it cannot be read the handle is broken at stage ``metadata`` (loading does this first;
+        a listing without detection too)."""
         problem = self._read_identity().problem
         if problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
         return self
 
     def describe(self) -> str:
-        """``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it;
+        """Describe the accelerator as every message about it names it.
+
+        ``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it;
         ``"accelerator 'openreg' (plugin 'privateuse1', accelctl-torch-backend 0.1.0)"`` where the
         accelerator's name is not the plugin's."""
         dist, version, _ = self._read_identity()
@@ -215,8 +229,10 @@ class AcceleratorHandle:
             self._hooks = None
 
     def load(self) -> AcceleratorHandle:
-        """Import, instantiate and validate the plugin, once (a disabled one is not imported);
-        never raises for its failure: :attr:`state`, :attr:`stage` and :attr:`error` say it."""
+        """Import, instantiate and validate the plugin, once, never raising for its failure.
+
+        A disabled one is not imported. :attr:`state`, :attr:`stage` and :attr:`error` say how it
+        went."""
         self.identify()
         if self.state == "not-loaded" and self._entry_point is not None:
             with self._loading:  # one import per handle, whichever thread asks first
@@ -267,9 +283,10 @@ class AcceleratorHandle:
         self._loading_state = Loading("loaded")
 
     def diagnose(self) -> HookDiagnosis | None:
-        """The contract checks' verdict on the imported plugin's hooks, worked out now (the
-        conformance checks' detail; loading keeps only its outcome); None before the plugin is
-        imported or where a hook takes a parameter its specification lacks."""
+        """Return the contract checks' verdict on the imported plugin's hooks, or None.
+
+        Worked out now (the conformance checks' detail; loading keeps only its outcome); None before
+        the plugin is imported or where a hook takes a parameter its specification lacks."""
         if self.plugin is None:
             return None
         return diagnose(self.plugin)
@@ -308,8 +325,10 @@ class AcceleratorHandle:
         return self._hooks
 
     def _failed(self, hook: str, exc: BaseException) -> AccelctlError:
-        """The error for what ``hook`` raised (a device hook's ``DeviceSpecError`` passes, its
-        parts filled in); a Ctrl-C is raised as it is."""
+        """Return the error for what ``hook`` raised.
+
+        A device hook's ``DeviceSpecError`` passes, its parts filled in; a Ctrl-C is raised as it
+        is."""
         if isinstance(exc, DeviceSpecError) and hook in ("parse_devices", "get_parallel_devices"):
             if exc.accelerator is None:
                 exc.accelerator = self.name
@@ -384,7 +403,9 @@ class AcceleratorHandle:
         return cast("list[torch.device]", self._call("get_parallel_devices", devices))
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``;
+        """Return flat figures for one device, given as a ``torch.device`` or its string.
+
+        Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``;
         the allocator's figures the plugin leaves out are read from ``torch.accelerator``
         where this process already uses the device, and ``cpu_fallback_calls`` is added where
         this process runs the device's missing kernels on the CPU (docs/concepts.md section 7)."""
@@ -398,13 +419,16 @@ class AcceleratorHandle:
         return stats
 
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
-        """The device's peak FLOPs per data type and memory bandwidth; None: unknown (the
-        plugin says so, or has no ``device_peak`` hook)."""
+        """Return the device's peak FLOPs per data type and memory bandwidth; None when unknown.
+
+        None: unknown (the plugin says so, or has no ``device_peak`` hook)."""
         return cast("DevicePeak | None", self._call("device_peak", device))
 
     def kernel_gaps(self) -> KernelGaps:
-        """The operators the plugin declares its device lacks or must never run on the CPU,
-        and torch's own CPU-fallback switch for it (empty when the plugin has no such hook)."""
+        """Return the kernels the plugin declares its device lacks, and torch's CPU-fallback switch.
+
+        The operators its device lacks or must never run on the CPU; empty when the plugin has no
+        such hook."""
         return cast("KernelGaps", self._call("kernel_gaps") or KernelGaps())
 
     def unavailable_reason(self) -> str | None:
@@ -413,7 +437,9 @@ class AcceleratorHandle:
 
     @property
     def info(self) -> AcceleratorInfo:
-        """The plugin's :class:`~accelctl.AcceleratorInfo` (defaults when it has no
+        """Return the plugin's :class:`~accelctl.AcceleratorInfo`, read once.
+
+        The plugin's :class:`~accelctl.AcceleratorInfo` (defaults when it has no
         ``accelerator_info`` hook), read once."""
         if self._info is None:
             self._info = self.accelerator_info()
@@ -440,14 +466,18 @@ class AcceleratorHandle:
     # -- what the fan-out asks of the plugins it is asking -------------------------------------
 
     def busy_with(self) -> str:
-        """What the plugin is doing, for a message: the hook being called (``"detect()"``), else
-        ``"its import"`` before it is loaded, ``"its hooks"`` after."""
+        """Say what the plugin is doing, for a message.
+
+        The hook being called (``"detect()"``), else ``"its import"`` before it is loaded, ``"its
+        hooks"`` after."""
         calling = self._calling
         if calling is not None:
             return f"{calling}()"
         return "its import" if self.state == "not-loaded" else "its hooks"
 
     def error_for(self, hook: str | None, problem: str) -> PluginHookError:
-        """The error of this plugin for ``problem`` (``hook``: the hook it concerns), its subject
+        """Return this plugin's error for ``problem``, its subject named first.
+
+        The error of this plugin for ``problem`` (``hook``: the hook it concerns), its subject
         named first: past a deadline, or when asking it ended the process that asked."""
         return self._hook_error(hook, problem)

@@ -1,9 +1,9 @@
-"""What a plugin's code may not do to accelctl in its own process: raise through it, or steer
-its configuration at import (docs/concepts.md section 11); and how accelctl imports torch. Nothing
-here is set up per hook call, and nothing replaces a process-wide object: what a plugin could
-do to a whole process (end it, crash it, write on its stdout) the CLI keeps out of its own
-process instead (:mod:`accelctl.cli._child`).
-"""
+"""What a plugin's code may not do to accelctl in its own process, and how torch is imported.
+
+Raise through it, or steer its configuration at import (docs/concepts.md section 11); and how
+accelctl imports torch. Nothing here is set up per hook call, and nothing replaces a process-wide
+object: what a plugin could do to a whole process (end it, crash it, write on its stdout) the CLI
+keeps out of its own process instead (:mod:`accelctl.cli._child`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def failure_text(exc: BaseException) -> str:
 
 @contextmanager
 def watch_import(subject: str) -> Iterator[None]:
-    """Around a plugin's import (``subject`` names it): undo and report (a
+    """Undo and report what a plugin's import did to accelctl's configuration.
+
+    Around a plugin's import (``subject`` names it): undo and report (a
     :class:`~accelctl.PluginWarning`) what it did to accelctl's configuration. ``ACCELCTL_*``
     variables are put back (the user's choice); ``sys.path`` entries removed or reordered are put
     back, what it only added is kept (a vendor's package may need it)."""
@@ -107,10 +109,11 @@ AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 def import_torch() -> ModuleType:
-    """``import torch``, nothing when it is imported already. Where a distribution's
-    ``entry_points.txt`` cannot be read (torch's backend autoload would fail on it), torch is
-    imported with its autoload off and its out-of-tree backends loaded from accelctl's scan
-    (:func:`load_backends`), which skips that distribution.
+    """``import torch``, nothing when it is imported already.
+
+    Where a distribution's ``entry_points.txt`` cannot be read (torch's backend autoload would fail
+    on it), torch is imported with its autoload off and its out-of-tree backends loaded from
+    accelctl's scan (:func:`load_backends`), which skips that distribution.
 
     :raises PluginLoadError: an out-of-tree backend failed to load with torch (torch's own
         autoload, which fails the import: the error names the backend and how to turn it off).
@@ -141,10 +144,11 @@ def import_torch() -> ModuleType:
 
 
 def import_torch_alone() -> ModuleType:
-    """``import torch`` without its out-of-tree backends (see :func:`load_backends`): torch's
-    autoload switch is off for the import and put back after (where a distribution's
-    ``entry_points.txt`` cannot be read, and the conformance kit, which times the backends with
-    a plugin's first ``detect()``)."""
+    """Import torch without its out-of-tree backends.
+
+    See :func:`load_backends`: torch's autoload switch is off for the import and put back after.
+    Used where a distribution's ``entry_points.txt`` cannot be read, and by the conformance kit,
+    which times the backends with a plugin's first ``detect()``."""
     previous = os.environ.get(AUTOLOAD_VARIABLE)
     os.environ[AUTOLOAD_VARIABLE] = "0"
     try:
@@ -158,9 +162,10 @@ def import_torch_alone() -> ModuleType:
 
 
 def load_backends(strict: bool = False) -> list[str]:
-    """Load the ``torch.backends`` entry points as torch's autoload does, unless
-    ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no; their names. One that fails is named in a warning,
-    or, ``strict``, raises."""
+    """Load the ``torch.backends`` entry points as torch's autoload does, and return their names.
+
+    Unless ``TORCH_DEVICE_BACKEND_AUTOLOAD`` says no. One that fails is named in a warning, or,
+    ``strict``, raises."""
     if os.environ.get(AUTOLOAD_VARIABLE, "1") != "1":
         return []
     found = scan(warn=False, groups=(TORCH_BACKENDS_GROUP,))

@@ -33,9 +33,10 @@ _ARGUMENT = frozenset({"parse_devices", "get_parallel_devices", "device_stats", 
 
 
 class _Impl(NamedTuple):
-    """One hook of a plugin: its function (bound, for a method), the names of its parameters
-    without a default, and its marker's options (``{}`` for an unmarked method of an
-    :class:`~accelctl.Accelerator` subclass)."""
+    """One hook of a plugin: its function, its required parameters and its marker's options.
+
+    The function is bound, for a method; the parameters are those without a default; the options are
+    ``{}`` for an unmarked method of an :class:`~accelctl.Accelerator` subclass."""
 
     function: Callable[..., Any]
     argnames: tuple[str, ...]
@@ -52,8 +53,9 @@ def _spec_arguments() -> dict[str, tuple[str, ...]]:
 
 
 def _argnames(function: Callable[..., Any]) -> tuple[str, ...]:
-    """The parameters a call must pass (those without a default), as pluggy counts them: of a
-    bound method without ``self``."""
+    """Return the parameters a call must pass, as pluggy counts them.
+
+    Those without a default, of a bound method without ``self``."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: no parameter to check
@@ -80,7 +82,9 @@ def _marked(value: object) -> dict[str, Any] | None:
 
 
 def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
-    """``(name, function, options)`` of every hook ``plugin`` offers, one rule for every form of
+    """Return ``(name, function, options)`` of every hook ``plugin`` offers, one rule for all forms.
+
+    ``(name, function, options)`` of every hook ``plugin`` offers, one rule for every form of
     plugin (a module, an :class:`~accelctl.Accelerator`, any other object): each function marked
     with ``@accelctl.hookimpl``, and on an :class:`~accelctl.Accelerator` each method named after
     a hook, marked or not. Attributes are read from the namespaces without running the plugin's
@@ -104,8 +108,10 @@ def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict
 
 
 def _namespaces(plugin: object) -> Iterator[Mapping[str, Any]]:
-    """Where ``plugin``'s attributes are found, the nearest first: its own (a module's are all
-    it has), then each of its class's (what :func:`inspect.getattr_static` walks, read once)."""
+    """Return where ``plugin``'s attributes are found, the nearest first.
+
+    Its own (a module's are all it has), then each of its class's (what
+    :func:`inspect.getattr_static` walks, read once)."""
     own = getattr(plugin, "__dict__", None)
     if isinstance(own, dict):
         yield own
@@ -115,8 +121,9 @@ def _namespaces(plugin: object) -> Iterator[Mapping[str, Any]]:
 
 
 class HookDiagnosis(NamedTuple):
-    """Which hooks a plugin implements, which it lacks, which accelctl does not know: what the
-    conformance checks report (:func:`diagnose`); loading keeps only its verdict."""
+    """Which hooks a plugin implements, which it lacks, and which accelctl does not know.
+
+    What the conformance checks report (:func:`diagnose`); loading keeps only its verdict."""
 
     implemented: tuple[str, ...]
     unknown: tuple[str, ...]
@@ -180,8 +187,10 @@ def _wrappers_message(wrappers: tuple[str, ...]) -> str | None:
 
 
 def instantiate(obj: object, subject: str) -> object:
-    """The plugin an entry point names: a module, a class (instantiated with no arguments) or an
-    instance; ``subject`` names it in messages."""
+    """Return the plugin an entry point names, instantiating a class.
+
+    A module, a class (instantiated with no arguments) or an instance; ``subject`` names it in
+    messages."""
     if not inspect.isclass(obj):
         return obj
     try:
@@ -194,8 +203,9 @@ def instantiate(obj: object, subject: str) -> object:
 
 
 def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
-    """Validate ``plugin`` and take its hook functions into a plain table; ``subject`` names it in
-    the error.
+    """Validate ``plugin`` and take its hook functions into a plain table.
+
+    ``subject`` names it in the error.
 
     :raises PluginLoadError: reading its attributes raised, or a hook is unknown, missing, a
         wrapper, or takes a parameter its specification does not have.
@@ -215,8 +225,10 @@ def hook_table(plugin: object, subject: str) -> dict[str, Callable[..., Any]]:
 
 
 def diagnose(plugin: object) -> HookDiagnosis | None:
-    """The plugin's :class:`HookDiagnosis`, read again (the conformance checks' detail); None
-    where a hook takes a parameter its specification lacks or reading its attributes raises."""
+    """Return the plugin's :class:`HookDiagnosis`, read again; None where it cannot be read.
+
+    The conformance checks' detail; None where a hook takes a parameter its specification lacks or
+    reading its attributes raises."""
     try:
         return _read(plugin, "")[1]
     except PluginLoadError:
@@ -228,7 +240,9 @@ def _error(subject: str, problem: str) -> PluginLoadError:
 
 
 def _read(plugin: object, subject: str) -> tuple[dict[str, _Impl], HookDiagnosis]:
-    """Each hook ``plugin`` offers, by name, checked against its specification, and what the
+    """Read each hook ``plugin`` offers, checked against its specification.
+
+    Each hook ``plugin`` offers, by name, checked against its specification, and what the
     plugin implements, lacks or offers that accelctl does not know; ``subject`` names the plugin
     in the error. Reading its attributes may run its code (a required hook left unmarked is
     looked up to say so): whatever that raises is the plugin's failure to register.
@@ -256,8 +270,9 @@ def _read(plugin: object, subject: str) -> tuple[dict[str, _Impl], HookDiagnosis
 def _checked(
     found: Iterator[tuple[str, Callable[..., Any], dict[str, Any]]], subject: str
 ) -> dict[str, _Impl]:
-    """The hooks found, by name, each checked against its specification (an unknown name is
-    kept for the caller to name).
+    """Return the hooks found, by name, each checked against its specification.
+
+    An unknown name is kept for the caller to name.
 
     :raises PluginLoadError: a hook takes a parameter its specification does not have.
     """
@@ -291,9 +306,11 @@ def _wrappers(impls: dict[str, _Impl]) -> tuple[str, ...]:
 
 
 def name_of(obj: object) -> str:
-    """The name of a plugin object that has no entry point, the one rule for it: an
-    :class:`~accelctl.Accelerator`'s :attr:`~accelctl.Accelerator.accelerator_name` (its class's
-    too), else the object's ``name`` or ``__name__`` attribute, else its type's name; lowercase."""
+    """Return the name of a plugin object that has no entry point.
+
+    The one rule for it: an :class:`~accelctl.Accelerator`'s
+    :attr:`~accelctl.Accelerator.accelerator_name` (its class's too), else the object's ``name`` or
+    ``__name__`` attribute, else its type's name; lowercase."""
     if isinstance(obj, Accelerator):
         return obj.accelerator_name
     if inspect.isclass(obj) and issubclass(obj, Accelerator):

@@ -47,7 +47,9 @@ _LONGEST_HINTED_NAME = 64
 
 
 def load_each(handles: Sequence[AcceleratorHandle]) -> None:
-    """Import the plugins of ``handles`` not imported yet, one after the other, before they are
+    """Import the plugins of ``handles`` not imported yet, one after the other.
+
+    Import the plugins of ``handles`` not imported yet, one after the other, before they are
     asked at once: each import is watched for what it does to ``sys.path`` and the ``ACCELCTL_*``
     variables, which two imports at once would leave to the wrong plugin. Each has the fan-out's
     deadline; one given up stays its handle's (the fan-out does not ask it again while its thread
@@ -58,8 +60,10 @@ def load_each(handles: Sequence[AcceleratorHandle]) -> None:
 
 
 class Registry:
-    """The accelerator plugins installed on ``path`` (default: ``sys.path``); ``environ`` is
-    where ``ACCELCTL_PLUGINS`` / ``ACCELCTL_DISABLE`` are read at the first scan."""
+    """The accelerator plugins installed on ``path``.
+
+    ``path`` defaults to ``sys.path``; ``environ`` is where ``ACCELCTL_PLUGINS`` /
+    ``ACCELCTL_DISABLE`` are read at the first scan."""
 
     def __init__(
         self, path: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
@@ -119,7 +123,9 @@ class Registry:
         return list(self._scan())
 
     def typed_names(self) -> dict[str, str]:
-        """Every name a user can type for an installed accelerator, each with how a message
+        """Return every name a user can type for an installed accelerator, as messages name it.
+
+        Every name a user can type for an installed accelerator, each with how a message
         names it: its name (``'openreg'``), the aliases its loaded plugin answers to
         (``'rocm'``), and a plugin's own name where it is not the accelerator's
         (``'privateuse1' (the plugin of 'openreg')``). Read from what the plugins said when
@@ -136,9 +142,11 @@ class Registry:
         return typed
 
     def shown_names(self) -> list[str]:
-        """The installed accelerators as a message lists them: each by its name, with the other
-        aliases a user can type for it (``cuda (or rocm)``); a plugin's own name where it is not
-        the accelerator's is left to ``accelctl list``'s PLUGIN column."""
+        """List the installed accelerators as a message names them.
+
+        Each by its name, with the other aliases a user can type for it (``cuda (or rocm)``); a
+        plugin's own name where it is not the accelerator's is left to ``accelctl list``'s PLUGIN
+        column."""
         shown: dict[str, None] = {}
         for handle in self.plugins():
             info = handle._info
@@ -151,8 +159,10 @@ class Registry:
         return list(self._scan().get(name.lower(), ()))
 
     def named(self, name: object) -> AcceleratorHandle | None:
-        """The one handle whose canonical name is ``name`` (any case), not loaded; None for
-        anything else (``"auto"``, an alias, a name claimed twice, not a str)."""
+        """Return the one handle whose canonical name is ``name``, not loaded; else None.
+
+        ``name`` in any case; None for anything else (``"auto"``, an alias, a name claimed twice,
+        not a str)."""
         if not isinstance(name, str):
             return None
         handles = self._scan().get(name.strip().lower(), [])
@@ -207,8 +217,9 @@ class Registry:
         raise self.unknown(name, unanswered)
 
     def listing(self, detect: bool = True) -> list[AcceleratorStatus]:
-        """Every installed accelerator and how it fares here, all probed at once (what
-        :func:`accelctl.list_accelerators` returns for the process-wide registry)."""
+        """List every installed accelerator and how it fares here, all probed at once.
+
+        What :func:`accelctl.list_accelerators` returns for the process-wide registry."""
         plugins = self.plugins()
         if not detect:
             return [AcceleratorStatus.of(handle) for handle in plugins]
@@ -216,8 +227,9 @@ class Registry:
         return settle(plugins, fanout.run_each(plugins, probe))
 
     def candidates(self) -> list[AcceleratorStatus]:
-        """Every enabled accelerator probed at once, for ``"auto"`` and ``"gpu"``; a broken one is
-        named in a :class:`~accelctl.PluginWarning`."""
+        """Return every enabled accelerator, probed at once, for ``"auto"`` and ``"gpu"``.
+
+        A broken one is named in a :class:`~accelctl.PluginWarning`."""
         enabled = self.enabled()
         load_each(enabled)
         statuses = settle(enabled, fanout.run_each(enabled, probe))
@@ -231,10 +243,11 @@ class Registry:
         asked: str,
         unanswered: Sequence[tuple[AcceleratorHandle, AccelctlError]] = (),
     ) -> UnknownAcceleratorError:
-        """The error for a name nothing installed provides: what is, the nearest name, and the
-        plugin to install. ``unanswered``: the plugins that could not say their aliases (late
-        past the hook deadline, or failing in accelerator_info()), any of which may be the one
-        asked for."""
+        """Return the error for a name that nothing installed provides.
+
+        What is, the nearest name, and the plugin to install. ``unanswered``: the plugins that could
+        not say their aliases (late past the hook deadline, or failing in accelerator_info()), any
+        of which may be the one asked for."""
         key = asked.strip().lower()
         typed = self.typed_names()
         installed = list(dict.fromkeys(handle.name for handle in self.plugins()))
@@ -271,10 +284,12 @@ class Registry:
 
 
 def install_hint(registry: Registry, name: str) -> str:
-    """What to install for ``name``: ``pip install <distribution>`` for a plugin this project
-    ships; for any other name, the conventional ``accelctl-<name>``, worded as a vendor's to
-    publish, never as a package that exists. When that distribution is installed already, a
-    pointer to its row in ``accelctl list``."""
+    """Say what to install for ``name``.
+
+    ``pip install <distribution>`` for a plugin this project ships; for any other name, the
+    conventional ``accelctl-<name>``, worded as a vendor's to publish, never as a package that
+    exists. When that distribution is installed already, a pointer to its row in ``accelctl
+    list``."""
     distribution = SHIPPED.get(name, f"accelctl-{name}")
     installed = {h.distribution for h in registry.plugins()}
     if distribution in installed:
@@ -321,12 +336,16 @@ def set_registry(registry: Registry | None) -> Registry | None:
 
 
 def get_accelerator(name: str) -> AcceleratorHandle:
-    """A handle on the loaded accelerator called ``name`` (canonical name or alias, any case);
-    a canonical name imports that plugin alone."""
+    """Return a handle on the loaded accelerator called ``name``.
+
+    ``name`` is a canonical name or alias, in any case; a canonical name imports that plugin
+    alone."""
     return get_registry().get(name)
 
 
 def list_accelerators(detect: bool = True) -> list[AcceleratorStatus]:
-    """Every installed accelerator and how it fares here, never raising for a broken one (its
+    """List every installed accelerator and how it fares here, never raising for a broken one.
+
+    Every installed accelerator and how it fares here, never raising for a broken one (its
     ``error`` says why). ``detect=False`` reads package metadata only and runs no plugin code."""
     return get_registry().listing(detect)

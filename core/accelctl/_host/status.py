@@ -1,6 +1,7 @@
-"""How an installed accelerator fares here: :class:`AcceleratorStatus`, a row of ``accelctl list``:
-a view of its handle plus what its hooks said in this one listing.
-"""
+"""How an installed accelerator fares here: a row of ``accelctl list``.
+
+:class:`AcceleratorStatus`, a row of ``accelctl list``: a view of its handle plus what its hooks
+said in this one listing."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ RowState = Literal["available", "unavailable", "disabled", "broken", "not-run"]
 
 @dataclass(frozen=True)
 class AcceleratorStatus:
-    """One installed accelerator and what its hooks said here: ``available`` and ``device_count``
-    are None where detection did not run; ``reason`` says why a working plugin is unavailable or
-    disabled, ``error`` why a broken one is (in one line)."""
+    """One installed accelerator and what its hooks said here.
+
+    ``available`` and ``device_count`` are None where detection did not run; ``reason`` says why a
+    working plugin is unavailable or disabled, ``error`` why a broken one is (in one line)."""
 
     accelerator: AcceleratorHandle
     available: bool | None = None
@@ -35,7 +37,9 @@ class AcceleratorStatus:
 
     @classmethod
     def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
-        """From package metadata alone (no plugin code runs): disabled, broken (as known so far),
+        """Make the status from package metadata alone, without running plugin code.
+
+        From package metadata alone (no plugin code runs): disabled, broken (as known so far),
         else not run."""
         handle.identify()  # its metadata: a handle whose metadata cannot be read is broken
         if handle.state == "broken" and handle.error is not None:
@@ -79,8 +83,10 @@ class AcceleratorStatus:
 
     @property
     def state(self) -> RowState:
-        """What this listing found: ``"available"``, ``"unavailable"``, ``"disabled"``,
-        ``"broken"`` or ``"not-run"`` (see :data:`RowState`)."""
+        """Return what this listing found, one of :data:`RowState`.
+
+        ``"available"``, ``"unavailable"``, ``"disabled"``, ``"broken"`` or ``"not-run"`` (see
+        :data:`RowState`)."""
         if self.error is not None:
             return "broken"
         if self.accelerator.state == "disabled":
@@ -112,9 +118,10 @@ class AcceleratorStatus:
 
 
 def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
-    """Load the plugin and ask what ``accelctl list`` shows: its info, whether it is detected, its
-    devices or why not, each through the handle's own hook method. Never raises for the plugin's
-    failure (the status says it)."""
+    """Load the plugin and ask what ``accelctl list`` shows, never raising for its failure.
+
+    Its info, whether it is detected, its devices or why not, each through the handle's own hook
+    method. Never raises for the plugin's failure (the status says it)."""
     if handle.state == "disabled":
         return AcceleratorStatus(handle, reason=handle.reason)
     handle.load()
@@ -132,7 +139,9 @@ def probe(handle: AcceleratorHandle) -> AcceleratorStatus:
 def settle(
     handles: Sequence[AcceleratorHandle], probed: Sequence[AcceleratorStatus | AccelctlError]
 ) -> list[AcceleratorStatus]:
-    """The statuses of a probe of ``handles``: a plugin that did not answer in time (its
+    """Return the statuses of a probe of ``handles``, a late plugin as a broken row.
+
+    The statuses of a probe of ``handles``: a plugin that did not answer in time (its
     :class:`~accelctl.AccelctlError` in ``probed``) is a broken row."""
     return [
         result

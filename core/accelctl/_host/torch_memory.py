@@ -1,5 +1,7 @@
-"""The allocator's figures a plugin leaves out, read from ``torch.accelerator``: for every device
-type torch serves through it (CUDA, XPU, MPS, an out-of-tree PrivateUse1 backend), the same keys.
+"""The allocator's figures a plugin leaves out, read from ``torch.accelerator``.
+
+For every device type torch serves through it (CUDA, XPU, MPS, an out-of-tree PrivateUse1 backend),
+the same keys.
 
 Only where this process already uses that device: torch is imported (never imported here), the
 device's type is torch's current accelerator, and its runtime says it is initialised. Elsewhere
@@ -30,7 +32,9 @@ ALLOCATOR_READERS = {
 def with_torch_memory(
     stats: dict[str, int | float], device: torch.device | str
 ) -> dict[str, int | float]:
-    """``stats`` with the common memory keys it lacks (allocated, reserved, peak allocated; used
+    """Add to ``stats`` the common memory keys it lacks, read from ``torch.accelerator``.
+
+    ``stats`` with the common memory keys it lacks (allocated, reserved, peak allocated; used
     and total from ``get_memory_info``) read from ``torch.accelerator``, where the process
     already uses ``device``; ``stats`` itself otherwise. A function torch or the backend lacks
     is skipped, figure by figure."""
@@ -73,7 +77,9 @@ def _read(accelerator: Any, name: str) -> Callable[[int], Any]:
 
 
 def _accelerator_in_use(device: torch.device | str) -> Any:
-    """``torch.accelerator`` where torch is imported, serves ``device``'s type, and this process
+    """Return ``torch.accelerator`` where this process already uses ``device``'s type; else None.
+
+    ``torch.accelerator`` where torch is imported, serves ``device``'s type, and this process
     already uses that type's runtime; else None."""
     torch_module = loaded_torch()
     accelerator = getattr(torch_module, "accelerator", None)

@@ -1,5 +1,7 @@
-"""What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer step
-(:data:`CASES`), each run on the device and on the CPU by :mod:`.probe`.
+"""What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer.
+
+One small case per layer or optimizer step (:data:`CASES`), each run on the device and on the CPU by
+:mod:`.probe`.
 
 The list comes from the small models of :mod:`.reference`: every operator a training step of
 them calls on the CPU (:data:`NEEDED_OPERATORS`, re-derived by a test) is called by some case,
@@ -120,8 +122,9 @@ def _convolution(dims: int, transposed: bool = False, bf16: bool = False) -> Ker
 
 
 def _batch_norm(bf16: bool = False) -> KernelCase:
-    """Training-mode batch norm as ``nn.BatchNorm2d`` runs it: the running statistics and the
-    count of batches are updated (and compared)."""
+    """The case of training-mode batch norm, as ``nn.BatchNorm2d`` runs it.
+
+    The running statistics and the count of batches are updated (and compared)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         import torch
@@ -142,7 +145,9 @@ def _batch_norm(bf16: bool = False) -> KernelCase:
 
 
 def _layer_norm() -> KernelCase:
-    """LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
+    """The case of LayerNorm.
+
+    LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
     run in float32: no bfloat16 case)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -221,9 +226,10 @@ def _average_pool(bf16: bool = False) -> KernelCase:
 
 
 def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
-    """Dropout as GPT-2's: judged by its shape, not against the CPU's draws (each output is 0
-    or the input scaled by ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through
-    the same mask)."""
+    """The case of dropout as GPT-2's, judged by its shape.
+
+    Judged by its shape, not against the CPU's draws (each output is 0 or the input scaled by
+    ``1/(1-p)``, about ``p`` of them 0; the gradient is the seed through the same mask)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return (_draw(g, 4096, bf16=bf16),)
@@ -256,9 +262,11 @@ def _dropout(bf16: bool = False, p: float = 0.1) -> KernelCase:
 
 
 def _linear(bf16: bool = False) -> KernelCase:
-    """Linear layers on a batch of sequences, as a transformer's: one with a bias, then a head
-    without (as GPT-2's tied one); both results are compared (an autocast may cast one kind
-    and not the other: torch_openreg 0.0.1 leaves the one with a bias in float32)."""
+    """The case of linear layers on a batch of sequences, as a transformer's.
+
+    One with a bias, then a head without (as GPT-2's tied one); both results are compared (an
+    autocast may cast one kind and not the other: torch_openreg 0.0.1 leaves the one with a bias in
+    float32)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return _draw(g, 2, 4, 8), _draw(g, 5, 8), _draw(g, 5), _draw(g, 6, 5)
@@ -293,8 +301,10 @@ def _embedding() -> KernelCase:
 
 
 def _attention(bf16: bool = False) -> KernelCase:
-    """Causal self-attention as GPT-2's: a fused QKV projection split into heads,
-    ``scaled_dot_product_attention``, the heads joined again."""
+    """The case of causal self-attention as GPT-2's.
+
+    A fused QKV projection split into heads, ``scaled_dot_product_attention``, the heads joined
+    again."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return _draw(g, 2, 6, 16), _draw(g, 48, 16), _draw(g, 48)
@@ -315,7 +325,9 @@ def _attention(bf16: bool = False) -> KernelCase:
 
 
 def _cross_entropy(bf16: bool = False) -> KernelCase:
-    """The losses of a classifier (logits and labels) and of a language model (logits and
+    """The case of a classifier's and a language model's losses, summed.
+
+    The losses of a classifier (logits and labels) and of a language model (logits and
     next-token targets, flattened), summed."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -341,7 +353,9 @@ def _cross_entropy(bf16: bool = False) -> KernelCase:
 
 
 def _optimizer(name: str) -> KernelCase:
-    """Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
+    """The case of two steps of one of :data:`.reference.OPTIMIZERS` on three parameters.
+
+    Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
     reads the state the first made)."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:

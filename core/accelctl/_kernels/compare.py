@@ -1,5 +1,7 @@
-"""Whether a device's result is the CPU's, within what the dtype allows: a missing kernel
-raises, a placeholder or a wrong one gives another result (uninitialised memory, zeros, NaN).
+"""Whether a device's result is the CPU's, within what the dtype allows.
+
+A missing kernel raises, a placeholder or a wrong one gives another result (uninitialised memory,
+zeros, NaN).
 
 The tolerance is meant to catch those, not rounding: 16 units in the last place of the coarser
 of the result's dtype and TF32 (a real device may run a float32 matmul or convolution in TF32,
@@ -29,7 +31,9 @@ def tolerance(dtype: torch.dtype) -> float:
 
 
 def difference(device: Any, cpu: Any, *, dtypes: bool = True) -> str | None:
-    """What differs between the device's result and the CPU's (tensors, or tuples and lists
+    """Say what differs between the device's result and the CPU's; None where they agree.
+
+    What differs between the device's result and the CPU's (tensors, or tuples and lists
     of them, the device's on any device); None where they agree within :func:`tolerance`.
     ``dtypes=False``: tensors of two floating-point dtypes are compared within the coarser's
     tolerance (autocast's policies differ in what they keep in float32)."""

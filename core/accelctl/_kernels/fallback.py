@@ -53,7 +53,9 @@ _NEVER = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from
 
 
 class CPUFallback:
-    """The kernels registered for one PrivateUse1 device type in this process, and the calls
+    """The CPU kernels registered for one PrivateUse1 device type, and the calls they ran.
+
+    The kernels registered for one PrivateUse1 device type in this process, and the calls
     that ran on the CPU since (:meth:`install` registers; the registrations last as long as this
     object)."""
 
@@ -242,8 +244,10 @@ class CPUFallback:
         return self._run(op, args, kwargs)
 
     def _run(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``op`` on CPU copies; results back on the device, written into the tensors that
-        in-place and ``out=`` variants write."""
+        """Run ``op`` on CPU copies and put the results back on the device.
+
+        Results back on the device, written into the tensors that in-place and ``out=`` variants
+        write."""
 
         kernel = _name_of(op)
         moved: list[torch.device] = []
@@ -308,7 +312,9 @@ class CPUFallback:
 
     @contextmanager
     def _on_cpu(self, kernel: str) -> Iterator[None]:
-        """While tensors move between the CPU and the device: a missing kernel needed for the
+        """Stop a missing kernel needed to move tensors as missing, while tensors move.
+
+        While tensors move between the CPU and the device: a missing kernel needed for the
         move itself would call back here for ever, so it stops as missing instead."""
         if getattr(self._moving, "kernel", None) is not None:
             raise MissingKernelError(
@@ -356,7 +362,9 @@ class _NoAlias:
 
 
 def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
-    """Why :class:`CPUFallback` would not run ``kernel`` (torch's name) on the CPU for this
+    """Say why :class:`CPUFallback` would not run ``kernel`` on the CPU; None where it would.
+
+    Why :class:`CPUFallback` would not run ``kernel`` (torch's name) on the CPU for this
     process's PrivateUse1 backend, by the rules :meth:`CPUFallback.install` and its fallback for
     every operator apply; None where it would. For the capability matrix, before any job."""
     if not gaps.allows_fallback(kernel):
@@ -389,7 +397,9 @@ def _never(kernel: str) -> str:
 
 
 def _replaces(kernel: str, gaps: KernelGaps) -> bool:
-    """An overrideable operator gets accelctl's CPU kernel where the backend has none of its
+    """Say whether an overrideable operator gets accelctl's CPU kernel.
+
+    An overrideable operator gets accelctl's CPU kernel where the backend has none of its
     own, or the plugin declares its own a placeholder, and the plugin allows it."""
     if not gaps.allows_fallback(kernel):
         return False
@@ -397,7 +407,9 @@ def _replaces(kernel: str, gaps: KernelGaps) -> bool:
 
 
 def _per_op_refusal(kernel: str, gaps: KernelGaps, op: Any = None) -> str | None:
-    """Why ``kernel`` cannot run on CPU copies of its inputs, one call at a time (``op``: its
+    """Say why ``kernel`` cannot run on CPU copies of its inputs; None where it can.
+
+    Why ``kernel`` cannot run on CPU copies of its inputs, one call at a time (``op``: its
     ``OpOverload``, looked up by name where not given); None where it can."""
     if not gaps.allows_fallback(kernel):
         return _never(kernel)
@@ -412,7 +424,9 @@ def _per_op_refusal(kernel: str, gaps: KernelGaps, op: Any = None) -> str | None
 
 
 def library(namespace: str) -> Any:
-    """A ``torch.library.Library`` adding kernels to ``namespace``'s operators (``"_"``: a
+    """Return a ``torch.library.Library`` adding kernels to ``namespace``'s operators.
+
+    A ``torch.library.Library`` adding kernels to ``namespace``'s operators (``"_"``: a
     fallback for every operator); its kernels last as long as it does."""
     from torch.library import Library
 
@@ -465,7 +479,9 @@ def _returns_a_view(op: Any) -> bool:
 
 
 def _has_own_kernel(kernel: str) -> bool:
-    """True where the backend registered a kernel of its own for ``kernel`` (the dispatcher's
+    """Say whether the backend registered a kernel of its own for ``kernel``.
+
+    True where the backend registered a kernel of its own for ``kernel`` (the dispatcher's
     table; the default composite kernel of an overrideable operator does not count)."""
     import torch
 

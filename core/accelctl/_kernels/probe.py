@@ -1,5 +1,7 @@
-"""The capability matrix's ``kernels`` row: each case of :data:`.cases.CASES` run on the device
-and on the CPU, forward and backward (an optimizer's steps), and what the device lacks named.
+"""The capability matrix's ``kernels`` row: each case run on the device and on the CPU.
+
+Each case of :data:`.cases.CASES` run on the device and on the CPU, forward and backward (an
+optimizer's steps), and what the device lacks named.
 
 A case's pass on the device is, against the CPU's:
 
@@ -37,7 +39,9 @@ State = Literal["missing", "wrong-result", "wrong-dtype"]
 
 @dataclass(frozen=True)
 class MissingKernel:
-    """A kernel the device lacks (or has wrong) for the common layers, as the ``kernels`` row
+    """A kernel the device lacks or has wrong, as the ``kernels`` row names it.
+
+    A kernel the device lacks (or has wrong) for the common layers, as the ``kernels`` row
     names it: one per operator, pass and state, with the cases that showed it.
 
     ``op``: the operator as a user knows it (``aten::convolution``, or the optimizer's call);
@@ -133,7 +137,9 @@ class _Finding:
 def probe_kernels(
     device: torch.device, gaps: KernelGaps, cases: Sequence[KernelCase] = CASES
 ) -> KernelsProbed:
-    """Run ``cases`` on ``device`` and on the CPU (see the module's docstring); ``gaps``: what
+    """Run ``cases`` on ``device`` and on the CPU and name what the device lacks.
+
+    Run ``cases`` on ``device`` and on the CPU (see the module's docstring); ``gaps``: what
     the plugin declares, for the fallback's verdicts and to name a placeholder's kernel."""
     findings = [found for case in cases for found in _probe_case(case, device, gaps)]
     grouped: dict[tuple[str, str | None, Phase, State], list[_Finding]] = {}
@@ -167,7 +173,9 @@ def why_no_fallback(
     *,
     cpu_lacks_it: bool = False,
 ) -> str | None:
-    """Why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away on ``device_type``:
+    """Say why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away; None where it would.
+
+    Why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away on ``device_type``:
     ``kernel`` (torch's name; None where nothing named it) found ``state``; None where the
     fallback runs it on the CPU (:func:`.setup.fallback_refusal_on`'s rules)."""
     from .setup import fallback_refusal_on
@@ -268,7 +276,9 @@ def forward(case: KernelCase, inputs: tuple[Any, ...], device_type: str) -> Any:
 
 
 def weighted_loss(result: Any, seed: torch.Tensor) -> torch.Tensor:
-    """What a case's backward starts from: ``result`` (its first element, for a tuple) weighted
+    """Return the loss a case's backward starts from: ``result`` weighted by ``seed`` and summed.
+
+    What a case's backward starts from: ``result`` (its first element, for a tuple) weighted
     by ``seed`` and summed."""
     first = result[0] if isinstance(result, tuple) else result
     loss: torch.Tensor = (first * seed.to(first.device, first.dtype)).sum()
@@ -287,7 +297,9 @@ def _backward_alone(
     device: torch.device,
     finding: Callable[[Phase, State, str, KernelFailure | str | None], _Finding],
 ) -> list[_Finding]:
-    """The backward operator called alone on the device, where the forward is missing; compared
+    """Call the backward operator alone on the device and on the CPU, and compare.
+
+    The backward operator called alone on the device, where the forward is missing; compared
     with the same call on the CPU."""
     assert case.backward_alone is not None
     detached = tuple(value.detach() for value in inputs)
@@ -301,7 +313,9 @@ def _backward_alone(
 
 
 def _kernel_of(exc: BaseException, device: torch.device, loss: Any = None) -> KernelFailure | None:
-    """The kernel ``exc`` shows missing (or the loss's graph does, for the autograd engine's
+    """Return the kernel that ``exc`` shows missing.
+
+    The kernel ``exc`` shows missing (or the loss's graph does, for the autograd engine's
     undefined gradient)."""
     failure = recognize(exc, device.type)
     if failure is None and loss is not None:
@@ -310,8 +324,10 @@ def _kernel_of(exc: BaseException, device: torch.device, loss: Any = None) -> Ke
 
 
 def _named(ran: list[str], gaps: KernelGaps) -> str | None:
-    """The kernel a wrong result is put down to: the first the device ran that the plugin
-    declares missing, or that is one of torch's overrideable operators; None where none is."""
+    """Return the kernel a wrong result is put down to, or None.
+
+    The first the device ran that the plugin declares missing, or that is one of torch's
+    overrideable operators; None where none is."""
     for kernel in ran:
         if kernel in gaps.missing or kernel in OVERRIDEABLE:
             return kernel

@@ -58,14 +58,17 @@ UNDEFINED_GRADIENT = "tensor does not have a device"
 
 
 def _is_device_key(key: str, device_type: str) -> bool:
-    """A dispatch key of the model's device: ``PrivateUse1`` (and its sparse/quantized forms)
-    for an out-of-tree backend, the device type's own key (``XPU``, ``MPS``, ``HPU``) else."""
+    """Say whether ``key`` is a dispatch key of the model's device.
+
+    ``PrivateUse1`` (and its sparse/quantized forms) for an out-of-tree backend, the device type's
+    own key (``XPU``, ``MPS``, ``HPU``) else."""
     return key.endswith("PrivateUse1") or key.lower().endswith(device_type.lower())
 
 
 def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
-    """The missing kernel ``exc`` shows, on a model running on ``device_type``; None where
-    ``exc`` is another error (a CPU model's errors never are: the CPU is the floor)."""
+    """Return the missing kernel ``exc`` shows, on a model running on ``device_type``, or None.
+
+    None where ``exc`` is another error (a CPU model's errors never are: the CPU is the floor)."""
     if device_type == "cpu" or not isinstance(exc, RuntimeError):  # NotImplementedError too
         return None
     text = str(exc)
@@ -92,7 +95,9 @@ def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
 
 
 def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailure | None:
-    """The kernel behind a device's own refusal of a dtype, for an operator the plugin declares
+    """Return the kernel behind a device's own refusal of a dtype, or None.
+
+    The kernel behind a device's own refusal of a dtype, for an operator the plugin declares
     it runs in some dtypes only (``KernelGaps.partial``): its error names the operator as a word
     (torch_openreg 0.0.3's ``abs``: ``Abs kernel only supports float type``). None where ``exc``
     names none of them."""
@@ -107,11 +112,12 @@ def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailur
 
 
 def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None:
-    """The kernel behind the autograd engine's ``tensor does not have a device``: a backward
-    node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a device's
-    placeholder kernel leaves its gradients undefined). None where ``exc`` is not that error or
-    the graph names no such node. ``loss`` None: the tensor whose ``backward()`` raised, where
-    the traceback shows it (:func:`backward_root`)."""
+    """Return the kernel behind the autograd engine's ``tensor does not have a device``, or None.
+
+    A backward node of ``loss``'s graph named for one of torch's ``*_overrideable`` operators (a
+    device's placeholder kernel leaves its gradients undefined). None where ``exc`` is not that
+    error or the graph names no such node. ``loss`` None: the tensor whose ``backward()`` raised,
+    where the traceback shows it (:func:`backward_root`)."""
     if not isinstance(exc, RuntimeError) or UNDEFINED_GRADIENT not in str(exc):
         return None
     grad_fn = getattr(loss if loss is not None else backward_root(exc), "grad_fn", None)
@@ -130,9 +136,10 @@ def undefined_grad(exc: BaseException, loss: Any = None) -> KernelFailure | None
 
 
 def backward_root(exc: BaseException) -> Any:
-    """The tensor whose ``backward()`` raised ``exc``: the ``self`` of torch's
-    ``Tensor.backward`` on its traceback (a framework's training step calls it on a loss the
-    caller of the step never holds); None where it is not there."""
+    """Return the tensor whose ``backward()`` raised ``exc``, or None.
+
+    The ``self`` of torch's ``Tensor.backward`` on its traceback (a framework's training step calls
+    it on a loss the caller of the step never holds); None where it is not there."""
     import torch
 
     for frame, _ in traceback.walk_tb(exc.__traceback__):
@@ -145,7 +152,9 @@ def backward_root(exc: BaseException) -> Any:
 
 
 def _overrideable_op(node_name: str) -> str:
-    """``ScaledDotProductFusedAttentionOverrideableBackward0`` ->
+    """Return the overrideable operator that a backward node's name stands for.
+
+    ``ScaledDotProductFusedAttentionOverrideableBackward0`` ->
     ``_scaled_dot_product_fused_attention_overrideable`` (torch's names: every overrideable op
     but convolution's starts with an underscore)."""
     stem = re.sub(r"Backward\d*$", "", node_name)
@@ -154,7 +163,9 @@ def _overrideable_op(node_name: str) -> str:
 
 
 def phase_of(exc: BaseException) -> str | None:
-    """``"backward"`` where the error came out of ``Tensor.backward``/``torch.autograd``,
+    """Say whether the error came from the ``"forward"`` or the ``"backward"`` pass, or None.
+
+    ``"backward"`` where the error came out of ``Tensor.backward``/``torch.autograd``,
     ``"forward"`` where a module's ``forward`` is on its traceback, else None."""
     forward = False
     for frame, _ in traceback.walk_tb(exc.__traceback__):
@@ -168,7 +179,9 @@ def phase_of(exc: BaseException) -> str | None:
 
 
 def calling_layer(exc: BaseException, model: Any = None) -> str | None:
-    """``"Conv2d at features.0"``: the innermost module whose ``forward`` the error came out
+    """Name the innermost layer whose ``forward`` the error came out of, or None.
+
+    ``"Conv2d at features.0"``: the innermost module whose ``forward`` the error came out
     of, named by its path in ``model`` where ``model`` holds it; None where no module's forward
     is on the traceback (an error in the backward pass, raised by the engine)."""
     innermost = None
@@ -197,7 +210,9 @@ def _module_of(frame: FrameType) -> torch.nn.Module | None:
 
 
 def _path_in(model: Any, module: torch.nn.Module) -> str | None:
-    """``module``'s name in ``model.named_modules()`` ("" for the model itself), looking through
+    """Return ``module``'s name in ``model.named_modules()``, or None.
+
+    ``module``'s name in ``model.named_modules()`` ("" for the model itself), looking through
     the wrappers a strategy adds (DDP's ``module``); None where it is not there."""
     import torch
 

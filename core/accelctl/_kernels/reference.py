@@ -1,4 +1,6 @@
-"""The small models the capability matrix's ``kernels`` row is derived from, and how: the
+"""The small models the ``kernels`` row is derived from, and how.
+
+The small models the capability matrix's ``kernels`` row is derived from, and how: the
 operators their training steps call, recorded below autograd (:func:`record_operators`).
 
 - :func:`small_cnn`: torchvision's ResNet in small (a convolution stem, batch norm, ReLU, max
@@ -68,8 +70,9 @@ def small_cnn(width: int = 8, classes: int = CLASSES) -> torch.nn.Module:
 def small_gpt(
     vocabulary: int = VOCABULARY, context: int = CONTEXT, width: int = 32, heads: int = 4
 ) -> torch.nn.Module:
-    """A GPT-2 block with its embeddings and head: ``(N, T)`` token ids to ``(N, T,
-    vocabulary)`` logits."""
+    """Build a GPT-2 block with its embeddings and head.
+
+    ``(N, T)`` token ids to ``(N, T, vocabulary)`` logits."""
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -122,7 +125,9 @@ def small_gpt(
 
 
 def batch(model: str, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random inputs and targets for ``"cnn"`` (:func:`small_cnn`) or ``"gpt"``
+    """Return random inputs and targets for ``"cnn"`` or ``"gpt"``, on the CPU.
+
+    Random inputs and targets for ``"cnn"`` (:func:`small_cnn`) or ``"gpt"``
     (:func:`small_gpt`), on the CPU."""
     import torch
 
@@ -150,8 +155,10 @@ def training_step(
     *,
     autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """One step as the Trainer takes it: the forward and the loss (under autocast to
-    ``autocast`` on the inputs' device, where given), backward, the optimizer's step; the loss."""
+    """Take one training step as the Trainer takes it and return the loss.
+
+    The forward and the loss (under autocast to ``autocast`` on the inputs' device, where given),
+    backward, the optimizer's step; the loss."""
     import torch
     from torch.nn import functional as F
 
@@ -166,7 +173,9 @@ def training_step(
 
 
 def operator_name(op: Any, tensors: list[Any]) -> str:
-    """``aten::addmm[bfloat16]``: an operator as torch's dispatcher names it, with the dtype of
+    """Name an operator as torch's dispatcher does, with the dtype of its first float argument.
+
+    ``aten::addmm[bfloat16]``: an operator as torch's dispatcher names it, with the dtype of
     its first floating-point tensor argument where it has one (the bfloat16 kernels autocast
     needs are other kernels than the float32 ones)."""
     schema = op._schema
@@ -177,7 +186,9 @@ def operator_name(op: Any, tensors: list[Any]) -> str:
 
 @contextmanager
 def record_operators() -> Iterator[list[str]]:
-    """The operators called while the block runs, below autograd (forward, backward and the
+    """Record the operators called while the block runs, below autograd.
+
+    The operators called while the block runs, below autograd (forward, backward and the
     optimizer's kernels), as :func:`operator_name` names them, in order of first call; torch's
     profiler markers (the ``profiler`` namespace) are left out."""
     import torch
@@ -203,7 +214,9 @@ def record_operators() -> Iterator[list[str]]:
 
 
 def derive_needed_operators() -> tuple[str, ...]:
-    """The operators a training step of each model calls on the CPU, with each optimizer of
+    """List the operators a training step of each model calls on the CPU.
+
+    The operators a training step of each model calls on the CPU, with each optimizer of
     :data:`OPTIMIZERS`, in float32 and under bfloat16 autocast: sorted, each once (what
     :data:`accelctl._kernels.cases.NEEDED_OPERATORS` holds)."""
     import torch

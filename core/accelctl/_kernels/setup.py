@@ -1,5 +1,7 @@
-"""What accelctl does about a device's kernels in a process that trains on it: once, where the
-Trainer, ``accelctl launch``'s children or a bridge set the device up (:func:`set_up_kernels`).
+"""What accelctl does about a device's kernels in a process that trains on it.
+
+Once, where the Trainer, ``accelctl launch``'s children or a bridge set the device up
+(:func:`set_up_kernels`).
 
 - ``ACCELCTL_CPU_FALLBACK=1`` on a PrivateUse1 backend: accelctl's CPU kernels
   (:mod:`.fallback`); on a device whose plugin names torch's own switch (MPS): that switch,
@@ -62,7 +64,9 @@ _GUARDS: dict[str, list[Any]] = {}
 def set_up_kernels(
     accelerator: AcceleratorHandle, device: torch.device, *, rank: int | None = None
 ) -> KernelSetup:
-    """Set this process up for the kernels ``device`` lacks (see the module's docstring); once
+    """Set this process up for the kernels ``device`` lacks, once per device type.
+
+    Set this process up for the kernels ``device`` lacks (see the module's docstring); once
     per device type, later calls return the first one's setup.
 
     :param rank: the process's rank (its warnings are rank 0's); None: ``RANK``, else 0.
@@ -84,7 +88,9 @@ def setup_for(device_type: str) -> KernelSetup | None:
 
 
 def fallback_calls(device_type: str) -> int | None:
-    """Calls that ran on the CPU in place of ``device_type``'s missing kernels in this process;
+    """Return the calls that ran on the CPU in place of missing kernels, or None.
+
+    Calls that ran on the CPU in place of ``device_type``'s missing kernels in this process;
     None where accelctl's fallback is not on for it."""
     fallback = _FALLBACKS.get(device_type)
     return None if fallback is None else fallback.total_calls
@@ -165,7 +171,9 @@ def _neither(kind: str) -> str:
 
 
 def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str | None:
-    """Why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` (torch's name) on the CPU in a
+    """Say why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` on the CPU; None where it would.
+
+    Why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` (torch's name) on the CPU in a
     process that trains on ``device_type``, as :func:`set_up_kernels` would set it up there
     (and, on a PrivateUse1 backend, as :func:`.fallback.fallback_refusal` says); None where it
     would. torch's own switch (``gaps.fallback_variable``) is taken to cover what it is asked."""
@@ -181,8 +189,10 @@ def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str 
 
 
 def _gaps_of(accelerator: AcceleratorHandle) -> KernelGaps:
-    """The plugin's declared gaps; a hook that breaks is warned about and counts as none
-    declared (a broken plugin never stops the training on its own)."""
+    """Return the plugin's declared gaps; a broken hook counts as none declared.
+
+    A hook that breaks is warned about and counts as none declared (a broken plugin never stops the
+    training on its own)."""
     try:
         return accelerator.kernel_gaps()
     except AccelctlError as exc:
@@ -200,7 +210,9 @@ def _privateuse1_name() -> str | None:
 def _guard(
     accelerator: AcceleratorHandle, kind: str, gaps: KernelGaps, kernels: tuple[str, ...]
 ) -> tuple[str, ...]:
-    """A refusing kernel for each of ``kernels`` (declared missing) whose placeholder the
+    """Register a refusing kernel for each declared missing kernel that has a placeholder.
+
+    A refusing kernel for each of ``kernels`` (declared missing) whose placeholder the
     backend registered (an operator without any kernel stops by itself)."""
     from .fallback import _has_own_kernel, _quietly, library
 

@@ -1,6 +1,7 @@
-"""What runs inside each launched process, before and around the user's code: every child first
-ties its life to the launcher's (:func:`accelctl._launching.supervision.die_with_launcher`).
-"""
+"""What runs inside each launched process, before and around the user's code.
+
+Every child first ties its life to the launcher's
+(:func:`accelctl._launching.supervision.die_with_launcher`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from .supervision import die_with_launcher
 
 
 def run_script(argv: Sequence[str]) -> None:
-    """Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python script``
+    """Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python`` does.
+
+    Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python script``
     does (same ``sys.argv``, ``sys.path[0]`` the script's folder), recording an exception it raises
     in the file named by ``TORCHELASTIC_ERROR_FILE`` for the launcher's report."""
     import runpy
@@ -70,7 +73,9 @@ def run_script(argv: Sequence[str]) -> None:
 
 
 def _add_parts(written: str, error: AccelctlError) -> None:
-    """Add the error's line (and a missing kernel's parts) to the record torch wrote, for the
+    """Add the error's line to the record torch wrote, for the launcher's one line.
+
+    Add the error's line (and a missing kernel's parts) to the record torch wrote, for the
     launcher's one line."""
     import json
 
@@ -95,10 +100,12 @@ def _publish(written: str, error_file: str) -> None:
 
 
 def end_without_teardown(code: object) -> NoReturn:
-    """End a child whose script finished: exit handlers run and output is flushed, then
-    ``os._exit`` skips the interpreter's teardown, where under load torch 2.13's gloo and store
-    threads can abort a process that trained correctly (``terminate called without an active
-    exception``, 1 run in 12 of two ranks on a loaded 2-core machine)."""
+    """End a child whose script finished, skipping the interpreter's teardown.
+
+    Exit handlers run and output is flushed, then ``os._exit`` skips the interpreter's teardown,
+    where under load torch 2.13's gloo and store threads can abort a process that trained correctly
+    (``terminate called without an active exception``, 1 run in 12 of two ranks on a loaded 2-core
+    machine)."""
     import atexit
 
     if code is not None and not isinstance(code, int):
@@ -112,7 +119,9 @@ def end_without_teardown(code: object) -> NoReturn:
 
 
 def run_in_child(threads: int, function: Callable[..., Any], *args: Any) -> Any:
-    """Each process of :func:`accelctl.launch`: ``function(*args)`` on ``threads`` CPU threads
+    """Run ``function(*args)`` in one process of :func:`accelctl.launch`.
+
+    Each process of :func:`accelctl.launch`: ``function(*args)`` on ``threads`` CPU threads
     (0: as configured). A module-level function, so that ``spawn`` can pickle it."""
     die_with_launcher()
     if threads:

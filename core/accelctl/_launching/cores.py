@@ -1,4 +1,6 @@
-"""More CPU processes than this machine has cores: allowed (a multi-process set-up can be tried
+"""More CPU processes than cores: allowed, but said once, before any process starts.
+
+More CPU processes than this machine has cores: allowed (a multi-process set-up can be tried
 on a laptop), but said once, before any process starts, with the count, the cores and what to do.
 """
 
@@ -19,7 +21,9 @@ def usable_cores() -> int:
 
 
 def cpu_oversubscription(selection: Selection, *, option: str) -> str | None:
-    """The warning for ``selection`` when it runs more processes on the CPU than there are
+    """Return the warning for running more CPU processes than there are cores, or None.
+
+    The warning for ``selection`` when it runs more processes on the CPU than there are
     cores here, else None. ``option`` spells the devices option as the caller's user writes it
     (``"--devices "`` on the command line, ``"devices="`` in Python)."""
     processes = len(selection.devices)
@@ -35,7 +39,9 @@ def cpu_oversubscription(selection: Selection, *, option: str) -> str | None:
 
 
 def warn_cpu_oversubscription(selection: Selection) -> None:
-    """:func:`cpu_oversubscription` as a ``UserWarning`` on the caller's line (Python's API:
+    """Warn with :func:`cpu_oversubscription` on the caller's line.
+
+    :func:`cpu_oversubscription` as a ``UserWarning`` on the caller's line (Python's API:
     ``accelctl.launch(..., devices=64)``)."""
     message = cpu_oversubscription(selection, option="devices=")
     if message is not None:

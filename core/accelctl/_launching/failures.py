@@ -1,5 +1,7 @@
-"""Which launched process failed, and why: the report a failed launch raises, read from the
-error files of torchrun's ``ChildFailedError`` (:meth:`RankFailure.from_child_failed`)."""
+"""Which launched process failed, and why.
+
+The report a failed launch raises, read from the error files of torchrun's ``ChildFailedError``
+(:meth:`RankFailure.from_child_failed`)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ ERROR_LINE = "accelctl_error"
 
 
 class LaunchFailedError(AccelctlError):
-    """A launched process failed; the others were stopped. ``str(error)`` is one line naming the
-    process and its error; :attr:`traceback` that process's own, when it raised."""
+    """A launched process failed; the others were stopped.
+
+    ``str(error)`` is one line naming the process and its error; :attr:`traceback` that process's
+    own, when it raised."""
 
     __module__ = "accelctl.launcher"  # its public home, as tracebacks and pickles name it
 
@@ -70,15 +74,18 @@ class RankFailure:
 
     @property
     def exit_code(self) -> int:
-        """The status ``accelctl launch`` exits with: the child's own, ``128 + N`` for signal
-        ``N``, never 0."""
+        """Return the status ``accelctl launch`` exits with, never 0.
+
+        The child's own, ``128 + N`` for signal ``N``, never 0."""
         if self.returncode < 0:
             return 128 - self.returncode
         return self.returncode or 1
 
     def describe(self, what: str | None = None) -> str:
-        """One line: ``"rank 1 of 2 failed (exit code 1): ValueError: boom"`` (the error's first
-        line: the child printed the rest with its traceback)."""
+        """Describe the failure in one line.
+
+        ``"rank 1 of 2 failed (exit code 1): ValueError: boom"`` (the error's first line: the child
+        printed the rest with its traceback)."""
         who = what or f"rank {self.rank} of {self.world_size}"
         first = self.error.strip().splitlines()[0] if self.error.strip() else self.error
         return f"{who} failed ({self._status()}): {first}"

@@ -1,5 +1,7 @@
-"""``accelctl.launch(fn)``: a function on one process per device, through torch's elastic launch
-API (``elastic_launch`` / ``LaunchConfig``), for notebooks."""
+"""``accelctl.launch(fn)``: a function on one process per device, for notebooks.
+
+A function on one process per device, through torch's elastic launch API (``elastic_launch`` /
+``LaunchConfig``), for notebooks."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ def launch(
     devices: Any = "auto",
     start_method: str | None = None,
 ) -> list[Any]:
-    """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script
+    """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script.
+
+    Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script
     (for notebooks): a ``Trainer()`` inside runs on what this call selected. One device: in this
     process; several: started on this machine by torch's elastic launch API.
 

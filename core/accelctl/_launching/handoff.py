@@ -1,8 +1,9 @@
-"""What launched processes receive from their launcher: the selection, resolved once, through
-``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` set in ``os.environ`` while they start (each
-takes ``devices[LOCAL_RANK]``). Visible-device variables are left alone: narrowing them would
-renumber the devices (docs/training.md, "Choices accelctl launch makes").
-"""
+"""What launched processes receive from their launcher: the selection, resolved once.
+
+The selection, resolved once, through ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` set in
+``os.environ`` while they start (each takes ``devices[LOCAL_RANK]``). Visible-device variables are
+left alone: narrowing them would renumber the devices (docs/training.md, "Choices accelctl launch
+makes")."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from .._contract.settings import DEVICES as ENV_DEVICES
 
 
 def selection_environment(selection: Selection) -> dict[str, str]:
-    """``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch (only the
+    """Return ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch.
+
+    ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch (only the
     devices for an instance without an entry point: the script passes the instance itself)."""
     env = {ENV_DEVICES: devices_spec(selection.parsed)}
     if selection.accelerator.entry_point is not None:
@@ -29,8 +32,10 @@ def selection_environment(selection: Selection) -> dict[str, str]:
 
 
 def launch_command_line(accelerator: str | None, devices: str, argv: Sequence[str]) -> str:
-    """The shell line ``accelctl launch ... ARGV`` that hands this selection to ``argv`` (a script
-    and its arguments): what a Trainer asked for several devices outside a launcher suggests."""
+    """Return the shell line ``accelctl launch ... ARGV`` that hands this selection to ``argv``.
+
+    ``argv`` is a script and its arguments; the line is what a Trainer asked for several devices
+    outside a launcher suggests."""
     parts = ["accelctl", "launch"]
     if accelerator:
         parts += ["--accelerator", accelerator]
@@ -39,7 +44,9 @@ def launch_command_line(accelerator: str | None, devices: str, argv: Sequence[st
 
 
 def cores_per_process(nproc: int) -> int:
-    """An equal share of this machine's cores for each of ``nproc`` processes (at least one):
+    """Return an equal share of this machine's cores for each of ``nproc`` processes.
+
+    An equal share of this machine's cores for each of ``nproc`` processes (at least one):
     torchrun's default of one thread per process starves CPU training on a large machine."""
     try:
         cores = len(os.sched_getaffinity(0))

@@ -1,4 +1,6 @@
-"""The launch options checked before any process starts, with the same words from ``accelctl
+"""The launch options checked before any process starts, before torch is imported.
+
+The launch options checked before any process starts, with the same words from ``accelctl
 launch`` and :func:`accelctl.launcher.launch_script`, before torch is imported: the machines
 (from the options, else the scheduler: :func:`plan_nodes`) and the processes.
 """
@@ -16,8 +18,10 @@ from .._contract.errors import LaunchError
 
 
 class NodeOptionError(LaunchError):
-    """Multi-machine options that cannot work together: :attr:`option` names the one at fault
-    (None for a missing one), :attr:`problem` what is wrong with its value."""
+    """Multi-machine options that cannot work together.
+
+    :attr:`option` names the one at fault (None for a missing one), :attr:`problem` what is wrong
+    with its value."""
 
     def __init__(self, problem: str, *, option: str | None = None) -> None:
         super().__init__(f"{option} {problem}" if option else problem)
@@ -26,7 +30,9 @@ class NodeOptionError(LaunchError):
 
 
 def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
-    """Refuse ``--nnodes``/``--node-rank``/``--master-addr`` values that cannot form a group
+    """Refuse ``--nnodes``, ``--node-rank`` and ``--master-addr`` values that cannot form a group.
+
+    Refuse ``--nnodes``/``--node-rank``/``--master-addr`` values that cannot form a group
     (a :class:`NodeOptionError` naming the option and what it accepts)."""
     if nnodes < 1:
         raise NodeOptionError(
@@ -46,7 +52,9 @@ def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
 
 
 def check_processes(selection: Selection, processes: int) -> None:
-    """Refuse several processes on an accelerator without a distributed backend, or on one whose
+    """Refuse several processes on an accelerator that cannot carry them.
+
+    Refuse several processes on an accelerator without a distributed backend, or on one whose
     backend torch does not have for its devices: before any process starts."""
     if processes <= 1:
         return
@@ -79,9 +87,10 @@ class Nodes:
 
 
 def torchrun_variables(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """torchrun's own ``PET_*`` variables set in ``environ``, sorted: where any is, torchrun's
-    configuration is the user's (its rendezvous, unless an option names the machines, and its
-    log folder)."""
+    """Return torchrun's own ``PET_*`` variables set in ``environ``, sorted.
+
+    Where any is, torchrun's configuration is the user's (its rendezvous, unless an option names the
+    machines, and its log folder)."""
     return sorted(name for name in environ if name.startswith("PET_"))
 
 
@@ -92,8 +101,10 @@ def plan_nodes(
     master_port: int | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> Nodes:
-    """The machines of a launch: options given win, then torchrun's ``PET_*`` variables, then a
-    SLURM job step of one task per node, then this machine alone.
+    """Plan the machines of a launch from the options, torchrun, SLURM or this machine alone.
+
+    Options given win, then torchrun's ``PET_*`` variables, then a SLURM job step of one task per
+    node, then this machine alone.
 
     :raises NodeOptionError: also for an option that contradicts the SLURM job step, or a step of
         several tasks per node (each would launch its own).

@@ -1,5 +1,7 @@
-"""``accelctl launch SCRIPT``: one process per device of the selection, through torchrun called
-in this process (docs/training.md, "Choices accelctl launch makes")."""
+"""``accelctl launch SCRIPT``: one process per device of the selection, through torchrun.
+
+One process per device of the selection, through torchrun called in this process (docs/training.md,
+"Choices accelctl launch makes")."""
 
 from __future__ import annotations
 
@@ -119,7 +121,9 @@ def _one_line(
     selection: Selection,
     typed_devices: str | None,
 ) -> str | None:
-    """The launch's one line for the accelctl error a process raised (it printed no traceback):
+    """Return the launch's one line for the accelctl error a process raised, or None.
+
+    The launch's one line for the accelctl error a process raised (it printed no traceback):
     a missing kernel's ways out as ``accelctl launch`` lines (the devices as the user typed
     them); None for any other failure."""
     failure = exc.failure
@@ -141,7 +145,9 @@ def _one_line(
 
 
 def _fallback_switch(selection: Selection) -> dict[str, str]:
-    """With ``ACCELCTL_CPU_FALLBACK=1``, torch's own switch for the device where its plugin
+    """Return torch's own CPU-fallback switch for the device, where its plugin names one.
+
+    With ``ACCELCTL_CPU_FALLBACK=1``, torch's own switch for the device where its plugin
     names one (MPS's ``PYTORCH_ENABLE_MPS_FALLBACK``): torch reads it when a child imports it."""
     if not settings.cpu_fallback():
         return {}
@@ -154,7 +160,9 @@ def _fallback_switch(selection: Selection) -> dict[str, str]:
 
 
 class Phase:
-    """Where a launch's processes are, for the message of a signal (see
+    """Where a launch's processes are, for the message of a signal.
+
+    Where a launch's processes are, for the message of a signal (see
     :class:`LaunchInterruptedError`): not started until the launch begins them."""
 
     def __init__(self) -> None:
@@ -163,7 +171,9 @@ class Phase:
 
 @contextlib.contextmanager
 def interrupted_anywhere(phase: Phase | None = None) -> Iterator[None]:
-    """While in force, SIGINT and SIGTERM end the launcher with :class:`LaunchInterruptedError`
+    """End the launcher on SIGINT and SIGTERM with :class:`LaunchInterruptedError`, while in force.
+
+    While in force, SIGINT and SIGTERM end the launcher with :class:`LaunchInterruptedError`
     wherever it is (the CLI's one line and ``128 + signal``): before its processes start, while
     torchrun shuts down after they ended, while it cleans up (the note of the last checkpoint is
     read while it is there); the message says where its processes were (``phase``; without one:
@@ -180,7 +190,9 @@ def interrupted_anywhere(phase: Phase | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def torchruns_handlers_undone() -> Iterator[None]:
-    """The signal handlers torchrun's workers set (and never restore: theirs raise
+    """Undo the signal handlers torchrun's workers set, when it returns.
+
+    The signal handlers torchrun's workers set (and never restore: theirs raise
     ``SignalException`` for good) are undone when it returns."""
     signums = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
     previous = {signum: signal.getsignal(signum) for signum in signums}
@@ -194,7 +206,9 @@ def torchruns_handlers_undone() -> Iterator[None]:
 
 
 def resume_clause(note: str, command: str) -> str | None:
-    """``the last checkpoint is X (epoch 2, step 40); to resume from it:
+    """Say where the last checkpoint is and how to resume from it, or None.
+
+    ``the last checkpoint is X (epoch 2, step 40); to resume from it:
     ACCELCTL_CKPT_PATH=X accelctl launch ...``, from the note rank 0's Trainer left (None when it
     left none: the script wrote no checkpoint, or is no accelctl Trainer's)."""
     import json
@@ -222,8 +236,9 @@ def _launch(
     max_restarts: int,
     phase: Phase | None = None,
 ) -> None:
-    """Start the processes of :func:`launch_script` and wait for them; ``phase`` says when they
-    have ended."""
+    """Start the processes of :func:`launch_script` and wait for them.
+
+    ``phase`` says when they have ended."""
     nproc = len(selection.devices)
     if nproc == 1 and nodes.nnodes == 1 and not max_restarts and not nodes.from_torchrun_env:
         _run_single(script, script_args, env)
@@ -279,7 +294,9 @@ def _launch(
 
 
 def torchrun_argv(nproc: int, nodes: Nodes, *, max_restarts: int) -> list[str]:
-    """torchrun's options (before the program) for ``nproc`` processes on each machine of
+    """Return torchrun's options for ``nproc`` processes on each machine of ``nodes``.
+
+    torchrun's options (before the program) for ``nproc`` processes on each machine of
     ``nodes``; under its ``PET_*`` variables only those it does not read itself."""
     argv = ["--nproc-per-node", str(nproc)]
     if nodes.from_torchrun_env:

@@ -1,4 +1,6 @@
-"""Launched processes stay under their launcher: they die with it, and a signal to it stops them
+"""Launched processes stay under their launcher: they die with it, and its signals stop them.
+
+Launched processes stay under their launcher: they die with it, and a signal to it stops them
 (docs/training.md, "Supervision"). In each child :func:`die_with_launcher` (torchrun puts workers
 in sessions of their own, so a SIGKILLed launcher would leave them training); in the launcher
 :func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning).
@@ -59,7 +61,9 @@ class LaunchInterruptedError(AccelctlError):
 
 
 def launcher_environment() -> dict[str, str]:
-    """The variables that tell children who their launcher is, and which launch they are part of
+    """Return the variables that tell children who their launcher is and which launch they are in.
+
+    The variables that tell children who their launcher is, and which launch they are part of
     (a new id at each call: the processes of a launch's restarts keep it, and continue the run
     folder their Trainer wrote; docs/training.md, "Runs and their folders")."""
     import uuid
@@ -68,10 +72,11 @@ def launcher_environment() -> dict[str, str]:
 
 
 def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
-    """In a launched child: end this process when the launcher named by
-    ``ACCELCTL_LAUNCHER_PID`` dies (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent
-    where there is none). Returns how (``"pdeathsig"``, ``"watchdog"``), or None when not
-    launched by accelctl."""
+    """End this launched child when its launcher dies.
+
+    End this process when the launcher named by ``ACCELCTL_LAUNCHER_PID`` dies
+    (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent where there is none). Returns how
+    (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl."""
     launcher = settings.launcher_pid(environ)
     if launcher is None:
         return None
@@ -113,10 +118,11 @@ def _watch_parent(launcher: int, period: float = 1.0) -> None:
 
 
 def wait_forwarding_signals(process: subprocess.Popen[bytes], grace: float = GRACE_S) -> int:
-    """Wait for ``process`` and return its exit status; on SIGINT or SIGTERM to this process,
-    pass the signal on after a short pause (on a terminal Ctrl-C reached it already), then
-    SIGTERM and SIGKILL ``grace`` seconds apart, and raise :class:`LaunchInterruptedError` once
-    it has ended."""
+    """Wait for ``process``, forwarding SIGINT and SIGTERM, and return its exit status.
+
+    On SIGINT or SIGTERM to this process, pass the signal on after a short pause (on a terminal
+    Ctrl-C reached it already), then SIGTERM and SIGKILL ``grace`` seconds apart, and raise
+    :class:`LaunchInterruptedError` once it has ended."""
     received: list[int] = []
 
     def note(signum: int, frame: object) -> None:
@@ -151,7 +157,9 @@ USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 def forwarding_user_signals() -> contextlib.AbstractContextManager[None]:
-    """While in force, SIGUSR1 and SIGUSR2 to this process are sent on to its children (from
+    """Send SIGUSR1 and SIGUSR2 on to this process's children, while in force.
+
+    While in force, SIGUSR1 and SIGUSR2 to this process are sent on to its children (from
     Linux's ``/proc``; elsewhere ignored). Under SLURM a worker may get one twice: from SLURM and
     from its launcher."""
 
@@ -165,8 +173,9 @@ def forwarding_user_signals() -> contextlib.AbstractContextManager[None]:
 
 @contextlib.contextmanager
 def _handling(signums: Iterable[int], handler: Callable[[int, object], None]) -> Iterator[None]:
-    """``handler`` for ``signums`` while in force, then the previous handlers again. Python sets
-    handlers from the main thread only: elsewhere nothing changes."""
+    """``handler`` for ``signums`` while in force, then the previous handlers again.
+
+    Python sets handlers from the main thread only: elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,5 +1,7 @@
-"""Reading a Trainer's ``metrics.jsonl`` back: one run's records, in the order of its steps, for
-``accelctl plot`` (:mod:`accelctl.plotting`). No torch, no matplotlib.
+"""Reading a Trainer's ``metrics.jsonl`` back: one run's records, in step order.
+
+One run's records, in the order of its steps, for ``accelctl plot`` (:mod:`accelctl.plotting`). No
+torch, no matplotlib.
 
 The file (docs/training.md, "Figures") is appended to by every fit of a ``root_dir``: each line a
 JSON object tagged ``run`` (one name for every attempt of a run) and ``restart``. A run resumed
@@ -47,8 +49,9 @@ class RunMetrics:
     skipped: list[int] = field(default_factory=list)
 
     def series(self, key: str, kind: str = "step") -> tuple[list[int], list[float]]:
-        """``(steps, values)`` of ``key`` in the records of ``kind`` that have it; a ``null``
-        (a figure that was not finite) is NaN, a gap in a line."""
+        """Return ``(steps, values)`` of ``key`` in the records of ``kind`` that have it.
+
+        A ``null`` (a figure that was not finite) is NaN, a gap in a line."""
         records = self.steps if kind == "step" else self.epochs
         steps, values = [], []
         for record in records:
@@ -69,8 +72,9 @@ def _is_number(value: Any) -> bool:
 
 
 def metrics_path(source: str | Path) -> Path:
-    """The metrics file of ``source``: a file as it is, a folder's ``metrics.jsonl`` (a
-    Trainer's ``root_dir``).
+    """Return the metrics file of ``source``.
+
+    A file as it is, a folder's ``metrics.jsonl`` (a Trainer's ``root_dir``).
 
     :raises AccelctlError: neither exists.
     """
@@ -90,7 +94,9 @@ def metrics_path(source: str | Path) -> Path:
 
 
 def read_metrics(source: str | Path, run: str | None = None) -> RunMetrics:
-    """The figures of ``run`` (default: the run of the file's last record) in ``source``, a
+    """Read the figures of ``run`` in ``source``, a metrics file or the folder that holds one.
+
+    The figures of ``run`` (default: the run of the file's last record) in ``source``, a
     metrics file or the ``root_dir`` that holds one.
 
     :raises AccelctlError: no such file; a file without a single record of figures (empty, or

@@ -33,7 +33,9 @@ READING_GAP_MIN_S = 0.1
 
 @dataclass
 class DeviceStats:
-    """The figures of one device (``device_stats``' flat dict, units in the keys), or why they
+    """The figures of one device, or why they could not be read.
+
+    The figures of one device (``device_stats``' flat dict, units in the keys), or why they
     could not be read (``error``, one line; ``stats`` is then empty)."""
 
     accelerator: str
@@ -42,13 +44,17 @@ class DeviceStats:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read), the
+        """Return the reading as ``accelctl stats --json`` prints it.
+
+        JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read), the
         objects of ``accelctl stats --json``."""
         return dataclasses.asdict(self)
 
 
 def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
-    """One reading per device of every available accelerator, or of ``accelerator`` (a name, an
+    """Read each device of every available accelerator, or of ``accelerator``, once.
+
+    One reading per device of every available accelerator, or of ``accelerator`` (a name, an
     alias, ``"gpu"`` or ``"auto"``, which must be available), the accelerators read at once, each
     under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each accelerator is read once to throw away,
     and again 0.2 s after it was found (never less than 0.1 s after that first reading).
@@ -64,15 +70,19 @@ def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
 
 
 def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
-    """Rounds of readings of the same accelerators: the first as :func:`read_stats` returns it,
-    each next one when asked (the caller waits between them; ``accelctl stats --watch``)."""
+    """Yield rounds of readings of the same accelerators, each when asked.
+
+    The first as :func:`read_stats` returns it, each next one when asked (the caller waits between
+    them; ``accelctl stats --watch``)."""
     handles, broken = _primed(accelerator)
     while True:
         yield _read_all(handles) + broken
 
 
 def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats]]:
-    """The accelerators to read, each read once already and waited for (hooks may not sleep; this
+    """Return the accelerators to read, each read once already, and the broken ones' readings.
+
+    The accelerators to read, each read once already and waited for (hooks may not sleep; this
     may): NAME, which must be available, or every available one, all probed at once, then all
     read once at once. One whose first reading did not answer stays, so that its reading is an
     error (its stuck thread is not asked again). Also returns a reading with its error for each
@@ -101,7 +111,9 @@ def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats
 
 
 def _devices(handle: AcceleratorHandle) -> list[str]:
-    """Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
+    """Return every device ``devices="auto"`` gives, as strings, without importing torch.
+
+    Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
     for a process count), without importing torch: the type is ``device_type``, else the name."""
     parsed = handle.parse_devices("auto")
     kind = handle.info.device_type or handle.plugin_name

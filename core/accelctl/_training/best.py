@@ -19,8 +19,10 @@ class Offer:
 
 @dataclass
 class BestCheckpoints:
-    """The ``keep`` best epoch-end checkpoints: ``[score, file name]``, best first, lower scores
-    better with ``mode="min"``, higher with ``"max"``."""
+    """The ``keep`` best epoch-end checkpoints, best first.
+
+    ``[score, file name]``, best first, lower scores better with ``mode="min"``, higher with
+    ``"max"``."""
 
     keep: int
     mode: str

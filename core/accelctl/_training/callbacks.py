@@ -42,9 +42,10 @@ class TrainingReport:
 
 @runtime_checkable
 class Callback(Protocol):
-    """What the Trainer calls: ``on_report(trainer, report)`` on every process, at every point
-    of :class:`TrainingReport`. An exception it raises stops the fit, as one of
-    ``training_step`` does."""
+    """What the Trainer calls: ``on_report`` on every process, at every point of a fit.
+
+    ``on_report(trainer, report)`` on every process, at every point of :class:`TrainingReport`. An
+    exception it raises stops the fit, as one of ``training_step`` does."""
 
     def on_report(self, trainer: Any, report: TrainingReport) -> None: ...
 
@@ -53,7 +54,9 @@ _process_callbacks: list[Callback] = []
 
 
 def add_process_callback(callback: Callback) -> None:
-    """Report every fit of this process to ``callback`` too, after the Trainer's own (a bridge
+    """Report every fit of this process to ``callback`` too, after the Trainer's own.
+
+    Report every fit of this process to ``callback`` too, after the Trainer's own (a bridge
     installs its framework's reporter in the framework's worker processes)."""
     if callback not in _process_callbacks:
         _process_callbacks.append(callback)
@@ -113,8 +116,9 @@ class Reporting:
         self._checkpoint = path
 
     def done(self, epoch: int) -> None:
-        """The point is over: report what it wrote to every callback (nothing when it wrote
-        nothing)."""
+        """Report what the point wrote to every callback, now that it is over.
+
+        Nothing is reported when it wrote nothing."""
         line, checkpoint = self._line, self._checkpoint
         self._line = self._checkpoint = None
         if line is None and checkpoint is None:

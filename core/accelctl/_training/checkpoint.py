@@ -76,7 +76,9 @@ class CheckpointConfig:
 
 
 def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") -> int:
-    """``value`` when it is an int (not a bool) >= ``least``; else a :class:`TrainerError` that
+    """Return ``value`` when it is a whole number >= ``least``; else raise a :class:`TrainerError`.
+
+    ``value`` when it is an int (not a bool) >= ``least``; else a :class:`TrainerError` that
     names the Trainer's argument ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise TrainerError(
@@ -89,7 +91,9 @@ def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") ->
 
 
 def save_atomic(state: Mapping[str, Any], path: Path, *, last_good: Path | None = None) -> None:
-    """``torch.save(state)`` to ``path`` through a temporary file and ``os.replace``: a kill at
+    """Save ``state`` to ``path`` atomically, through a temporary file and ``os.replace``.
+
+    ``torch.save(state)`` to ``path`` through a temporary file and ``os.replace``: a kill at
     any moment leaves the old file or the new one.
 
     :param last_good: the checkpoint that stays the one to resume from when this write fails
@@ -130,8 +134,10 @@ TEMPORARY_SUFFIX = ".tmp"
 
 
 class _RecordingFile:
-    """A binary file that keeps the first ``OSError`` of its writes: torch's writer reports a
-    failed write (``ENOSPC``, ``EFBIG``) as a ``RuntimeError`` of its own words."""
+    """A binary file that keeps the first ``OSError`` of its writes.
+
+    torch's writer reports a failed write (``ENOSPC``, ``EFBIG``) as a ``RuntimeError`` of its own
+    words."""
 
     def __init__(self, file: Any) -> None:
         self.file = file
@@ -153,7 +159,9 @@ class _RecordingFile:
 
 
 def _full_disk_or_limit(folder: Path, written: int) -> OSError | None:
-    """An ``OSError`` for a full disk under ``folder`` or a file-size limit that ``written``
+    """Return an ``OSError`` for a full disk or a file-size limit, or None.
+
+    An ``OSError`` for a full disk under ``folder`` or a file-size limit that ``written``
     bytes reached; None when neither is the case."""
     import errno
     import resource
@@ -171,8 +179,9 @@ def _full_disk_or_limit(folder: Path, written: int) -> OSError | None:
 
 
 def _cause(exc: BaseException, folder: Path) -> str:
-    """Why a write failed, in words: the error's, and what it means for a full disk or a
-    file-size limit."""
+    """Say why a write failed, in words.
+
+    The error's, and what it means for a full disk or a file-size limit."""
     import errno
     import resource
 
@@ -200,8 +209,10 @@ def _cause(exc: BaseException, folder: Path) -> str:
 
 
 def unwritable(path: Path, exc: BaseException, *, last_good: Path | None = None) -> CheckpointError:
-    """The error for checkpoint ``path`` that could not be written: the cause, and the last
-    good checkpoint (``last_good``, ``path`` by default), which is intact."""
+    """Return the error for checkpoint ``path`` that could not be written.
+
+    The cause, and the last good checkpoint (``last_good``, ``path`` by default), which is
+    intact."""
     last_good = last_good or path
     kept = "there is no earlier checkpoint to resume from"
     if last_good.is_file():
@@ -214,7 +225,9 @@ def unwritable(path: Path, exc: BaseException, *, last_good: Path | None = None)
 
 
 def remove_temporaries(folder: Path) -> list[str]:
-    """Remove the temporary files that writes cut off (a kill) left in run folder ``folder``;
+    """Remove the temporary files that cut-off writes left in run folder ``folder``.
+
+    Remove the temporary files that writes cut off (a kill) left in run folder ``folder``;
     their names. Called by the folder's only writer (it holds the run's lock)."""
     removed = []
     try:
@@ -250,7 +263,9 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
 
 
 def unreadable(path: Path, exc: BaseException) -> CheckpointError:
-    """The error for checkpoint ``path`` that ``torch.load`` could not read, in the Trainer's
+    """Return the error for checkpoint ``path`` that ``torch.load`` could not read.
+
+    The error for checkpoint ``path`` that ``torch.load`` could not read, in the Trainer's
     words: truncated, not a checkpoint, or refused by ``weights_only``."""
     import zipfile
 
@@ -284,9 +299,10 @@ def unreadable(path: Path, exc: BaseException) -> CheckpointError:
 def resumed_batches(
     loader: Iterable[Any], resume: Resume, device: torch.device
 ) -> Iterator[tuple[int, Any]]:
-    """``enumerate(loader)`` from batch ``resume.batches_done`` on: the epoch's starting states
-    are restored, its first batches read and dropped, then the checkpoint's random states
-    restored, as if training had never stopped."""
+    """Enumerate ``loader`` from batch ``resume.batches_done`` on, as if training never stopped.
+
+    The epoch's starting states are restored, its first batches read and dropped, then the
+    checkpoint's random states restored, as if training had never stopped."""
     if resume.epoch_rng is not None:
         set_epoch_rng_state(resume.epoch_rng, loader, device)
     skip = resume.batches_done
@@ -398,7 +414,9 @@ class Stateful(NamedTuple):
 
 
 class Checkpointer:
-    """Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
+    """Writes and reads the checkpoints of one ``fit``'s model, optimizer and gradient scaler.
+
+    Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
     and gradient scaler in ``folder`` (the fit's run folder, ``<root_dir>/checkpoints/run-N``).
 
     :param env: this process's place in the run (the random states of every rank are saved).
@@ -495,7 +513,9 @@ class Checkpointer:
             ) from None
 
     def save(self, loop: LoopState, *, epoch_end: bool = False) -> str | None:
-        """Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
+        """Write ``last.ckpt``, and a best one at an epoch's end when it ranks.
+
+        Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
         ``loop.epoch`` after ``loop.batches_done``. Called on every rank: their random states are
         gathered into rank 0's file. The best one's file name when one was kept."""
         gap = loop.epoch_rng.get("gap") if loop.epoch_rng is not None else None
@@ -543,7 +563,9 @@ class Checkpointer:
     def _save_sharded(
         self, states: list[RankStates], loop: LoopState, score: float | None
     ) -> str | None:
-        """Every rank writes its shards into a new folder, then rank 0 the file that names it
+        """Write a sharded checkpoint: every rank's shards, then the file that names them.
+
+        Every rank writes its shards into a new folder, then rank 0 the file that names it
         (atomically), then rank 0 removes the folders no file names any more. The best one's file
         name when one was kept."""
         model, optimizer, _ = self.objects

@@ -13,8 +13,10 @@ if TYPE_CHECKING:
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor in it on ``device``: tensors, and lists, tuples (named ones
-    too) and mappings of them, nested; anything else is returned as it is."""
+    """Return ``batch`` with every tensor in it on ``device``.
+
+    Tensors, and lists, tuples (named ones too) and mappings of them, nested; anything else is
+    returned as it is."""
     import torch
 
     if isinstance(batch, torch.Tensor):
@@ -71,7 +73,9 @@ def check_loader(loader: Any, argument: str) -> None:
 def shard_loader(
     loader: Iterable[Any], *, rank: int, world_size: int, train: bool
 ) -> Iterable[Any]:
-    """``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
+    """Rebuild ``loader`` so that process ``rank`` of ``world_size`` sees its own share.
+
+    ``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
     ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
     ``world_size``-th sample from ``rank`` for evaluation. A loader the user shards already, or
     any for one process, is returned unchanged; one that cannot be sharded is a
@@ -138,7 +142,9 @@ def shard_loader(
 
 
 def sampler_parts(loader: Iterable[Any]) -> list[Any]:
-    """The loader's sampler, its batch sampler and the batch sampler's sampler (a custom batch
+    """Return the loader's samplers that an epoch's order is asked of and saved from.
+
+    The loader's sampler, its batch sampler and the batch sampler's sampler (a custom batch
     sampler often wraps a ``DistributedSampler``), those it has, each once: what an epoch's order
     is asked of (``set_epoch``) and saved from (``state_dict``)."""
     batch_sampler = getattr(loader, "batch_sampler", None)
@@ -154,7 +160,9 @@ def sampler_parts(loader: Iterable[Any]) -> list[Any]:
 
 
 def set_epoch(loader: Iterable[Any], epoch: int) -> None:
-    """Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
+    """Re-seed a distributed sampler's shuffle for ``epoch``.
+
+    Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
     ``set_epoch`` of each of the loader's :func:`sampler_parts` that has one."""
     for part in sampler_parts(loader):
         set_part_epoch = getattr(part, "set_epoch", None)

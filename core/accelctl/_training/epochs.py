@@ -115,9 +115,11 @@ class Epochs:
             cast(Any, self.model).validation_step(move_to_device(batch, self.device), 0)
 
     def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
-        """The epoch's numbered batches; for the epoch a checkpoint stopped in, its data order
-        replayed and the batches it trained skipped. Notes the states the epoch starts from
-        when a mid-epoch checkpoint may need them."""
+        """Yield the epoch's numbered batches, resuming where a checkpoint stopped.
+
+        For the epoch a checkpoint stopped in, its data order replayed and the batches it trained
+        skipped. Notes the states the epoch starts from when a mid-epoch checkpoint may need
+        them."""
         resume, loader = self.training.resume, self.training.train_loader
         restores = resume is not None and (resume.batches_done or resume.epoch_rng is not None)
         if resume is not None and restores and epoch == resume.epoch:
@@ -221,8 +223,9 @@ class Epochs:
         return step
 
     def _log_window(self, epoch: int, tally: EpochTally, bar: Any | None) -> bool:
-        """Close the logging window: its line in the metrics log, the bar's loss. Whether any
-        process asks to stop on the requeue signal (the request rides on the window's
+        """Close the logging window: its line in the metrics log, the bar's loss.
+
+        Whether any process asks to stop on the requeue signal (the request rides on the window's
         all-reduce, so that all stop at the same step)."""
         step = self.trainer.global_step
         self.progress.mark("the figures' all-reduce", step)
@@ -246,8 +249,9 @@ class Epochs:
         return window.stop
 
     def _device_stats(self) -> dict[str, int | float]:
-        """The device's stats for a log line; a hook that breaks is warned about once and not
-        asked again during this fit."""
+        """Return the device's stats for a log line.
+
+        A hook that breaks is warned about once and not asked again during this fit."""
         try:
             return self.trainer.accelerator.device_stats(self.device)
         except AccelctlError as exc:
@@ -293,7 +297,9 @@ class Epochs:
 
 
 def note_launcher(path: Path, *, epoch: int, step: int) -> None:
-    """Tell ``accelctl launch`` (through the file ``ACCELCTL_LAUNCH_NOTE`` names) where the last
+    """Tell ``accelctl launch`` where the last checkpoint is.
+
+    Tell ``accelctl launch`` (through the file ``ACCELCTL_LAUNCH_NOTE`` names) where the last
     checkpoint is, for its report when it is interrupted; nothing outside a launch."""
     note = settings.launch_note()
     if note is None:

@@ -1,7 +1,8 @@
-"""The figures a fit reports, agreed across processes: a logging window's mean loss, an epoch's
-loss and throughput, validation means. Each reduction is one all-reduce of a float32 tensor (every
-backend reduces it; counts stay exact below 2**24 per call); alone, no collective at all.
-"""
+"""The figures a fit reports, agreed across processes.
+
+A logging window's mean loss, an epoch's loss and throughput, validation means. Each reduction is
+one all-reduce of a float32 tensor (every backend reduces it; counts stay exact below 2**24 per
+call); alone, no collective at all."""
 
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ class Window:
 
 
 class EpochTally:
-    """An epoch's training figures as its steps add up: the losses stay on the device until a
-    logging window closes (no per-step synchronisation), the counts in Python."""
+    """An epoch's training figures as its steps add up.
+
+    The losses stay on the device until a logging window closes (no per-step synchronisation), the
+    counts in Python."""
 
     def __init__(self, device: torch.device, env: ProcessEnvironment) -> None:
         self.device, self.env = device, env
@@ -54,7 +57,9 @@ class EpochTally:
         self.steps += 1
 
     def close_window(self, *, stop: bool) -> Window:
-        """Across all processes, the window's mean loss, its samples per second and whether any
+        """Close the logging window and return its figures, agreed across all processes.
+
+        Across all processes, the window's mean loss, its samples per second and whether any
         process asks to ``stop`` (read here: a logging step syncs; the flag rides along for
         free); a new window starts."""
         local = torch.stack(self.window).float().sum()
@@ -76,7 +81,9 @@ class EpochTally:
         return Window(mean_loss=mean, samples_per_second=rate, stop=stop)
 
     def figures(self) -> dict[str, float]:
-        """``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
+        """Return the epoch's ``train_loss`` and ``samples_per_second``.
+
+        ``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
         processes' samples over the slowest one's time)."""
         if self.window:
             self.loss += torch.stack(self.window).float().sum()
@@ -107,7 +114,9 @@ def validate(
     device: torch.device,
     env: ProcessEnvironment,
 ) -> dict[str, float]:
-    """Sample-weighted means of ``validation_step``'s figures over this process's shard,
+    """Return sample-weighted means of ``validation_step``'s figures across processes.
+
+    Sample-weighted means of ``validation_step``'s figures over this process's shard,
     summed across processes: every sample counts once, every rank gets the same figures."""
     sums: dict[str, torch.Tensor] = {}
     samples = 0

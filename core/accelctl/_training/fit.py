@@ -161,7 +161,9 @@ class Fit:
     # -- set-up and finish -------------------------------------------------------------------
 
     def _set_up_processes(self) -> None:
-        """Set the device up and, with several processes, join their group and watch for hangs
+        """Set the device up and, with several processes, join their group.
+
+        Set the device up and, with several processes, join their group and watch for hangs
         (FSDP2 alone: a group of one process)."""
         accelerator, device = self.trainer.accelerator, self.config.device
         sharded = self.config.sharded
@@ -180,7 +182,9 @@ class Fit:
             self.watch.start(group)
 
     def _plan_run(self) -> Planned:
-        """Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank
+        """Plan the run folder and what to resume from, on rank 0, and share the plan.
+
+        Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank
         learns the plan (or rank 0's refusal) from it; then the logs are opened."""
         trainer, env, ckpt_path = self.trainer, self.env, self.config.ckpt_path
         planned = Planned(None, None)  # rank 0's, sent to all
@@ -236,7 +240,9 @@ class Fit:
         train_dataloader: Iterable[Any],
         val_dataloader: Iterable[Any] | None,
     ) -> Training:
-        """The model on the device (sharded by FSDP2 before its optimizer is made), its
+        """Set up the model, optimizer, checkpointer, resume state and loaders.
+
+        The model on the device (sharded by FSDP2 before its optimizer is made), its
         optimizer, the checkpointer, the state of a resume (before DDP wraps the model: every rank
         loads the same file), and the loaders, sharded."""
         model, trainer, env, config = self.model, self.trainer, self.env, self.config
@@ -307,7 +313,9 @@ class Fit:
         return resume
 
     def _leave_together(self) -> None:
-        """The processes leave the group together: one that leaves (and exits) while rank 0
+        """Leave the process group together.
+
+        The processes leave the group together: one that leaves (and exits) while rank 0
         still writes the last checkpoint can leave rank 0 hung in destroy_process_group
         (pytorch/pytorch#75097; seen once here, gloo under load)."""
         if self.owns_group:
@@ -317,7 +325,9 @@ class Fit:
             dist.barrier()
 
     def _finish(self, *, quiet: bool) -> None:
-        """Close the log, restore the signal's handler, stop the hang watcher, leave the process
+        """Close the fit's resources and call the accelerator's ``teardown``.
+
+        Close the log, restore the signal's handler, stop the hang watcher, leave the process
         group this fit created, and call the accelerator's ``teardown``. After a failure
         (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
         self.log.close()
@@ -342,7 +352,9 @@ class Fit:
     # -- the end ------------------------------------------------------------------------------
 
     def _missing_kernel(self, exc: BaseException, loss: Any = None) -> MissingKernelError | None:
-        """accelctl's error where ``exc`` is a kernel the device lacks (naming the layer of the
+        """Return accelctl's error where ``exc`` is a kernel the device lacks, else None.
+
+        accelctl's error where ``exc`` is a kernel the device lacks (naming the layer of the
         model that called it), else None."""
         if not isinstance(exc, Exception):
             return None
@@ -355,8 +367,10 @@ class Fit:
         )
 
     def _report_stop(self, exc: BaseException) -> None:
-        """The log's line for a fit that did not finish: an error, or Ctrl-C (where no launcher
-        reports it: under ``accelctl launch``, the launcher's one line names the checkpoint)."""
+        """Log the line for a fit that did not finish.
+
+        An error, or Ctrl-C (where no launcher reports it: under ``accelctl launch``, the launcher's
+        one line names the checkpoint)."""
         if isinstance(exc, SystemExit):  # the requeue's exit: it said why
             return
         # Where it stopped: None before this fit's first step (the trainer's figures may be a
@@ -385,7 +399,9 @@ def _strategy_text(strategy: str, world_size: int) -> str:
 
 
 def resume_advice(last: LastCheckpoint | None) -> str:
-    """``the last checkpoint is X (epoch 2, step 40): ...how to resume...``, or that none was
+    """Say where the last checkpoint is and how to resume, or that none was written.
+
+    ``the last checkpoint is X (epoch 2, step 40): ...how to resume...``, or that none was
     written."""
     if last is None:
         return "no checkpoint was written"

@@ -1,4 +1,6 @@
-"""The state of one ``fit``, as plain records with one meaning each, and the Trainer as a fit
+"""The state of one ``fit``, as plain records, and the Trainer as a fit sees it.
+
+The state of one ``fit``, as plain records with one meaning each, and the Trainer as a fit
 sees it (:class:`FitOwner`).
 
 - :class:`FitConfig`: what the fit is given and checks before anything is set up; fixed.
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
 
 
 class FitOwner(Protocol):
-    """The Trainer as its fits see it: the settings a fit reads and the results it writes back
-    (``global_step``, ``current_epoch`` and ``metrics``, current while the fit runs, for
-    ``on_epoch_end``). A protocol: the Trainer's module imports this one, not the reverse."""
+    """The Trainer as its fits see it: the settings they read and the results they write.
+
+    The settings a fit reads and the results it writes back (``global_step``, ``current_epoch`` and
+    ``metrics``, current while the fit runs, for ``on_epoch_end``). A protocol: the Trainer's module
+    imports this one, not the reverse."""
 
     max_epochs: int
     log_every_n_steps: int

@@ -43,7 +43,9 @@ def refuse_fsdp_without_backend(accelerator: str, backend: str | None) -> None:
 
 
 def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) -> None:
-    """Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs, probing the
+    """Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs.
+
+    Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs, probing the
     current device of ``device_type`` (it starts the device's runtime in this process).
 
     :raises ProcessSetupError: naming each missing capability with the device's own words, and
@@ -106,9 +108,10 @@ def _children_with_parameters(module: nn.Module) -> Iterator[nn.Module]:
 
 
 def mixed_precision_policy(precision: Precision) -> Any:
-    """FSDP2's ``MixedPrecisionPolicy`` for the Trainer's ``precision``: parameters gathered in
-    bfloat16 / float16 for the mixed settings, gradients reduced in float32 (the sharded
-    parameters and the optimizer stay float32)."""
+    """Return FSDP2's ``MixedPrecisionPolicy`` for the Trainer's ``precision``.
+
+    Parameters gathered in bfloat16 / float16 for the mixed settings, gradients reduced in float32
+    (the sharded parameters and the optimizer stay float32)."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -119,8 +122,10 @@ def mixed_precision_policy(precision: Precision) -> Any:
 
 
 def sharded_grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradScaler | None:
-    """float16's gradient scaler, sharding-aware: whether a step overflowed is agreed by all
-    processes, so that all skip it together (each holds only a shard of the gradients)."""
+    """Return float16's gradient scaler, sharding-aware.
+
+    Whether a step overflowed is agreed by all processes, so that all skip it together (each holds
+    only a shard of the gradients)."""
     if precision.name != "16-mixed":
         return None
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -129,7 +134,9 @@ def sharded_grad_scaler(precision: Precision, device: torch.device) -> torch.amp
 
 
 def shard_model(model: nn.Module, device: torch.device, precision: Precision) -> None:
-    """Shard ``model`` in place over the default process group, on a 1-D ``DeviceMesh`` of
+    """Shard ``model`` in place over the default process group with FSDP2.
+
+    Shard ``model`` in place over the default process group, on a 1-D ``DeviceMesh`` of
     ``device``'s type: rank 0's initial weights (as under DDP), then ``fully_shard`` on each
     unit of :func:`sharding_units` and on the root. ``training_step`` and ``validation_step``
     are registered as forward methods, so that FSDP2 gathers the root's parameters for them.
@@ -166,7 +173,9 @@ def shard_model(model: nn.Module, device: torch.device, precision: Precision) ->
 def in_lockstep(
     batches: Iterable[Any], forward: Callable[[Any], object], device: torch.device
 ) -> Iterator[Any]:
-    """``batches`` for validation under FSDP2 with several processes, where every forward is a
+    """Yield ``batches`` for validation under FSDP2 with the processes in lockstep.
+
+    ``batches`` for validation under FSDP2 with several processes, where every forward is a
     collective (each unit gathers its parameters): the processes agree before each batch whether
     any has one left, and one whose shard has run out runs ``forward`` on its last batch again
     while the others finish, its figures dropped (a validation shard may be a batch shorter).

@@ -66,7 +66,9 @@ class HangWatch:
             self._thread.start()
 
     def stop(self) -> None:
-        """End the watcher before the fit returns (a thread still waiting on the store aborts the
+        """End the watcher before the fit returns.
+
+        End the watcher before the fit returns (a thread still waiting on the store aborts the
         process at exit)."""
         thread, self._thread = self._thread, None
         if thread is not None:
@@ -111,8 +113,10 @@ class HangWatch:
     def explain(
         self, error: BaseException, *, timeout: datetime.timedelta, step: int
     ) -> CollectiveTimeoutError | None:
-        """The error a collective's timeout becomes (None for any other error): the ranks that
-        did not arrive and every rank's stack where the store answers, else the plain timeout."""
+        """Return the error a collective's timeout becomes, or None for any other error.
+
+        The ranks that did not arrive and every rank's stack where the store answers, else the plain
+        timeout."""
         env, prefix = self.env, self._prefix
         plain = explain_timeout(
             error, timeout=timeout, rank=env.rank, world_size=env.world_size, step=step
@@ -144,7 +148,9 @@ class HangWatch:
 
 
 def thread_stack(ident: int) -> list[str]:
-    """The stack of the thread ``ident`` of this process as :func:`traceback.format_stack` gives
+    """Return the stack of the thread ``ident`` of this process.
+
+    The stack of the thread ``ident`` of this process as :func:`traceback.format_stack` gives
     it (innermost call last), read through :mod:`faulthandler`, the public way to read another
     thread's stack; empty where it cannot be read."""
     import faulthandler

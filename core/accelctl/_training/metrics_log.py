@@ -1,7 +1,8 @@
-"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or
-``"epoch"``, written by rank 0 only (docs/training.md, "Figures"). Appended to, never truncated,
-each line in a single ``write``, so a kill leaves whole lines; non-finite figures are ``null``.
-"""
+"""``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines.
+
+The Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or ``"epoch"``, written by rank 0 only
+(docs/training.md, "Figures"). Appended to, never truncated, each line in a single ``write``, so a
+kill leaves whole lines; non-finite figures are ``null``."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def _finite(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends JSON lines to ``path``, each tagged with ``run`` and ``restart``; with
-    ``path=None`` (the processes other than rank 0) every call does nothing."""
+    """Appends JSON lines to ``path``, each tagged with ``run`` and ``restart``.
+
+    With ``path=None`` (the processes other than rank 0) every call does nothing."""
 
     def __init__(self, path: Path | None, *, run: str = "", restart: int = 0) -> None:
         self._tags = {"run": run, "restart": restart}

@@ -1,5 +1,7 @@
-"""What :meth:`accelctl.Trainer.fit` asks of a model: the methods it calls, checked up front, and
-``training_step`` as a module's forward for DDP. Imported by the Trainer only (imports torch)."""
+"""What :meth:`accelctl.Trainer.fit` asks of a model.
+
+The methods it calls, checked up front, and ``training_step`` as a module's forward for DDP.
+Imported by the Trainer only (imports torch)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,9 @@ def optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
 
 
 class TrainingStep(torch.nn.Module):
-    """Runs ``model.training_step`` as a module's forward, so that DDP sees every step (DDP
+    """Runs ``model.training_step`` as a module's forward, so that DDP sees every step.
+
+    Runs ``model.training_step`` as a module's forward, so that DDP sees every step (DDP
     prepares its gradient all-reduce in its own ``forward``, which ``training_step`` bypasses)."""
 
     def __init__(self, model: nn.Module) -> None:

@@ -28,8 +28,10 @@ def choose_device(
     env: ProcessEnvironment,
     launch_command_line: str,
 ) -> torch.device:
-    """This process's device: ``devices[LOCAL_RANK]``, after checking that the processes fit and
-    that torch can carry the devices' tensors between them.
+    """Return this process's device, after checking that the processes fit.
+
+    ``devices[LOCAL_RANK]``, after checking that the processes fit and that torch can carry the
+    devices' tensors between them.
 
     :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.
@@ -81,7 +83,9 @@ _told_alone: set[str] = set()
 
 
 def alone_on_first_device(selection: Selection, hint: str) -> Selection:
-    """What ``devices="auto"`` takes in a process started alone (``python train.py``, no
+    """Return what ``devices="auto"`` takes in a process started alone.
+
+    What ``devices="auto"`` takes in a process started alone (``python train.py``, no
     launcher): the first device of several, as Lightning's and Accelerate's single-process
     defaults do, with one warning per process saying how to use them all (``hint``: the
     ``accelctl launch`` line). One process cannot use several devices, and "auto" never selects
@@ -100,7 +104,9 @@ def alone_on_first_device(selection: Selection, hint: str) -> Selection:
 
 
 def launch_hint(selection: Selection) -> str:
-    """The command that runs this script with one process per device of ``selection``, naming
+    """Return the command that runs this script with one process per device.
+
+    The command that runs this script with one process per device of ``selection``, naming
     the accelerator as the user knows it (``--accelerator openreg``)."""
     name = selection.shown_name if selection.accelerator.entry_point is not None else None
     spec = selection.given_devices
@@ -194,8 +200,10 @@ _GROUPS_KEY = "accelctl.groups"
 def _group_number(
     store: Any, env: ProcessEnvironment, init_method: str, timeout: datetime.timedelta
 ) -> int:
-    """The number of the group this fit makes, the same in every rank: rank 0 counts its groups
-    in the store, and every other rank joins rank 0's newest one after the last it joined.
+    """Return the number of the group this fit makes, the same in every rank.
+
+    Rank 0 counts its groups in the store, and every other rank joins rank 0's newest one after the
+    last it joined.
 
     A count of each process's own would diverge for good once a rank failed a fit the others
     never reached (its join timed out while rank 0 hung, say): every later fit would wait on
@@ -225,10 +233,11 @@ def _group_number(
 
 
 def _forget_failed_group(timeout: datetime.timedelta) -> None:
-    """Undo what a failed ``init_process_group`` left: torch numbers the default groups it
-    names and counts from zero again only when one is destroyed, so a rank whose group timed out
-    would name its next group unlike the others' and never meet them. A group of one, made and
-    destroyed at once on an in-memory store, resets the count."""
+    """Undo what a failed ``init_process_group`` left, so that the next group is named alike.
+
+    torch numbers the default groups it names and counts from zero again only when one is destroyed,
+    so a rank whose group timed out would name its next group unlike the others' and never meet
+    them. A group of one, made and destroyed at once on an in-memory store, resets the count."""
     import torch.distributed as dist
 
     if dist.is_initialized() or not dist.is_gloo_available():
@@ -242,9 +251,11 @@ def _forget_failed_group(timeout: datetime.timedelta) -> None:
 
 
 def _bindable(device: torch.device) -> torch.device | None:
-    """``device`` where ``init_process_group(device_id=...)`` takes it: an indexed device of the
-    accelerator torch was built for or has loaded (``cuda:1``, ``openreg:0``); None for the CPU
-    (its collectives need no device) and for a device of another type, which torch refuses."""
+    """Return ``device`` where ``init_process_group(device_id=...)`` takes it, else None.
+
+    An indexed device of the accelerator torch was built for or has loaded (``cuda:1``,
+    ``openreg:0``); None for the CPU (its collectives need no device) and for a device of another
+    type, which torch refuses."""
     import torch
 
     if device.type == "cpu" or device.index is None:
@@ -259,6 +270,8 @@ _joined: dict[str, int] = {}
 
 
 def script_argv() -> list[str] | None:
-    """The command line of a script run with ``python script.py args``; None in a notebook, a
-    REPL or ``python -c``, where there is no script to hand to ``accelctl launch``."""
+    """Return the command line of a script run with ``python script.py args``, or None.
+
+    None in a notebook, a REPL or ``python -c``, where there is no script to hand to ``accelctl
+    launch``."""
     return list(sys.argv) if sys.argv and sys.argv[0].endswith(".py") else None

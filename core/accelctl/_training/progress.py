@@ -40,7 +40,9 @@ def _is_terminal() -> bool:
 
 @contextlib.contextmanager
 def redirected_logging(bar: Any | None) -> Iterator[None]:
-    """While ``bar`` is shown, the ``accelctl`` logger's lines to the terminal go through tqdm,
+    """Route the ``accelctl`` logger's terminal lines through tqdm while ``bar`` is shown.
+
+    While ``bar`` is shown, the ``accelctl`` logger's lines to the terminal go through tqdm,
     above the bar, instead of through it."""
     if bar is None:
         yield

@@ -1,5 +1,7 @@
-"""The fit's log for people: one line per event, written by rank 0 through the ``accelctl.trainer``
-logger, whether or not a terminal is attached (docs/training.md, "The log").
+"""The fit's log for people: one line per event, written by rank 0.
+
+One line per event, written by rank 0 through the ``accelctl.trainer`` logger, whether or not a
+terminal is attached (docs/training.md, "The log").
 
 What it runs on, where its checkpoints go, what it resumed from, each epoch's figures, each
 checkpoint written, and why it stopped. ``enable_progress_bar`` governs the bar only. Where the
@@ -42,7 +44,9 @@ class _StandardError(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def make_visible() -> None:
-    """Give the ``accelctl`` logger a handler to standard error at INFO, unless the program
+    """Give the ``accelctl`` logger a handler to standard error, unless logging is configured.
+
+    Give the ``accelctl`` logger a handler to standard error at INFO, unless the program
     configured logging itself (a handler on the root logger or on ``accelctl``)."""
     if _PARENT.handlers or logging.getLogger().handlers:
         return
@@ -144,7 +148,9 @@ class FitReport:
 
 
 def _where(at: tuple[int, int] | None) -> str:
-    """``in epoch 2, step 40`` (``at``: the epoch from 0 and the step), or ``before its first
+    """Say where in the fit it stopped, for a log line.
+
+    ``in epoch 2, step 40`` (``at``: the epoch from 0 and the step), or ``before its first
     step ended`` where the fit ran none (``at`` None: it stopped while setting up, or in its
     first step)."""
     if at is None:

@@ -1,4 +1,6 @@
-"""Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it
+"""Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it.
+
+Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it
 (docs/training.md, "Requeue"). With several processes the request rides on the next logging
 step's all-reduce of the figures, so that all stop at the same step at no cost of its own.
 """
@@ -37,7 +39,9 @@ class RequeueSignal(NamedTuple):
 def parse_requeue_signal(
     value: Any, *, checkpointing: bool, environ: Mapping[str, str] = os.environ
 ) -> RequeueSignal:
-    """The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
+    """Return the signal to catch, and whether it was named.
+
+    The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
     writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
     Raises :class:`TrainerError` for what cannot be caught, or a signal with checkpoints off."""
     if value is None or value is False:
@@ -66,7 +70,9 @@ def parse_requeue_signal(
 
 
 class RequeueOnSignal:
-    """The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
+    """The signal handler of one ``fit``: notes the signal so the loop stops at a step boundary.
+
+    The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
     training loop stops at a step boundary. ``"auto"`` leaves a handler of someone else's."""
 
     def __init__(self, signum: int | None, explicit: bool) -> None:
@@ -91,7 +97,9 @@ class RequeueOnSignal:
         self.requested = True
 
     def leave(self, *, rank: int, world_size: int, step: int, checkpoint: Path) -> NoReturn:
-        """After the checkpoint, on every process: requeue the job (rank 0), and exit; raises
+        """Requeue the job (rank 0) and exit, after the checkpoint.
+
+        After the checkpoint, on every process: requeue the job (rank 0), and exit; raises
         :class:`RequeueError` in rank 0 when ``scontrol requeue`` failed."""
         said = f"{signal.Signals(self.signum).name} received: checkpoint written at step {step}"
         said += f" ({checkpoint})"

@@ -1,4 +1,6 @@
-"""The random states a checkpoint saves (:func:`rng_state`), and what an epoch's data order
+"""The random states a checkpoint saves, and what an epoch's data order depends on.
+
+The random states a checkpoint saves (:func:`rng_state`), and what an epoch's data order
 depends on (:func:`epoch_rng_state`: a shuffling ``DataLoader`` seeds from the global generator
 when its iterator starts, or from its own generators; a sampler may keep a state of its own),
 which a resumed fit restores before the epoch's iterator starts. All are tensors and plain values.
@@ -26,7 +28,9 @@ def _device_module(device: torch.device) -> Any | None:
 
 
 def _torch_state(device: torch.device) -> dict[str, Any]:
-    """torch's global random state, and the device's where it has its own (with its device
+    """Return torch's global random state, and the device's where it has its own.
+
+    torch's global random state, and the device's where it has its own (with its device
     type: another type's generator keeps its state in another form)."""
     import torch
 
@@ -39,8 +43,10 @@ def _torch_state(device: torch.device) -> dict[str, Any]:
 
 
 def _set_torch_state(state: Mapping[str, Any], device: torch.device) -> None:
-    """Restore what :func:`_torch_state` saved; the device's state only on a device of the type
-    that saved it (a checkpoint of an older accelctl names none: its own, as it was read)."""
+    """Restore what :func:`_torch_state` saved.
+
+    The device's state only on a device of the type that saved it (a checkpoint of an older accelctl
+    names none: its own, as it was read)."""
     import torch
 
     torch.set_rng_state(state["torch"].cpu())
@@ -100,7 +106,9 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
 
 
 def _stateful_parts(loader: Iterable[Any]) -> list[Any]:
-    """The parts of ``loader`` its order may depend on that save and restore their own state
+    """Return the parts of ``loader`` its order may depend on that save their own state.
+
+    The parts of ``loader`` its order may depend on that save and restore their own state
     (``state_dict()`` and ``load_state_dict()``): its sampler, batch sampler and the batch
     sampler's sampler, an iterable dataset; a loader that is not a ``DataLoader`` itself. Each
     once, in that order."""
@@ -157,9 +165,10 @@ def order_gap(loader: Iterable[Any]) -> str | None:
 
 
 def epoch_rng_state(loader: Iterable[Any], device: torch.device) -> dict[str, Any]:
-    """What an epoch's data order depends on, taken before its iterator starts: the random
-    states, the loader's own generators, the state of its parts that save one, and (``gap``)
-    why its order cannot be restored, when it cannot."""
+    """Return what an epoch's data order depends on, taken before its iterator starts.
+
+    The random states, the loader's own generators, the state of its parts that save one, and
+    (``gap``) why its order cannot be restored, when it cannot."""
     generators = [generator.get_state() for generator in _generators(loader)]
     parts = [part.state_dict() for part in _stateful_parts(loader)]
     state = {**_torch_state(device), "generators": generators, "parts": parts}

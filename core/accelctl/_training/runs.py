@@ -1,4 +1,6 @@
-"""Run folders: every fit of a Trainer writes its checkpoints into a folder of its own under
+"""Run folders: every fit of a Trainer writes its checkpoints into a folder of its own.
+
+Every fit of a Trainer writes its checkpoints into a folder of its own under
 ``<root_dir>/checkpoints`` (``run-0``, ``run-1``, ...), so that no run overwrites another's
 (docs/training.md, "Runs and their folders").
 
@@ -157,7 +159,9 @@ def check_ckpt_path(
 
 
 def without_folder(root: Path, ckpt_path: str | os.PathLike[str] | None) -> Path | None:
-    """The checkpoint a fit that writes none (``enable_checkpointing=False``) loads: ``"last"``
+    """Return the checkpoint that a fit that writes none loads.
+
+    The checkpoint a fit that writes none (``enable_checkpointing=False``) loads: ``"last"``
     is the newest run's ``last.ckpt`` (none yet: a warning, and from the start)."""
     if ckpt_path is None:
         return None

@@ -1,4 +1,6 @@
-"""The model and optimizer of a sharded checkpoint (``strategy="fsdp"``), through
+"""The model and optimizer of a sharded checkpoint, through ``torch.distributed.checkpoint``.
+
+The model and optimizer of a sharded checkpoint (``strategy="fsdp"``), through
 ``torch.distributed.checkpoint`` (DCP).
 
 A sharded checkpoint is two things side by side in ``<root_dir>/checkpoints``: the ``.ckpt`` file
@@ -32,7 +34,9 @@ def shards_folder(folder: Path, checkpoint: str) -> Path:
 
 
 def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
-    """Write this process's shards of ``model`` and ``optimizer`` into ``target`` (called on
+    """Write this process's shards of ``model`` and ``optimizer`` into ``target``.
+
+    Write this process's shards of ``model`` and ``optimizer`` into ``target`` (called on
     every process; returns once all are written and the folder's metadata is there).
 
     :raises OSError: on every process when any could not write, with the first failure's words.
@@ -54,8 +58,10 @@ def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
 
 
 def _first_failure(exc: Any) -> OSError:
-    """The first rank's failure in DCP's ``CheckpointException``: its ``OSError`` itself (its
-    errno says a full disk from a file-size limit), else an ``OSError`` of its words."""
+    """Return the first rank's failure in DCP's ``CheckpointException`` as an ``OSError``.
+
+    Its ``OSError`` itself (its errno says a full disk from a file-size limit), else an ``OSError``
+    of its words."""
     failures = getattr(exc, "failures", None) or {}
     for failure in failures.values():
         inner = failure[0] if isinstance(failure, tuple) else failure  # (exception, stack)
@@ -66,7 +72,9 @@ def _first_failure(exc: Any) -> OSError:
 
 
 def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
-    """Read the shards in ``source`` into ``model`` and ``optimizer``, resharded to this run
+    """Read the shards in ``source`` into ``model`` and ``optimizer``, resharded to this run.
+
+    Read the shards in ``source`` into ``model`` and ``optimizer``, resharded to this run
     (called on every process)."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -84,7 +92,9 @@ def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
 
 
 def saved_shapes(source: Path) -> dict[str, Any]:
-    """The model's tensors in ``source`` as meta tensors of their saved (global) shapes, by
+    """Return the model's tensors in ``source`` as meta tensors of their saved shapes.
+
+    The model's tensors in ``source`` as meta tensors of their saved (global) shapes, by
     name, for comparing with a model before loading."""
     import torch
     from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -98,7 +108,9 @@ def saved_shapes(source: Path) -> dict[str, Any]:
 
 
 def prune(shards: Path, keep: str | None) -> None:
-    """Remove the folders of ``shards`` other than ``keep`` (older checkpoints', and a write
+    """Remove the folders of ``shards`` other than ``keep``.
+
+    Remove the folders of ``shards`` other than ``keep`` (older checkpoints', and a write
     that was cut off), and ``shards`` itself when nothing is kept."""
     if not shards.is_dir():
         return

@@ -48,10 +48,11 @@ def parse_flops_per_sample(value: Any) -> float | str | None:
 
 
 def peak_dtype(precision: str, peak: DevicePeak) -> str:
-    """The data type of ``peak`` that a fit in ``precision`` is measured against: bfloat16 and
-    float16 for mixed precision; for ``"32"``, tf32 where torch lets float32 matrix products use
-    it (``torch.get_float32_matmul_precision()`` is not ``"highest"``) and the peak has it, else
-    float32."""
+    """Return the data type of ``peak`` that a fit in ``precision`` is measured against.
+
+    Bfloat16 and float16 for mixed precision; for ``"32"``, tf32 where torch lets float32 matrix
+    products use it (``torch.get_float32_matmul_precision()`` is not ``"highest"``) and the peak has
+    it, else float32."""
     if precision in _PRECISION_DTYPES:
         return _PRECISION_DTYPES[precision]
     import torch
@@ -79,7 +80,9 @@ class Throughput:
         self.devices = devices
 
     def counting(self, samples: int) -> AbstractContextManager[None]:
-        """Around a step's ``training_step`` and backward: the first one is counted, every other
+        """Return the context around a step's forward and backward; the first step is counted.
+
+        Around a step's ``training_step`` and backward: the first one is counted, every other
         one runs under a shared no-op context."""
         if not self._to_count:
             return _NOTHING
@@ -100,7 +103,9 @@ class Throughput:
             self.per_sample = total / samples
 
     def figures(self, samples_per_second: float) -> dict[str, float]:
-        """``flops_per_second`` (all devices together) and, where the peak is known, ``mfu``;
+        """Return ``flops_per_second`` and, where the peak is known, ``mfu``.
+
+        ``flops_per_second`` (all devices together) and, where the peak is known, ``mfu``;
         ``{}`` while the FLOPs per sample are unknown."""
         if self.per_sample is None or not math.isfinite(samples_per_second):
             return {}
@@ -114,9 +119,10 @@ class Throughput:
 def peak_flops(
     accelerator: Any, device: Any, precision: str, declared: DevicePeak | None
 ) -> float | None:
-    """One device's peak FLOPs per second for ``precision``: the user's ``declared`` peak,
-    else the plugin's ``device_peak``; None where neither knows (a hook that fails is warned
-    about: the fit goes on without ``mfu``)."""
+    """Return one device's peak FLOPs per second for ``precision``, or None.
+
+    The user's ``declared`` peak, else the plugin's ``device_peak``; None where neither knows (a
+    hook that fails is warned about: the fit goes on without ``mfu``)."""
     peak = declared
     if peak is None:
         try:

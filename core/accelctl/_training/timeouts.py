@@ -1,7 +1,7 @@
-"""How long a collective may wait for the other processes before the run is declared hung: not
-torch's 30 minutes but ``ACCELCTL_COLLECTIVE_TIMEOUT``, which must exceed the longest a process
-spends alone between two collectives (a slow step, rank 0's checkpoint).
-"""
+"""How long a collective may wait for the other processes before the run is declared hung.
+
+Not torch's 30 minutes but ``ACCELCTL_COLLECTIVE_TIMEOUT``, which must exceed the longest a process
+spends alone between two collectives (a slow step, rank 0's checkpoint)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ _TIMEOUT_MARKERS = ("timed out", "timeout")
 
 
 class CollectiveTimeoutError(TrainerError):
-    """A collective did not complete in time: another process hung, died silently or is slower
-    than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
+    """A collective did not complete in time.
+
+    Another process hung, died silently or is slower than ``ACCELCTL_COLLECTIVE_TIMEOUT`` allows."""
 
 
 def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.timedelta:
-    """The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s); a
+    """Return the timeout of the Trainer's process group.
+
+    The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s); a
     :class:`ProcessSetupError` for a value that is not a positive number of seconds."""
     try:
         return datetime.timedelta(seconds=settings.collective_timeout(environ))

@@ -208,7 +208,9 @@ class Trainer:
         val_dataloader: Iterable[Any] | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        """Train ``model`` for ``max_epochs`` epochs, validating after each when
+        """Train ``model`` for ``max_epochs`` epochs.
+
+        Train ``model`` for ``max_epochs`` epochs, validating after each when
         ``val_dataloader`` is given.
 
         ``model`` defines ``training_step(batch, batch_idx) -> loss tensor`` and

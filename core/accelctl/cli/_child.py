@@ -1,4 +1,6 @@
-"""The plugins that ``list``, ``stats``, ``env`` and ``resolve`` ask are asked in a forked child
+"""The plugins that CLI commands ask are asked in a forked child process.
+
+The plugins that ``list``, ``stats``, ``env`` and ``resolve`` ask are asked in a forked child
 process, so that nothing a plugin does to a process (``os._exit``, a crash in native code, a
 write on descriptor 1) reaches the command's own: it stays a row with its cause.
 
@@ -46,9 +48,11 @@ asked_in_child = False
 
 
 def _dumps(message: tuple[Any, ...]) -> bytes:
-    """A message as bytes: plain data (``list``'s rows, text, names) through ``marshal``, which
-    is built in, anything else (a selection's objects, an error) through ``pickle``, imported
-    then: ``list`` never pays pickle's import (a few ms of a 100 ms command)."""
+    """Serialise a message to bytes.
+
+    Plain data (``list``'s rows, text, names) through ``marshal``, which is built in, anything else
+    (a selection's objects, an error) through ``pickle``, imported then: ``list`` never pays
+    pickle's import (a few ms of a 100 ms command)."""
     try:
         return b"m" + marshal.dumps(message)
     except ValueError:  # an object marshal does not take
@@ -58,7 +62,9 @@ def _dumps(message: tuple[Any, ...]) -> bytes:
 
 
 def _loads(data: bytes) -> Any:
-    """What :func:`_dumps` made (from this interpreter's own child: marshal's format is the
+    """Load what :func:`_dumps` made.
+
+    What :func:`_dumps` made (from this interpreter's own child: marshal's format is the
     same on both ends)."""
     if data[:1] == b"m":
         return marshal.loads(data[1:])
@@ -68,8 +74,9 @@ def _loads(data: bytes) -> Any:
 
 
 class _Pipe:
-    """The child's end: length-prefixed messages (:func:`_dumps`), one whole message per call,
-    from any thread."""
+    """The child's end of the pipe: length-prefixed messages, one whole message per call.
+
+    Length-prefixed messages (:func:`_dumps`), one whole message per call, from any thread."""
 
     def __init__(self, descriptor: int) -> None:
         self.descriptor = descriptor
@@ -118,7 +125,9 @@ def _read(reader: io.BufferedReader) -> tuple[Any, ...] | None:
 
 
 def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
-    """What ``task()`` yields, computed in a child process (see the module's docstring); an
+    """Compute what ``task()`` yields in a child process.
+
+    What ``task()`` yields, computed in a child process (see the module's docstring); an
     error it raises is raised here, as the same type where it is accelctl's.
 
     :raises AccelctlError: the child ended while it was asking no plugin.
@@ -147,7 +156,9 @@ def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
 
 
 def _thread_count() -> int:
-    """The threads this process runs, native ones included (a runtime's pool) where the system
+    """Count the threads this process runs, native ones included where the system lists them.
+
+    The threads this process runs, native ones included (a runtime's pool) where the system
     lists them (Linux's ``/proc``), else Python's."""
     try:
         return len(os.listdir("/proc/self/task"))
@@ -265,7 +276,9 @@ def _child(
 
 
 def _portable(exc: BaseException) -> BaseException:
-    """``exc`` where it survives pickling (accelctl's errors do, their parts with them), else an
+    """Return ``exc`` where it survives pickling, else an error of its text.
+
+    ``exc`` where it survives pickling (accelctl's errors do, their parts with them), else an
     error of its text: accelctl's where it is one of accelctl's, else a RuntimeError."""
     import pickle
 

@@ -1,6 +1,7 @@
-"""Commands that installed distributions add to ``accelctl``: the entry-point group
-``accelctl.commands``, each entry point a command's name and ``"module:attr"`` of its click
-command, as llm and conda let plugins add commands::
+"""Commands that installed distributions add to ``accelctl``.
+
+The entry-point group ``accelctl.commands``, each entry point a command's name and ``"module:attr"``
+of its click command, as llm and conda let plugins add commands::
 
     [project.entry-points."accelctl.commands"]
     hello = "acme_tools.cli:hello"
@@ -26,7 +27,9 @@ from .._host.discovery import COMMANDS_GROUP, Found, read_identity, scan
 
 
 class Contributed:
-    """The commands of the group ``accelctl.commands`` on ``path`` (default: ``sys.path``), read
+    """The commands of the group ``accelctl.commands`` on ``path``, read once.
+
+    The commands of the group ``accelctl.commands`` on ``path`` (default: ``sys.path``), read
     once; ``builtins`` are the CLI's own command names, which no distribution may take."""
 
     def __init__(self, builtins: Collection[str], path: Sequence[str] | None = None) -> None:
@@ -48,8 +51,10 @@ class Contributed:
         return sorted(self._claims)
 
     def command(self, name: str) -> click.Command | None:
-        """The click command named ``name``, loaded on first use; a stand-in whose run is the
-        one-line error when it cannot be loaded; None when no distribution adds it."""
+        """Return the click command named ``name``, loaded on first use, or None.
+
+        A stand-in whose run is the one-line error when it cannot be loaded; None when no
+        distribution adds it."""
         if name not in self._loaded:
             claims = self._claims.get(name)
             if not claims:
@@ -89,8 +94,10 @@ def _load(name: str, claims: list[Found]) -> click.Command:
 
 
 def _failing(name: str, message: str, cause: BaseException | None = None) -> click.Command:
-    """A command that stands for one that cannot run: listed, and its run (whatever the
-    arguments, ``--help`` included) is ``message`` as the CLI's one-line error, exit 1."""
+    """Return a command that stands for one that cannot run.
+
+    Listed, and its run (whatever the arguments, ``--help`` included) is ``message`` as the CLI's
+    one-line error, exit 1."""
 
     def fail() -> None:
         raise AccelctlError(message) from cause

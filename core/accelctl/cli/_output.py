@@ -1,6 +1,8 @@
-"""Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people. Both carry
-others' text (plugins', package metadata, the user's): cells are one escaped line of bounded
-length (:func:`accelctl._base.text.clean`), JSON strings are bounded (JSON escapes the rest itself).
+"""Shared output helpers of the CLI: strict JSON on stdout, aligned tables for people.
+
+Both carry others' text (plugins', package metadata, the user's): cells are one escaped line of
+bounded length (:func:`accelctl._base.text.clean`), JSON strings are bounded (JSON escapes the rest
+itself).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from .._base.text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable
 
 
 def strict_json_data(data: Any) -> Any:
-    """``data`` made fit for strict JSON: a float that is not finite (NaN, infinity) becomes
+    """Make ``data`` fit for strict JSON.
+
+    ``data`` made fit for strict JSON: a float that is not finite (NaN, infinity) becomes
     None (``null``), as the Trainer writes its metrics, and every string (keys too) is bounded
     to :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
     if isinstance(data, str):
@@ -45,8 +49,10 @@ def emit_json(data: Any) -> None:
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """An aligned plain-text table; None shows as "-"; each cell is one escaped line of at most
-    about :data:`~accelctl._base.text.FIELD_LIMIT` characters."""
+    """Format an aligned plain-text table.
+
+    None shows as "-"; each cell is one escaped line of at most about
+    :data:`~accelctl._base.text.FIELD_LIMIT` characters."""
     table = [list(headers)] + [
         ["-" if value is None else clean(str(value), FIELD_LIMIT) for value in row] for row in rows
     ]
@@ -58,7 +64,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 
 def echo_line(text: str, err: bool = False) -> None:
-    """Print one line that carries others' text: escaped, bounded, alignment kept (see
+    """Print one line that carries others' text, made safe.
+
+    Print one line that carries others' text: escaped, bounded, alignment kept (see
     :func:`accelctl._base.text.printable_line`)."""
     click.echo(printable_line(text), err=err)
 

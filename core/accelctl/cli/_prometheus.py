@@ -1,5 +1,7 @@
-"""``accelctl stats --prometheus [HOST:]PORT``: the exporter of :mod:`accelctl.exporters.prometheus`
-run until Ctrl-C or SIGTERM (exit 0), saying on stderr when a device's reading fails."""
+"""``accelctl stats --prometheus [HOST:]PORT``: the Prometheus exporter, run until stopped.
+
+The exporter of :mod:`accelctl.exporters.prometheus` run until Ctrl-C or SIGTERM (exit 0), saying on
+stderr when a device's reading fails."""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ CHECK_S = 0.5
 def parse_address(
     ctx: click.Context | None, param: click.Parameter | None, value: str | None
 ) -> tuple[str, int] | None:
-    """``"9400"``, ``"127.0.0.1:9400"``, ``"[::1]:9400"`` -> (host, port); the host is every
+    """Parse ``[HOST:]PORT`` into ``(host, port)``.
+
+    ``"9400"``, ``"127.0.0.1:9400"``, ``"[::1]:9400"`` -> (host, port); the host is every
     interface (``0.0.0.0``) when not given; port 0 is any free port."""
     if value is None:
         return None
@@ -64,7 +68,9 @@ def _stopped_by_sigterm(stop: threading.Event) -> Iterator[None]:
 
 
 def serve_prometheus(name: str | None, host: str, port: int, interval: float | None) -> None:
-    """Serve until Ctrl-C or SIGTERM, reading every ``interval`` seconds (None: the exporter's
+    """Serve Prometheus metrics until Ctrl-C or SIGTERM.
+
+    Serve until Ctrl-C or SIGTERM, reading every ``interval`` seconds (None: the exporter's
     default); a line on stdout says where, a ``warning:`` line on stderr each time a device's
     reading fails anew (its ``accelctl_device_up`` is then 0)."""
     from ..exporters import prometheus  # needs the extra: a one-line error without it

@@ -41,7 +41,9 @@ class Environment:
 
 
 def _torch_info() -> dict[str, Any]:
-    """torch's version and builds, read from ``torch/version.py`` without importing torch;
+    """Return torch's version and builds, read without importing torch.
+
+    torch's version and builds, read from ``torch/version.py`` without importing torch;
     ``{"version": None, "error": ...}`` when it is missing or broken."""
     try:
         build = read_torch_build()
@@ -62,9 +64,10 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _accelerators() -> list[dict[str, Any]]:
-    """A row per plugin: its status (:func:`accelctl.list_accelerators`), then the
-    ``environment_info`` of each loaded one that answered, asked of all at once, each under the
-    deadline."""
+    """Return a row per plugin: its status and its ``environment_info``.
+
+    Its status (:func:`accelctl.list_accelerators`), then the ``environment_info`` of each loaded
+    one that answered, asked of all at once, each under the deadline."""
     statuses = list_accelerators()
     asked = [s.accelerator for s in statuses if s.error is None and s.accelerator.state == "loaded"]
     facts = dict(zip(asked, run_each(asked, AcceleratorHandle.environment_info), strict=True))
@@ -168,8 +171,10 @@ def render(env: Environment) -> str:
 @click.command("env")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def env_command(as_json: bool) -> None:
-    """Print platform, Python, torch and its builds, accelctl and its plugins with versions and
-    the facts each plugin adds (drivers, device variables): a block to paste into a bug report."""
+    """Print the environment as a block to paste into a bug report.
+
+    Platform, Python, torch and its builds, accelctl and its plugins with versions, and the facts
+    each plugin adds (drivers, device variables)."""
     [env] = run_in_child(lambda: iter([collect()]))  # the plugins asked in a process of their own
     if as_json:
         emit_json(asdict(env))

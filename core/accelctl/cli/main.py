@@ -43,7 +43,9 @@ _CONTRIBUTED = "accelctl contributed commands"  # the scan's key in the context'
 
 
 class AccelctlGroup(click.Group):
-    """A click group that imports each sub-command on demand, adds the commands installed
+    """A click group that imports sub-commands on demand and shows errors as one line.
+
+    A click group that imports each sub-command on demand, adds the commands installed
     distributions contribute, and turns accelctl's errors into one line on stderr with exit
     status 1 (``--debug``: the traceback too)."""
 
@@ -141,8 +143,10 @@ def cli(debug: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point; ends with ``os._exit`` (output flushed) where a plugin's thread
-    left running past its deadline, or a non-daemon one, would hold up the interpreter's exit.
+    """Run the CLI: the console-script entry point.
+
+    Ends with ``os._exit`` (output flushed) where a plugin's thread left running past its deadline,
+    or a non-daemon one, would hold up the interpreter's exit.
 
     A command whose plugins were asked in a child (``list``, ``stats``, ``env``, ``resolve``)
     freezes the garbage collector's objects once it is done: the interpreter's shutdown would

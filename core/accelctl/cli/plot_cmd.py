@@ -1,5 +1,7 @@
-"""``accelctl plot``: a run's ``metrics.jsonl`` as a picture (:mod:`accelctl.plotting`, which
-imports matplotlib only when it draws)."""
+"""``accelctl plot``: a run's ``metrics.jsonl`` as a picture.
+
+A run's ``metrics.jsonl`` as a picture (:mod:`accelctl.plotting`, which imports matplotlib only when
+it draws)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ import click
 )
 @click.option("--run", help="The run to draw (its `run` tag, e.g. run-3). Default: the last one.")
 def plot_command(source: Path, output: Path | None, run: str | None) -> None:
-    """Draw the figures of a Trainer's run, from ROOT_DIR_OR_FILE (its root_dir, or the
-    metrics.jsonl itself): loss, throughput (samples/s, FLOP/s), MFU and memory, over the step.
-    Needs accelctl[plot] (matplotlib).
+    """Draw the figures of a Trainer's run.
+
+    From ROOT_DIR_OR_FILE (its root_dir, or the metrics.jsonl itself): loss, throughput (samples/s,
+    FLOP/s), MFU and memory, over the step. Needs accelctl[plot] (matplotlib).
 
     Exits 1 when the file is missing, holds no figures, has no such run, or the picture cannot
     be written.

@@ -16,8 +16,10 @@ from ._selecting import resolve_in_time
 @devices_option()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 def resolve_command(accelerator: str, devices: str, as_json: bool) -> None:
-    """Show the accelerator and devices a Trainer would run on. Exits 1 with the reason when
-    the selection is impossible (with --json, also as {"error", "error_type"} on stdout)."""
+    """Show the accelerator and devices a Trainer would run on.
+
+    Exits 1 with the reason when the selection is impossible (with --json, also as {"error",
+    "error_type"} on stdout)."""
     try:
         # The plugins asked in a process of their own; the selection comes back as its data.
         [data] = run_in_child(lambda: iter([resolve_in_time(accelerator, devices).to_dict()]))

@@ -61,7 +61,9 @@ def _cell(header: str, stats: dict[str, int | float]) -> str | None:
 
 
 def render_table(readings: list[DeviceStats]) -> str:
-    """A table of the common figures (columns no device has are left out), then each device's
+    """Render a table of the common figures, then each device's others and errors.
+
+    A table of the common figures (columns no device has are left out), then each device's
     other figures and errors, one line each."""
     if not readings:
         return "no available accelerator has devices to read"
@@ -143,8 +145,10 @@ def stats_command(
     watch: float | None,
     serve_on: tuple[str, int] | None,
 ) -> None:
-    """Show device figures (memory, utilisation, temperature, power) of every device of the
-    available accelerators, or of accelerator NAME ("gpu" picks the best available GPU).
+    """Show device figures of every available accelerator, or of accelerator NAME.
+
+    Memory, utilisation, temperature and power of each device; NAME "gpu" picks the best available
+    GPU.
 
     Exits 1 when NAME is unknown or unavailable, when a device's figures could not be read, or
     when a plugin is broken (named or not: its row says why).

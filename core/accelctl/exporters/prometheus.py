@@ -80,9 +80,11 @@ _NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 @dataclass(frozen=True)
 class MetricName:
-    """The Prometheus metric of one ``device_stats`` key: its ``name``, its ``unit`` (Prometheus'
-    unit, the name's suffix; ``""`` for a count or a ratio without a suffix) and the ``scale``
-    that turns the key's value into the metric's (0.01 for a percentage)."""
+    """The Prometheus metric of one ``device_stats`` key: its name, unit and scale.
+
+    Its ``name``, its ``unit`` (Prometheus' unit, the name's suffix; ``""`` for a count or a ratio
+    without a suffix) and the ``scale`` that turns the key's value into the metric's (0.01 for a
+    percentage)."""
 
     name: str
     unit: str
@@ -107,7 +109,9 @@ def metric_name(key: str) -> MetricName:
 
 
 class DeviceStatsCollector:
-    """A prometheus-client collector of the latest round of readings (:meth:`update`); each
+    """A prometheus-client collector of the latest round of readings.
+
+    A prometheus-client collector of the latest round of readings (:meth:`update`); each
     scrape reads what it holds (:meth:`collect`), never a plugin."""
 
     def __init__(self) -> None:
@@ -126,7 +130,9 @@ class DeviceStatsCollector:
             return list(self._readings)
 
     def update(self, readings: list[DeviceStats], read_at: float | None = None) -> None:
-        """Hold ``readings`` (read at ``read_at``, Unix time, default now) for the next
+        """Hold ``readings`` for the next scrapes, counting failed readings.
+
+        Hold ``readings`` (read at ``read_at``, Unix time, default now) for the next
         scrapes; each reading with an error counts one more failed reading of its device."""
         with self._lock:
             self._readings = self._per_device(readings)
@@ -136,7 +142,9 @@ class DeviceStatsCollector:
             )
 
     def _per_device(self, readings: list[DeviceStats]) -> list[DeviceStats]:
-        """``readings``, where an accelerator's devices could not even be listed (device
+        """Return ``readings``, keeping the series of devices that could not be listed.
+
+        ``readings``, where an accelerator's devices could not even be listed (device
         ``"?"``: a plugin stuck past its deadline, or broken since) and were listed before, as
         each of those devices with that error: their series go on, down, rather than end."""
         result: list[DeviceStats] = []
@@ -224,7 +232,9 @@ def _number(value: Any) -> float:
 
 
 class PrometheusExporter:
-    """The device figures served at ``http://<address>:<port>/metrics``, read every
+    """The device figures served at ``http://<address>:<port>/metrics``.
+
+    The device figures served at ``http://<address>:<port>/metrics``, read every
     ``interval`` seconds on a thread of its own (:func:`serve` makes one)."""
 
     def __init__(
@@ -288,8 +298,9 @@ class PrometheusExporter:
             self.collector.update(readings)
 
     def close(self) -> None:
-        """Stop serving and reading (idempotent). A round under way ends on its own (its
-        thread is a daemon), under its plugins' deadlines."""
+        """Stop serving and reading (idempotent).
+
+        A round under way ends on its own (its thread is a daemon), under its plugins' deadlines."""
         if not self._stop.is_set():
             self._stop.set()
             self._server.shutdown()
@@ -309,7 +320,9 @@ def serve(
     accelerator: str | None = None,
     interval: float = DEFAULT_INTERVAL_S,
 ) -> PrometheusExporter:
-    """Serve the device figures of every available accelerator, or of ``accelerator`` (a name,
+    """Serve the device figures as Prometheus metrics.
+
+    Serve the device figures of every available accelerator, or of ``accelerator`` (a name,
     an alias, ``"gpu"`` or ``"auto"``), as Prometheus metrics at
     ``http://<address>:<port>/metrics`` (``port=0``: any free port, see
     :attr:`PrometheusExporter.port`; ``address``: the interface to listen on, every one by

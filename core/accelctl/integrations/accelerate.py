@@ -146,10 +146,12 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
             self.register_for_checkpointing(_accelerate_state.DeviceRandomState(self, device))
 
     def prepare(self, *args: Any, device_placement: Any = None) -> Any:
-        """Accelerate's ``prepare``; with FSDP2, each model is first moved to this process's
-        device where ``fully_shard`` could not move it there itself (``_parameters``). A kernel
-        the device lacks in a model's forward is :class:`accelctl.MissingKernelError`, as for
-        :meth:`prepare_model` (Accelerate prepares an FSDP2 model without it)."""
+        """Accelerate's ``prepare``, moving FSDP2 models to the device and naming missing kernels.
+
+        With FSDP2, each model is first moved to this process's device where ``fully_shard`` could
+        not move it there itself (``_parameters``). A kernel the device lacks in a model's forward
+        is :class:`accelctl.MissingKernelError`, as for :meth:`prepare_model` (Accelerate prepares
+        an FSDP2 model without it)."""
         models = [obj for obj in args if isinstance(obj, torch.nn.Module)]
         if self.is_fsdp2:
             for model in models:
@@ -160,9 +162,10 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         return prepared
 
     def prepare_model(self, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        """Accelerate's ``prepare_model``, moving the model without replacing its parameters, so
-        that an optimizer made before ``prepare`` steps the model's (``_parameters``); a kernel
-        the device lacks in its forward is :class:`accelctl.MissingKernelError`
+        """Accelerate's ``prepare_model``, moving the model without replacing its parameters.
+
+        An optimizer made before ``prepare`` so steps the model's parameters (``_parameters``); a
+        kernel the device lacks in its forward is :class:`accelctl.MissingKernelError`
         (``_kernel_errors``)."""
         with keeping_parameters(self.device):
             prepared = super().prepare_model(model, *args, **kwargs)
@@ -171,9 +174,10 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
         return prepared
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
-        """Accelerate's ``backward``; a kernel the device lacks in the backward pass is
-        :class:`accelctl.MissingKernelError`, the operator named from ``loss``'s graph where
-        torch's error names none."""
+        """Accelerate's ``backward``, naming a kernel the device lacks in the backward pass.
+
+        The error is :class:`accelctl.MissingKernelError`, the operator named from ``loss``'s graph
+        where torch's error names none."""
         try:
             super().backward(loss, **kwargs)
         except Exception as exc:
@@ -189,8 +193,9 @@ class Accelerator(accelerate.Accelerator):  # type: ignore[misc]  # Accelerate s
 def _named_backend(
     kwargs: dict[str, Any], handle: accelctl.AcceleratorHandle, device: torch.device
 ) -> str | None:
-    """The backend an ``InitProcessGroupKwargs`` in ``kwargs_handlers`` names; None where none
-    is named (the plugin's ``distributed_backend`` is then used).
+    """Return the backend that an ``InitProcessGroupKwargs`` in ``kwargs_handlers`` names, or None.
+
+    None where none is named (the plugin's ``distributed_backend`` is then used).
 
     Accelerate's ``InitProcessGroupKwargs`` has ``backend="nccl"`` as its default and passes on
     only what differs from its defaults, so a handler's ``"nccl"`` cannot be told from no backend
@@ -224,16 +229,20 @@ def _named_backend(
 
 
 def _uses_deepspeed(kwargs: dict[str, Any]) -> bool:
-    """Whether this Accelerator runs DeepSpeed: a ``deepspeed_plugin`` (or ``deepspeed_plugins``)
-    given, or ``accelerate launch --use_deepspeed``'s variable, as Accelerate reads them."""
+    """Say whether this Accelerator runs DeepSpeed, as Accelerate reads its arguments.
+
+    A ``deepspeed_plugin`` (or ``deepspeed_plugins``) given, or ``accelerate launch
+    --use_deepspeed``'s variable, as Accelerate reads them."""
     if kwargs.get("deepspeed_plugin") is not None or kwargs.get("deepspeed_plugins") is not None:
         return True
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
 
 
 def _cpu_backend(named: str | None) -> str:
-    """The backend Accelerate's own CPU set-up (``cpu=True``) joins the group over, whatever
-    is named: MPI where it is named or none is, and torch has it; else gloo."""
+    """Return the backend that Accelerate's own CPU set-up joins the group over.
+
+    That is Accelerate's own CPU set-up (``cpu=True``), whatever is named: MPI where it is named or
+    none is, and torch has it; else gloo."""
     mpi = torch.distributed.is_available() and torch.distributed.is_mpi_available()
     return "mpi" if named in (None, "mpi") and mpi else "gloo"
 
@@ -248,12 +257,12 @@ def _refuse_unusable_backend(
     leave_out: str,
     accelerates_cpu: bool,
 ) -> None:
-    """Refuse, in each of the launcher's ``world_size`` processes before Accelerate's state
-    joins the process group, a backend that cannot carry ``device``'s tensors: ``named`` by the
-    user (``named_by`` says where), else the plugin's ``distributed_backend``; and, where
-    Accelerate's own CPU set-up makes the state (``accelerates_cpu``), a named backend it does
-    not run (gloo, or MPI where torch has it). The transformers bridge refuses ``ddp_backend``
-    here too.
+    """Refuse a backend that cannot carry ``device``'s tensors, before the process group is joined.
+
+    Refused in each of the launcher's ``world_size`` processes: the backend ``named`` by the user
+    (``named_by`` says where), else the plugin's ``distributed_backend``; and, where Accelerate's
+    own CPU set-up makes the state (``accelerates_cpu``), a named backend it does not run (gloo, or
+    MPI where torch has it). The transformers bridge refuses ``ddp_backend`` here too.
 
     :raises accelctl.ProcessSetupError: naming the backend and the one torch has for the device.
     """
@@ -290,7 +299,9 @@ def _prepare_sharding(
     world: int,
     named: str | None,
 ) -> bool:
-    """True when this Accelerator of several processes shards the model with FSDP2 (an
+    """Say whether this Accelerator shards with FSDP2, and add to ``kwargs`` what FSDP2 needs.
+
+    True when this Accelerator of several processes shards the model with FSDP2 (an
     ``fsdp_plugin``, or ``accelerate launch --use_fsdp``'s variables); then ``kwargs`` carry
     what Accelerate needs for it on the plugin's device: the plugin, and a
     ``ParallelismConfig`` over every process when none is given, so that Accelerate builds the
@@ -330,11 +341,12 @@ def check_sharding(
     fsdp2: str,
     without: str,
 ) -> bool:
-    """Whether Accelerate's FSDP ``version`` runs through the bridge on ``device`` over
-    ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own); refused otherwise,
-    as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a device with gaps
-    (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here too.
-    (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
+    """Say whether Accelerate's FSDP ``version`` runs through the bridge; refuse what cannot.
+
+    On ``device`` over ``backend``: True for FSDP2, False for FSDP1 on CUDA (Accelerate's own);
+    refused otherwise, as are FSDP2 without the adaptation of Accelerate's state and FSDP2 on a
+    device with gaps (``_sharding``). The transformers bridge checks its ``fsdp`` arguments here
+    too. (An Accelerate whose state the bridge cannot adapt is refused when the bridge is imported.)
 
     :param asked: how the user asked for FSDP, for the messages.
     :param fsdp2: how to ask for FSDP2 instead of FSDP1.
@@ -354,9 +366,10 @@ def check_sharding(
 def _placement(
     accelerator: Any, devices: Any
 ) -> tuple[accelctl.AcceleratorHandle, torch.device, int, int]:
-    """The accelerator, this process's device, its rank and the number of processes, from the
-    launcher's variables (one process, started alone, without them); refused as the
-    ``Accelerator`` documents. The transformers bridge places its processes by the same rule."""
+    """Return the accelerator, device, rank and process count from the launcher's variables.
+
+    Without them: one process, started alone. Refused as the ``Accelerator`` documents; the
+    transformers bridge places its processes by the same rule."""
     launched = all(name in os.environ for name in _LAUNCH_VARIABLES)
     rank = int(os.environ.get("RANK", 0)) if launched else 0
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
@@ -418,8 +431,9 @@ def _this_process_device(
 def _check_state(
     state: _State, handle: accelctl.AcceleratorHandle, device: torch.device, world: int, rank: int
 ) -> None:
-    """Refuse an Accelerate state that does not run where the plugin says (made before this
-    Accelerator by other code)."""
+    """Refuse an Accelerate state, made by other code, that does not run where the plugin says.
+
+    Such a state was made before this Accelerator."""
     same_device = state.device == device or (device.type == "cpu" == state.device.type)
     if same_device and state.num_processes == world and state.process_index == rank:
         return
@@ -436,12 +450,13 @@ def _check_state(
 
 
 def enable() -> tuple[Patch, ...]:
-    """Replace the two internals of Accelerate's state that the bridge adapts
-    (``PartialState._prepare_backend`` and ``set_device``, docs/accelerate.md), and return the
-    records of what is replaced. Idempotent. The bridge's :class:`Accelerator` and the
-    transformers bridge's ``TrainingArguments`` call it before they make Accelerate's state;
-    importing the bridge replaces nothing. The replacements act only while the bridge makes a
-    state: at any other time they call Accelerate's own methods."""
+    """Replace the two internals of Accelerate's state that the bridge adapts.
+
+    They are ``PartialState._prepare_backend`` and ``set_device`` (docs/accelerate.md); returns the
+    records of what is replaced. Idempotent. The bridge's :class:`Accelerator` and the transformers
+    bridge's ``TrainingArguments`` call it before they make Accelerate's state; importing the bridge
+    replaces nothing. The replacements act only while the bridge makes a state: at any other time
+    they call Accelerate's own methods."""
     _accelerate_state.install()
     return _accelerate_state.PATCHES.applied()
 

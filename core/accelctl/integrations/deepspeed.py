@@ -65,8 +65,9 @@ ADAPTED: bool = ADAPTATION.refusal == ""
 
 
 def use_plugin(accelerator: Any = "auto", devices: Any = "auto") -> PluginAccelerator:
-    """Make DeepSpeed's accelerator in this process the accelctl accelerator's, before
-    ``deepspeed.initialize``; returns the ``DeepSpeedAccelerator`` set.
+    """Make DeepSpeed's accelerator in this process the accelctl accelerator's.
+
+    Call it before ``deepspeed.initialize``; returns the ``DeepSpeedAccelerator`` set.
 
     :param accelerator: what :func:`accelctl.resolve` takes: ``"auto"``, ``"gpu"``, a name or
         alias, or an :class:`accelctl.Accelerator` instance.

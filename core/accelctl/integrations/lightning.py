@@ -116,7 +116,9 @@ def _rebuild(
     subclass: type[LightningAccelerator] | None = None,
     state: dict[str, Any] | None = None,
 ) -> LightningAccelerator:
-    """Unpickle (``ddp_spawn`` workers): look the plugin up again in this process, and let it
+    """Rebuild the accelerator when unpickled in a ``ddp_spawn`` worker.
+
+    Unpickle (``ddp_spawn`` workers): look the plugin up again in this process, and let it
     detect its hardware before anything else of the Trainer is unpickled.
 
     A plugin may register its ``torch.device`` type only when its runtime is imported (in
@@ -245,7 +247,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def is_available(cls) -> bool:
-        """The plugin's ``detect()``. A plugin whose hook breaks is reported as a
+        """Return the plugin's ``detect()``; a broken hook counts as unavailable.
+
+        The plugin's ``detect()``. A plugin whose hook breaks is reported as a
         :class:`~accelctl.PluginWarning` and counts as unavailable: Lightning asks every
         registered accelerator when it lists the available ones for an error message."""
         try:
@@ -256,10 +260,11 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def auto_device_count(cls) -> int:
-        """What ``devices="auto"`` means, by accelctl's rule: every device the plugin's
-        ``auto_device_count()`` gives when it has a distributed backend, one device when it runs
-        in a single process (``distributed_backend`` None). Explicit specs still reach every
-        visible device (``devices=[1]``)."""
+        """Return what ``devices="auto"`` means, by accelctl's rule.
+
+        Every device the plugin's ``auto_device_count()`` gives when it has a distributed backend,
+        one device when it runs in a single process (``distributed_backend`` None). Explicit specs
+        still reach every visible device (``devices=[1]``)."""
         handle = cls.accelctl_handle()
         count = handle.auto_device_count()
         if handle.info.distributed_backend is None:
@@ -269,8 +274,10 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def parse_devices(cls, devices: Any) -> int | list[int]:
-        """The plugin's ``parse_devices``; a bad spec raises :class:`accelctl.DeviceSpecError`
-        (a ``ValueError``) naming the accelerator, the spec and the accepted forms."""
+        """Parse a devices spec with the plugin's ``parse_devices``.
+
+        A bad spec raises :class:`accelctl.DeviceSpecError` (a ``ValueError``) naming the
+        accelerator, the spec and the accepted forms."""
         return cls.accelctl_handle().parse_devices(devices)
 
     @classmethod
@@ -305,7 +312,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
     # -- per-process API ----------------------------------------------------------------------
 
     def setup_device(self, device: torch.device) -> None:
-        """The plugin's ``setup_device``, after checking Lightning picked one of its devices;
+        """Set the device up with the plugin's ``setup_device``, then its missing kernels.
+
+        The plugin's ``setup_device``, after checking Lightning picked one of its devices;
         then what accelctl does about the kernels the device lacks (``ACCELCTL_CPU_FALLBACK=1``:
         they run on the CPU; docs/missing-kernels.md), once per process.
 
@@ -328,7 +337,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
         set_up_kernels(handle, device, rank=getattr(rank_zero_only, "rank", None))
 
     def setup(self, trainer: pl.Trainer) -> None:
-        """Called by the strategy in each process before the model is moved, wrapped and given
+        """Set up the accelerator in each process before the model is moved and wrapped.
+
+        Called by the strategy in each process before the model is moved, wrapped and given
         its optimizers. The strategy's steps then raise :class:`accelctl.MissingKernelError`
         for a kernel the device lacks (:mod:`accelctl.integrations._lightning.kernels`), and
         ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
@@ -340,7 +351,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
             _unshare_module_memory(module)
 
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
-        """The plugin's ``device_stats`` (flat figures, units in the keys); an int is an index of
+        """Return the plugin's ``device_stats`` for a device.
+
+        The plugin's ``device_stats`` (flat figures, units in the keys); an int is an index of
         this accelerator's device type."""
         if isinstance(device, bool):
             raise TypeError(f"device must be a torch.device, a str or an int index, not {device!r}")
@@ -360,7 +373,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
 
     @classmethod
     def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
-        """Register this bound class in ``accelerator_registry`` under the accelerator's name
+        """Register this bound class in ``accelerator_registry`` under the accelerator's name.
+
+        Register this bound class in ``accelerator_registry`` under the accelerator's name
         (``openreg`` for the generic PrivateUse1 plugin)."""
         handle = cls.accelctl_handle()
         accelerator_registry.register(
@@ -381,7 +396,9 @@ def _unshare_module_memory(module: torch.nn.Module) -> None:
 
 
 def register_all(override: bool = False, *, registry: Registry | None = None) -> Registration:
-    """Register every installed accelctl accelerator with Lightning, under its own name and
+    """Register every installed accelctl accelerator with Lightning.
+
+    Register every installed accelctl accelerator with Lightning, under its own name and
     its aliases (the generic PrivateUse1 plugin's ``openreg``).
 
     Afterwards ``lightning.Trainer(accelerator="<name>")`` and ``lightning.Fabric(
@@ -412,7 +429,9 @@ def _is_bridge_accelerator(accelerator: object) -> bool:
 
 
 def enable() -> tuple[Patch, ...]:
-    """Replace the methods of Lightning's connectors, strategies and ``Fabric`` that the bridge
+    """Replace the Lightning methods that the bridge adapts, and return the records.
+
+    Replace the methods of Lightning's connectors, strategies and ``Fabric`` that the bridge
     adapts (docs/lightning.md lists each, and why no public extension point serves), and return
     the records of what is replaced. Idempotent. :meth:`LightningAccelerator.bind` calls it, so
     every bridge accelerator (made directly, by :func:`register_all`'s names, or unpickled in a

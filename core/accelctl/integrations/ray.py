@@ -142,8 +142,10 @@ class TorchConfig(ray.train.torch.TorchConfig):  # type: ignore[misc]  # Any to 
 
 
 def _backend_refusal(accelerator: Any, backend: Any) -> str:
-    """The ``backend=`` refusal, suggesting the config for what was asked: the accelerator
-    given, else the installed accelerators (here, in the driver) whose backend ``backend`` is."""
+    """Return the ``backend=`` refusal, suggesting the config for what was asked.
+
+    The accelerator given, else the installed accelerators (here, in the driver) whose backend
+    ``backend`` is."""
     named = accelerator if isinstance(accelerator, str) else None
     if named is None or named.strip().lower() == "auto":
         try:
@@ -212,10 +214,12 @@ class _AccelctlBackend(_TorchBackend):  # type: ignore[misc]  # Any to mypy
 def _place_worker(
     accelerator: Any, starts: int, report: bool, report_checkpoints: bool, cpu_fallback: bool
 ) -> tuple[str | None, str | None]:
-    """In a worker: take its device (:func:`accelctl.integrations._ray.placement.place`), hand
-    its fits the run's id, Ray's restarts and Ray's checkpoint, and install the reporter; its
-    backend and the resource that counts its devices, for the checks across the workers.
-    ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where it is on."""
+    """Place a worker on its device and hand its fits the run's id, restarts and checkpoint.
+
+    The worker takes its device (:func:`accelctl.integrations._ray.placement.place`) and installs
+    the reporter; returns its backend and the resource that counts its devices, for the checks
+    across the workers. ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where
+    it is on."""
     if cpu_fallback:
         os.environ[_settings.CPU_FALLBACK] = "1"
     context = ray.train.get_context()
@@ -241,9 +245,11 @@ def _place_worker(
 
 
 def _worker_missing_kernel(exc: BaseException) -> accelctl.MissingKernelError | None:
-    """The :class:`~accelctl.MissingKernelError` that stopped a worker of the run whose failure
-    ``exc`` is: Ray Train's ``WorkerGroupError`` carries each failed worker's error in
-    ``worker_failures`` (world rank -> error); the lowest rank's. None where no worker's was."""
+    """Return the missing-kernel error that stopped a worker of the failed run, or None.
+
+    The :class:`~accelctl.MissingKernelError` of the run whose failure ``exc`` is: Ray Train's
+    ``WorkerGroupError`` carries each failed worker's error in ``worker_failures`` (world rank ->
+    error); the lowest rank's. None where no worker's was."""
     failures = getattr(exc, "worker_failures", None)
     if not isinstance(failures, Mapping):
         return None
@@ -259,8 +265,9 @@ def _point_accelerate_at_the_device() -> None:
 
 
 def get_device() -> torch.device:
-    """This worker's device, as the plugin gave it (``ray.train.torch.get_device`` answers the
-    CPU for a chip Ray does not know).
+    """Return this worker's device, as the plugin gave it.
+
+    ``ray.train.torch.get_device`` answers the CPU for a chip Ray does not know.
 
     :raises accelctl.ProcessSetupError: outside a worker started with :class:`TorchConfig`.
     """
@@ -272,9 +279,10 @@ def prepare_model(
     parallel_strategy: str | None = "ddp",
     parallel_strategy_kwargs: dict[str, Any] | None = None,
 ) -> torch.nn.Module:
-    """``ray.train.torch.prepare_model`` on this worker's device: the model moved there and,
-    with several workers, wrapped in ``DistributedDataParallel`` over the group Ray made with
-    the plugin's backend."""
+    """Run ``ray.train.torch.prepare_model`` on this worker's device.
+
+    The model moved there and, with several workers, wrapped in ``DistributedDataParallel`` over the
+    group Ray made with the plugin's backend."""
     prepared: torch.nn.Module = ray.train.torch.prepare_model(
         model,
         move_to_device=get_device(),
@@ -289,11 +297,12 @@ def prepare_data_loader(
     add_dist_sampler: bool = True,
     move_to_device: bool = True,
 ) -> Any:
-    """``ray.train.torch.prepare_data_loader`` on this worker's device: with several workers,
-    each reads its share of the data (a ``DistributedSampler``, as Ray adds it), and with
-    ``move_to_device`` every batch arrives on the device (Ray's own loader can move batches only
-    to the devices Ray knows). Call ``loader.sampler.set_epoch(epoch)`` each epoch, as with
-    Ray's."""
+    """Run ``ray.train.torch.prepare_data_loader`` on this worker's device.
+
+    With several workers, each reads its share of the data (a ``DistributedSampler``, as Ray adds
+    it), and with ``move_to_device`` every batch arrives on the device (Ray's own loader can move
+    batches only to the devices Ray knows). Call ``loader.sampler.set_epoch(epoch)`` each epoch, as
+    with Ray's."""
     loader = ray.train.torch.prepare_data_loader(
         data_loader, add_dist_sampler=add_dist_sampler, move_to_device=False
     )
@@ -301,8 +310,10 @@ def prepare_data_loader(
 
 
 def dataset_loader(shard: Any = "train", **iter_torch_batches: Any) -> Any:
-    """A Ray Data shard as the loader of :meth:`accelctl.Trainer.fit`: a torch ``DataLoader``
-    over an ``IterableDataset`` whose every pass is one ``iter_torch_batches`` of the shard.
+    """Return a Ray Data shard as a loader for :meth:`accelctl.Trainer.fit`.
+
+    A torch ``DataLoader`` over an ``IterableDataset`` whose every pass is one
+    ``iter_torch_batches`` of the shard.
 
     :param shard: the dataset's name in ``TorchTrainer(datasets=...)`` (its
         ``ray.train.get_dataset_shard``), or the shard itself.
@@ -333,8 +344,9 @@ def dataset_loader(shard: Any = "train", **iter_torch_batches: Any) -> Any:
 
 
 class _OnDevice:
-    """A data loader whose batches arrive on ``device``; every other attribute is the loader's
-    (``sampler``, ``dataset``, ``batch_size``)."""
+    """A data loader whose batches arrive on ``device``.
+
+    Every other attribute is the loader's (``sampler``, ``dataset``, ``batch_size``)."""
 
     def __init__(self, loader: torch.utils.data.DataLoader[Any], device: torch.device) -> None:
         self._loader, self._device = loader, device

@@ -177,11 +177,12 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
             self._accelctl_check_sharding(place, self.fsdp_plugin_args)
 
     def _accelctl_check_sharding(self, place: _Place, fsdp: dict[str, Any]) -> None:
-        """FSDP through the Accelerate bridge's rules (transformers reads its ``fsdp`` arguments
-        after the state is made, so each process checks them after joining the group); FSDP2's
-        device mesh on the plugin's device type (Accelerate builds it from the
-        ``ParallelismConfig`` the ``Trainer`` passes on; without one, ``fully_shard`` takes
-        torch's current accelerator, whatever the plugin's device)."""
+        """Check FSDP by the Accelerate bridge's rules; build FSDP2's mesh on the plugin's device.
+
+        transformers reads its ``fsdp`` arguments after the state is made, so each process checks
+        them after joining the group. Accelerate builds FSDP2's device mesh from the
+        ``ParallelismConfig`` the ``Trainer`` passes on; without one, ``fully_shard`` takes torch's
+        current accelerator, whatever the plugin's device."""
         version = int(fsdp.get("fsdp_version", 1))
         sharded = check_sharding(
             place.handle,
@@ -199,9 +200,10 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
     @property
     def place_model_on_device(self) -> bool | None:
-        """transformers' switch for integrations (None: the ``Trainer`` decides). With FSDP on a
-        device whose tensors cannot take a CPU tensor's place (openreg's), True: the ``Trainer``
-        moves the model there, keeping its parameters (tied weights stay tied), before
+        """transformers' switch for integrations (None: the ``Trainer`` decides).
+
+        With FSDP on a device whose tensors cannot take a CPU tensor's place (openreg's), True: the
+        ``Trainer`` moves the model there, keeping its parameters (tied weights stay tied), before
         Accelerate's ``fully_shard``, which could not move it."""
         if getattr(self, "fsdp_plugin_args", None) is None:
             return None
@@ -213,10 +215,12 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         return self._accelctl_placed().handle
 
     def _accelctl_placed(self) -> _Place:
-        """Where the plugin says this process runs: chosen once (refused there when it cannot
-        run), and again in a process that unpickled these arguments (the ``Trainer`` saves
-        them with each checkpoint; a plugin's handle is not saved). The bridge's patches are
-        enabled first: the ``Trainer`` made with these arguments needs them."""
+        """Return where the plugin says this process runs, chosen once per process.
+
+        Chosen once (refused there when it cannot run), and again in a process that unpickled these
+        arguments (the ``Trainer`` saves them with each checkpoint; a plugin's handle is not saved).
+        The bridge's patches are enabled first: the ``Trainer`` made with these arguments needs
+        them."""
         place: _Place | None = self.__dict__.get("_accelctl_place")
         if place is None:
             enable()
@@ -232,10 +236,11 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
 
     @property  # transformers' cached property, replaced
     def _setup_devices(self) -> torch.device:
-        """This process's device; the state is made on first use, and checked again on a later
-        use whenever Accelerate's state changed (``Trainer`` reads it when it is made), so that
-        a state replaced meanwhile (by other arguments made since) is refused, not a run
-        elsewhere."""
+        """Return this process's device, making the state on first use and checking it later.
+
+        The state is made on first use, and checked again on a later use whenever Accelerate's state
+        changed (``Trainer`` reads it when it is made), so that a state replaced meanwhile (by other
+        arguments made since) is refused, not a run elsewhere."""
         place = self._accelctl_placed()
         if not self.__dict__.get("_accelctl_made"):
             self._accelctl_make_state(place)
@@ -347,8 +352,10 @@ def _environment(variables: dict[str, str]) -> Iterator[None]:
 
 
 def _state_key() -> tuple[Any, ...]:
-    """What :meth:`_Place.check` reads of Accelerate's process-wide state, read without making
-    a state object: a new key is a state made, replaced or reset since the last check."""
+    """Return a key of Accelerate's process-wide state, read without making a state object.
+
+    What :meth:`_Place.check` reads: a new key is a state made, replaced or reset since the last
+    check."""
     from accelerate.state import PartialState
 
     shared = PartialState._shared_state
@@ -377,11 +384,13 @@ def _check_bf16(handle: accelctl.AcceleratorHandle, device: torch.device) -> Non
 
 
 def enable() -> tuple[Patch, ...]:
-    """Replace the internals the bridge adapts (transformers' ``Trainer._move_model_to_device``
-    and ``Trainer.train``, and Accelerate's two the Accelerate bridge adapts; docs/transformers.md)
-    and return the records of what is replaced. Idempotent. The bridge's
-    :class:`TrainingArguments` call it when they are made; importing the bridge replaces
-    nothing. The replacements act only on a ``Trainer`` made with the bridge's arguments."""
+    """Replace the internals of transformers and Accelerate that the bridge adapts.
+
+    They are transformers' ``Trainer._move_model_to_device`` and ``Trainer.train``, and the two of
+    Accelerate's the Accelerate bridge adapts (docs/transformers.md); returns the records of what is
+    replaced. Idempotent. The bridge's :class:`TrainingArguments` call it when they are made;
+    importing the bridge replaces nothing. The replacements act only on a ``Trainer`` made with the
+    bridge's arguments."""
     _transformers_state.install()
     _accelerate_state.install()
     return (*_transformers_state.PATCHES.applied(), *_accelerate_state.PATCHES.applied())

@@ -1,6 +1,8 @@
-"""Conformance checks for accelerator plugins: the same checks behind ``accelctl validate`` and
-a pytest test class (:class:`AcceleratorConformance`, whose tests need pytest: ``pip install
-'accelctl[testing]'``; everything else here runs without it).
+"""Conformance checks for accelerator plugins, for ``accelctl validate`` and pytest.
+
+The same checks behind ``accelctl validate`` and a pytest test class
+(:class:`AcceleratorConformance`, whose tests need pytest: ``pip install 'accelctl[testing]'``;
+everything else here runs without it).
 
 Run them from the command line::
 

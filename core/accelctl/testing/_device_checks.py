@@ -1,5 +1,7 @@
-"""The conformance checks of a plugin's devices: bad specs, the round trips from a spec to
-``torch.device`` objects, ``device_stats`` and the declared distributed backend."""
+"""The conformance checks of a plugin's devices.
+
+Bad specs, the round trips from a spec to ``torch.device`` objects, ``device_stats`` and the
+declared distributed backend."""
 
 from __future__ import annotations
 
@@ -182,9 +184,10 @@ def check_stats(handle: AcceleratorHandle, device: torch.device | None, run: Run
 
 
 def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: Run) -> None:
-    """The declared ``distributed_backend`` must exist in torch for the devices' type: a
-    backend that cannot carry these tensors passes ``validate`` otherwise and fails in every
-    rank of ``accelctl launch``."""
+    """Check that the declared ``distributed_backend`` exists in torch for the devices' type.
+
+    A backend that cannot carry these tensors passes ``validate`` otherwise and fails in every rank
+    of ``accelctl launch``."""
     check = "distributed_backend"
     run.start(check)
     try:
@@ -214,8 +217,10 @@ def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: R
 
 
 def check_peak(handle: AcceleratorHandle, device: torch.device | None, run: Run) -> None:
-    """``device_peak`` gives a :class:`accelctl.DevicePeak` or None for both forms of the first
-    device, the same for both, quickly, in units that are plausibly FLOPs and bytes per second."""
+    """Check that ``device_peak`` gives a plausible :class:`accelctl.DevicePeak` or None.
+
+    For both forms of the first device: the same for both, quickly, in units that are plausibly
+    FLOPs and bytes per second."""
     check = "device_peak"
     run.start(check)
     if not handle.implements(check):

@@ -1,8 +1,8 @@
-"""Installed distributions written by hand, as ``pip install`` leaves them (a ``.dist-info``
-folder and the modules beside it), for tests that would otherwise mock ``importlib.metadata``:
-put the folder on ``sys.path`` and give it to :class:`accelctl.testing.Registry` or
-:func:`installed_plugins`.
-"""
+"""Installed distributions written by hand, as ``pip install`` leaves them, for tests.
+
+A ``.dist-info`` folder and the modules beside it, for tests that would otherwise mock
+``importlib.metadata``: put the folder on ``sys.path`` and give it to
+:class:`accelctl.testing.Registry` or :func:`installed_plugins`."""
 
 from __future__ import annotations
 
@@ -61,7 +61,9 @@ def write_distribution(
 
 @contextlib.contextmanager
 def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
-    """Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) the
+    """Make the process-wide registry the one over ``paths`` only, for the duration.
+
+    Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) the
     one over ``paths`` only, for the duration, and yield it."""
     registry = Registry(path=[str(path) for path in paths])
     previous = set_registry(registry)
@@ -72,6 +74,7 @@ def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
 
 
 def reset_registry() -> None:
-    """Forget the process-wide registry: the next lookup scans the entry points again (in a
-    long-lived process that has just ``pip install``\\ ed a plugin, say)."""
+    """Forget the process-wide registry, so that the next lookup scans the entry points again.
+
+    In a long-lived process that has just ``pip install``\\ ed a plugin, say."""
     set_registry(None)

@@ -1,5 +1,7 @@
-"""The conformance checks of a plugin itself: its import, its hooks, ``detect``, the device
-count, ``unavailable_reason``, ``accelerator_info`` and ``environment_info``."""
+"""The conformance checks of a plugin itself: its import, its hooks and what they answer.
+
+Its import, its hooks, ``detect``, the device count, ``unavailable_reason``, ``accelerator_info``
+and ``environment_info``."""
 
 from __future__ import annotations
 
@@ -75,8 +77,9 @@ def check_import(
 
 
 def check_hooks(handle: AcceleratorHandle, run: Run) -> bool:
-    """The hooks against their specifications and the required hooks, from the handle's load;
-    True if both pass."""
+    """Check the hooks against their specifications and the required hooks.
+
+    From the handle's load; True if both pass."""
     run.start("hooks_match_specs")
     diagnosis = handle.diagnose()
     if diagnosis is None:  # a hook takes a parameter its spec lacks, or reading raised
@@ -251,8 +254,9 @@ def check_environment(handle: AcceleratorHandle, run: Run) -> None:
 
 
 def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, None]:
-    """``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None, naming operators this torch
-    has (torch imported outside the deadline, as for ``detect``)."""
+    """Check that ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None.
+
+    Naming operators this torch has (torch imported outside the deadline, as for ``detect``)."""
     check = "kernel_gaps"
     run.start(check)
     if not handle.implements(check):

@@ -1,4 +1,6 @@
-"""The conformance checks of docs/concepts.md section 9, behind both ``accelctl validate`` and
+"""The conformance checks behind ``accelctl validate`` and the pytest test class.
+
+The conformance checks of docs/concepts.md section 9, behind both ``accelctl validate`` and
 :class:`accelctl.testing.AcceleratorConformance`. A check that cannot run here says why it is
 skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves
 are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
@@ -127,8 +129,9 @@ def validate(
     registry: Registry | None = None,
     probe_import: bool = True,
 ) -> ValidationReport:
-    """Run every check of :data:`CHECKS` on one accelerator, in the caller's thread; a report
-    with one result per check, never an exception for a broken plugin.
+    """Run every check of :data:`CHECKS` on one accelerator, in the caller's thread.
+
+    A report with one result per check, never an exception for a broken plugin.
 
     :param accelerator: an installed name or alias (any case), or a plugin object without an entry
         point (an :class:`accelctl.Accelerator` instance or subclass, a module or object with
@@ -154,9 +157,10 @@ def validate_installed(
     registry: Registry | None = None,
     probe_import: bool = True,
 ) -> list[ValidationReport]:
-    """Validate the accelerators called ``names``, or every installed one, all at once, each
-    check under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not imported: its
-    report skips every check, or, asked for by name, fails ``loads``.
+    """Validate the accelerators called ``names``, or every installed one, all at once.
+
+    Each check runs under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not
+    imported: its report skips every check, or, asked for by name, fails ``loads``.
 
     The checks of all the plugins go in steps (:func:`_steps`): each step of every plugin still
     checked is asked at once by the fan-out, with a deadline of its own; the work of accelctl's
@@ -201,8 +205,10 @@ def validate_installed(
 
 @dataclass(eq=False)
 class _Asked:
-    """One plugin being validated, as the fan-out sees it: its run, its steps and what the next
-    step is sent, its handle once known, and its report once done."""
+    """One plugin being validated, as the fan-out sees it.
+
+    Its run, its steps and what the next step is sent, its handle once known, and its report once
+    done."""
 
     run: Run
     handle: AcceleratorHandle | None = None
@@ -211,8 +217,10 @@ class _Asked:
     report: ValidationReport | None = None
 
     def advance(self) -> Unclocked | None:
-        """Run the next step (None: a check's end; an :class:`Unclocked`: work to do first);
-        at the end the report is made and the steps are dropped."""
+        """Run the next step of the checks; at the end, make the report.
+
+        The step is sent None at a check's end, or an :class:`Unclocked`'s work to do first; at the
+        end the report is made and the steps are dropped."""
         assert self.steps is not None
         sent, self.sent = self.sent, None
         try:
@@ -232,8 +240,9 @@ class _Asked:
 
 
 def _handle_of(accelerator: object, registry: Registry, run: Run) -> AcceleratorHandle | None:
-    """The handle to check, loaded; None (``loads`` failed) when there is nothing to check. A plugin
-    that imports is checked even when registering it failed (the checks say which hook)."""
+    """The handle to check, loaded; None (``loads`` failed) when there is nothing to check.
+
+    A plugin that imports is checked even when registering it failed (the checks say which hook)."""
     if isinstance(accelerator, AcceleratorHandle):
         handle = accelerator
     elif isinstance(accelerator, str):
@@ -268,7 +277,9 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
 
 
 def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
-    """What is validated: the module whose import is measured (None: not importable by name) and
+    """Return the module whose import is measured, and how the report names it.
+
+    What is validated: the module whose import is measured (None: not importable by name) and
     how the report names it."""
     entry = handle.entry_point
     if entry is not None:
@@ -290,9 +301,11 @@ def _steps(
     probe_import: bool,
     asked: _Asked | None = None,
 ) -> Generator[Unclocked | None, Any, None]:
-    """The checks of one plugin, in steps: each ``yield`` ends one (where many plugins are
-    validated at once, each step is asked with a deadline of its own); an :class:`Unclocked`
-    asks for accelctl's own work, done outside the deadline and sent back."""
+    """Yield the checks of one plugin in steps, each asked with a deadline of its own.
+
+    Each ``yield`` ends one (where many plugins are validated at once, each step is asked with a
+    deadline of its own); an :class:`Unclocked` asks for accelctl's own work, done outside the
+    deadline and sent back."""
     handle = _handle_of(accelerator, registry, run)
     if handle is None:
         return

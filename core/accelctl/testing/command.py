@@ -41,8 +41,9 @@ def _print_report(report: ValidationReport) -> None:
 
 
 def _portable(reports: list[ValidationReport]) -> list[ValidationReport]:
-    """The reports with each error behind a failure as its traceback's text (a plugin's
-    exception may not survive the way from the process that checked it)."""
+    """Return the reports with each failure's error as its traceback's text.
+
+    A plugin's exception may not survive the way from the process that checked it."""
     return [
         dataclasses.replace(
             report,

@@ -1,5 +1,7 @@
-"""The pytest face of the conformance checks: subclass :class:`AcceleratorConformance` in a
-plugin package's tests, as the package docstring shows.
+"""The pytest face of the conformance checks.
+
+Subclass :class:`AcceleratorConformance` in a plugin package's tests, as the package docstring
+shows.
 
 pytest collects one test per check (``test_loads``, ...): a failed check fails its test with the
 reason (the plugin's exception chained), one that cannot run here is a skip that says why. No
@@ -20,8 +22,10 @@ from .results import ValidationReport
 
 
 class ConformanceFailure(AssertionError):
-    """A conformance check failed; the message is the check's reason, ``__cause__`` the plugin's
-    own exception where there is one."""
+    """A conformance check failed.
+
+    The message is the check's reason, ``__cause__`` the plugin's own exception where there is
+    one."""
 
 
 _REPORTS: weakref.WeakKeyDictionary[type, ValidationReport] = weakref.WeakKeyDictionary()
@@ -29,9 +33,10 @@ _CAPABILITY_REPORTS: weakref.WeakKeyDictionary[type, CapabilityReport] = weakref
 
 
 class AcceleratorConformance:
-    """Base class of a pytest test class that runs every conformance check on one accelerator:
-    :attr:`accelerator`, installed or not. The checks run once per class, on its first test; each
-    ``test_<check>`` method then reports its own check."""
+    """Base class of a pytest test class that runs every conformance check on one accelerator.
+
+    The accelerator is :attr:`accelerator`, installed or not. The checks run once per class, on its
+    first test; each ``test_<check>`` method then reports its own check."""
 
     #: The accelerator's name or alias, or a plugin object (instance, class or module).
     accelerator: ClassVar[object] = None
@@ -54,8 +59,9 @@ class AcceleratorConformance:
 
     @classmethod
     def capability_report(cls) -> CapabilityReport:
-        """The capability matrix's row of this class's accelerator (probed in a fresh process
-        for an installed name), computed on first use and kept."""
+        """Return this class's accelerator's capability matrix row, computed on first use.
+
+        Probed in a fresh process for an installed name, and kept."""
         report = _CAPABILITY_REPORTS.get(cls)
         if report is None:
             report = probe_accelerator(cls._subject())
@@ -134,7 +140,9 @@ del _check
 
 
 def assert_conforms(accelerator: object, **options: Any) -> ValidationReport:
-    """Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
+    """Validate ``accelerator`` and raise :class:`ConformanceFailure` if any check failed.
+
+    Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
     raise :class:`ConformanceFailure` listing every failed check; the report when none failed."""
     report = validate(accelerator, **options)
     if not report.passed:

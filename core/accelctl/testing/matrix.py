@@ -1,4 +1,6 @@
-"""The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
+"""The capability matrix: what each installed accelerator's device can do for training.
+
+The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
 device can do for training, every row of :data:`accelctl.capabilities.CAPABILITIES` probed in a
 fresh process of its own per plugin.
 
@@ -74,7 +76,9 @@ class CapabilityReport:
 
     @property
     def fsdp_gaps(self) -> tuple[Capability, ...] | None:
-        """The rows of :data:`~accelctl.capabilities.FSDP_NEEDS` the device lacks (``()``: FSDP2
+        """Return the rows of FSDP2's needs that the device lacks, or None.
+
+        The rows of :data:`~accelctl.capabilities.FSDP_NEEDS` the device lacks (``()``: FSDP2
         can be tried); None unless every row was probed."""
         if self.state != "probed":
             return None
@@ -89,8 +93,9 @@ class CapabilityReport:
         raise KeyError(f"no capability {name!r} in the report of {self.name!r} (rows: {known})")
 
     def to_dict(self) -> dict[str, Any]:
-        """The object ``--capabilities --json`` prints for this accelerator (its fields are
-        documented in docs/writing-a-plugin.md)."""
+        """Return the object ``--capabilities --json`` prints for this accelerator.
+
+        Its fields are documented in docs/writing-a-plugin.md."""
         gaps = self.fsdp_gaps
         return {
             "name": self.name,
@@ -116,7 +121,9 @@ def probe_installed(
     registry: Registry | None = None,
     timeout: float = PROBE_TIMEOUT_S,
 ) -> list[CapabilityReport]:
-    """The matrix of the accelerators called ``names`` (names or aliases), or of every installed
+    """Probe the capability matrix of the accelerators called ``names``, or of every installed one.
+
+    The matrix of the accelerators called ``names`` (names or aliases), or of every installed
     one: each available one probed in a fresh process (:data:`PARALLEL_PROBES` at a time), the
     others reported as :func:`accelctl.list_accelerators` finds them, in the listing's order.
 
@@ -155,7 +162,9 @@ def probe_installed(
 def probe_accelerator(
     accelerator: object, *, registry: Registry | None = None, timeout: float = PROBE_TIMEOUT_S
 ) -> CapabilityReport:
-    """One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
+    """Probe one accelerator's row of the capability matrix.
+
+    One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
     a fresh process, as :func:`probe_installed` does; a plugin object without an entry point (an
     :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
     import by name, probed in this process (which must have no process group)."""
@@ -219,8 +228,9 @@ _CHILD = "from accelctl.testing.matrix import _child_main; _child_main()"
 
 
 def _probe_in_child(handle: AcceleratorHandle, timeout: float) -> CapabilityReport:
-    """Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows as they
-    come: each message within its deadline, else the process is stopped."""
+    """Run :func:`_child_main` for ``handle`` in a fresh interpreter and read its rows.
+
+    Rows are read as they come: each message within its deadline, else the process is stopped."""
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-c", _CHILD, handle.plugin_name],
@@ -348,8 +358,10 @@ def _report_of(
 
 
 def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
-    """The loaded plugin's first device (made current with ``setup_device``) and its declared
-    backend; raises :class:`RuntimeError` saying why when it is not detected here."""
+    """Return the loaded plugin's first device, made current, and its declared backend.
+
+    The device is made current with ``setup_device``; raises :class:`RuntimeError` saying why when
+    the plugin is not detected here."""
     from accelctl.torch_build import import_torch
 
     import_torch()  # with the out-of-tree backends, as the CLI loads them
@@ -362,8 +374,9 @@ def device_to_probe(handle: AcceleratorHandle) -> tuple[Any, str | None]:
 
 
 def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
-    """The child's messages for ``handle`` (loaded): a header (``device``,
-    ``distributed_backend``) or ``{"error"}``, then one per capability."""
+    """Yield the child's messages for ``handle``: a header, then one per capability.
+
+    ``handle`` is loaded; the header is ``device`` and ``distributed_backend``, or ``{"error"}``."""
     try:
         device, backend = device_to_probe(handle)
     except BaseException as exc:  # the plugin's failure, whatever it raised
@@ -377,8 +390,10 @@ def probe_here(handle: AcceleratorHandle) -> Iterator[dict[str, Any]]:
 
 
 def _child_main() -> None:
-    """The probe process: ``python -c ... NAME``. Its results go to a copy of stdout, one JSON
-    line each; everything else written to stdout (a plugin, native code) goes to stderr."""
+    """Run the probe process, ``python -c ... NAME``.
+
+    Its results go to a copy of stdout, one JSON line each; everything else written to stdout (a
+    plugin, native code) goes to stderr."""
     results = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     name = sys.argv[1]

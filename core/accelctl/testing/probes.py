@@ -1,6 +1,7 @@
-"""Measurements for the conformance checks: is CUDA initialised, what importing a plugin costs
-in a fresh interpreter, whether a distributed backend exists. Only the device checks import torch.
-"""
+"""Measurements for the conformance checks.
+
+Is CUDA initialised, what importing a plugin costs in a fresh interpreter, whether a distributed
+backend exists. Only the device checks import torch."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ else:
 
 
 def cuda_initialized() -> bool | None:
-    """``torch.cuda.is_initialized()`` when torch is imported; None when it is not (so no CUDA
-    context can exist through torch). Never imports torch."""
+    """Return ``torch.cuda.is_initialized()`` when torch is imported, else None.
+
+    None when it is not (so no CUDA context can exist through torch). Never imports torch."""
     from accelctl.torch_build import loaded_torch
 
     torch = loaded_torch()
@@ -47,7 +49,9 @@ def cuda_initialized() -> bool | None:
 
 
 def import_torch_without_backends() -> Callable[[], list[str]] | None:
-    """Import torch now, but not its out-of-tree backends, and return what loads them (raising
+    """Import torch without its out-of-tree backends and return what loads them.
+
+    Import torch now, but not its out-of-tree backends, and return what loads them (raising
     what a backend raises): a vendor runtime that comes through torch's backend autoload
     (``torch_npu``, ``torch_openreg``) is timed with the plugin's first ``detect()``.
 
@@ -63,9 +67,10 @@ def import_torch_without_backends() -> Callable[[], list[str]] | None:
 
 @dataclass(frozen=True)
 class ImportProbe:
-    """What importing one module in a fresh interpreter did: ``error`` when the import failed,
-    ``unreachable`` when the module cannot be found by name (defined in a test or ``__main__``).
-    """
+    """What importing one module in a fresh interpreter did.
+
+    ``error`` when the import failed, ``unreachable`` when the module cannot be found by name
+    (defined in a test or ``__main__``)."""
 
     seconds: float = 0.0
     heavy: tuple[str, ...] = ()
@@ -74,8 +79,10 @@ class ImportProbe:
 
 
 def fresh_interpreter_environment() -> dict[str, str]:
-    """The environment of a fresh interpreter that sees what this one sees: this process's
-    variables, and its ``sys.path`` as ``PYTHONPATH`` (a registry over chosen folders included)."""
+    """Return the environment of a fresh interpreter that sees what this one sees.
+
+    This process's variables, and its ``sys.path`` as ``PYTHONPATH`` (a registry over chosen folders
+    included)."""
     env = dict(os.environ)
     paths = [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -83,7 +90,9 @@ def fresh_interpreter_environment() -> dict[str, str]:
 
 
 def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
-    """Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
+    """Time importing ``module`` in a fresh interpreter and list the heavy modules it pulled in.
+
+    Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
     (accelctl's own import excluded) and the heavy modules it pulled in."""
     env = fresh_interpreter_environment()
     script = _PROBE.format(heavy=HEAVY_MODULES)

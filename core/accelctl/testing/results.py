@@ -1,6 +1,7 @@
-"""The plain data of a conformance run: one :class:`CheckResult` per check, a
-:class:`ValidationReport` per accelerator. ``accelctl validate`` prints them; the pytest face turns
-each result into a passed, failed or skipped test."""
+"""The plain data of a conformance run.
+
+One :class:`CheckResult` per check, a :class:`ValidationReport` per accelerator. ``accelctl
+validate`` prints them; the pytest face turns each result into a passed, failed or skipped test."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one conformance check (an id of :data:`accelctl.testing.CHECK_IDS`) on one
-    accelerator: ``detail`` is one line, what was seen or why; ``error``, the exception behind a
-    failure (for ``--debug`` and pytest tracebacks), is never part of :meth:`to_dict`."""
+    """The outcome of one conformance check on one accelerator.
+
+    ``check`` is an id of :data:`accelctl.testing.CHECK_IDS`; ``detail`` is one line, what was seen
+    or why; ``error``, the exception behind a failure (for ``--debug`` and pytest tracebacks), is
+    never part of :meth:`to_dict`."""
 
     check: str
     status: Status
@@ -71,7 +74,9 @@ class ValidationReport:
         raise KeyError(f"no check {check!r} in the report of {self.name!r} (checks: {known})")
 
     def summary(self) -> str:
-        """``"passed (12 passed, 4 skipped)"``, ``"FAILED (2 failed, 10 passed, 4 skipped)"`` or
+        """Return the report's one-line summary.
+
+        ``"passed (12 passed, 4 skipped)"``, ``"FAILED (2 failed, 10 passed, 4 skipped)"`` or
         ``"disabled by ACCELCTL_DISABLE; not imported, not validated"``."""
         if self.disabled:
             return f"{self.disabled}; not imported, not validated"
@@ -79,7 +84,9 @@ class ValidationReport:
         return f"{'passed' if self.passed else 'FAILED'} ({', '.join(parts) or 'no checks'})"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"name", "passed", "disabled", "distribution", "version", "checks": [...]}`` for
+        """Return the report as ``--json`` prints it.
+
+        ``{"name", "passed", "disabled", "distribution", "version", "checks": [...]}`` for
         ``--json``; ``passed`` is null for a disabled plugin (nothing was validated)."""
         return {
             "name": self.name,
@@ -95,8 +102,10 @@ _WORDS: dict[Status, str] = {"fail": "failed", "pass": "passed", "skip": "skippe
 
 
 class Run:
-    """Collects one accelerator's results, in the order of ``ids`` (the first recorded counts);
-    :meth:`start` marks the check in progress (the one a plugin that stops answering is in)."""
+    """Collects one accelerator's check results, in the order of ``ids``.
+
+    The first result recorded for a check counts; :meth:`start` marks the check in progress (the one
+    a plugin that stops answering is in)."""
 
     def __init__(self, name: str, ids: tuple[str, ...]) -> None:
         self.name = name
@@ -139,7 +148,9 @@ class Run:
 
 
 class Unclocked(NamedTuple):
-    """What a check yields to have accelctl's own slow work done outside any deadline, and sent
-    back: a subprocess with a timeout of its own, torch's import (see ``checks._steps``)."""
+    """What a check yields to have accelctl's slow work done outside any deadline.
+
+    The work is done and sent back: a subprocess with a timeout of its own, torch's import (see
+    ``checks._steps``)."""
 
     work: Callable[[], Any]

@@ -54,7 +54,9 @@ def _forget_habana() -> None:
 def fake_habana(
     root: Path, devices: int = 2, initialized: bool = True, broken: bool = False
 ) -> Iterator[Path]:
-    """Write a fake ``habana_frameworks`` under ``root``, put it on ``sys.path`` for the block,
+    """Write a fake ``habana_frameworks`` under ``root`` and put it on ``sys.path``.
+
+    Write a fake ``habana_frameworks`` under ``root``, put it on ``sys.path`` for the block,
     and forget it (and the plugin's cached bridge) afterwards."""
     package = root / "habana_frameworks"
     (package / "torch" / "hpu").mkdir(parents=True, exist_ok=True)

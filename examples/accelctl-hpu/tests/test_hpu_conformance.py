@@ -13,7 +13,9 @@ from accelctl_hpu import HPUAccelerator
 
 
 class TestHPUConformance(accelctl.testing.AcceleratorConformance):
-    """The installed plugin, as `accelctl validate hpu` sees it (no Gaudi here: device checks
+    """The installed plugin, as `accelctl validate hpu` sees it.
+
+    The installed plugin, as `accelctl validate hpu` sees it (no Gaudi here: device checks
     skip)."""
 
     accelerator = "hpu"

@@ -1,5 +1,7 @@
-"""The CUDA plugin on fake hardware: a fake NVML (``pynvml``), fake driver files, a fake KFD
-topology, and torch's build faked through ``torch.version``.
+"""The CUDA plugin on fake hardware.
+
+A fake NVML (``pynvml``), fake driver files, a fake KFD topology, and torch's build faked through
+``torch.version``.
 
 The fakes stand in for the hardware and the driver only; the plugin's code (probe, visible-device
 parsing, torch-build reading, stats) runs for real.
@@ -234,8 +236,9 @@ def test_macos_is_never_cuda(machine: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_list_on_this_gpu_less_machine_imports_neither_torch_nor_nvml(tmp_path: Path):
-    """The real `accelctl list` path, in a fresh interpreter: cuda unavailable with a reason, no
-    error, and neither torch nor pynvml imported."""
+    """Check the real `accelctl list` path on a machine without a GPU, in a fresh interpreter.
+
+    Cuda unavailable with a reason, no error, and neither torch nor pynvml imported."""
     if Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists():
         pytest.skip("this machine has a GPU driver")
     code = textwrap.dedent(

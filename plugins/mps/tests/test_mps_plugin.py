@@ -1,5 +1,7 @@
-"""The MPS plugin, on this Linux machine and on a faked macOS: ``sys.platform`` and
-``torch.backends.mps`` / ``torch.mps`` stand in for a Mac's hardware; the plugin runs for real."""
+"""The MPS plugin, on this Linux machine and on a faked macOS.
+
+``sys.platform`` and ``torch.backends.mps`` / ``torch.mps`` stand in for a Mac's hardware; the
+plugin runs for real."""
 
 from __future__ import annotations
 

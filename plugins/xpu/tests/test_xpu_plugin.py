@@ -1,6 +1,8 @@
-"""The XPU plugin on fake hardware: a fake ``/sys`` and ``/dev`` tree (Intel GPUs bound to i915 or
-xe, render nodes, the Level Zero loader), torch's build faked through ``torch.version``, and a
-fake ``torch.xpu`` (monkeypatched functions) where the runtime would answer.
+"""The XPU plugin on fake hardware.
+
+A fake ``/sys`` and ``/dev`` tree (Intel GPUs bound to i915 or xe, render nodes, the Level Zero
+loader), torch's build faked through ``torch.version``, and a fake ``torch.xpu`` (monkeypatched
+functions) where the runtime would answer.
 
 The fakes stand in for the hardware, the driver and torch's XPU runtime only; the plugin's code
 (probe, visible-device parsing, torch-build reading, stats) runs for real.
@@ -62,7 +64,9 @@ def _torch(monkeypatch: pytest.MonkeyPatch, version: str, xpu: str | None) -> No
 
 @pytest.fixture
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An empty Linux machine (no driver files) whose file system root is ``tmp_path``; Level
+    """Make an empty Linux machine whose file system root is ``tmp_path``.
+
+    An empty Linux machine (no driver files) whose file system root is ``tmp_path``; Level
     Zero Sysman cannot count (as without ``pyzes``), and ``ldconfig`` knows no loader."""
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(driver, "ROOT", tmp_path)
@@ -84,8 +88,10 @@ def install_intel(
     xpu_torch: bool = True,
     loader: bool = True,
 ) -> None:
-    """An Intel GPU machine: ``count`` Intel GPUs after an NVIDIA one (card0), a display
-    connector entry, render nodes, the Level Zero loader, and torch's XPU build."""
+    """Install a fake Intel GPU machine.
+
+    ``count`` Intel GPUs after an NVIDIA one (card0), a display connector entry, render nodes, the
+    Level Zero loader, and torch's XPU build."""
     _card(root, 0, "0x10de", "nvidia")
     for index in range(count):
         _card(root, index + 1, "0x8086", kernel_driver)
@@ -142,8 +148,9 @@ def test_macos_is_never_xpu(machine: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_list_on_this_machine_imports_no_torch_and_says_why(tmp_path: Path):
-    """The real `accelctl list` path, in a fresh interpreter: xpu unavailable with a reason, no
-    error, and torch not imported."""
+    """Check the real `accelctl list` path here, in a fresh interpreter.
+
+    Xpu unavailable with a reason, no error, and torch not imported."""
     if driver.intel_gpus():
         pytest.skip("this machine has an Intel GPU")
     code = textwrap.dedent(
@@ -175,7 +182,9 @@ def test_list_on_this_machine_imports_no_torch_and_says_why(tmp_path: Path):
 
 
 def test_a_gpu_machine_with_a_cpu_torch_imports_no_torch(tmp_path: Path):
-    """With an Intel GPU in a fake /sys, a fake torch package whose import fails and whose
+    """Check that a GPU machine with a CPU torch answers from the file, never importing torch.
+
+    With an Intel GPU in a fake /sys, a fake torch package whose import fails and whose
     version.py says no XPU: the answer comes from the file, and torch is never imported."""
     fake_torch = tmp_path / "site" / "torch"
     fake_torch.mkdir(parents=True)
@@ -289,7 +298,9 @@ def test_gpu_family_finds_xpu_where_no_other_gpu_is(machine: Path, monkeypatch: 
 
 
 def test_level_zero_sysman_counts_tiles(machine: Path, monkeypatch: pytest.MonkeyPatch):
-    """One two-tile GPU in /sys is two devices under Level Zero's FLAT hierarchy: Sysman (through
+    """Check that one two-tile GPU is two devices under Level Zero's FLAT hierarchy.
+
+    One two-tile GPU in /sys is two devices under Level Zero's FLAT hierarchy: Sysman (through
     torch, no SYCL runtime) says so, and ONEAPI_DEVICE_SELECTOR picks among its devices."""
     install_intel(machine, monkeypatch, count=1)
     monkeypatch.setattr(torch.xpu, "_device_count_zes", lambda: 2, raising=False)
@@ -475,7 +486,9 @@ def test_info_does_not_ask_torch_without_an_xpu_build(
 
 
 def test_this_torch_build_has_no_xccl():
-    """The real check on the pinned CPU torch: XCCL is not compiled in, whatever the backend map
+    """Check that the pinned CPU torch has no XCCL compiled in.
+
+    The real check on the pinned CPU torch: XCCL is not compiled in, whatever the backend map
     says about xpu."""
     assert torch.distributed.Backend.default_device_backend_map.get("xpu") == "xccl"
     assert runtime.distributed_backend() is None
@@ -487,7 +500,9 @@ def test_this_torch_build_has_no_xccl():
 def test_conformance_device_checks_pass_on_a_fake_intel_machine(
     machine: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """With devices detected, the device checks run (not skip) and pass, and the runtime stays
+    """Check that the device checks pass on a fake Intel machine, the runtime never started.
+
+    With devices detected, the device checks run (not skip) and pass, and the runtime stays
     unstarted throughout."""
     install_intel(machine, monkeypatch, count=2)
     report = validate("xpu", probe_import=False)

@@ -1,4 +1,6 @@
-"""The one adaptation of HF Accelerate's internals that the accelctl bridge makes
+"""The one adaptation of HF Accelerate's internals that the accelctl bridge makes.
+
+The one adaptation of HF Accelerate's internals that the accelctl bridge makes
 (``docs/accelerate.md``).
 
 Accelerate's ``PartialState`` (the process-wide state every ``Accelerator`` shares) chooses the
@@ -119,9 +121,10 @@ def building(pending: Pending) -> Iterator[None]:
 
 def install() -> bool:
     """Wrap ``PartialState._prepare_backend`` and ``set_device`` (through :data:`PATCHES`).
-    Idempotent. Returns True: a release where one of the two changed is refused before, when
-    the bridge is imported (:data:`ADAPTATION`, :class:`accelctl.FrameworkVersionError`); a
-    release outside the tested window that has both is adapted, with a warning."""
+
+    Idempotent. Returns True: a release where one of the two changed is refused before, when the
+    bridge is imported (:data:`ADAPTATION`, :class:`accelctl.FrameworkVersionError`); a release
+    outside the tested window that has both is adapted, with a warning."""
     if is_active():
         return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise

@@ -1,4 +1,6 @@
-"""DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's device-generic
+"""DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's generic APIs.
+
+DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's device-generic
 APIs: ``torch.accelerator`` (device index, memory, synchronize) and the device's module
 ``torch.get_device_module(type)`` (RNG, streams, events), the plugin's ``distributed_backend``
 as DeepSpeed's communication backend, its ``device_stats`` for the memory torch does not count,
@@ -408,7 +410,9 @@ def accelerator_class() -> type[PluginAccelerator]:
 
 
 def completed(cls: type[PluginAccelerator]) -> type[PluginAccelerator]:
-    """``cls``, or a subclass with the methods the installed release declares abstract that
+    """Return ``cls``, completed with the methods the installed release declares abstract.
+
+    ``cls``, or a subclass with the methods the installed release declares abstract that
     later ones implement (:data:`_OLDER`).
 
     :raises accelctl.ProcessSetupError: when the release declares an abstract method the bridge
@@ -448,9 +452,11 @@ _PROBED = {"bf16": "bf16-autocast", "fp16": "fp16-autocast"}
 
 @functools.cache
 def _dtype_supported(device_type: str, dtype: str) -> bool:
-    """Whether the device trains in ``dtype``: the capability probe's autocast row for bf16 and
-    fp16 (a matmul under ``torch.autocast`` gives that dtype); for fp64, whether the device runs
-    what DeepSpeed computes in it (else DeepSpeed keeps its norms in float32, as on MPS)."""
+    """Say whether the device trains in ``dtype``.
+
+    The capability probe's autocast row for bf16 and fp16 (a matmul under ``torch.autocast`` gives
+    that dtype); for fp64, whether the device runs what DeepSpeed computes in it (else DeepSpeed
+    keeps its norms in float32, as on MPS)."""
     if dtype == "fp64":  # the check accelctl launch makes too
         return runs_float64(device_type)
     from accelctl.capabilities import _Probe, _run

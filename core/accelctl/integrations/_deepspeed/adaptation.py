@@ -1,4 +1,6 @@
-"""What the DeepSpeed bridge adapts besides ``set_accelerator``, every name it uses of DeepSpeed
+"""What the DeepSpeed bridge adapts and uses of DeepSpeed, checked at import.
+
+What the DeepSpeed bridge adapts besides ``set_accelerator``, every name it uses of DeepSpeed
 (``_uses.py``), and the releases it is tested with: checked once, when the bridge is imported."""
 
 from __future__ import annotations

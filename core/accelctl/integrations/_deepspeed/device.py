@@ -1,9 +1,9 @@
-"""DeepSpeed's accelerator made the plugin's for one process whose device is already chosen:
-by :func:`accelctl.integrations.deepspeed.use_plugin` (from the launcher's variables), or by
-another bridge that starts DeepSpeed for its framework (Lightning's ``DeepSpeedStrategy``,
-Accelerate's ``DeepSpeedPlugin``, transformers' ``TrainingArguments(deepspeed=...)``), which
-places its processes by its own rules and must not run ``use_plugin``'s import-time choice.
-"""
+"""DeepSpeed's accelerator made the plugin's for one process whose device is already chosen.
+
+By :func:`accelctl.integrations.deepspeed.use_plugin` (from the launcher's variables), or by another
+bridge that starts DeepSpeed for its framework (Lightning's ``DeepSpeedStrategy``, Accelerate's
+``DeepSpeedPlugin``, transformers' ``TrainingArguments(deepspeed=...)``), which places its processes
+by its own rules and must not run ``use_plugin``'s import-time choice."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def use_device(
     rank: int | None = None,
     stacklevel: int = 2,
 ) -> PluginAccelerator:
-    """Make DeepSpeed's accelerator in this process ``handle``'s on ``device`` (made current
+    """Make DeepSpeed's accelerator in this process ``handle``'s on ``device``.
+
+    Make DeepSpeed's accelerator in this process ``handle``'s on ``device`` (made current
     with the plugin's ``setup_device``), before DeepSpeed's process group or engine is made;
     returns the ``DeepSpeedAccelerator`` set.
 

@@ -1,6 +1,8 @@
-"""``deepspeed.initialize`` on a device that is not the CPU: the model moved to the plugin's
-device first, keeping its ``Parameter`` objects (``_parameters``), and a ZeRO-3 run refused
-before it starts where the DeepSpeed release would compute in float64 on a device without it.
+"""``deepspeed.initialize`` on a device that is not the CPU.
+
+The model moved to the plugin's device first, keeping its ``Parameter`` objects (``_parameters``),
+and a ZeRO-3 run refused before it starts where the DeepSpeed release would compute in float64 on a
+device without it.
 
 DeepSpeed's engine names the model's parameters (and, from 0.17 or so, holds a weak reference
 to each) before it moves the model with ``module.to(device)``. On a device whose tensors cannot
@@ -48,8 +50,9 @@ INTERNAL = INITIALIZE
 
 
 def wrap(accelerator: PluginAccelerator) -> bool:
-    """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU; True
-    when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
+    """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU.
+
+    True when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
     accelerator is undone first)."""
     restore()
     device = accelerator.process_device
@@ -93,7 +96,9 @@ _RUNNING = ("forward", "backward", "step")
 
 
 def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None:
-    """Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
+    """Make a kernel the device lacks in ``engine`` raise :class:`accelctl.MissingKernelError`.
+
+    Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
     ``step``, raise :class:`accelctl.MissingKernelError` naming it (the layer too, in the
     forward), shown as accelctl's one line should it end the program; other errors pass
     unchanged, and nothing is asked of an error until one stopped the call."""
@@ -125,7 +130,9 @@ def restore() -> None:
 
 
 def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> None:
-    """Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
+    """Refuse ZeRO-3 where DeepSpeed would compute norms in float64 on a device without it.
+
+    Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
     norms in float64 anyway (:func:`accelctl._deepspeed.refusals.float64_norms_refusal`, which
     ``accelctl launch`` applies too).
 
@@ -144,12 +151,13 @@ def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> N
 def refuse_offload(
     accelerator: PluginAccelerator, config: dict[str, Any] | None, optimizer: Any
 ) -> None:
-    """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group:
-    a DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU
-    op, which on a plugin's device is compiled on first use, on a machine without what that
-    takes (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch``
-    applies too); a torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed
-    refuses it otherwise, in its engine).
+    """Refuse a ZeRO-Offload set-up that cannot run, before DeepSpeed makes its process group.
+
+    A DeepSpeed optimizer (``"optimizer": {"type": "Adam"}``, ...) steps with DeepSpeed's CPU op,
+    which on a plugin's device is compiled on first use, on a machine without what that takes
+    (:func:`accelctl._deepspeed.refusals.offload_refusal`, which ``accelctl launch`` applies too); a
+    torch optimizer needs ``"zero_force_ds_cpu_optimizer": false`` (DeepSpeed refuses it otherwise,
+    in its engine).
 
     :raises accelctl.ProcessSetupError: naming what is missing and the ways out.
     """
@@ -176,7 +184,9 @@ def refuse_offload(
 
 
 def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
+    """Return the config a call of ``deepspeed.initialize`` passes, or None.
+
+    The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
     or ``args.deepspeed_config``, a dict or a JSON file); None where none is read."""
     first = args[0] if args else kwargs.get("args")
     config = kwargs.get("config") or kwargs.get("config_params")

@@ -1,5 +1,7 @@
-"""DeepSpeed's compiled ops on an accelctl accelerator: which builder each op gets, and the
-names DeepSpeed bound to the builders of the accelerator it found when it was imported.
+"""DeepSpeed's compiled ops on an accelctl accelerator.
+
+Which builder each op gets, and the names DeepSpeed bound to the builders of the accelerator it
+found when it was imported.
 
 - On a CPU plugin every op is DeepSpeed's own CPU build (``deepspeed.ops.op_builder.cpu``),
   as with DeepSpeed's CPU accelerator.
@@ -31,7 +33,9 @@ from .adaptation import BUILDER_NAMES, PATCHES
 
 
 class OpsAccelerator(Protocol):
-    """What the builders read of the bridge's ``DeepSpeedAccelerator``
+    """What the builders read of the bridge's ``DeepSpeedAccelerator``.
+
+    What the builders read of the bridge's ``DeepSpeedAccelerator``
     (:class:`._deepspeed_accelerator.PluginAccelerator`, which imports this module)."""
 
     handle: accelctl.AcceleratorHandle
@@ -78,7 +82,9 @@ class MissingOpError(accelctl.AccelctlError, RuntimeError):
 
 
 def builder_class(class_name: str, accelerator: OpsAccelerator) -> type:
-    """The builder class of ``class_name`` (``"FusedAdamBuilder"``) for ``accelerator``, by the
+    """Return the builder class of ``class_name`` for ``accelerator``.
+
+    The builder class of ``class_name`` (``"FusedAdamBuilder"``) for ``accelerator``, by the
     rules of the module's docstring."""
     host = importlib.import_module(HOST_BUILDERS)
     if class_name in COMMUNICATION_OPS:
@@ -126,7 +132,9 @@ def _missing_builder(class_name: str, accelerator: OpsAccelerator, base: type) -
 
 
 def rebind() -> None:
-    """Point the builder names ``import deepspeed`` bound at the current accelerator's builders
+    """Point the builder names ``import deepspeed`` bound at the current accelerator's builders.
+
+    Point the builder names ``import deepspeed`` bound at the current accelerator's builders
     (through the bridge's patches, ``_patching``, which keep the old values for
     :func:`restore`)."""
     restore()

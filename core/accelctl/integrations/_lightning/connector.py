@@ -156,7 +156,9 @@ def is_active() -> bool:
 
 
 def install(is_bridge: Callable[[object], bool]) -> bool:
-    """Wrap the Trainer's and Fabric's connector methods, and the strategies' and Fabric's
+    """Wrap the connector, strategy and Fabric methods that the Lightning bridge adapts.
+
+    Wrap the Trainer's and Fabric's connector methods, and the strategies' and Fabric's
     methods the module's docstring lists, for accelerators where ``is_bridge`` holds (through
     :data:`PATCHES`). Idempotent. Returns True: a release where a wrapped method changed is
     refused before, when the bridge is imported (:data:`ADAPTATION`); a release outside the
@@ -316,7 +318,9 @@ def _is(obj: object, kind: Any) -> bool:
 
 
 def _auto_strategy(connector: _Connector, kinds: _Kinds, interactive: bool) -> Any:
-    """Lightning's rule for ``strategy="auto"`` with the plugin's own device for one device
+    """Apply Lightning's rule for ``strategy="auto"`` with the plugin's own device.
+
+    Lightning's rule for ``strategy="auto"`` with the plugin's own device for one device
     (Lightning gives unknown accelerators ``"cpu"``), and without Lightning's refusal of the name
     ``"hpu"``, which is aimed at Lightning's own, removed HPU accelerator."""
     devices = list(connector._parallel_devices)
@@ -328,7 +332,9 @@ def _auto_strategy(connector: _Connector, kinds: _Kinds, interactive: bool) -> A
 
 
 def _check_strategy(connector: _Connector, kinds: _Kinds) -> None:
-    """A strategy that starts ``torch.distributed`` is refused for a plugin without a backend
+    """Refuse a distributed strategy for a plugin without a backend; give DDP the plugin's.
+
+    A strategy that starts ``torch.distributed`` is refused for a plugin without a backend
     (torch has none for its devices: every rank would die in ``init_process_group``); a DDP
     strategy with no backend named takes the plugin's."""
     strategy = connector.strategy
@@ -377,7 +383,9 @@ def _check_strategy(connector: _Connector, kinds: _Kinds) -> None:
 
 
 def _refuse_fsdp1(connector: _Connector, kinds: _Kinds) -> None:
-    """``strategy="fsdp"`` (``FSDPStrategy``, FSDP1) on an accelctl accelerator: Lightning's
+    """Refuse ``strategy="fsdp"`` (FSDP1) on an accelctl accelerator, naming what runs.
+
+    ``strategy="fsdp"`` (``FSDPStrategy``, FSDP1) on an accelctl accelerator: Lightning's
     refusal names CUDA accelerators only; this one names the sharded path that does run."""
     flag = connector._strategy_flag
     if not ((isinstance(flag, str) and flag in kinds.fsdp_names) or type(flag) is kinds.fsdp):
@@ -398,7 +406,9 @@ def _refuse_fsdp1(connector: _Connector, kinds: _Kinds) -> None:
 
 
 def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: _Kinds) -> Any:
-    """Mixed precision autocasts on the plugin's device type (Lightning picks ``"cuda"`` for
+    """Autocast mixed precision on the plugin's device type.
+
+    Mixed precision autocasts on the plugin's device type (Lightning picks ``"cuda"`` for
     every accelerator it does not know); a device type torch has no autocast for is refused."""
     if not _is(precision, kinds.mixed):
         return precision
@@ -428,7 +438,9 @@ def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: 
 
 
 def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], bool]) -> None:
-    """DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
+    """Wrap the model for DDP on the current stream, on devices that are not CUDA GPUs.
+
+    DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
     the current stream."""
 
     def wrap(original_setup: Any) -> Any:
@@ -450,7 +462,9 @@ def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], boo
 
 
 def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) -> None:
-    """``ModelParallelStrategy._setup_distributed`` on an accelctl accelerator: the process group
+    """Set up ``ModelParallelStrategy``'s distributed state on an accelctl accelerator.
+
+    ``ModelParallelStrategy._setup_distributed`` on an accelctl accelerator: the process group
     it made stays bound to the root device only where its backend can split it; the Trainer's
     model (Fabric's strategy has none yet) is moved to the root device where ``fully_shard``,
     called next by ``configure_model``, could not move it."""
@@ -475,7 +489,9 @@ def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) 
 
 
 def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) -> None:
-    """``DeepSpeedStrategy.setup_environment`` on an accelctl accelerator: DeepSpeed's
+    """Set up ``DeepSpeedStrategy``'s environment on an accelctl accelerator.
+
+    ``DeepSpeedStrategy.setup_environment`` on an accelctl accelerator: DeepSpeed's
     accelerator is made the plugin's on this process's root device, then DDP's set-up runs
     (the device's, then DeepSpeed's process group over the plugin's backend, which
     ``_check_strategy`` gave the strategy); Lightning's refusal of every accelerator but its
@@ -509,7 +525,9 @@ def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) 
 
 
 def unbind_unless_splitting(device: torch.device) -> None:
-    """Unbind the default process group from ``device`` when its backend for ``device`` cannot
+    """Unbind the default process group from ``device`` where its backend cannot split groups.
+
+    Unbind the default process group from ``device`` when its backend for ``device`` cannot
     split groups. torch's ``DeviceMesh`` makes the subgroups of a mesh of 2 or more dimensions
     with ``split_group`` whenever the default group is bound to a device, and ``split_group``
     refuses a backend without ``supports_splitting``; an unbound group's subgroups are made with
@@ -527,7 +545,9 @@ def unbind_unless_splitting(device: torch.device) -> None:
 
 
 def _wrap_reduce(strategy: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
-    """A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
+    """Reduce a ``"mean"`` as a sum divided by the world size, on an accelctl accelerator.
+
+    A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
     by the world size (DDP's and ModelParallelStrategy's reductions alike)."""
 
     def wrap(original_reduce: Any) -> Any:
@@ -561,7 +581,9 @@ def _is_mean(reduce_op: Any) -> bool:
 
 
 def _wrap_fabric_setup(name: str, is_bridge: Callable[[object], bool], sharded: type) -> None:
-    """``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters
+    """Move the model in ``Fabric.setup`` without replacing its parameters.
+
+    ``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters
     (before ``ModelParallelStrategy``'s ``parallelize_fn`` shards it, where ``fully_shard``
     could not move it)."""
 

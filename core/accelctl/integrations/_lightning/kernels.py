@@ -1,5 +1,7 @@
-"""A kernel the device lacks, on Lightning's training path: the steps of a strategy that runs on
-an accelctl accelerator raise :class:`accelctl.MissingKernelError` (:func:`translate_steps`).
+"""A kernel the device lacks, on Lightning's training path.
+
+The steps of a strategy that runs on an accelctl accelerator raise
+:class:`accelctl.MissingKernelError` (:func:`translate_steps`).
 
 Lightning runs each step through a public method of the Trainer's strategy (``training_step``,
 ``validation_step``, ``test_step``, ``predict_step``, ``backward``), looked up on the strategy
@@ -26,7 +28,9 @@ CPU_WAY = 'pass accelerator="cpu" to lightning.Trainer'
 
 
 class TranslatedStep:
-    """A strategy's step whose error, where it is a kernel the strategy's device lacks, is
+    """A strategy's step that raises a missing kernel as :class:`accelctl.MissingKernelError`.
+
+    A strategy's step whose error, where it is a kernel the strategy's device lacks, is
     raised as :class:`accelctl.MissingKernelError` (plugin ``accelerator``) from it; that one,
     and any accelctl error, is shown as rank 0's one line should it end the program."""
 
@@ -49,7 +53,9 @@ class TranslatedStep:
             raise error from exc
 
     def missing_kernel(self, exc: Exception, args: tuple[Any, ...]) -> MissingKernelError | None:
-        """accelctl's error for ``exc``, its way to the CPU in Lightning's words; None where
+        """Return accelctl's error for ``exc`` in Lightning's words, or None.
+
+        accelctl's error for ``exc``, its way to the CPU in Lightning's words; None where
         ``exc`` is another error."""
         loss = args[0] if self.name == "backward" and args else None
         error = missing_kernel_error(
@@ -65,7 +71,9 @@ class TranslatedStep:
 
 
 def translate_steps(strategy: Any, accelerator: str) -> None:
-    """Give ``strategy`` a :class:`TranslatedStep` of each of its :data:`STEPS` (once: a
+    """Give ``strategy`` a :class:`TranslatedStep` of each of its steps, once.
+
+    Give ``strategy`` a :class:`TranslatedStep` of each of its :data:`STEPS` (once: a
     strategy set up again keeps its wrappers)."""
     for name in STEPS:
         if not isinstance(getattr(strategy, name), TranslatedStep):

@@ -1,4 +1,6 @@
-"""Lightning's accelerator registries (the Trainer's and Fabric's), filled with accelctl's
+"""Lightning's accelerator registries, filled with accelctl's plugins.
+
+Lightning's accelerator registries (the Trainer's and Fabric's), filled with accelctl's
 plugins by :func:`accelctl.integrations.lightning.register_all`: which names accelctl may take,
 and what it did, as plain data."""
 
@@ -65,7 +67,9 @@ def register(
     is_ours: Callable[[object], bool],
     override: bool,
 ) -> Registration:
-    """Register every plugin of ``source`` in both registries as ``bind(handle)`` (a class
+    """Register every plugin of ``source`` in both of Lightning's registries.
+
+    Register every plugin of ``source`` in both registries as ``bind(handle)`` (a class
     whose ``register_accelerators`` registers it); names held by a class that ``is_ours``
     rejects are Lightning's or another package's, left alone unless ``override``."""
     result = Registration()
@@ -113,8 +117,9 @@ def register(
 
 
 def _taken_by_others(name: str, is_ours: Callable[[object], bool]) -> str | None:
-    """Why ``name`` is left alone: Lightning (or another package) has it; None when it is free
-    or accelctl's."""
+    """Say why ``name`` is left alone; None when it is free or accelctl's.
+
+    Lightning (or another package) has it; None when it is free or accelctl's."""
     for target in (TRAINER_REGISTRY, FABRIC_REGISTRY):
         owner = _owner(target, name) if name in target else None
         if name in target and not is_ours(owner):

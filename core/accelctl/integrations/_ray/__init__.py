@@ -1,2 +1,3 @@
-"""The Ray Train bridge's parts: resources and placement of the workers, their reports and
-checkpoints."""
+"""The Ray Train bridge's parts.
+
+Resources and placement of the workers, their reports and checkpoints."""

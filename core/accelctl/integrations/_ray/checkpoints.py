@@ -75,7 +75,9 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def stage(checkpoint: Path, meta: CheckpointMeta) -> Path:
-    """A directory holding ``checkpoint`` (and its shards' folder, where it has one) and the
+    """Stage ``checkpoint`` and its meta in a directory for Ray to copy.
+
+    A directory holding ``checkpoint`` (and its shards' folder, where it has one) and the
     meta, inside its run folder; the caller removes it once Ray has copied it.
 
     The checkpoint is linked, not copied: the Trainer replaces ``last.ckpt`` by a rename, which
@@ -93,9 +95,10 @@ def stage(checkpoint: Path, meta: CheckpointMeta) -> Path:
 
 
 def local_directory(checkpoint: Any) -> Path:
-    """The directory of Ray checkpoint ``checkpoint`` on this node: its own path where Ray's
-    storage is a folder, else a download into a folder of this node's temporary directory that
-    every worker of the node shares (downloaded once, under a lock)."""
+    """Return the directory of Ray checkpoint ``checkpoint`` on this node.
+
+    Its own path where Ray's storage is a folder, else a download into a folder of this node's
+    temporary directory that every worker of the node shares (downloaded once, under a lock)."""
     if getattr(checkpoint.filesystem, "type_name", "") == "local":
         return Path(checkpoint.path)
     from filelock import FileLock
@@ -130,7 +133,9 @@ class Resume:
 
 
 def resume_from(checkpoint: Any, starts: int) -> Resume:
-    """What Ray's latest checkpoint of the run (``ray.train.get_checkpoint()``, None when it has
+    """Say what Ray's latest checkpoint of the run means for a worker's fits.
+
+    What Ray's latest checkpoint of the run (``ray.train.get_checkpoint()``, None when it has
     none) means for the fits of a worker whose group Ray started ``starts`` times before in this
     ``fit()``. A checkpoint that is not the Trainer's (a hand-written loop's) changes nothing."""
     if checkpoint is None:

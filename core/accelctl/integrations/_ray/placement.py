@@ -73,8 +73,9 @@ class WorkerRanks:
 def place(
     accelerator: Any, ranks: WorkerRanks, restarts: int, launch: str | None = None
 ) -> Placement:
-    """Take this worker's device and hand the choice to accelctl; the worker group's start calls
-    it in every worker before the process group is made.
+    """Take this worker's device and hand the choice to accelctl.
+
+    The worker group's start calls it in every worker before the process group is made.
 
     :param accelerator: what :func:`accelctl.resolve` takes.
     :param restarts: how many times Ray Train has started this run's worker group again.
@@ -138,7 +139,9 @@ def place(
 
 
 def check_resources(resources_per_worker: dict[str, float], resources: set[str]) -> None:
-    """Refuse a run whose workers do not each ask for one unit of the resource that counts the
+    """Refuse a run whose workers do not each ask for one unit of the device resource.
+
+    Refuse a run whose workers do not each ask for one unit of the resource that counts the
     devices they take: Ray would put more workers on a node than it has devices, or leave
     devices idle.
 
@@ -159,7 +162,9 @@ def check_resources(resources_per_worker: dict[str, float], resources: set[str])
 
 
 def shared_hosts(nodes: list[dict[str, Any]], resource: str) -> str | None:
-    """A warning where several live Ray nodes of one host each advertise ``resource`` (the
+    """Warn where several Ray nodes of one host each advertise ``resource``; else None.
+
+    A warning where several live Ray nodes of one host each advertise ``resource`` (the
     devices of the host, counted once per node): Ray may then place more workers on the host
     than it has devices, and such a run is refused; None where no host does.
 
@@ -203,7 +208,9 @@ def current() -> Placement:
 
 @contextlib.contextmanager
 def on_device() -> Iterator[None]:
-    """Around the training function, in its own thread (a current device is per thread): the
+    """Set up this worker's device around the training function, in its own thread.
+
+    Around the training function, in its own thread (a current device is per thread): the
     plugin's ``setup_device`` for this worker's device, and its ``teardown`` afterwards.
 
     A kernel the device lacks that stops the function leaves it as
@@ -226,7 +233,9 @@ def on_device() -> Iterator[None]:
 
 
 def missing_kernel(exc: Exception, placement: Placement) -> accelctl.MissingKernelError | None:
-    """accelctl's error where ``exc`` is a kernel the worker's device lacks (the Trainer's own,
+    """Return accelctl's error where ``exc`` is a kernel the worker's device lacks, else None.
+
+    accelctl's error where ``exc`` is a kernel the worker's device lacks (the Trainer's own,
     or torch's from a hand-written loop), its way to the CPU in Ray Train's words; None where
     ``exc`` is another error."""
     error = missing_kernel_error(
@@ -243,7 +252,9 @@ def missing_kernel(exc: Exception, placement: Placement) -> accelctl.MissingKern
 def check_config(
     accelerator: Any, init_method: Any, timeout_s: Any, report: Any, report_checkpoints: Any
 ) -> None:
-    """Refuse, where the ``TorchConfig`` is made (in the driver), what a worker would refuse
+    """Refuse in the driver what a worker would refuse only once the group has started.
+
+    Refuse, where the ``TorchConfig`` is made (in the driver), what a worker would refuse
     only once Ray Train has started the group.
 
     :raises TypeError: an accelerator that is neither a name nor an ``accelctl.Accelerator``,

@@ -24,7 +24,9 @@ DEVICE_PREFIX = "device/"
 
 
 def run_id(context: Any) -> str:
-    """The Ray run's id, the same in every worker, at every start of its worker group and in
+    """Return the Ray run's id, the same in every worker and at every start.
+
+    The Ray run's id, the same in every worker, at every start of its worker group and in
     every ``fit()`` of the run (its storage and name, ``RunConfig(storage_path, name)``): the
     ``ACCELCTL_LAUNCH_ID`` by which a resumed fit finds its run folder."""
     where = ""

@@ -1,5 +1,7 @@
-"""What a Ray node advertises: its accelctl devices as a custom resource, and the command
-``accelctl ray-resources`` that prints them for ``ray start --resources``.
+"""What a Ray node advertises: its accelctl devices as a custom resource.
+
+Its accelctl devices as a custom resource, and the command ``accelctl ray-resources`` that prints
+them for ``ray start --resources``.
 
 Ray schedules a worker on a node that has the resources it asks for; it knows GPUs (and a few
 chips of its own) but nothing of an accelctl plugin's devices. A node therefore advertises them as
@@ -27,13 +29,17 @@ from accelctl._choice.selection import (
 
 
 def resource_name(handle: accelctl.AcceleratorHandle) -> str:
-    """The custom resource that counts ``handle``'s devices: their torch device type (the
-    generic PrivateUse1 plugin's ``openreg``), else the accelerator's name."""
+    """Return the custom resource that counts ``handle``'s devices.
+
+    Their torch device type (the generic PrivateUse1 plugin's ``openreg``), else the accelerator's
+    name."""
     return handle.info.device_type or handle.plugin_name
 
 
 def ray_resources(accelerator: Any = "auto") -> dict[str, float]:
-    """The custom resources this node advertises to Ray for ``accelerator``'s devices, for
+    """Return the custom resources this node advertises to Ray for ``accelerator``'s devices.
+
+    The custom resources this node advertises to Ray for ``accelerator``'s devices, for
     ``ray.init(resources=...)`` or ``ray start --resources '<JSON>'``: ``{"npu": 8.0}``.
 
     :param accelerator: what :func:`accelctl.resolve` takes (``"auto"``: ``ACCELCTL_ACCELERATOR``
@@ -64,9 +70,10 @@ def _advertised(accelerator: Any) -> tuple[accelctl.AcceleratorHandle, dict[str,
     help="Accelerator name or alias (auto: ACCELCTL_ACCELERATOR, else the best available).",
 )
 def ray_resources_command(accelerator: str) -> None:
-    """Print this node's accelctl devices as Ray's custom resources (JSON), for
-    ray start --resources "$(accelctl ray-resources)"; {} where the accelerator counts
-    processes (the CPU). Exits 1 with the reason when the accelerator is not usable here."""
+    """Print this node's accelctl devices as Ray's custom resources (JSON).
+
+    For ray start --resources "$(accelctl ray-resources)"; {} where the accelerator counts processes
+    (the CPU). Exits 1 with the reason when the accelerator is not usable here."""
     handle, resources = _advertised(accelerator)
     if not resources:
         click.echo(

@@ -54,7 +54,9 @@ def keeping_parameters(device: torch.device) -> Iterator[None]:
 
 
 def move_before_sharding(module: torch.nn.Module, device: torch.device) -> None:
-    """Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2's
+    """Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2 cannot.
+
+    Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2's
     ``fully_shard`` could not move it there itself (:func:`replaces_parameters`); elsewhere, and
     for a model with tensors on the meta device (initialisation deferred to after sharding),
     leave it where it is, as ``fully_shard`` expects."""

@@ -32,8 +32,10 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Patch:
-    """One internal replaced: ``owner.name`` was ``original`` and is ``replacement``, for
-    ``why``; ``internal`` is the declaration its shape was checked against."""
+    """One internal replaced, with what it was, what replaces it and why.
+
+    ``owner.name`` was ``original`` and is ``replacement``, for ``why``; ``internal`` is the
+    declaration its shape was checked against."""
 
     bridge: str
     internal: Internal
@@ -58,8 +60,7 @@ class Patch:
 
 
 class Patches:
-    """The patches of one bridge, each an internal its :class:`~._versions.Adaptation`
-    declares."""
+    """The patches of one bridge, each an internal its :class:`~._versions.Adaptation` declares."""
 
     def __init__(self, adaptation: Adaptation) -> None:
         self.adaptation = adaptation
@@ -74,7 +75,9 @@ class Patches:
         *,
         declared_as: str | None = None,
     ) -> Patch:
-        """Replace ``name`` of ``owner`` (``"module"`` or ``"module:Class"``, as an
+        """Replace ``name`` of ``owner`` with ``build(original)`` and return the record.
+
+        Replace ``name`` of ``owner`` (``"module"`` or ``"module:Class"``, as an
         :class:`~._versions.Internal` names it) with ``build(original)``; the same record again
         where it is applied already.
 
@@ -123,8 +126,9 @@ class Patches:
         return tuple(patch for patch in self._applied.values() if patch.is_applied())
 
     def undo(self, *names: str) -> tuple[Patch, ...]:
-        """Put the originals back, the last patch first: every patch's, or those of the
-        attributes ``names`` names; returns what was undone.
+        """Put the originals back, the last patch first, and return what was undone.
+
+        Every patch's, or those of the attributes ``names`` names; returns what was undone.
 
         :raises RuntimeError: something else replaced a patched attribute since (undoing would
             drop that too).
@@ -167,7 +171,9 @@ def _resolve(owner: str) -> Any:
 
 
 def _mark(replacement: Any, bridge: str, owner: str, name: str, original: Any) -> None:
-    """Mark a replacing function as the bridge's, its docstring saying so before the
+    """Mark a replacing function as the bridge's.
+
+    Mark a replacing function as the bridge's, its docstring saying so before the
     original's (a class or another value is left as it is: it may be the framework's own)."""
     if not inspect.isfunction(replacement):
         return

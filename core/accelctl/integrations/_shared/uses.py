@@ -1,5 +1,6 @@
-"""Every name of its framework that each bridge uses on the paths it runs: what
-``accelctl.integrations._shared.versions`` checks on the installed release when the
+"""Every name of its framework that each bridge uses on the paths it runs.
+
+What ``accelctl.integrations._shared.versions`` checks on the installed release when the
 bridge is imported (docs/design/bridge-uses.md).
 
 Derived from the bridges' code by tests/bridgeuses.py, which writes this file

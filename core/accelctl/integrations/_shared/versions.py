@@ -43,7 +43,9 @@ from accelctl._contract.errors import FrameworkVersionError
 
 @dataclass(frozen=True)
 class Window:
-    """The releases of ``framework`` (a distribution name) a bridge is tested with: every minor
+    """The releases of ``framework`` that a bridge is tested with.
+
+    The releases of ``framework`` (a distribution name) a bridge is tested with: every minor
     from ``oldest`` to ``newest``, both included (pre-releases and patches of those minors too)."""
 
     framework: str
@@ -82,9 +84,10 @@ BY_MODULE = {window.framework: window for window in WINDOWS}
 
 @dataclass(frozen=True)
 class Internal:
-    """One of a framework's internals that a bridge replaces or calls: the attribute ``name`` of
-    ``owner`` (``"module"`` or ``"module:Class"``) and, for a function, the names of the
-    parameters the bridge passes, in order (``self`` included for a method)."""
+    """One of a framework's internals that a bridge replaces or calls.
+
+    The attribute ``name`` of ``owner`` (``"module"`` or ``"module:Class"``) and, for a function,
+    the names of the parameters the bridge passes, in order (``self`` included for a method)."""
 
     owner: str
     name: str
@@ -128,10 +131,12 @@ class Internal:
 
 @dataclass
 class Adaptation:
-    """What one bridge uses of its framework: the window it is tested with, the internals it
-    replaces or calls (with the parameters its wrappers pass), and every name its code uses
-    (``uses``, as :data:`accelctl.integrations._shared.uses.USES` lists them). :meth:`require` once,
-    when the bridge is imported; then :attr:`refusal` is ``""``."""
+    """What one bridge uses of its framework.
+
+    The window it is tested with, the internals it replaces or calls (with the parameters its
+    wrappers pass), and every name its code uses (``uses``, as
+    :data:`accelctl.integrations._shared.uses.USES` lists them). :meth:`require` once, when the
+    bridge is imported; then :attr:`refusal` is ``""``."""
 
     bridge: str
     window: Window
@@ -142,7 +147,9 @@ class Adaptation:
     refusal: str | None = None
 
     def require(self, *, stacklevel: int = 3) -> None:
-        """Refuse the installed release where the bridge cannot run on it, before the bridge
+        """Refuse the installed release where the bridge cannot run on it.
+
+        Refuse the installed release where the bridge cannot run on it, before the bridge
         imports anything else of the framework: it fails to import, or a name the bridge uses is
         not there or changed. A release outside the window (older or newer) with all there is
         adapted, with one warning. Nothing is done where the framework is not installed: the
@@ -168,9 +175,10 @@ class Adaptation:
         self.check(version, stacklevel=stacklevel + 1)
 
     def check(self, version: str, *, stacklevel: int = 3) -> bool:
-        """Whether the bridge may adapt ``version``: True when every name it uses and every
-        internal it adapts is there as it expects (with one warning for a release outside the
-        window); else refused.
+        """Say whether the bridge may adapt ``version``; refuse it otherwise.
+
+        True when every name it uses and every internal it adapts is there as it expects (with one
+        warning for a release outside the window); else refused.
 
         :raises accelctl.FrameworkVersionError: naming the first problem and the window.
         """
@@ -207,7 +215,9 @@ class Adaptation:
         return True
 
     def _refuse_import(self, version: str, exc: BaseException) -> NoReturn:
-        """Refuse a release that fails to import at all, with what its import raised (its
+        """Refuse a release that fails to import at all.
+
+        Refuse a release that fails to import at all, with what its import raised (its
         first line: a refusal is one line), the window and the install line."""
         self.refusal = (
             f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
@@ -227,9 +237,11 @@ class Adaptation:
 
 
 def installed_version(framework: str) -> str | None:
-    """The installed release of ``framework``: its module's ``__version__`` where it is imported
-    already, else its distribution's metadata, read without importing it (an old release may not
-    import beside this torch at all); None where it is not installed."""
+    """Return the installed release of ``framework``, or None.
+
+    Its module's ``__version__`` where it is imported already, else its distribution's metadata,
+    read without importing it (an old release may not import beside this torch at all); None where
+    it is not installed."""
     module = sys.modules.get(framework)
     version = getattr(module, "__version__", None)
     if isinstance(version, str):
@@ -241,7 +253,9 @@ def installed_version(framework: str) -> str | None:
 
 
 def _import(module_name: str) -> tuple[Any, str | None]:
-    """The module, or None and why it cannot be had ("is not there (no module x)", "cannot be
+    """Import the module, or return None and why it cannot be had.
+
+    The module, or None and why it cannot be had ("is not there (no module x)", "cannot be
     imported (x raised ...)": an old release that does not import beside this torch)."""
     try:
         return importlib.import_module(module_name), None
@@ -254,14 +268,18 @@ def _import(module_name: str) -> tuple[Any, str | None]:
 
 
 def _raised(exc: BaseException) -> str:
-    """``"ValueError: mutable default ..."``: an exception's type and the first line of its
+    """Describe an exception as its type and the first line of its message.
+
+    ``"ValueError: mutable default ..."``: an exception's type and the first line of its
     message (a refusal is one line)."""
     line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 def _names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
-    """Whether ``exc`` says ``module_name`` itself (or a package above it) is missing, rather
+    """Say whether ``exc`` says ``module_name`` itself is missing.
+
+    Whether ``exc`` says ``module_name`` itself (or a package above it) is missing, rather
     than a module it imports."""
     missing = exc.name or ""
     return bool(missing) and (module_name == missing or module_name.startswith(f"{missing}."))
@@ -273,7 +291,9 @@ _OWN_SOURCE = re.compile(r"\bself\.(\w+)\s*(?::[^=\n]*)?=(?!=)")
 
 
 def use_problem(use: str) -> str | None:
-    """None when ``use`` (``"module:Class.attribute"``, with ``(self, _, keyword)`` after a
+    """Say what of ``use`` is not there on the installed release; None when all is.
+
+    None when ``use`` (``"module:Class.attribute"``, with ``(self, _, keyword)`` after a
     call: :mod:`accelctl.integrations._shared.uses`) is there on the installed release as the bridge
     uses it; else what is not, in words ("... is not there", "... has changed: ...")."""
     target, _, call = use.partition("(")
@@ -333,7 +353,9 @@ def _signature_problem(dotted: str, raw: Any, call: str) -> str | None:
 
 
 def _instance_attribute(cls: type, name: str) -> bool:
-    """Whether instances of ``cls`` get ``name`` (a dataclass field, an annotation, a slot, or
+    """Say whether instances of ``cls`` get the attribute ``name``.
+
+    Whether instances of ``cls`` get ``name`` (a dataclass field, an annotation, a slot, or
     ``self.name = ...`` in the source of a module of its classes)."""
     for klass in cls.__mro__:
         if klass is object:

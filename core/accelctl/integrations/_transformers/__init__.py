@@ -1,2 +1,3 @@
-"""The transformers bridge's parts: the ``Trainer``'s device through its arguments, the callback
-that reads the run's figures."""
+"""The transformers bridge's parts.
+
+The ``Trainer``'s device through its arguments, the callback that reads the run's figures."""

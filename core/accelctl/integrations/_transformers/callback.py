@@ -1,4 +1,6 @@
-"""The accelctl plugin's device figures in transformers' logs: :class:`DeviceStatsCallback`, and
+"""The accelctl plugin's device figures in transformers' logs.
+
+The accelctl plugin's device figures in transformers' logs: :class:`DeviceStatsCallback`, and
 :func:`add_device_stats`, which puts it where every reporting integration sees its figures.
 
 transformers calls ``on_log`` of its callbacks in their order with one ``logs`` dict, and adds
@@ -27,10 +29,11 @@ DEFAULT_PREFIX = "device/"
 
 
 class DeviceStatsCallback(transformers.TrainerCallback):  # type: ignore[misc]  # Any to mypy
-    """Adds the device's figures to every log of transformers' ``Trainer``: each
-    ``device_stats`` key (docs/concepts.md section 7), ``prefix`` before it
-    (``device/memory_allocated_bytes``), read from this process's device (``args.device``) by
-    its accelctl plugin when the ``Trainer`` logs.
+    """Adds the device's figures to every log of transformers' ``Trainer``.
+
+    Each ``device_stats`` key (docs/concepts.md section 7), ``prefix`` before it
+    (``device/memory_allocated_bytes``), read from this process's device (``args.device``) by its
+    accelctl plugin when the ``Trainer`` logs.
 
     :param accelerator: the accelctl accelerator that reads the device: a name, an alias or a
         plugin object. Default: the accelerator of accelctl's ``TrainingArguments``
@@ -58,7 +61,9 @@ class DeviceStatsCallback(transformers.TrainerCallback):  # type: ignore[misc]  
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        """Add the device's figures to ``logs`` and to the line of ``state.log_history`` that
+        """Add the device's figures to ``logs`` and to their line of ``state.log_history``.
+
+        Add the device's figures to ``logs`` and to the line of ``state.log_history`` that
         transformers appended for them."""
         if not logs:
             return
@@ -100,7 +105,9 @@ def add_device_stats(
     accelerator: str | accelctl.Accelerator | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> DeviceStatsCallback:
-    """Put a :class:`DeviceStatsCallback` first among ``trainer``'s callbacks, so that every
+    """Put a :class:`DeviceStatsCallback` first among ``trainer``'s callbacks and return it.
+
+    Put a :class:`DeviceStatsCallback` first among ``trainer``'s callbacks, so that every
     reporting integration (``report_to``: TensorBoard, W&B, MLflow, ...) logs its figures;
     returns it. ``trainer`` is a ``transformers.Trainer``."""
     callback = DeviceStatsCallback(accelerator, prefix)

@@ -1,4 +1,6 @@
-"""The adaptations of transformers' internals that the accelctl transformers bridge makes
+"""The adaptations of transformers' internals that the accelctl transformers bridge makes.
+
+The adaptations of transformers' internals that the accelctl transformers bridge makes
 (``docs/transformers.md``), version-gated as :mod:`._accelerate_state` gates Accelerate's.
 
 transformers chooses the device in private code, from a fixed list of device kinds:
@@ -81,9 +83,10 @@ def is_active() -> bool:
 
 def install() -> bool:
     """Wrap ``Trainer._move_model_to_device`` and ``Trainer.train`` (through :data:`PATCHES`).
+
     Idempotent. Returns True: a release where one changed is refused before, when the bridge is
-    imported (:data:`ADAPTATION`); a release outside the tested window whose internals are all
-    there is adapted, with a warning."""
+    imported (:data:`ADAPTATION`); a release outside the tested window whose internals are all there
+    is adapted, with a warning."""
     if is_active():
         return True
     ADAPTATION.require()  # done when the bridge was imported: refused there otherwise

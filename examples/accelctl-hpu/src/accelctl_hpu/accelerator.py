@@ -55,8 +55,10 @@ def visible_modules(environ: dict[str, str] | None = None) -> list[int] | None:
 
 @functools.cache
 def _bridge() -> ModuleType | Exception | None:
-    """Habana's PyTorch bridge module; None when Habana's software is not installed, the
-    exception when importing it failed. Imported once: it loads torch and Habana's runtime."""
+    """Return Habana's PyTorch bridge module, None, or the exception its import raised.
+
+    None when Habana's software is not installed, the exception when importing it failed. Imported
+    once: it loads torch and Habana's runtime."""
     if importlib.util.find_spec(HABANA_PACKAGE) is None:
         return None
     try:

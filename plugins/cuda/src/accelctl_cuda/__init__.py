@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 
 class CUDAAccelerator(accelctl.Accelerator):
-    """NVIDIA and AMD GPUs as torch's ``cuda`` devices: the probe (:mod:`accelctl_cuda.probe`)
-    answers ``detect``, ``unavailable_reason`` and ``auto_device_count``; devices and their
-    specs are the base class's indexed defaults (``cuda:i``)."""
+    """NVIDIA and AMD GPUs as torch's ``cuda`` devices.
+
+    The probe (:mod:`accelctl_cuda.probe`) answers ``detect``, ``unavailable_reason`` and
+    ``auto_device_count``; devices and their specs are the base class's indexed defaults
+    (``cuda:i``)."""
 
     name = "cuda"
     description = "NVIDIA CUDA and AMD ROCm GPUs (torch's cuda device)"
@@ -46,12 +48,15 @@ class CUDAAccelerator(accelctl.Accelerator):
         return current().reason
 
     def auto_device_count(self) -> int:
-        """Visible GPUs: ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``)
-        honoured."""
+        """Count the visible GPUs.
+
+        ``CUDA_VISIBLE_DEVICES`` (ROCm: ``ROCR_``/``HIP_VISIBLE_DEVICES``) honoured."""
         return current().device_count
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Allocator figures (only where this process already uses CUDA: never initialised
+        """Return the allocator's figures, then the device's own.
+
+        Allocator figures (only where this process already uses CUDA: never initialised
         here), then the device's own from NVML (NVIDIA) or the amdgpu files (AMD).
 
         ``device`` is a ``torch.device`` or its string (``"cuda:0"``): ``accelctl stats`` passes
@@ -84,7 +89,9 @@ class CUDAAccelerator(accelctl.Accelerator):
         return figures
 
     def device_peak(self, device: torch.device | str) -> accelctl.DevicePeak | None:
-        """The datasheet peak of an NVIDIA GPU the table of :mod:`accelctl_cuda.peaks` knows,
+        """Return the datasheet peak of an NVIDIA GPU that the table knows, or None.
+
+        The datasheet peak of an NVIDIA GPU the table of :mod:`accelctl_cuda.peaks` knows,
         found by the device's name (torch's where CUDA is in use, else NVML's: no CUDA context);
         None (unknown) for other GPUs, MIG instances and AMD GPUs."""
         kind, given_index = accelctl.split_device(device)
@@ -118,8 +125,7 @@ class CUDAAccelerator(accelctl.Accelerator):
         torch.cuda.set_device(device)
 
     def teardown(self) -> None:
-        """Empty torch's caching allocator (only where CUDA is in use: never initialise it
-        here)."""
+        """Empty torch's caching allocator (only where CUDA is in use: never initialise it here)."""
         if self.torch_device_in_use("cuda"):
             sys.modules["torch"].cuda.empty_cache()
 
@@ -136,10 +142,11 @@ class CUDAAccelerator(accelctl.Accelerator):
         return replace(super().accelerator_info(), aliases=("rocm",) if amd_here else ())
 
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
-        """Drivers and variables for ``accelctl env``: the NVIDIA driver and the newest CUDA
-        version it supports (NVML, only where a driver's files are), the ``amdgpu`` module's
-        version, and the visible-device variables that are set. No torch import, no CUDA
-        context."""
+        """Report drivers and variables for ``accelctl env``.
+
+        The NVIDIA driver and the newest CUDA version it supports (NVML, only where a driver's files
+        are), the ``amdgpu`` module's version, and the visible-device variables that are set. No
+        torch import, no CUDA context."""
         facts: dict[str, str | int | float | bool | None] = {}
         if nvml.driver_files_present():
             try:

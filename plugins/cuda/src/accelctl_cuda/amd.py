@@ -65,7 +65,9 @@ def _read_int(path: Path) -> int | None:
 
 
 def device_figures(gpu: AmdGpu) -> dict[str, int | float]:
-    """Memory (VRAM), busy percentage, temperature and power of one GPU; absent files are
+    """Read memory, busy percentage, temperature and power of one GPU.
+
+    Memory (VRAM), busy percentage, temperature and power of one GPU; absent files are
     skipped."""
     if gpu.render_minor is None:
         return {}

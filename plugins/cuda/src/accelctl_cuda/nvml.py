@@ -49,7 +49,9 @@ _initialised: ModuleType | None = None
 
 
 def load() -> ModuleType:
-    """``pynvml``, initialised once per process (``nvmlInit`` counts its calls: each would need
+    """Return ``pynvml``, initialised once per process.
+
+    ``pynvml``, initialised once per process (``nvmlInit`` counts its calls: each would need
     its own ``nvmlShutdown``).
 
     :raises NvmlUnavailable: when nvidia-ml-py is not installed or NVML fails to initialise (no
@@ -153,8 +155,10 @@ class _Unreadable:
 
 
 def _figure(pynvml: ModuleType, read: Callable[[], Any]) -> Any:
-    """What ``read`` returns; None where the device does not support it (the figure is left out:
-    not supported); :class:`_Unreadable` where NVML failed otherwise (NaN: not available now)."""
+    """Return what ``read`` returns, None where unsupported, or an unreadable marker.
+
+    None where the device does not support it (the figure is left out: not supported);
+    :class:`_Unreadable` where NVML failed otherwise (NaN: not available now)."""
     try:
         return read()
     except Exception as exc:
@@ -168,7 +172,9 @@ def _figure(pynvml: ModuleType, read: Callable[[], Any]) -> Any:
 
 
 def device_figures(pynvml: ModuleType, handle: Any) -> dict[str, int | float]:
-    """Memory, utilisation, temperature, power and SM clock of one device, under the vocabulary's
+    """Read memory, utilisation, temperature, power and SM clock of one device.
+
+    Memory, utilisation, temperature, power and SM clock of one device, under the vocabulary's
     keys (:mod:`accelctl.stats_keys`); a figure NVML does not support for it (a MIG instance has
     no utilisation, some boards no power sensor) is left out, one it failed to read this time is
     NaN."""

@@ -1,5 +1,6 @@
-"""Which GPUs a process may use: ``CUDA_VISIBLE_DEVICES``, and the ROCm variables, read as the
-runtimes read them.
+"""Which GPUs a process may use, read as the runtimes read them.
+
+``CUDA_VISIBLE_DEVICES``, and the ROCm variables, read as the runtimes read them.
 
 The CUDA runtime's rules, followed here so that the count matches what ``torch.cuda`` will see:
 
@@ -29,7 +30,9 @@ _LEADING_INT = re.compile(r"^\+?(\d+)")
 
 
 def parse_entries(value: str) -> list[int | str]:
-    """Split a ``*_VISIBLE_DEVICES`` value into indices and UUID strings, stopping at the first
+    """Split a ``*_VISIBLE_DEVICES`` value into indices and UUID strings.
+
+    Split a ``*_VISIBLE_DEVICES`` value into indices and UUID strings, stopping at the first
     entry that is neither (the runtime ignores it and everything after it)."""
     entries: list[int | str] = []
     if not value.strip():

@@ -26,7 +26,9 @@ def _on_macos() -> bool:
 
 
 class MPSAccelerator(accelctl.Accelerator):
-    """Apple's GPU as torch's single ``mps`` device, in one process (no distributed backend);
+    """Apple's GPU as torch's single ``mps`` device, in one process.
+
+    Apple's GPU as torch's single ``mps`` device, in one process (no distributed backend);
     devices are the base class's default (``mps:0``)."""
 
     name = "mps"
@@ -64,14 +66,18 @@ class MPSAccelerator(accelctl.Accelerator):
         return 1 if self.detect() else 0
 
     def parse_devices(self, devices: Any) -> list[int]:
-        """The single-device parser: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]``, ``"0,"`` give
+        """Parse a devices spec for the single MPS device.
+
+        The single-device parser: ``"auto"``, ``-1``, ``1``, ``"1"``, ``[0]``, ``"0,"`` give
         [0]."""
         return accelctl.parse_single_device(
             devices, accelerator=self.accelerator_name, visible=self.auto_device_count()
         )
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """torch's MPS allocator figures where this torch has them, and the unified (system)
+        """Return torch's MPS allocator figures and the unified memory.
+
+        torch's MPS allocator figures where this torch has them, and the unified (system)
         memory that the GPU shares with the CPU under the common keys.
 
         ``device`` is a ``torch.device`` or its string ``"mps:0"``; torch is imported here only
@@ -104,10 +110,11 @@ class MPSAccelerator(accelctl.Accelerator):
         return figures
 
     def kernel_gaps(self) -> accelctl.KernelGaps:
-        """torch's own switch for the operators MPS lacks: ``PYTORCH_ENABLE_MPS_FALLBACK``, which
-        ``ACCELCTL_CPU_FALLBACK=1`` sets for the processes ``accelctl launch`` starts (torch
-        reads it when it is imported). The operators themselves are torch's to list: its error
-        names each one."""
+        """Return torch's own switch for the operators MPS lacks.
+
+        ``PYTORCH_ENABLE_MPS_FALLBACK``, which ``ACCELCTL_CPU_FALLBACK=1`` sets for the processes
+        ``accelctl launch`` starts (torch reads it when it is imported). The operators themselves
+        are torch's to list: its error names each one."""
         return accelctl.KernelGaps(
             fallback_variable="PYTORCH_ENABLE_MPS_FALLBACK",
             note="torch's MPS backend runs its missing operators on the CPU with its own switch",
@@ -121,8 +128,9 @@ class MPSAccelerator(accelctl.Accelerator):
             torch.mps.empty_cache()
 
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
-        """For ``accelctl env``: macOS's version (on macOS) and torch's MPS variables that are
-        set; no torch import."""
+        """Report macOS's version and torch's MPS variables for ``accelctl env``.
+
+        MacOS's version (on macOS) and torch's MPS variables that are set; no torch import."""
         facts: dict[str, str | int | float | bool | None] = {}
         if _on_macos():
             import platform

@@ -30,21 +30,24 @@ PRIORITY = 50
 
 
 class PrivateUse1Accelerator(accelctl.Accelerator):
-    """The backend in torch's PrivateUse1 slot: its name (``openreg``) is known only once torch
-    has loaded it, so the device type, the alias and the description are read from the probe
-    (:mod:`accelctl_torch_backend.probe`) rather than written as class attributes."""
+    """The backend in torch's PrivateUse1 slot, read from the probe.
+
+    Its name (``openreg``) is known only once torch has loaded it, so the device type, the alias and
+    the description are read from the probe (:mod:`accelctl_torch_backend.probe`) rather than
+    written as class attributes."""
 
     name = NAME
     priority = PRIORITY
 
     def detect(self) -> bool:
-        """True when torch has a renamed PrivateUse1 backend with devices and no dedicated
+        """Say whether torch has a renamed PrivateUse1 backend with devices that no plugin claims.
+
+        True when torch has a renamed PrivateUse1 backend with devices and no dedicated
         plugin claims it."""
         return probe().available
 
     def unavailable_reason(self) -> str | None:
-        """No backend package, autoloading off, a backend without devices, or a dedicated
-        plugin."""
+        """No backend package, autoloading off, a backend without devices, or a dedicated plugin."""
         return probe().reason
 
     def auto_device_count(self) -> int:
@@ -54,12 +57,16 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
 
     @staticmethod
     def _device_type() -> str:
-        """The backend's device type, for devices and messages (the slot's name while none is
+        """Return the backend's device type, for devices and messages.
+
+        The backend's device type, for devices and messages (the slot's name while none is
         loaded)."""
         return probe().name or NAME
 
     def parse_devices(self, devices: Any) -> list[int]:
-        """The shared indexed parser over the backend's devices, its messages naming the device
+        """Parse a devices spec over the backend's devices.
+
+        The shared indexed parser over the backend's devices, its messages naming the device
         type (``openreg: devices=3 ...``): ``"auto"``, ``k``, ``"0,1"``..."""
         return accelctl.parse_indexed_devices(
             devices, visible=self.auto_device_count(), accelerator=self._device_type()
@@ -74,7 +81,9 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
         return [torch.device(device_type, index) for index in indices]
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """``torch.accelerator``'s allocator figures for one device, where this process already
+        """Return ``torch.accelerator``'s allocator figures for one device, where already in use.
+
+        ``torch.accelerator``'s allocator figures for one device, where this process already
         uses the backend (never initialised here); ``{}`` otherwise (``accelctl stats`` in a
         fresh process: an allocator's figures are per process, so there is nothing to read).
 
@@ -123,8 +132,9 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
         return figures
 
     def setup_device(self, device: torch.device) -> None:
-        """Make ``device`` current: the backend module's ``set_device``, else
-        ``torch.accelerator.set_device_index``."""
+        """Make ``device`` current.
+
+        The backend module's ``set_device``, else ``torch.accelerator.set_device_index``."""
         import torch
 
         found = probe()
@@ -148,12 +158,16 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
                 accelerator.empty_cache()
 
     def kernel_gaps(self) -> accelctl.KernelGaps | None:
-        """What the loaded backend is known to lack (:data:`KNOWN_GAPS`, by the backend's name);
+        """Return what the loaded backend is known to lack, or None.
+
+        What the loaded backend is known to lack (:data:`KNOWN_GAPS`, by the backend's name);
         None for a backend not in the table: its missing kernels show as torch's errors."""
         return KNOWN_GAPS.get(probe().name or "")
 
     def accelerator_info(self) -> accelctl.AcceleratorInfo:
-        """Priority 50, the backend's name as alias and device type, the distributed backend
+        """Return the plugin's info: priority, alias, device type and distributed backend.
+
+        Priority 50, the backend's name as alias and device type, the distributed backend
         torch registered for it (or none: one process)."""
         found = probe()
         if found.name is None:
@@ -194,7 +208,9 @@ _COUNTERS = ("num_alloc_retries", "num_ooms")
 
 
 def _allocator_counters(accelerator: Any, index: int, name: str) -> dict[str, int | float]:
-    """The allocator's counters from ``memory_stats(index)`` (``openreg.num_ooms``, ...), where
+    """Return the allocator's counters from ``memory_stats(index)``.
+
+    The allocator's counters from ``memory_stats(index)`` (``openreg.num_ooms``, ...), where
     the backend's allocator keeps them; ``{}`` where it has no ``memory_stats``."""
     read = getattr(accelerator, "memory_stats", None)
     if read is None:
@@ -207,7 +223,9 @@ def _allocator_counters(accelerator: Any, index: int, name: str) -> dict[str, in
 
 
 def _accelerator_api(torch: Any, name: str) -> Any:
-    """``torch.accelerator`` where it serves this backend (torch makes a registered PrivateUse1
+    """Return ``torch.accelerator`` where it serves this backend, else None.
+
+    ``torch.accelerator`` where it serves this backend (torch makes a registered PrivateUse1
     backend the current accelerator), else None."""
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is None:

@@ -1,4 +1,6 @@
-"""What is installed, read from package metadata only (no import): the packages that declare a
+"""What is installed, read from package metadata only.
+
+What is installed, read from package metadata only (no import): the packages that declare a
 torch backend, and, once a backend is loaded, the accelctl plugins by name.
 
 torch loads out-of-tree backends on ``import torch`` through the ``torch.backends`` entry-point
@@ -45,7 +47,9 @@ class Installed(NamedTuple):
         return " and ".join(package.describe() for package in self.backends)
 
     def plugin_distributions(self, name: str) -> list[str]:
-        """The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (on
+        """Return the distributions whose ``accelctl.accelerators`` entry point is called ``name``.
+
+        The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (on
         the default path, from accelctl's one scan)."""
         if self.path is None:
             from accelctl.torch_backends import plugin_distributions
@@ -60,15 +64,18 @@ def _key(name: str) -> str:
 
 def name_and_version(dist: metadata.Distribution) -> tuple[str, str]:
     """``Name`` and ``Version`` from the distribution's metadata (``"?"`` where one is missing).
+
     Asked only of the few distributions that declare a group this plugin reads (the scan has
-    skipped the others by a look at their entry_points.txt), so the standard parser's cost
-    does not add up."""
+    skipped the others by a look at their entry_points.txt), so the standard parser's cost does
+    not add up."""
     parsed = dist.metadata
     return parsed["Name"] or "?", parsed["Version"] or "?"
 
 
 def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Distribution]:
-    """The distributions on ``path`` whose entry_points.txt has a section ``group``, each once
+    """Return the distributions on ``path`` whose entry_points.txt has a section ``group``.
+
+    The distributions on ``path`` whose entry_points.txt has a section ``group``, each once
     (installed twice on the path: the first wins, as for imports)."""
     dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
     seen: set[str] = set()
@@ -85,7 +92,9 @@ def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Di
 
 
 def scan(path: Sequence[str] | None = None) -> Installed:
-    """The torch backend packages on ``path`` (default: what accelctl found installed, from its
+    """Return the torch backend packages on ``path``, read once per process and path.
+
+    The torch backend packages on ``path`` (default: what accelctl found installed, from its
     own scan: :func:`accelctl.torch_backends.backend_entry_points`), read once per process and path:
     torch, too, reads its group once, at import."""
     if path is None:
@@ -119,7 +128,9 @@ def _scan(path: tuple[str, ...] | None) -> Installed:
 
 @functools.lru_cache(maxsize=8)
 def _plugins(path: tuple[str, ...] | None) -> dict[str, tuple[str, ...]]:
-    """Entry-point name (lower case) -> distributions, for the ``accelctl.accelerators`` group;
+    """Map entry-point names to distributions for the ``accelctl.accelerators`` group.
+
+    Entry-point name (lower case) -> distributions, for the ``accelctl.accelerators`` group;
     read only once a backend is loaded (to see whether a dedicated plugin claims it)."""
     found: dict[str, list[str]] = {}
     for dist in _declaring(path, ACCELCTL_GROUP):

@@ -58,8 +58,10 @@ class Backend(NamedTuple):
 
     @property
     def alias(self) -> str | None:
-        """The name to claim as an alias: the backend's, unless a dedicated plugin has it (so
-        the dedicated plugin's canonical name wins) or it is not a valid accelctl name."""
+        """Return the name to claim as an alias, or None.
+
+        The backend's, unless a dedicated plugin has it (so the dedicated plugin's canonical name
+        wins) or it is not a valid accelctl name."""
         if self.name is None or self.dedicated is not None:
             return None
         if not _ALIAS_RE.match(self.name) or self.name in _RESERVED:
@@ -105,7 +107,9 @@ def _device_module(torch: ModuleType, name: str) -> Any:
 
 
 def _device_count(torch: ModuleType, name: str) -> int:
-    """``torch.<name>.device_count()``, the module the backend registered; else
+    """Count the backend's devices.
+
+    ``torch.<name>.device_count()``, the module the backend registered; else
     ``torch.accelerator.device_count()`` where the current accelerator is this backend."""
     module = _device_module(torch, name)
     if module is not None and callable(getattr(module, "device_count", None)):
@@ -119,7 +123,9 @@ def _device_count(torch: ModuleType, name: str) -> int:
 
 
 def _distributed_backend(name: str) -> str | None:
-    """The backend torch maps the device type to (``Backend.register_backend(...,
+    """Return the distributed backend torch maps the device type to, or None.
+
+    The backend torch maps the device type to (``Backend.register_backend(...,
     devices=[name])`` adds it), or None: the accelerator then runs in one process."""
     try:
         import torch.distributed as dist
@@ -133,8 +139,9 @@ def _distributed_backend(name: str) -> str | None:
 
 
 def _package(installed: Installed, torch: ModuleType, name: str) -> str | None:
-    """The torch.backends package whose module provides ``torch.<name>``; the only one, when
-    the module does not tell."""
+    """Return the torch.backends package whose module provides ``torch.<name>``.
+
+    The only one, when the module does not tell."""
     module = _device_module(torch, name)
     top = str(getattr(module, "__name__", "")).partition(".")[0]
     for package in installed.backends:

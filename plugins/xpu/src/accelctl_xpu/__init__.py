@@ -1,4 +1,6 @@
-"""accelctl plugin for Intel GPUs (Arc, Data Center GPU Flex and Max, integrated Xe) through
+"""accelctl plugin for Intel GPUs through torch's XPU build.
+
+accelctl plugin for Intel GPUs (Arc, Data Center GPU Flex and Max, integrated Xe) through
 torch's XPU build: ``torch.device("xpu", i)``, ``torch.xpu``, and ``xccl`` for several processes
 where the build has it.
 
@@ -27,9 +29,11 @@ if TYPE_CHECKING:
 
 
 class XPUAccelerator(accelctl.Accelerator):
-    """Intel GPUs as torch's ``xpu`` devices: the probe (:mod:`accelctl_xpu.probe`) answers
-    ``detect``, ``unavailable_reason`` and ``auto_device_count``; devices and their specs are the
-    base class's indexed defaults (``xpu:i``)."""
+    """Intel GPUs as torch's ``xpu`` devices.
+
+    The probe (:mod:`accelctl_xpu.probe`) answers ``detect``, ``unavailable_reason`` and
+    ``auto_device_count``; devices and their specs are the base class's indexed defaults
+    (``xpu:i``)."""
 
     name = "xpu"
     description = "Intel GPUs through torch's XPU build (torch's xpu device)"
@@ -37,13 +41,17 @@ class XPUAccelerator(accelctl.Accelerator):
     priority = 100
 
     def detect(self) -> bool:
-        """True when an Intel GPU driver, an XPU build of torch and at least one visible device
+        """Say whether an Intel GPU driver, an XPU torch and a visible device are here.
+
+        True when an Intel GPU driver, an XPU build of torch and at least one visible device
         are here."""
         return current().available
 
     def unavailable_reason(self) -> str | None:
-        """Why not: no Intel GPU driver, a torch without XPU, no Level Zero loader, a variable
-        hiding every device..."""
+        """Say why XPU is not available.
+
+        No Intel GPU driver, a torch without XPU, no Level Zero loader, a variable hiding every
+        device..."""
         return current().reason
 
     def auto_device_count(self) -> int:
@@ -51,7 +59,9 @@ class XPUAccelerator(accelctl.Accelerator):
         return current().device_count
 
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
-        """Memory figures from ``torch.xpu`` (allocated, reserved, used, total), only where this
+        """Return memory figures from ``torch.xpu``, only where this process already uses XPU.
+
+        Memory figures from ``torch.xpu`` (allocated, reserved, used, total), only where this
         process already uses XPU: reading them elsewhere would start the runtime. ``{}``
         otherwise.
 
@@ -78,15 +88,16 @@ class XPUAccelerator(accelctl.Accelerator):
         torch.xpu.set_device(device)
 
     def teardown(self) -> None:
-        """Empty torch's XPU caching allocator (only where XPU is in use: never start it
-        here)."""
+        """Empty torch's XPU caching allocator (only where XPU is in use: never start it here)."""
         from . import runtime
 
         if runtime.in_use():
             sys.modules["torch"].xpu.empty_cache()
 
     def accelerator_info(self) -> accelctl.AcceleratorInfo:
-        """The class attributes, and ``xccl`` as the distributed backend where this torch build
+        """Return the class attributes, with ``xccl`` as the backend where torch has it.
+
+        The class attributes, and ``xccl`` as the distributed backend where this torch build
         has XCCL (else None: one process).
 
         torch is asked about XCCL only where an Intel GPU driver and an XPU build of torch are
@@ -101,8 +112,7 @@ class XPUAccelerator(accelctl.Accelerator):
         return replace(super().accelerator_info(), distributed_backend=backend)
 
     def environment_info(self) -> dict[str, str | int | float | bool | None]:
-        """For ``accelctl env``: the Level Zero and SYCL device-selection variables that are
-        set."""
+        """For ``accelctl env``: the Level Zero and SYCL device-selection variables that are set."""
         return dict(self.environment_variables(DEVICE_VARIABLES))
 
 

@@ -41,7 +41,9 @@ LIBRARY_FOLDERS = (
 
 #: The last resort for finding the loader (``ldconfig``'s cache); tests replace it.
 def find_library(name: str) -> str | None:
-    """``ctypes.util.find_library`` (ldconfig's cache), imported only on a machine with an Intel
+    """Call ``ctypes.util.find_library``, importing ctypes only when needed.
+
+    ``ctypes.util.find_library`` (ldconfig's cache), imported only on a machine with an Intel
     GPU: ctypes is not on the path of a machine without one."""
     import ctypes.util
 
@@ -92,7 +94,9 @@ def render_nodes() -> list[str]:
 
 
 def find_loader(environ: Mapping[str, str], extra_folders: Iterable[Path] = ()) -> str | None:
-    """Where the Level Zero loader is, or None: ``LD_LIBRARY_PATH``, torch's own ``lib`` folder
+    """Find the Level Zero loader, or return None.
+
+    Where the Level Zero loader is, or None: ``LD_LIBRARY_PATH``, torch's own ``lib`` folder
     and the usual library folders first (a few ``stat`` calls), ``ldconfig``'s cache last."""
     folders = [Path(p) for p in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     folders += list(extra_folders)

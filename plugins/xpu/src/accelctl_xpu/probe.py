@@ -1,5 +1,6 @@
-"""One look at the machine: Intel GPU driver, torch's build, Level Zero, devices visible, and why
-not if not.
+"""One look at the machine for Intel GPUs, and why not if not.
+
+Intel GPU driver, torch's build, Level Zero, devices visible, and why not if not.
 
 The steps go from cheap to dear and stop at the first "no", so that a machine without an Intel
 GPU, or with a torch built without XPU, answers from a few ``stat`` calls and one small file read
@@ -128,7 +129,9 @@ _current = Accelerator.once_per_environment(DEVICE_VARIABLES, lambda: probe())
 
 
 def current() -> Probe:
-    """This process's probe, made once per setting of the visibility variables, so that
+    """Return this process's probe, made once per setting of the visibility variables.
+
+    This process's probe, made once per setting of the visibility variables, so that
     ``detect``, ``auto_device_count`` and ``unavailable_reason`` look once."""
     return _current()
 

@@ -26,7 +26,9 @@ def in_use() -> bool:
 
 
 def sysman_count() -> int | None:
-    """Visible XPU devices counted by Level Zero Sysman, without the SYCL runtime; None where
+    """Count visible XPU devices with Level Zero Sysman, or return None.
+
+    Visible XPU devices counted by Level Zero Sysman, without the SYCL runtime; None where
     Sysman cannot count (no ``pyzes``, an older torch without it, a sub-device
     ``ZE_AFFINITY_MASK``).
 

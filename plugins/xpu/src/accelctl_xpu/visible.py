@@ -1,5 +1,7 @@
-"""Which Intel GPUs a process may use: ``ZE_AFFINITY_MASK`` and ``ONEAPI_DEVICE_SELECTOR``, read
-the way Level Zero and the SYCL runtime under ``torch.xpu`` read them.
+"""Which Intel GPUs a process may use, read as Level Zero and SYCL read them.
+
+``ZE_AFFINITY_MASK`` and ``ONEAPI_DEVICE_SELECTOR``, read the way Level Zero and the SYCL runtime
+under ``torch.xpu`` read them.
 
 ``ZE_AFFINITY_MASK`` (Level Zero) is a *mask*, not an order: the devices it keeps stay in the
 driver's order.
@@ -58,7 +60,9 @@ def _selected(devices: str, count: int) -> set[int]:
 
 
 def device_selector(value: str | None, count: int) -> list[int]:
-    """The positions (among ``count`` Level Zero devices) that ``ONEAPI_DEVICE_SELECTOR=value``
+    """Return the positions that ``ONEAPI_DEVICE_SELECTOR=value`` keeps, in order.
+
+    The positions (among ``count`` Level Zero devices) that ``ONEAPI_DEVICE_SELECTOR=value``
     keeps, in order."""
     if value is None or not value.strip():
         return list(range(count))
