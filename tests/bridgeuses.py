@@ -126,8 +126,10 @@ class _Walker(ast.NodeVisitor):
                     self.uses.add(path if module else self._spelled(path))
 
     def _collect_declared(self, tree: ast.Module) -> None:
-        """``Name = Annotated[Any, "module:Class", ...]``: a value the code reaches untyped,
-        declared as an instance of one of those framework classes (``_versions.Framework``)."""
+        """``Name = Annotated[Any, "module:Class", ...]``: a value the code reaches untyped.
+
+        It is declared as an instance of one of those framework classes
+        (``_shared.versions.Framework``)."""
         for node in tree.body:
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
                 continue
