@@ -73,7 +73,7 @@ def _restore_lightning_registries() -> Iterator[None]:
 def test_enable_records_every_patch_and_undo_puts_lightnings_own_back() -> None:
     # Every internal the bridge declares is patched, but the one name it only reads.
     patched = [i.path for i in ADAPTATION.internals if i.name != "_FSDP_ALIASES"]
-    assert len(patched) == 19
+    assert len(patched) == 16
     assert_enabled_and_undone(enable, _lightning_connector.PATCHES, patched)
     assert _lightning_connector.is_active()
 
@@ -328,7 +328,7 @@ def test_a_changed_internal_is_refused_when_the_bridge_is_imported() -> None:
         "lightning 2.3 to 2.6: pip install 'lightning>=2.3,<2.7' installs a tested release (pip "
         "install 'accelctl[lightning]' the newest)"
     )
-    assert str(result["raised_in"]).endswith("_versions.py")
+    assert str(result["raised_in"]).endswith("versions.py")
     assert (result["probe"], result["warnings"]) == (False, [])
 
 
@@ -657,9 +657,12 @@ DDP_SCRIPT = '''
 
     sys.path.insert(0, {tests!r})
     import lightning
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
     from scriptend import exit_without_teardown
     from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader
 
+    from accelctl.integrations._lightning.strategy import OnStrategy
     from accelctl.integrations.lightning import LightningAccelerator
 
 
@@ -688,6 +691,20 @@ DDP_SCRIPT = '''
                 "initial": self.initial,
                 "params": [p.detach().flatten().tolist() for p in model.parameters()],
                 "losses": model.losses,
+                # The DDP wrap and the mean reduction are the run's strategy's own attributes;
+                # Lightning's class is left as it is.
+                "own": sorted(
+                    name for name, value in vars(trainer.strategy).items()
+                    if isinstance(value, OnStrategy)
+                ),
+                "class_adapted": [
+                    name for name in ("reduce", "_setup_model")
+                    if getattr(getattr(DDPStrategy, name), "__accelctl_adapted__", False)
+                ],
+                "model": type(trainer.strategy.model).__name__,
+                "mean": trainer.strategy.reduce(
+                    torch.tensor(trainer.global_rank * 3.0), reduce_op="mean"
+                ).item(),
             }}
             out = Path(sys.argv[1]) / f"rank{{trainer.global_rank}}.json"
             out.write_text(json.dumps(report))
@@ -730,6 +747,8 @@ def test_ddp_on_two_cpu_processes_through_lightnings_own_strategies(
         assert report["backend"] == "gloo" and report["device"] == "cpu"
         assert len(report["losses"]) == 4 * 2  # 64 samples / 2 ranks / 16 per batch, 4 epochs
         assert report["params"] != report["initial"]
+        assert report["own"] == ["_setup_model", "reduce"] and report["class_adapted"] == []
+        assert report["model"] == "DistributedDataParallel" and report["mean"] == 1.5
     # DDP kept the replicas in step, and each rank saw its own half of the data.
     assert reports[0]["params"] == reports[1]["params"]
     assert reports[0]["losses"][0] != reports[1]["losses"][0]
