@@ -34,6 +34,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # no
 
 import accelctl  # noqa: E402
 from accelctl.integrations._lightning import connector as _lightning_connector  # noqa: E402
+from accelctl.integrations._lightning.strategy import OnStrategy  # noqa: E402
 from accelctl.integrations.lightning import (  # noqa: E402
     ADAPTATION,
     LightningAccelerator,
@@ -425,6 +426,31 @@ def test_ddp_uses_the_plugins_distributed_backend(strategy: str) -> None:
             **options,
         )
         assert made.strategy.process_group_backend == "fakeccl", (make, strategy)
+
+
+class _OwnWrapDDP(DDPStrategy):
+    """A user's DDP strategy that wraps the model its own way."""
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+
+@pytest.mark.parametrize("strategy", [DDPStrategy, _OwnWrapDDP])
+def test_setup_adapts_the_runs_strategy_object_not_lightnings_class(strategy: type) -> None:
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator("cpu"), devices=1, strategy=strategy()
+    )
+    run = trainer.strategy
+    trainer.accelerator.setup(trainer)  # what every Trainer strategy's setup(trainer) calls first
+    own = {name: value for name, value in vars(run).items() if isinstance(value, OnStrategy)}
+    # A strategy that wraps the model its own way keeps it; the reduction is adapted on both.
+    assert sorted(own) == (["_setup_model", "reduce"] if strategy is DDPStrategy else ["reduce"])
+    trainer.accelerator.setup(trainer)  # set up again: the same wrappers, not wrappers of them
+    assert all(vars(run)[name] is value for name, value in own.items())
+    for name in ("reduce", "_setup_model"):
+        assert not hasattr(getattr(DDPStrategy, name), "__accelctl_adapted__"), name
+    # No process group here: Lightning's own reduction runs, and gives the tensor back.
+    assert run.reduce(torch.tensor(3.0), reduce_op="mean").item() == 3.0
 
 
 def test_a_ddp_backend_other_than_the_plugins_is_kept_and_warned() -> None:
