@@ -34,6 +34,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # no
 
 import accelctl  # noqa: E402
 from accelctl.integrations._lightning import connector as _lightning_connector  # noqa: E402
+from accelctl.integrations._lightning.strategy import OnStrategy  # noqa: E402
 from accelctl.integrations.lightning import (  # noqa: E402
     ADAPTATION,
     LightningAccelerator,
@@ -73,7 +74,7 @@ def _restore_lightning_registries() -> Iterator[None]:
 def test_enable_records_every_patch_and_undo_puts_lightnings_own_back() -> None:
     # Every internal the bridge declares is patched, but the one name it only reads.
     patched = [i.path for i in ADAPTATION.internals if i.name != "_FSDP_ALIASES"]
-    assert len(patched) == 19
+    assert len(patched) == 16
     assert_enabled_and_undone(enable, _lightning_connector.PATCHES, patched)
     assert _lightning_connector.is_active()
 
@@ -427,6 +428,31 @@ def test_ddp_uses_the_plugins_distributed_backend(strategy: str) -> None:
         assert made.strategy.process_group_backend == "fakeccl", (make, strategy)
 
 
+class _OwnWrapDDP(DDPStrategy):
+    """A user's DDP strategy that wraps the model its own way."""
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+
+@pytest.mark.parametrize("strategy", [DDPStrategy, _OwnWrapDDP])
+def test_setup_adapts_the_runs_strategy_object_not_lightnings_class(strategy: type) -> None:
+    trainer = lightning.Trainer(
+        accelerator=LightningAccelerator("cpu"), devices=1, strategy=strategy()
+    )
+    run = trainer.strategy
+    trainer.accelerator.setup(trainer)  # what every Trainer strategy's setup(trainer) calls first
+    own = {name: value for name, value in vars(run).items() if isinstance(value, OnStrategy)}
+    # A strategy that wraps the model its own way keeps it; the reduction is adapted on both.
+    assert sorted(own) == (["_setup_model", "reduce"] if strategy is DDPStrategy else ["reduce"])
+    trainer.accelerator.setup(trainer)  # set up again: the same wrappers, not wrappers of them
+    assert all(vars(run)[name] is value for name, value in own.items())
+    for name in ("reduce", "_setup_model"):
+        assert not hasattr(getattr(DDPStrategy, name), "__accelctl_adapted__"), name
+    # No process group here: Lightning's own reduction runs, and gives the tensor back.
+    assert run.reduce(torch.tensor(3.0), reduce_op="mean").item() == 3.0
+
+
 def test_a_ddp_backend_other_than_the_plugins_is_kept_and_warned() -> None:
     with pytest.warns(UserWarning, match=r"over 'fakeccl', but the strategy names 'gloo'"):
         trainer = lightning.Trainer(
@@ -657,9 +683,12 @@ DDP_SCRIPT = '''
 
     sys.path.insert(0, {tests!r})
     import lightning
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
     from scriptend import exit_without_teardown
     from tinymodel import TinyRegression, quiet_trainer_options, tiny_loader
 
+    from accelctl.integrations._lightning.strategy import OnStrategy
     from accelctl.integrations.lightning import LightningAccelerator
 
 
@@ -688,6 +717,20 @@ DDP_SCRIPT = '''
                 "initial": self.initial,
                 "params": [p.detach().flatten().tolist() for p in model.parameters()],
                 "losses": model.losses,
+                # The DDP wrap and the mean reduction are the run's strategy's own attributes;
+                # Lightning's class is left as it is.
+                "own": sorted(
+                    name for name, value in vars(trainer.strategy).items()
+                    if isinstance(value, OnStrategy)
+                ),
+                "class_adapted": [
+                    name for name in ("reduce", "_setup_model")
+                    if getattr(getattr(DDPStrategy, name), "__accelctl_adapted__", False)
+                ],
+                "model": type(trainer.strategy.model).__name__,
+                "mean": trainer.strategy.reduce(
+                    torch.tensor(trainer.global_rank * 3.0), reduce_op="mean"
+                ).item(),
             }}
             out = Path(sys.argv[1]) / f"rank{{trainer.global_rank}}.json"
             out.write_text(json.dumps(report))
@@ -730,6 +773,8 @@ def test_ddp_on_two_cpu_processes_through_lightnings_own_strategies(
         assert report["backend"] == "gloo" and report["device"] == "cpu"
         assert len(report["losses"]) == 4 * 2  # 64 samples / 2 ranks / 16 per batch, 4 epochs
         assert report["params"] != report["initial"]
+        assert report["own"] == ["_setup_model", "reduce"] and report["class_adapted"] == []
+        assert report["model"] == "DistributedDataParallel" and report["mean"] == 1.5
     # DDP kept the replicas in step, and each rank saw its own half of the data.
     assert reports[0]["params"] == reports[1]["params"]
     assert reports[0]["losses"][0] != reports[1]["losses"][0]

@@ -71,6 +71,7 @@ from accelctl._kernels.setup import set_up_kernels
 from ._lightning import connector as _lightning_connector
 from ._lightning import kernels as _lightning_kernels
 from ._lightning import registries as _lightning_registries
+from ._lightning import strategy as _lightning_strategy
 from ._lightning.registries import Registration
 from ._shared.patching import Patch
 
@@ -337,13 +338,17 @@ class LightningAccelerator(_LightningAcceleratorBase):
         set_up_kernels(handle, device, rank=getattr(rank_zero_only, "rank", None))
 
     def setup(self, trainer: pl.Trainer) -> None:
-        """Set up the accelerator in each process before the model is moved and wrapped.
+        """Adapt the run's strategy to the plugin; called by it in each process first.
 
-        Called by the strategy in each process before the model is moved, wrapped and given
-        its optimizers. The strategy's steps then raise :class:`accelctl.MissingKernelError`
-        for a kernel the device lacks (:mod:`accelctl.integrations._lightning.kernels`), and
-        ``Trainer.fit`` with them. Does what Lightning does by accelerator type for its own CPU
-        accelerator only: un-share CPU weights that ``ddp_spawn`` put in shared memory."""
+        Lightning's strategies call this before the model is moved, wrapped and given its
+        optimizers. A DDP strategy then wraps the model on the current stream, and DDP's and
+        ``ModelParallelStrategy``'s ``reduce`` take a mean as a sum divided by the world size
+        (:mod:`accelctl.integrations._lightning.strategy`). The strategy's steps raise
+        :class:`accelctl.MissingKernelError` for a kernel the device lacks
+        (:mod:`accelctl.integrations._lightning.kernels`), and ``Trainer.fit`` with them. Does
+        what Lightning does by accelerator type for its own CPU accelerator only: un-share CPU
+        weights that ``ddp_spawn`` put in shared memory."""
+        _lightning_strategy.adapt(trainer.strategy)
         _lightning_kernels.translate_steps(trainer.strategy, self.accelctl_handle().plugin_name)
         module = trainer.lightning_module
         cpu = trainer.strategy.root_device.type == "cpu"

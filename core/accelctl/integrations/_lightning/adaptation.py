@@ -15,7 +15,6 @@ TRAINER_CONNECTOR = (
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 )
 FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
-TRAINER_DDP = "lightning.pytorch.strategies:DDPStrategy"
 FABRIC_DDP = "lightning.fabric.strategies:DDPStrategy"
 TRAINER_SHARDED = "lightning.pytorch.strategies:ModelParallelStrategy"
 FABRIC_SHARDED = "lightning.fabric.strategies:ModelParallelStrategy"
@@ -37,11 +36,8 @@ ADAPTATION = Adaptation(
     (
         *(Internal(TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
         *(Internal(FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        Internal(TRAINER_DDP, "_setup_model", ("self", "model")),
         Internal(FABRIC_DDP, "setup_module", ("self", "module")),
-        Internal(TRAINER_DDP, "reduce", _REDUCE),
         Internal(FABRIC_DDP, "all_reduce", _REDUCE),
-        Internal(TRAINER_SHARDED, "reduce", _REDUCE),
         Internal(FABRIC_SHARDED, "all_reduce", _REDUCE),
         Internal(TRAINER_SHARDED, "_setup_distributed", ("self",)),
         Internal(FABRIC_SHARDED, "_setup_distributed", ("self",)),

@@ -54,9 +54,11 @@ methods that make these choices, so that they follow the plugin: its device, its
 strategy naming the sharded path that runs; ``ModelParallelStrategy``'s ``_setup_distributed``, so
 that a group whose backend cannot split is not bound to a device (torch then makes the mesh's
 subgroups with ``new_group``, as it does for any unbound group) and the Trainer's model is on its
-device before ``configure_model`` where ``fully_shard`` could not move it; DDP's model wrap, so that
-it is built on the current stream (as plain PyTorch does); the DDP and model-parallel reductions, so
-that a mean is a sum divided by the world size (what Lightning does for gloo); Fabric's
+device before ``configure_model`` where ``fully_shard`` could not move it; Fabric's DDP model wrap,
+so that it is built on the current stream (as plain PyTorch does); Fabric's DDP and model-parallel
+``all_reduce``, so that a mean is a sum divided by the world size (what Lightning does for gloo)
+(the Trainer's counterparts of these two are set on the run's strategy object instead, by the
+public ``Accelerator.setup``: :mod:`accelctl.integrations._lightning.strategy`); Fabric's
 ``setup`` and ``setup_module``, which move the model keeping its parameters; and
 ``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
 process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the
@@ -94,10 +96,10 @@ from .adaptation import (
     FABRIC_DDP,
     FABRIC_SHARDED,
     TRAINER_CONNECTOR,
-    TRAINER_DDP,
     TRAINER_DEEPSPEED,
     TRAINER_SHARDED,
 )
+from .strategy import ddp_module, reduce_mean_as_sum
 
 #: Every method :func:`install` wraps and every name of Lightning the bridge uses (checked when
 #: the bridge is imported, before torch and Lightning are).
@@ -111,9 +113,7 @@ _Connector = Annotated[
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector",
     "lightning.fabric.connector:_Connector",
 ]
-_DDP = Annotated[
-    Any, "lightning.pytorch.strategies:DDPStrategy", "lightning.fabric.strategies:DDPStrategy"
-]
+_DDP = Annotated[Any, "lightning.fabric.strategies:DDPStrategy"]
 _Sharded = Annotated[
     Any,
     "lightning.pytorch.strategies:ModelParallelStrategy",
@@ -121,9 +121,7 @@ _Sharded = Annotated[
 ]
 _Reducing = Annotated[
     Any,
-    "lightning.pytorch.strategies:DDPStrategy",
     "lightning.fabric.strategies:DDPStrategy",
-    "lightning.pytorch.strategies:ModelParallelStrategy",
     "lightning.fabric.strategies:ModelParallelStrategy",
 ]
 _MixedPrecision = Annotated[
@@ -204,15 +202,11 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
     )
     _wrap(TRAINER_CONNECTOR, trainer, "_precision_plugin_flag", is_bridge)
     _wrap(FABRIC_CONNECTOR, fabric, "_precision_instance", is_bridge)
-    _wrap_ddp_setup(TRAINER_DDP, "_setup_model", is_bridge)
+    # The Trainer's DDP model wrap and reductions are set on the run's strategy object instead
+    # (_lightning/strategy.py, from LightningAccelerator.setup); Fabric has no such call.
     _wrap_ddp_setup(FABRIC_DDP, "setup_module", is_bridge)
-    for strategy, reduce in (
-        (TRAINER_DDP, "reduce"),
-        (FABRIC_DDP, "all_reduce"),
-        (TRAINER_SHARDED, "reduce"),
-        (FABRIC_SHARDED, "all_reduce"),
-    ):
-        _wrap_reduce(strategy, reduce, is_bridge)
+    for strategy in (FABRIC_DDP, FABRIC_SHARDED):
+        _wrap_reduce(strategy, "all_reduce", is_bridge)
     for strategy in (TRAINER_SHARDED, FABRIC_SHARDED):
         _wrap_setup_distributed(strategy, is_bridge)
     _wrap_deepspeed_environment(DDPStrategy, is_bridge)
@@ -438,21 +432,15 @@ def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: 
 
 
 def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], bool]) -> None:
-    """Wrap the model for DDP on the current stream, on devices that are not CUDA GPUs.
+    """Wrap Fabric's model for DDP on the current stream, on devices that are not CUDA GPUs.
 
-    DDP on an accelctl accelerator's devices that are not CUDA GPUs: the model is wrapped on
-    the current stream."""
+    The model is wrapped on the current stream (:func:`~._lightning.strategy.ddp_module`)."""
 
     def wrap(original_setup: Any) -> Any:
         def setup_module(self: _DDP, module: torch.nn.Module) -> Any:
-            device = self.root_device
-            if not is_bridge(self.accelerator) or device.type == "cuda":
+            if not is_bridge(self.accelerator):
                 return original_setup(self, module)
-            # Lightning makes a CUDA side stream for CUDA graph capture; DDP itself needs none.
-            from torch.nn.parallel import DistributedDataParallel
-
-            device_ids = None if device.type == "cpu" else [device.index]
-            return DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+            return ddp_module(self, module, lambda module: original_setup(self, module))
 
         return setup_module
 
@@ -547,37 +535,25 @@ def unbind_unless_splitting(device: torch.device) -> None:
 def _wrap_reduce(strategy: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
     """Reduce a ``"mean"`` as a sum divided by the world size, on an accelctl accelerator.
 
-    A ``"mean"`` across processes on an accelctl accelerator is reduced as a sum, then divided
-    by the world size (DDP's and ModelParallelStrategy's reductions alike)."""
+    Fabric's DDP and ModelParallelStrategy reductions alike
+    (:func:`~._lightning.strategy.reduce_mean_as_sum`)."""
 
     def wrap(original_reduce: Any) -> Any:
-        def reduce_mean_as_sum(
+        def all_reduce_mean_as_sum(
             self: _Reducing, tensor: Any, group: Any = None, reduce_op: Any = "mean"
         ) -> Any:
-            if not (
-                is_bridge(self.accelerator)
-                and isinstance(tensor, torch.Tensor)
-                and torch.distributed.is_available()
-                and torch.distributed.is_initialized()
-                and _is_mean(reduce_op)
-            ):
+            def reduce(tensor: Any, group: Any, reduce_op: Any) -> Any:
                 return original_reduce(self, tensor, group, reduce_op)
-            total = original_reduce(self, tensor, group, "sum")
-            world = torch.distributed.get_world_size(group)
-            # In place, as Lightning's own sum-then-divide for gloo (an integer stays an integer).
-            return total.div_(world) if total.is_floating_point() else total.copy_(total / world)
 
-        return reduce_mean_as_sum
+            if not is_bridge(self.accelerator):
+                return reduce(tensor, group, reduce_op)
+            return reduce_mean_as_sum(reduce, tensor, group, reduce_op)
+
+        return all_reduce_mean_as_sum
 
     PATCHES.apply(
         strategy, reduce, wrap, "a mean reduced as a sum divided by the world size, any backend"
     )
-
-
-def _is_mean(reduce_op: Any) -> bool:
-    if isinstance(reduce_op, str):
-        return reduce_op.lower() in ("mean", "avg")
-    return bool(reduce_op == torch.distributed.ReduceOp.AVG)
 
 
 def _wrap_fabric_setup(name: str, is_bridge: Callable[[object], bool], sharded: type) -> None:
