@@ -221,7 +221,7 @@ def test_a_fit_calls_every_hook_in_the_callers_thread(
     assert set(threads) == {threading.get_ident()}
 
 
-def test_a_hook_call_through_a_handle_runs_no_accelctl_code_between_it_and_the_plugin(
+def test_a_hook_call_through_a_handle_runs_no_other_accelctl_code_before_the_plugin(
     fake_site: FakeSite,
 ) -> None:
     fake_site.install("acme-deep", {"deep": "fakeplugins.recording:RecordsStack"})
@@ -231,9 +231,8 @@ def test_a_hook_call_through_a_handle_runs_no_accelctl_code_between_it_and_the_p
     assert handle.detect() is True
     core = str(Path(accelctl.__file__).parent)
     ours = [name for name in frames if name.startswith(core)]
-    assert ours == [
-        str(Path(core) / "_host" / "handle.py")
-    ]  # the handle's detect itself, nothing else
+    # The handle's own code alone (no fan-out, no guard, no thread): a direct call is direct.
+    assert ours and set(ours) == {str(Path(core) / "_host" / "handle.py")}
 
 
 def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -> None:

@@ -370,17 +370,8 @@ class AcceleratorHandle:
         return self._returned(hook, value)
 
     def detect(self) -> bool:
-        """True when the accelerator can run torch work here now."""
-        function = self._loaded_hooks()["detect"]
-        outer = self._calling
-        self._calling = outer or "detect"
-        try:
-            value = function()
-        except BaseException as exc:  # a hook's sys.exit() too (test_hostile_plugins.py)
-            raise self._failed("detect", exc)  # noqa: B904 - the cause is set
-        finally:
-            self._calling = outer
-        return value if value is True or value is False else self._returned("detect", value)
+        """Say whether the accelerator can run torch work here now."""
+        return bool(self._call("detect"))
 
     def auto_device_count(self) -> int:
         """Devices visible here; 0 when not detected."""
