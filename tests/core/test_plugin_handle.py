@@ -210,15 +210,17 @@ def test_only_the_handle_changes_its_state(fake_site: FakeSite) -> None:
     assert handle.load().state == "loaded"
 
 
-def test_a_mark_pluggy_leaves_as_an_object_counts_as_its_dict_does() -> None:
-    """pluggy leaves a dict on a marked function up to 1.7; an object of pluggy's with the same
-    fields, as a later release may leave, marks a hook too. An attribute that is no mark (an
-    object answering every attribute) marks nothing, as pluggy rules."""
+def test_a_mark_pluggy_leaves_as_an_object_counts_as_its_dict_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pluggy leaves a dict on a marked function up to 1.7; its development branch leaves its
+    public ``HookimplConfiguration``, which marks a hook too. An attribute that is no mark (an
+    object answering every attribute) marks nothing."""
+    import pluggy
+
     from accelctl._host.loading import _found_hooks
 
     class HookimplConfiguration:
-        __module__ = "pluggy._hooks"
-
         def __init__(self, **options: object) -> None:
             self.__dict__.update(options)
 
@@ -226,6 +228,7 @@ def test_a_mark_pluggy_leaves_as_an_object_counts_as_its_dict_does() -> None:
         def __getattr__(self, name: str) -> bool:
             return True
 
+    monkeypatch.setattr(pluggy, "HookimplConfiguration", HookimplConfiguration, raising=False)
     plugin = types.ModuleType("vendor_plugin")
 
     @accelctl.hookimpl

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any, NamedTuple
 
+import pluggy
+
 from .. import hookspecs
 from .._base.project import PROJECT_NAME
 from .._base.text import FIELD_LIMIT, clean
@@ -70,13 +72,15 @@ def _argnames(function: Callable[..., Any]) -> tuple[str, ...]:
 def _marked(value: object) -> dict[str, Any] | None:
     """The options ``@accelctl.hookimpl`` left on ``value``; None where it is not marked.
 
-    pluggy's marker leaves a dict (up to 1.7); an object of pluggy's with the same fields, as
-    a later release may leave, is read the same way. Anything else in the attribute (an object
-    that answers every attribute) is no mark, as pluggy itself rules."""
+    pluggy's marker leaves a dict up to 1.7; pluggy's development branch leaves its public
+    ``HookimplConfiguration`` instead, read here the same way where the installed pluggy has
+    that type. Anything else in the attribute (an object that answers every attribute) is no
+    mark."""
     opts = getattr(value, _MARKER, None)
     if isinstance(opts, dict):
         return opts
-    if opts is None or not type(opts).__module__.partition(".")[0] == "pluggy":
+    configuration = getattr(pluggy, "HookimplConfiguration", None)
+    if configuration is None or not isinstance(opts, configuration):
         return None
     return {name: getattr(opts, name) for name in _OPTIONS if hasattr(opts, name)}
 

@@ -15,9 +15,9 @@ or ``torchrun``), its ``distributed_backend`` and DDP across the processes, auto
 device type; with ``fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)``, FSDP2 on a
 device mesh of the plugin's device type, where the device can run it
 (``accelctl.capabilities.fsdp_gaps``); with a ``DeepSpeedPlugin``, DeepSpeed's engine, its
-accelerator made the plugin's (``accelctl.integrations._deepspeed.device``), on CPU devices
+accelerator made the plugin's (``._deepspeed.device``), on CPU devices
 too. A set-up that cannot run is refused here, with accelctl's error. The adaptation of
-Accelerate's state is version-checked (:mod:`accelctl.integrations._accelerate.state`) and
+Accelerate's state is version-checked (:mod:`._accelerate.state`) and
 applied by :func:`enable`, which the ``Accelerator`` calls; ``docs/accelerate.md`` lists what it
 changes and why.
 """

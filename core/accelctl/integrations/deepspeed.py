@@ -13,9 +13,9 @@ process: :func:`use_plugin` with ``"auto"`` (``ACCELCTL_ACCELERATOR`` when set, 
 launch`` sets it, else the available accelerator of highest priority), one device per process
 under a launcher (``devices[LOCAL_RANK]``). Call :func:`use_plugin` to choose otherwise. The
 accelerator is a ``DeepSpeedAccelerator`` made from the plugin and torch's device-generic APIs
-(:mod:`._deepspeed_accelerator`); its communication backend is the plugin's
+(:mod:`._deepspeed.accelerator`); its communication backend is the plugin's
 ``distributed_backend``; DeepSpeed's compiled ops the device has no build of say so when asked
-for (:mod:`._deepspeed_ops`). Nothing of DeepSpeed is patched but the builder names its import
+for (:mod:`._deepspeed.ops`). Nothing of DeepSpeed is patched but the builder names its import
 bound to the accelerator it found then (:data:`ADAPTATION`, checked by their shape).
 """
 

@@ -22,9 +22,9 @@ class methods delegate to the handle. That subclass is what :func:`register_all`
 Lightning chooses the strategy, the DDP backend and the autocast device by accelerator type or
 name; for accelctl's accelerators those choices follow the plugin instead (its device, its
 ``distributed_backend``, its device type), through one version-checked adaptation of Lightning's
-connectors in :mod:`accelctl.integrations._lightning.connector`, applied by :func:`enable` when the
+connectors in :mod:`._lightning.connector`, applied by :func:`enable` when the
 first bridge accelerator class is bound (never by importing this module); :func:`register_all`'s
-work on Lightning's registries is in :mod:`accelctl.integrations._lightning.registries`. A
+work on Lightning's registries is in :mod:`._lightning.registries`. A
 device/process mismatch known when the Trainer is made is refused then, with accelctl's error.
 ``docs/lightning.md`` lists each case.
 """
@@ -343,9 +343,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
         Lightning's strategies call this before the model is moved, wrapped and given its
         optimizers. A DDP strategy then wraps the model on the current stream, and DDP's and
         ``ModelParallelStrategy``'s ``reduce`` take a mean as a sum divided by the world size
-        (:mod:`accelctl.integrations._lightning.strategy`). The strategy's steps raise
+        (:mod:`._lightning.strategy`). The strategy's steps raise
         :class:`accelctl.MissingKernelError` for a kernel the device lacks
-        (:mod:`accelctl.integrations._lightning.kernels`), and ``Trainer.fit`` with them. Does
+        (:mod:`._lightning.kernels`), and ``Trainer.fit`` with them. Does
         what Lightning does by accelerator type for its own CPU accelerator only: un-share CPU
         weights that ``ddp_spawn`` put in shared memory."""
         _lightning_strategy.adapt(trainer.strategy)

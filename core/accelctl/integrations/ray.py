@@ -216,7 +216,7 @@ def _place_worker(
 ) -> tuple[str | None, str | None]:
     """Place a worker on its device and hand its fits the run's id, restarts and checkpoint.
 
-    The worker takes its device (:func:`accelctl.integrations._ray.placement.place`) and installs
+    The worker takes its device (:func:`._ray.placement.place`) and installs
     the reporter; returns its backend and the resource that counts its devices, for the checks
     across the workers. ``cpu_fallback``: the driver's ``ACCELCTL_CPU_FALLBACK``, on here too where
     it is on."""

@@ -16,11 +16,11 @@ bridge (the plugin's device for this process, its ``distributed_backend`` and DD
 processes), so ``args.device`` is the plugin's device and ``transformers.Trainer`` trains there
 unchanged; with ``fsdp`` (FSDP2, ``fsdp_config={"version": 2}``, transformers' default), the model
 is sharded on a device mesh of the plugin's device type; with ``deepspeed`` (a config), DeepSpeed's
-accelerator is the plugin's (``accelctl.integrations._deepspeed.device``) and DeepSpeed's engine
+accelerator is the plugin's (``._deepspeed.device``) and DeepSpeed's engine
 trains on the plugin's device. A set-up that cannot run is refused when
 the arguments (or the ``Trainer``) are made.
 The adaptation of transformers' internals is version-checked
-(:mod:`accelctl.integrations._transformers.state`) and applied by :func:`enable`, which the
+(:mod:`._transformers.state`) and applied by :func:`enable`, which the
 ``TrainingArguments`` call; ``docs/transformers.md`` says what it changes.
 
 The plugin's device figures join transformers' logs (and so every ``report_to`` integration's)
@@ -85,7 +85,7 @@ class TrainingArguments(transformers.TrainingArguments):  # type: ignore[misc]  
         priority), ``"gpu"``, a name or alias; in Python code also an
         :class:`accelctl.Accelerator` instance.
     :param devices: a devices spec of that accelerator, as
-        :class:`accelctl.integrations.accelerate.Accelerator` takes it: ``"auto"`` is one device
+        :class:`.accelerate.Accelerator` takes it: ``"auto"`` is one device
         per process the launcher started on this machine (the first device in a process started
         alone), ``ACCELCTL_DEVICES`` when set; process ``LOCAL_RANK`` takes
         ``devices[LOCAL_RANK]``.

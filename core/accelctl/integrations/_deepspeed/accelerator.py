@@ -4,7 +4,7 @@ DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's de
 APIs: ``torch.accelerator`` (device index, memory, synchronize) and the device's module
 ``torch.get_device_module(type)`` (RNG, streams, events), the plugin's ``distributed_backend``
 as DeepSpeed's communication backend, its ``device_stats`` for the memory torch does not count,
-the dtypes the capability probe finds, and op builders from :mod:`._deepspeed_ops`.
+the dtypes the capability probe finds, and op builders from :mod:`.ops`.
 
 DeepSpeed's interface grows and shrinks between releases (0.16 declares ``amp``,
 ``pin_memory`` and ``is_pinned`` abstract; 0.19 makes pinning concrete); :func:`accelerator_class`
@@ -351,7 +351,7 @@ class PluginAccelerator(DeepSpeedAccelerator):  # type: ignore[misc]  # DeepSpee
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         return tensor.device.type == self._type
 
-    # -- compiled ops (:mod:`._deepspeed_ops`)
+    # -- compiled ops (:mod:`.ops`)
     def op_builder_dir(self) -> str:
         return _deepspeed_ops.HOST_BUILDERS
 

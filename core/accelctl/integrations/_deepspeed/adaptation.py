@@ -1,7 +1,7 @@
 """What the DeepSpeed bridge adapts and uses of DeepSpeed, checked at import.
 
-What the DeepSpeed bridge adapts besides ``set_accelerator``, every name it uses of DeepSpeed
-(``_uses.py``), and the releases it is tested with: checked once, when the bridge is imported."""
+Besides ``set_accelerator``: the internals it adapts, every name it uses of DeepSpeed
+(``_shared/uses.py``) and the releases it is tested with, checked once when it is imported."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from .._shared.patching import Patches
 from .._shared.uses import USES
 from .._shared.versions import DEEPSPEED, Adaptation, Internal
 
-#: ``deepspeed.initialize``, wrapped off the CPU (:func:`._deepspeed_initialize.wrap`).
+#: ``deepspeed.initialize``, wrapped off the CPU (:func:`.initialize.wrap`).
 INITIALIZE = Internal("deepspeed", "initialize", ("args", "model"))
 #: The builder names ``import deepspeed`` binds, pointed at the accelerator's builders
-#: (:func:`._deepspeed_ops.rebind`).
+#: (:func:`.ops.rebind`).
 BUILDER_NAMES = (
     Internal("deepspeed.ops.op_builder", "builder_closure", ("member_name",)),
     Internal("deepspeed.ops.adam.fused_adam", "FusedAdamBuilder"),
@@ -26,5 +26,5 @@ BUILDER_NAMES = (
 ADAPTATION = Adaptation("deepspeed", DEEPSPEED, (INITIALIZE, *BUILDER_NAMES), USES["deepspeed"])
 
 #: What the bridge replaced of DeepSpeed: ``deepspeed.initialize`` and the builder names
-#: (:func:`._deepspeed_initialize.wrap`, :func:`._deepspeed_ops.rebind`).
+#: (:func:`.initialize.wrap`, :func:`.ops.rebind`).
 PATCHES = Patches(ADAPTATION)

@@ -36,7 +36,7 @@ class OpsAccelerator(Protocol):
     """What the builders read of the bridge's ``DeepSpeedAccelerator``.
 
     What the builders read of the bridge's ``DeepSpeedAccelerator``
-    (:class:`._deepspeed_accelerator.PluginAccelerator`, which imports this module)."""
+    (:class:`.accelerator.PluginAccelerator`, which imports this module)."""
 
     handle: accelctl.AcceleratorHandle
 

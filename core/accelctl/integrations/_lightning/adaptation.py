@@ -3,14 +3,15 @@
 What the Lightning bridge adapts of Lightning, and every name of Lightning its code uses:
 checked when :mod:`accelctl.integrations.lightning` is imported, before torch or anything of
 Lightning is (``accelctl.integrations._shared.versions``); the adaptation itself is
-:mod:`accelctl.integrations._lightning.connector`'s."""
+:mod:`.connector`'s."""
 
 from __future__ import annotations
 
 from .._shared.uses import USES
 from .._shared.versions import LIGHTNING, Adaptation, Internal
 
-#: The owners of what the bridge patches, as its :class:`~._versions.Internal`\ s name them.
+#: The owners of what the bridge patches, as its
+#: :class:`~accelctl.integrations._shared.versions.Internal`\ s name them.
 TRAINER_CONNECTOR = (
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 )

@@ -58,7 +58,7 @@ device before ``configure_model`` where ``fully_shard`` could not move it; Fabri
 so that it is built on the current stream (as plain PyTorch does); Fabric's DDP and model-parallel
 ``all_reduce``, so that a mean is a sum divided by the world size (what Lightning does for gloo)
 (the Trainer's counterparts of these two are set on the run's strategy object instead, by the
-public ``Accelerator.setup``: :mod:`accelctl.integrations._lightning.strategy`); Fabric's
+public ``Accelerator.setup``: :mod:`.strategy`); Fabric's
 ``setup`` and ``setup_module``, which move the model keeping its parameters; and
 ``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
 process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the

@@ -14,7 +14,7 @@ changes, and only strategies that run on an accelctl accelerator are touched.
 
 Fabric calls no accelerator method before it wraps a model, so Fabric's ``DDPStrategy.
 setup_module`` and the ``all_reduce`` of its ``DDPStrategy`` and ``ModelParallelStrategy`` stay
-replaced on Lightning's classes (:mod:`accelctl.integrations._lightning.connector`), with the
+replaced on Lightning's classes (:mod:`.connector`), with the
 same code: :func:`ddp_module` and :func:`reduce_mean_as_sum`.
 """
 

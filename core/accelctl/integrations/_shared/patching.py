@@ -4,9 +4,9 @@ A bridge replaces an internal only where its framework has no public door for th
 (docs/design/bridge-patching.md lists each one and why). Every such replacement goes through
 :meth:`Patches.apply`, which
 
-- refuses an internal the bridge's :class:`~._versions.Adaptation` does not declare (the
-  declaration is what the bridge's import checks, and what ``_uses.py`` is kept equal to);
-- checks the internal's shape again (:meth:`~._versions.Internal.problem`): there, and taking
+- refuses an internal the bridge's :class:`~.versions.Adaptation` does not declare (the
+  declaration is what the bridge's import checks, and what ``_shared/uses.py`` is kept equal to);
+- checks the internal's shape again (:meth:`~.versions.Internal.problem`): there, and taking
   the parameters the replacement passes on;
 - records what it replaced (:class:`Patch`: the owner, the name, the original, the
   replacement, why), and applies each internal once however often it is asked;
@@ -60,7 +60,7 @@ class Patch:
 
 
 class Patches:
-    """The patches of one bridge, each an internal its :class:`~._versions.Adaptation` declares."""
+    """The patches of one bridge, each an internal its :class:`~.versions.Adaptation` declares."""
 
     def __init__(self, adaptation: Adaptation) -> None:
         self.adaptation = adaptation
@@ -78,7 +78,7 @@ class Patches:
         """Replace ``name`` of ``owner`` with ``build(original)`` and return the record.
 
         Replace ``name`` of ``owner`` (``"module"`` or ``"module:Class"``, as an
-        :class:`~._versions.Internal` names it) with ``build(original)``; the same record again
+        :class:`~.versions.Internal` names it) with ``build(original)``; the same record again
         where it is applied already.
 
         :param why: one line: what the replacement changes, for whom.

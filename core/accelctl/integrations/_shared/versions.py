@@ -7,7 +7,7 @@ choice, Ray Train's torch backend):
   ``newest`` (the extra of ``pyproject.toml`` names ``oldest`` as its lower bound, with no upper
   bound, and the test command runs each bridge's tests on both ends);
 - what the bridge relies on is the **shape** of its framework: every module, name, attribute and
-  signature its code uses (:data:`accelctl.integrations._shared.uses.USES`, derived from the
+  signature its code uses (:data:`.uses.USES`, derived from the
   code and kept so by a test), and the internals it replaces, with the parameters its wrappers
   pass on (:class:`Internal`). :meth:`Adaptation.require` looks at them once, when the bridge is
   imported, before anything else of the framework is, whatever the release's version number
@@ -135,7 +135,7 @@ class Adaptation:
 
     The window it is tested with, the internals it replaces or calls (with the parameters its
     wrappers pass), and every name its code uses (``uses``, as
-    :data:`accelctl.integrations._shared.uses.USES` lists them). :meth:`require` once, when the
+    :data:`.uses.USES` lists them). :meth:`require` once, when the
     bridge is imported; then :attr:`refusal` is ``""``."""
 
     bridge: str
@@ -294,7 +294,7 @@ def use_problem(use: str) -> str | None:
     """Say what of ``use`` is not there on the installed release; None when all is.
 
     None when ``use`` (``"module:Class.attribute"``, with ``(self, _, keyword)`` after a
-    call: :mod:`accelctl.integrations._shared.uses`) is there on the installed release as the bridge
+    call: :mod:`.uses`) is there on the installed release as the bridge
     uses it; else what is not, in words ("... is not there", "... has changed: ...")."""
     target, _, call = use.partition("(")
     module_name, _, attributes = target.partition(":")

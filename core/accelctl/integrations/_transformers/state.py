@@ -1,7 +1,7 @@
 """The adaptations of transformers' internals that the accelctl transformers bridge makes.
 
-The adaptations of transformers' internals that the accelctl transformers bridge makes
-(``docs/transformers.md``), version-gated as :mod:`._accelerate_state` gates Accelerate's.
+See ``docs/transformers.md``; version-gated as
+:mod:`accelctl.integrations._accelerate.state` gates Accelerate's.
 
 transformers chooses the device in private code, from a fixed list of device kinds:
 
