@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 from types import FrameType
@@ -169,21 +170,29 @@ def warn_user(
 ) -> None:
     """Warn, attributed to the first caller outside accelctl.
 
-    ``warnings.warn`` attributed to the first caller outside accelctl (the user's line that
-    led here), however many of accelctl's frames lie between: Python 3.12's
-    ``skip_file_prefixes``, by hand. A fixed ``stacklevel`` points at accelctl's own code as
-    soon as the warning is reached through another path (``resolve`` or a ``Trainer``). In a
-    thread of accelctl's own there is no user's line: the thread's first frame outside it.
-    ``also_skip``: folders whose frames are not the user's either (torch's, for a warning from
-    a kernel torch calls)."""
+    The user's line that led here, however many of accelctl's frames lie between: Python
+    3.12's ``skip_file_prefixes`` (before 3.12, the same rule written here, :func:`_walked`).
+    A fixed ``stacklevel`` points at accelctl's own code as soon as the warning is reached
+    through another path (``resolve`` or a ``Trainer``). In a thread of accelctl's own there is
+    no user's line: the thread's first frame outside it. ``also_skip``: folders whose frames
+    are not the user's either (torch's, for a warning from a kernel torch calls)."""
+    if sys.version_info >= (3, 12):
+        skipped = (_PACKAGE_DIR, contextlib.__file__, *also_skip)
+        warnings.warn(message, category, stacklevel=2, skip_file_prefixes=skipped)
+    else:
+        _walked(message, category, also_skip)
+
+
+def _walked(message: str, category: type[Warning], also_skip: tuple[str, ...]) -> None:
+    """Warn at the first frame outside accelctl, found by walking back from the caller's."""
     import inspect  # at warning time only: not on the start-up path
 
     here = inspect.currentframe()
-    frame = here.f_back if here is not None else None
+    frame = here.f_back.f_back if here is not None and here.f_back is not None else None
     if frame is None:  # an interpreter without frames: the caller's line
-        warnings.warn(message, category, stacklevel=2)
+        warnings.warn(message, category, stacklevel=3)
         return
-    level = 2  # 1 is this function; 2 its caller, the first frame looked at
+    level = 3  # 1 is this function, 2 warn_user; 3 its caller, the first frame looked at
     while frame.f_back is not None and (
         _is_ours(frame)
         or _is_import_machinery(frame)
