@@ -1,7 +1,6 @@
 """``accelctl.launch(fn)``: a function on one process per device, for notebooks.
 
-A function on one process per device, through torch's elastic launch API (``elastic_launch`` /
-``LaunchConfig``), for notebooks."""
+Through torch's elastic launch API (``elastic_launch`` / ``LaunchConfig``)."""
 
 from __future__ import annotations
 
