@@ -75,8 +75,7 @@ def shard_loader(
 ) -> Iterable[Any]:
     """Rebuild ``loader`` so that process ``rank`` of ``world_size`` sees its own share.
 
-    ``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
-    ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
+    A ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
     ``world_size``-th sample from ``rank`` for evaluation. A loader the user shards already, or
     any for one process, is returned unchanged; one that cannot be sharded is a
     :class:`DataLoaderError`."""

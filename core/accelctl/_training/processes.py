@@ -106,8 +106,8 @@ def alone_on_first_device(selection: Selection, hint: str) -> Selection:
 def launch_hint(selection: Selection) -> str:
     """Return the command that runs this script with one process per device.
 
-    The command that runs this script with one process per device of ``selection``, naming
-    the accelerator as the user knows it (``--accelerator openreg``)."""
+    The devices are ``selection``'s; the accelerator is named as the user knows it
+    (``--accelerator openreg``)."""
     name = selection.shown_name if selection.accelerator.entry_point is not None else None
     spec = selection.given_devices
     argv = script_argv()
