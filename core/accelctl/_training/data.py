@@ -161,8 +161,8 @@ def sampler_parts(loader: Iterable[Any]) -> list[Any]:
 def set_epoch(loader: Iterable[Any], epoch: int) -> None:
     """Re-seed a distributed sampler's shuffle for ``epoch``.
 
-    Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
-    ``set_epoch`` of each of the loader's :func:`sampler_parts` that has one."""
+    The same order on every process: ``set_epoch`` of each of the loader's
+    :func:`sampler_parts` that has one."""
     for part in sampler_parts(loader):
         set_part_epoch = getattr(part, "set_epoch", None)
         if callable(set_part_epoch):

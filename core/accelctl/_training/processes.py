@@ -30,8 +30,7 @@ def choose_device(
 ) -> torch.device:
     """Return this process's device, after checking that the processes fit.
 
-    ``devices[LOCAL_RANK]``, after checking that the processes fit and that torch can carry the
-    devices' tensors between them.
+    ``devices[LOCAL_RANK]``. Torch must also carry the devices' tensors between them.
 
     :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.
@@ -85,11 +84,10 @@ _told_alone: set[str] = set()
 def alone_on_first_device(selection: Selection, hint: str) -> Selection:
     """Return what ``devices="auto"`` takes in a process started alone.
 
-    What ``devices="auto"`` takes in a process started alone (``python train.py``, no
-    launcher): the first device of several, as Lightning's and Accelerate's single-process
-    defaults do, with one warning per process saying how to use them all (``hint``: the
-    ``accelctl launch`` line). One process cannot use several devices, and "auto" never selects
-    a set-up that cannot run."""
+    Such as ``python train.py``, no launcher: the first device of several, as Lightning's and
+    Accelerate's single-process defaults do, with one warning per process saying how to use them all
+    (``hint``: the ``accelctl launch`` line). One process cannot use several devices, and "auto"
+    never selects a set-up that cannot run."""
     if len(selection.devices) <= 1:
         return selection
     first = selection.first_device()

@@ -160,8 +160,8 @@ def check_ckpt_path(
 def without_folder(root: Path, ckpt_path: str | os.PathLike[str] | None) -> Path | None:
     """Return the checkpoint that a fit that writes none loads.
 
-    Writes none: ``enable_checkpointing=False``. ``"last"``
-    is the newest run's ``last.ckpt`` (none yet: a warning, and from the start)."""
+    Writes none: ``enable_checkpointing=False``. ``"last"`` is the newest run's ``last.ckpt``
+    (none yet: a warning, and from the start)."""
     if ckpt_path is None:
         return None
     if ckpt_path != "last":
