@@ -1,6 +1,6 @@
 """The conformance checks behind ``accelctl validate`` and the pytest test class.
 
-The conformance checks of docs/concepts.md section 9, behind both ``accelctl validate`` and
+They are docs/concepts.md section 9's; the test class is
 :class:`accelctl.testing.AcceleratorConformance`. A check that cannot run here says why it is
 skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves
 are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
@@ -303,9 +303,8 @@ def _steps(
 ) -> Generator[Unclocked | None, Any, None]:
     """Yield the checks of one plugin in steps, each asked with a deadline of its own.
 
-    Each ``yield`` ends one (where many plugins are validated at once, each step is asked with a
-    deadline of its own); an :class:`Unclocked` asks for accelctl's own work, done outside the
-    deadline and sent back."""
+    Each ``yield`` ends one; the deadlines matter where many plugins are validated at once. An
+    :class:`Unclocked` asks for accelctl's own work, done outside the deadline and sent back."""
     handle = _handle_of(accelerator, registry, run)
     if handle is None:
         return
