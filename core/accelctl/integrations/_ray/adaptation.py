@@ -1,6 +1,6 @@
 """What the Ray bridge extends of Ray Train, and every name of Ray its code uses.
 
-What the Ray bridge extends of Ray Train, and every name of Ray its code uses: checked when
+Checked when
 :mod:`accelctl.integrations.ray` is imported, before anything of Ray is
 (``accelctl.integrations._shared.versions``)."""
 
