@@ -115,8 +115,7 @@ class AcceleratorHandle:
     def state(self) -> State:
         """Return how loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken``.
 
-        ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a listing found: see
-        :class:`~accelctl.AcceleratorStatus`)."""
+        Never what a listing found: see :class:`~accelctl.AcceleratorStatus`."""
         return self._loading_state.state
 
     @property
