@@ -245,8 +245,7 @@ class CPUFallback:
     def _run(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``op`` on CPU copies and put the results back on the device.
 
-        Results back on the device, written into the tensors that in-place and ``out=`` variants
-        write."""
+        They are written into the tensors that in-place and ``out=`` variants write."""
 
         kernel = _name_of(op)
         moved: list[torch.device] = []

@@ -181,8 +181,8 @@ def phase_of(exc: BaseException) -> str | None:
 def calling_layer(exc: BaseException, model: Any = None) -> str | None:
     """Name the innermost layer whose ``forward`` the error came out of, or None.
 
-    ``"Conv2d at features.0"``: the innermost module whose ``forward`` the error came out
-    of, named by its path in ``model`` where ``model`` holds it; None where no module's forward
+    ``"Conv2d at features.0"``: the module named by its path in ``model`` where ``model`` holds
+    it. None where no module's forward
     is on the traceback (an error in the backward pass, raised by the engine)."""
     innermost = None
     for frame, _ in traceback.walk_tb(exc.__traceback__):

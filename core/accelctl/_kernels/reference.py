@@ -174,8 +174,8 @@ def training_step(
 def operator_name(op: Any, tensors: list[Any]) -> str:
     """Name an operator as torch's dispatcher does, with the dtype of its first float argument.
 
-    ``aten::addmm[bfloat16]``: an operator as torch's dispatcher names it, with the dtype of
-    its first floating-point tensor argument where it has one (the bfloat16 kernels autocast
+    ``aten::addmm[bfloat16]``. The dtype is that of its first floating-point tensor argument,
+    where it has one (the bfloat16 kernels autocast
     needs are other kernels than the float32 ones)."""
     schema = op._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
