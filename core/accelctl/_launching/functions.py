@@ -31,8 +31,7 @@ def launch(
 ) -> list[Any]:
     """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script.
 
-    As ``accelctl launch`` runs a script, for notebooks: a ``Trainer()`` inside runs on what
-    this call selected. One device: in this
+    For notebooks: a ``Trainer()`` inside runs on what this call selected. One device: in this
     process; several: started on this machine by torch's elastic launch API.
 
     .. code-block:: python
