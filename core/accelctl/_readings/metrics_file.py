@@ -1,7 +1,6 @@
 """Reading a Trainer's ``metrics.jsonl`` back: one run's records, in step order.
 
-One run's records, in the order of its steps, for ``accelctl plot`` (:mod:`accelctl.plotting`). No
-torch, no matplotlib.
+For ``accelctl plot`` (:mod:`accelctl.plotting`). No torch, no matplotlib.
 
 The file (docs/training.md, "Figures") is appended to by every fit of a ``root_dir``: each line a
 JSON object tagged ``run`` (one name for every attempt of a run) and ``restart``. A run resumed
