@@ -71,8 +71,7 @@ def parse_requeue_signal(
 class RequeueOnSignal:
     """The signal handler of one ``fit``: notes the signal so the loop stops at a step boundary.
 
-    The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
-    training loop stops at a step boundary. ``"auto"`` leaves a handler of someone else's."""
+    Main thread only, Python's rule. ``"auto"`` leaves a handler of someone else's."""
 
     def __init__(self, signum: int | None, explicit: bool) -> None:
         self.signum, self.requested = signum or 0, False
