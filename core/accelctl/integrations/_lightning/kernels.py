@@ -54,7 +54,7 @@ class TranslatedStep:
     def missing_kernel(self, exc: Exception, args: tuple[Any, ...]) -> MissingKernelError | None:
         """Return accelctl's error for ``exc`` in Lightning's words, or None.
 
-        Its way to the CPU is in Lightning's words; None where ``exc`` is another error."""
+        Its way to the CPU too; None where ``exc`` is another error."""
         loss = args[0] if self.name == "backward" and args else None
         error = missing_kernel_error(
             exc,

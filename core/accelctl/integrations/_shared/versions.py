@@ -269,8 +269,7 @@ def _import(module_name: str) -> tuple[Any, str | None]:
 def _raised(exc: BaseException) -> str:
     """Describe an exception as its type and the first line of its message.
 
-    ``"ValueError: mutable default ..."``: an exception's type and the first line of its
-    message (a refusal is one line)."""
+    ``"ValueError: mutable default ..."``: a refusal is one line."""
     line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
