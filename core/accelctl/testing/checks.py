@@ -279,8 +279,7 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
 def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
     """Return the module whose import is measured, and how the report names it.
 
-    What is validated: the module whose import is measured (None: not importable by name) and
-    how the report names it."""
+    The module is what is validated; None: not importable by name."""
     entry = handle.entry_point
     if entry is not None:
         dist = " ".join(filter(None, [handle.distribution, handle.version])) or "no distribution"

@@ -1,8 +1,7 @@
 """The capability matrix: what each installed accelerator's device can do for training.
 
-The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
-device can do for training, every row of :data:`accelctl.capabilities.CAPABILITIES` probed in a
-fresh process of its own per plugin.
+Shown by ``accelctl validate --capabilities``: every row of
+:data:`accelctl.capabilities.CAPABILITIES` probed in a fresh process of its own per plugin.
 
 A probe runs torch on the device and may load a runtime, make a process group or crash in native
 code, so it never runs in the caller's process: the child reports each row as a JSON line as soon
