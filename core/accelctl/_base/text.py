@@ -2,8 +2,8 @@
 
 Others are plugins, package metadata, the user's input. One line: runs of white space become one
 space. Escaped: other control characters as :func:`repr` does (no escape sequence reaches the
-terminal). Bounded: the middle of a longer text is cut, keeping the start (usually the point)
-and the end (usually the advice).
+terminal). Bounded: the middle of a longer text is cut, keeping the start (usually the point) and
+the end (usually the advice).
 """
 
 from __future__ import annotations

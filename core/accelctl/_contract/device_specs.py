@@ -1,8 +1,7 @@
 """Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
 
-The forms are in docs/concepts.md section 5. Each refusal is a
-:class:`~accelctl.DeviceSpecError` naming the accelerator, the spec as given, what is visible and
-the accepted forms."""
+The forms are in docs/concepts.md section 5. Each refusal is a :class:`~accelctl.DeviceSpecError`
+naming the accelerator, the spec as given, what is visible and the accepted forms."""
 
 from __future__ import annotations
 

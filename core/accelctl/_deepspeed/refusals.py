@@ -78,9 +78,8 @@ def offload_refusal(
 
     ``config`` names a DeepSpeed optimizer (``"optimizer": {"type": "AdamW"}``, ...); ``device``
     is ``accelerator``'s. Its CPU op is compiled on first use, and this machine may lack what
-    that takes. None also where the config names no such optimizer (a
-    torch optimizer passed to ``deepspeed.initialize`` is the bridge's own check: only the script
-    knows it)."""
+    that takes. None also where the config names no such optimizer (a torch optimizer passed to
+    ``deepspeed.initialize`` is the bridge's own check: only the script knows it)."""
     if config is None or offload_device(config) is None:
         return None
     named = config.get("optimizer")
@@ -119,10 +118,9 @@ def norms_follow_device() -> bool:
     """Say whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64.
 
     For an accelerator without float64: its ``deepspeed.runtime.zero.utils`` defines
-    ``get_norm_dtype``
-    (0.19.6 and later). Read from the module where DeepSpeed is imported, else from its source
-    with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so that nothing
-    is refused on a guess."""
+    ``get_norm_dtype`` (0.19.6 and later). Read from the module where DeepSpeed is imported, else
+    from its source with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so
+    that nothing is refused on a guess."""
     loaded = sys.modules.get("deepspeed.runtime.zero.utils")
     if loaded is not None:
         return hasattr(loaded, "get_norm_dtype")
@@ -189,10 +187,10 @@ class GivenConfig:
 def config_on_command_line(script_args: Sequence[str]) -> GivenConfig | None:
     """Read the DeepSpeed config that ``script_args`` names, or return None.
 
-    The first of :data:`CONFIG_OPTIONS` in ``script_args`` names it (``--deepspeed_config
-    PATH`` or ``--deepspeed_config=PATH``; ``--deepspeed`` only with a ``.json`` path). None
-    where none is named before ``--``, or it is not a readable JSON
-    object (the script and DeepSpeed then say what is wrong with it)."""
+    The first of :data:`CONFIG_OPTIONS` in ``script_args`` names it (``--deepspeed_config PATH`` or
+    ``--deepspeed_config=PATH``; ``--deepspeed`` only with a ``.json`` path). None where none is
+    named before ``--``, or it is not a readable JSON object (the script and DeepSpeed then say what
+    is wrong with it)."""
     args = list(script_args)
     for index, arg in enumerate(args):
         if arg == "--":

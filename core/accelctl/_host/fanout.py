@@ -71,9 +71,8 @@ def observe(observer: Callable[[bool, object], None] | None) -> None:
     """Have ``observer`` told when the worker's thread starts and ends asking an item.
 
     ``observer(True, item)`` at the start, ``observer(False, item)`` when that returns; None: no
-    more. What a process that asks
-    plugins on another's behalf tells it, so that the plugin it was asking when it ended can be
-    named (the CLI's :mod:`accelctl.cli._child`)."""
+    more. What a process that asks plugins on another's behalf tells it, so that the plugin it was
+    asking when it ended can be named (the CLI's :mod:`accelctl.cli._child`)."""
     global _observer
     _observer = observer
 

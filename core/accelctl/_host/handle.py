@@ -208,9 +208,8 @@ class AcceleratorHandle:
     def describe(self) -> str:
         """Describe the accelerator as every message about it names it.
 
-        ``"accelerator 'hpu' (accelctl-hpu 1.0)"``;
-        ``"accelerator 'openreg' (plugin 'privateuse1', accelctl-torch-backend 0.1.0)"`` where the
-        accelerator's name is not the plugin's."""
+        ``"accelerator 'hpu' (accelctl-hpu 1.0)"``; ``"accelerator 'openreg' (plugin 'privateuse1',
+        accelctl-torch-backend 0.1.0)"`` where the accelerator's name is not the plugin's."""
         dist, version, _ = self._read_identity()
         parts = [f"plugin {self.plugin_name!r}"] if self.name != self.plugin_name else []
         if dist:
@@ -395,10 +394,10 @@ class AcceleratorHandle:
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return flat figures for one device, given as a ``torch.device`` or its string.
 
-        A string is like ``"cuda:0"``. The allocator's figures the plugin leaves out are read
-        from ``torch.accelerator``
-        where this process already uses the device, and ``cpu_fallback_calls`` is added where
-        this process runs the device's missing kernels on the CPU (docs/concepts.md section 7)."""
+        A string is like ``"cuda:0"``. The allocator's figures the plugin leaves out are read from
+        ``torch.accelerator`` where this process already uses the device, and ``cpu_fallback_calls``
+        is added where this process runs the device's missing kernels on the CPU (docs/concepts.md
+        section 7)."""
         from .torch_memory import with_torch_memory  # torch-free until a device is in use
 
         stats = cast("dict[str, int | float]", self._call("device_stats", device))

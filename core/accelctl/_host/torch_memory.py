@@ -34,10 +34,9 @@ def with_torch_memory(
 ) -> dict[str, int | float]:
     """Add to ``stats`` the common memory keys it lacks, read from ``torch.accelerator``.
 
-    The keys: allocated, reserved, peak allocated; used and total from ``get_memory_info``.
-    Only where the process already uses ``device``; ``stats`` itself otherwise. A function
-    torch or the backend lacks
-    is skipped, figure by figure."""
+    The keys: allocated, reserved, peak allocated; used and total from ``get_memory_info``. Only
+    where the process already uses ``device``; ``stats`` itself otherwise. A function torch or the
+    backend lacks is skipped, figure by figure."""
     missing = [key for key in ALLOCATOR_READERS if key not in stats]
     device_wide = "memory_total_bytes" not in stats
     if not missing and not device_wide:

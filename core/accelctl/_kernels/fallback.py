@@ -362,8 +362,8 @@ def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
     """Say why :class:`CPUFallback` would not run ``kernel`` on the CPU; None where it would.
 
     ``kernel`` is torch's name. For this process's PrivateUse1 backend, by the rules
-    :meth:`CPUFallback.install` and its fallback for every operator apply; None where it would. For
-    the capability matrix, before any job."""
+    :meth:`CPUFallback.install` and its fallback for every operator apply. For the capability
+    matrix, before any job."""
     if not gaps.allows_fallback(kernel):
         return _never(kernel)
     if kernel in _CPU_EQUIVALENT:

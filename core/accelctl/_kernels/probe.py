@@ -174,8 +174,8 @@ def why_no_fallback(
 ) -> str | None:
     """Say why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away; None where it would.
 
-    The finding: on ``device_type``, ``kernel`` (torch's name; None where nothing named it)
-    found ``state``. It goes away where the fallback runs it on the CPU
+    The finding: on ``device_type``, ``kernel`` (torch's name; None where nothing named it) found
+    ``state``. It goes away where the fallback runs it on the CPU
     (:func:`.setup.fallback_refusal_on`'s rules)."""
     from .setup import fallback_refusal_on
 

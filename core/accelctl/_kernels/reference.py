@@ -1,7 +1,6 @@
 """The small models the ``kernels`` row is derived from, and how.
 
-How: the operators their training steps call, recorded below autograd
-(:func:`record_operators`).
+How: the operators their training steps call, recorded below autograd (:func:`record_operators`).
 
 - :func:`small_cnn`: torchvision's ResNet in small (a convolution stem, batch norm, ReLU, max
   pooling, one basic block with its residual, adaptive average pooling, a linear head);
@@ -174,9 +173,8 @@ def training_step(
 def operator_name(op: Any, tensors: list[Any]) -> str:
     """Name an operator as torch's dispatcher does, with the dtype of its first float argument.
 
-    ``aten::addmm[bfloat16]``. The dtype is that of its first floating-point tensor argument,
-    where it has one (the bfloat16 kernels autocast
-    needs are other kernels than the float32 ones)."""
+    ``aten::addmm[bfloat16]``. The dtype is that of its first floating-point tensor argument, where
+    it has one (the bfloat16 kernels autocast needs are other kernels than the float32 ones)."""
     schema = op._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
     floating = next((t.dtype for t in tensors if t.is_floating_point()), None)
@@ -215,8 +213,7 @@ def derive_needed_operators() -> tuple[str, ...]:
     """List the operators a training step of each model calls on the CPU.
 
     With each optimizer of :data:`OPTIMIZERS`, in float32 and under bfloat16 autocast: sorted, each
-    once (what
-    :data:`accelctl._kernels.cases.NEEDED_OPERATORS` holds)."""
+    once (what :data:`accelctl._kernels.cases.NEEDED_OPERATORS` holds)."""
     import torch
 
     needed: set[str] = set()

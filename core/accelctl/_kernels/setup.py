@@ -173,8 +173,8 @@ def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str 
 
     ``kernel`` is torch's name. In a process that trains on ``device_type``, as
     :func:`set_up_kernels` would set it up there (and, on a PrivateUse1 backend, as
-    :func:`.fallback.fallback_refusal` says). torch's own switch
-    (``gaps.fallback_variable``) is taken to cover what it is asked."""
+    :func:`.fallback.fallback_refusal` says). torch's own switch (``gaps.fallback_variable``) is
+    taken to cover what it is asked."""
     if device_type == "cpu":
         return _ON_CPU
     if device_type == _privateuse1_name():

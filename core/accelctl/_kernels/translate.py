@@ -37,10 +37,9 @@ def missing_kernel_error(
     """Return accelctl's error where ``exc`` is a kernel ``device`` lacks; None otherwise.
 
     See :mod:`.recognize` for the shapes. The error names the layer of ``model`` that called it.
-    ``loss``: the tensor whose backward raised, where it did (the autograd
-    engine's error names no operator; the loss's graph does); None: the one the traceback
-    shows, where it does. An error that already is a complete :class:`MissingKernelError` is
-    returned as it is."""
+    ``loss``: the tensor whose backward raised, where it did (the autograd engine's error names no
+    operator; the loss's graph does); None: the one the traceback shows, where it does. An error
+    that already is a complete :class:`MissingKernelError` is returned as it is."""
     kind = str(device).split(":", 1)[0]
     if isinstance(exc, MissingKernelError):
         if exc.op is None or (exc.accelerator and exc.layer):

@@ -1,7 +1,7 @@
 """More CPU processes than cores: allowed, but said once, before any process starts.
 
-Allowed so that a multi-process set-up can be tried on a laptop. The warning gives the count,
-the cores and what to do.
+Allowed so that a multi-process set-up can be tried on a laptop. The warning gives the count, the
+cores and what to do.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def usable_cores() -> int:
 def cpu_oversubscription(selection: Selection, *, option: str) -> str | None:
     """Return the warning for running more CPU processes than there are cores, or None.
 
-    ``option`` spells the devices option as the caller's user writes it
-    (``"--devices "`` on the command line, ``"devices="`` in Python)."""
+    ``option`` spells the devices option as the caller's user writes it (``"--devices "`` on the
+    command line, ``"devices="`` in Python)."""
     processes = len(selection.devices)
     cores = usable_cores()
     if processes <= cores or any(device.type != "cpu" for device in selection.devices):

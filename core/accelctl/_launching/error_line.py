@@ -137,8 +137,8 @@ def message_line(error: BaseException) -> str:
 def details(error: BaseException) -> list[str]:
     """Return the lines of ``error``'s message after its first.
 
-    Such as a hang's stacks of every rank. Under
-    ``accelctl launch`` the process that raised it prints them, above the launcher's line."""
+    Such as a hang's stacks of every rank. Under ``accelctl launch`` the process that raised it
+    prints them, above the launcher's line."""
     return _lines(error)[1:]
 
 

@@ -2,9 +2,9 @@
 
 See docs/training.md, "Supervision". In each child :func:`die_with_launcher` (torchrun puts workers
 in sessions of their own, so a SIGKILLed launcher would leave them training); in the launcher
-:func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning).
-Linux's death signal comes when the launcher's *thread* that started the child ends: accelctl
-starts children from its main thread.
+:func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning). Linux's
+death signal comes when the launcher's *thread* that started the child ends: accelctl starts
+children from its main thread.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
     """End this launched child when its launcher dies.
 
     The launcher is named by ``ACCELCTL_LAUNCHER_PID``; ``prctl(PR_SET_PDEATHSIG)``, or a thread
-    watching the parent where there is none. Returns how
-    (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl."""
+    watching the parent where there is none. Returns how (``"pdeathsig"``, ``"watchdog"``), or None
+    when not launched by accelctl."""
     launcher = settings.launcher_pid(environ)
     if launcher is None:
         return None

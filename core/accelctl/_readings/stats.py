@@ -54,9 +54,9 @@ def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
     """Read each device of every available accelerator, or of ``accelerator``, once.
 
     ``accelerator``: a name, an alias, ``"gpu"`` or ``"auto"``, which must be available. The
-    accelerators are read at once, each
-    under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each accelerator is read once to throw away,
-    and again 0.2 s after it was found (never less than 0.1 s after that first reading).
+    accelerators are read at once, each under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each
+    accelerator is read once to throw away, and again 0.2 s after it was found (never less than 0.1
+    s after that first reading).
 
     A plugin that is broken (it fails to load, or its probe fails) is a reading with its
     ``error`` and device ``"?"``, as when ``accelerator`` names it (where it raises); a hook that

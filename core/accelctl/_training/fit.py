@@ -324,9 +324,9 @@ class Fit:
     def _finish(self, *, quiet: bool) -> None:
         """Close the fit's resources and call the accelerator's ``teardown``.
 
-        Close the log, restore the signal's handler, stop the hang watcher, leave the process
-        group this fit created. After a failure
-        (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
+        Close the log, restore the signal's handler, stop the hang watcher, leave the process group
+        this fit created. After a failure (``quiet``) a cleanup error is only warned about, so that
+        the training error surfaces."""
         self.log.close()
         if self.runs is not None:
             self.runs.release()

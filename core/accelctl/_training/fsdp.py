@@ -175,10 +175,10 @@ def in_lockstep(
 ) -> Iterator[Any]:
     """Yield ``batches`` for validation under FSDP2 with the processes in lockstep.
 
-    With several processes every forward is a collective (each unit gathers its parameters):
-    the processes agree before each batch whether
-    any has one left, and one whose shard has run out runs ``forward`` on its last batch again
-    while the others finish, its figures dropped (a validation shard may be a batch shorter).
+    With several processes every forward is a collective (each unit gathers its parameters): the
+    processes agree before each batch whether any has one left, and one whose shard has run out runs
+    ``forward`` on its last batch again while the others finish, its figures dropped (a validation
+    shard may be a batch shorter).
 
     :raises TrainerError: for a process whose shard has no batch at all while another has.
     """

@@ -20,9 +20,9 @@ from .._base.text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable
 def strict_json_data(data: Any) -> Any:
     """Make ``data`` fit for strict JSON.
 
-    A float that is not finite (NaN, infinity) becomes
-    None (``null``), as the Trainer writes its metrics, and every string (keys too) is bounded
-    to :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
+    A float that is not finite (NaN, infinity) becomes None (``null``), as the Trainer writes its
+    metrics, and every string (keys too) is bounded to
+    :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
     if isinstance(data, str):
         return bound(data, JSON_STRING_LIMIT)
     if isinstance(data, float):

@@ -2,8 +2,8 @@
 
 They are docs/concepts.md section 9's; the test class is
 :class:`accelctl.testing.AcceleratorConformance`. A check that cannot run here says why it is
-skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves
-are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
+skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves are
+in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
 """
 
 from __future__ import annotations

@@ -163,10 +163,10 @@ def probe_accelerator(
 ) -> CapabilityReport:
     """Probe one accelerator's row of the capability matrix.
 
-    An installed name or alias (or its handle) is probed in
-    a fresh process, as :func:`probe_installed` does; a plugin object without an entry point (an
-    :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
-    import by name, probed in this process (which must have no process group)."""
+    An installed name or alias (or its handle) is probed in a fresh process, as
+    :func:`probe_installed` does; a plugin object without an entry point (an
+    :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot import
+    by name, probed in this process (which must have no process group)."""
     if isinstance(accelerator, AcceleratorHandle) and accelerator.entry_point is not None:
         accelerator = accelerator.plugin_name
     if isinstance(accelerator, str):

@@ -1,8 +1,7 @@
 """Lightning's accelerator registries, filled with accelctl's plugins.
 
-The Trainer's and Fabric's, filled by :func:`accelctl.integrations.lightning.register_all`:
-which names accelctl may take,
-and what it did, as plain data."""
+The Trainer's and Fabric's, filled by :func:`accelctl.integrations.lightning.register_all`: which
+names accelctl may take, and what it did, as plain data."""
 
 from __future__ import annotations
 

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 class TranslatedForward:
     """A model's ``forward`` that raises a missing kernel as :class:`accelctl.MissingKernelError`.
 
-    Raised from the original, where it is a kernel ``device`` lacks, for plugin
-    ``accelerator``."""
+    Raised from the original, where it is a kernel ``device`` lacks, for plugin ``accelerator``."""
 
     __wrapped__: Callable[..., Any]  # set by functools.update_wrapper
 

@@ -45,8 +45,8 @@ from accelctl._contract.errors import FrameworkVersionError
 class Window:
     """The releases of ``framework`` that a bridge is tested with.
 
-    ``framework`` is a distribution name. Every minor
-    from ``oldest`` to ``newest``, both included (pre-releases and patches of those minors too)."""
+    ``framework`` is a distribution name. Every minor from ``oldest`` to ``newest``, both included
+    (pre-releases and patches of those minors too)."""
 
     framework: str
     oldest: tuple[int, int]
