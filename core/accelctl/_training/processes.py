@@ -30,7 +30,8 @@ def choose_device(
 ) -> torch.device:
     """Return this process's device, after checking that the processes fit.
 
-    ``devices[LOCAL_RANK]``. Torch must also carry the devices' tensors between them.
+    ``devices[LOCAL_RANK]``. It also checks that torch can carry the devices' tensors between
+    them.
 
     :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.

@@ -41,7 +41,7 @@ def parse_requeue_signal(
     """Return the signal to catch, and whether it was named.
 
     ``"auto"``: SIGUSR1 inside a SLURM job that writes checkpoints, unless something else handles it
-    when ``fit`` starts; None: never). Raises :class:`TrainerError` for what cannot be caught, or a
+    when ``fit`` starts; None: never. Raises :class:`TrainerError` for what cannot be caught, or a
     signal with checkpoints off."""
     if value is None or value is False:
         return RequeueSignal(None, False)
