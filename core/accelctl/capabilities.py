@@ -532,12 +532,12 @@ def probe_capabilities(
 ) -> tuple[Capability, ...]:
     """Probe every row of the capability matrix in this process, on the current device.
 
-    Every row of :data:`CAPABILITIES`, probed in THIS process on the current device of
-    ``device_type`` (its module's ``current_device()``, else 0; ``"cpu"``: the CPU). The collective
-    rows run on a 1-process group on ``backend`` (``init_process_group(backend, store=HashStore(),
-    rank=0, world_size=1)``), destroyed after; ``backend=None`` (one process only) makes them a "no"
-    that says so. ``kernel_gaps``: the plugin's hook (its declared gaps go into the ``kernels``
-    row); None: none declared.
+    The rows are :data:`CAPABILITIES`. The current device of ``device_type`` is its module's
+    ``current_device()``, else 0; ``"cpu"``: the CPU. The collective rows run on a 1-process group
+    on ``backend`` (``init_process_group(backend, store=HashStore(), rank=0, world_size=1)``),
+    destroyed after; ``backend=None`` (one process only) makes them a "no" that says so.
+    ``kernel_gaps``: the plugin's hook (its declared gaps go into the ``kernels`` row); None: none
+    declared.
 
     A probe can load a device runtime and leave state behind (a compiled function, the device's
     random state drawn from), so the kit runs it in a fresh process per plugin.

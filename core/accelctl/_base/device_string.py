@@ -1,8 +1,7 @@
 """A device as a string, read and written without torch.
 
-A device as a string: ``"<type>:<index>"`` (or ``"<type>"``), read and written without torch:
-``accelctl stats`` hands ``device_stats`` the string form, and plugins split either form with
-:func:`split_device`.
+``"<type>:<index>"`` (or ``"<type>"``). ``accelctl stats`` hands ``device_stats`` the string form,
+and plugins split either form with :func:`split_device`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Making text from others safe to print: one line, escaped, bounded.
 
-Making text from others (plugins, package metadata, the user's input) safe to print: one line
-(runs of white space become one space), other control characters escaped as :func:`repr` does (no
-escape sequence reaches the terminal), and bounded: the middle of a longer text is cut, keeping
-the start (usually the point) and the end (usually the advice).
+Others are plugins, package metadata, the user's input. One line: runs of white space become one
+space. Escaped: other control characters as :func:`repr` does (no escape sequence reaches the
+terminal). Bounded: the middle of a longer text is cut, keeping the start (usually the point) and
+the end (usually the advice).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ JSON_STRING_LIMIT = 4000
 def escape_controls(text: str) -> str:
     """Escape every non-printable character of ``text``, as :func:`repr` shows it.
 
-    ``text`` with every non-printable character (control, format, separator other than the
-    space, surrogate) written as its escape, as :func:`repr` shows it."""
+    Non-printable: control, format, separator other than the space, surrogate."""
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
@@ -45,8 +44,8 @@ def bound(text: str, limit: int) -> str:
 def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """Make ``text`` one printable line of about ``limit`` characters at most.
 
-    One printable line of about ``limit`` characters at most (see the module's docstring); the
-    bound applies before escaping, which can make it up to four times longer."""
+    See the module's docstring. The bound applies before escaping, which can make it up to four
+    times longer."""
     if len(text) <= limit and text.isprintable() and "  " not in text:
         return text  # the common case, at C speed
     return escape_controls(bound(" ".join(text.split()), limit))
@@ -55,9 +54,8 @@ def clean(text: str, limit: int = MESSAGE_LIMIT) -> str:
 def printable_line(text: str, limit: int = LINE_LIMIT) -> str:
     """Make a line composed by accelctl safe to print, as a last resort.
 
-    A line composed by accelctl, made safe as a last resort: each white-space character becomes
-    a space (runs are kept, for alignment), others escaped, the length bounded. Others' text in it
-    should have gone through :func:`clean` already."""
+    Each white-space character becomes a space (runs are kept, for alignment), others escaped,
+    the length bounded. Others' text in it should have gone through :func:`clean` already."""
     if len(text) <= limit and text.isprintable():
         return text
     spaced = "".join(" " if char.isspace() else char for char in bound(text, limit))
@@ -111,8 +109,7 @@ def describe_exception(exc: BaseException, limit: int = MESSAGE_LIMIT) -> str:
 def one_line(message: BaseException | str, limit: int = LINE_LIMIT) -> str:
     """Return a message in one clean, bounded line.
 
-    A message (an exception's) in one clean, bounded line; an exception's type's name when
-    its message is empty."""
+    An exception's message, or its type's name when the message is empty."""
     text = clean(message if isinstance(message, str) else safe_str(message), limit)
     return text or type(message).__name__
 
@@ -120,7 +117,7 @@ def one_line(message: BaseException | str, limit: int = LINE_LIMIT) -> str:
 def end_sentence(text: str) -> str:
     """End ``text`` as a sentence, once.
 
-    ``text`` ending a sentence once: its own ``?`` or ``!`` kept, else one full stop
-    (``"Did you mean 'openreg'?"`` before another sentence, never ``"...?."``)."""
+    Its own ``?`` or ``!`` kept, else one full stop (``"Did you mean 'openreg'?"`` before
+    another sentence, never ``"...?."``)."""
     text = text.rstrip().rstrip(".")
     return text if text.endswith(("?", "!")) else f"{text}."

@@ -67,9 +67,8 @@ class TorchBuild:
 def version_literals(path: Path) -> dict[str, Any] | None:
     """Read the literal ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a ``torch/version.py``.
 
-    The literal top-level ``__version__``, ``cuda``, ``hip`` and ``xpu`` of a
-    ``torch/version.py``, never executed; None when the file is missing or not the generated
-    one."""
+    Top-level values only; the file is never executed. None when it is missing or not the
+    generated one."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, ValueError):
@@ -153,7 +152,7 @@ def cudnn_version(build: TorchBuild) -> str | None:
     """Return the cuDNN version of a CUDA build, or None when not known.
 
     The library's where torch is imported (no CUDA context), else that of the
-    ``nvidia-cudnn-cu<major>`` wheel; None when not known."""
+    ``nvidia-cudnn-cu<major>`` wheel."""
     if not build.cuda:
         return None
     if build.source != "version.py":

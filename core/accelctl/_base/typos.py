@@ -27,8 +27,7 @@ _LONG = 8
 def nearest(asked: str, names: Iterable[str]) -> str | None:
     """Return the one name of ``names`` that ``asked`` is a typo of, or None.
 
-    The one name of ``names`` that ``asked`` is a typo of, or None (none is, or several are
-    equally near)."""
+    None when none is, or several are equally near."""
     by_slips: dict[int, list[str]] = {}
     for name in dict.fromkeys(names):
         count = slips(asked, name)
@@ -43,8 +42,7 @@ def nearest(asked: str, names: Iterable[str]) -> str | None:
 def slips(asked: str, name: str) -> int | None:
     """Count the slips that turn ``name`` into ``asked``, when few enough to be a typo.
 
-    How many slips turn ``name`` into ``asked``, when they are few enough to be a typo of it
-    (the module's rule), else None."""
+    Few enough by the module's rule; else None."""
     shorter = min(len(asked), len(name))
     allowed = 2 if shorter >= _LONG else 1
     if abs(len(asked) - len(name)) > allowed:  # also keeps the distance cheap for long input

@@ -24,9 +24,9 @@ _NOT_ADVISED = frozenset({"fake", "undefined"})
 def backend_problem(backend: str, device_type: str) -> str | None:
     """Say why ``backend`` cannot carry ``device_type`` tensors here; None when it can.
 
-    Why ``backend`` (``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``) cannot carry
-    ``device_type`` tensors here: None when it can (registered, and compiled in), ``"skip: <why>"``
-    when this torch cannot tell, else a phrase saying what is wrong."""
+    ``backend`` is ``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``. It can when registered
+    and compiled in; ``"skip: <why>"`` when this torch cannot tell, else a phrase saying what is
+    wrong."""
     import torch.distributed as dist
 
     if not dist.is_available():

@@ -133,10 +133,9 @@ def select_accelerator(
 def asked_name(accelerator: Any, override: str) -> Any:
     """Return the name a selection of ``accelerator`` looks up.
 
-    What a selection of ``accelerator`` looks up: ``ACCELCTL_ACCELERATOR`` (``override``, as
-    read) where ``"auto"`` was asked and the variable names an accelerator; else
-    ``accelerator`` itself. The one place that rule lives (the CLI names the plugin a deadline
-    is for by it)."""
+    ``ACCELCTL_ACCELERATOR`` (``override``, as read) where ``"auto"`` was asked and the variable
+    names an accelerator; else ``accelerator`` itself. The one place that rule lives (the CLI names
+    the plugin a deadline is for by it)."""
     if (
         isinstance(accelerator, str)
         and accelerator.strip().lower() == "auto"
@@ -342,8 +341,7 @@ def resolve_chosen(
 def devices_variable_applies(handle: AcceleratorHandle, selected: str) -> bool:
     """Say whether ``ACCELCTL_DEVICES`` applies to ``handle``.
 
-    Whether ``ACCELCTL_DEVICES`` is ``handle``'s, where ``ACCELCTL_ACCELERATOR`` says
-    ``selected`` (``""`` when unset).
+    ``selected``: what ``ACCELCTL_ACCELERATOR`` says (``""`` when unset).
 
     A launcher hands its children the devices of the accelerator it selected: its name in
     ``ACCELCTL_ACCELERATOR`` and its spec in ``ACCELCTL_DEVICES`` (``"0,1"`` for two ``openreg``

@@ -1,4 +1,4 @@
 """What a plugin and a user see: errors, hook records, device specs, settings, the base class.
 
-The errors, the records hooks return, device specs, the ``ACCELCTL_*`` settings, the ``Accelerator``
-base class. Imports ``_base`` only."""
+Hook records are what hooks return; the settings are ``ACCELCTL_*``; the base class is
+``Accelerator``. Imports ``_base`` only."""

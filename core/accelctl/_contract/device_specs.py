@@ -1,8 +1,7 @@
 """Device-spec parsing shared by every plugin: one table of accepted forms, one set of messages.
 
-One table of accepted forms, one set of messages (docs/concepts.md section 5). Each refusal is a
-:class:`~accelctl.DeviceSpecError` naming the accelerator, the spec as given, what is visible and
-the accepted forms."""
+The forms are in docs/concepts.md section 5. Each refusal is a :class:`~accelctl.DeviceSpecError`
+naming the accelerator, the spec as given, what is visible and the accepted forms."""
 
 from __future__ import annotations
 
@@ -286,8 +285,8 @@ def _select(value: int | str | list[int], visible: int, refuse: _Refusal) -> lis
 def parse_process_count(devices: Any, *, accelerator: str = "cpu") -> int:
     """Parse a devices spec into a process count, for an accelerator that runs them on one device.
 
-    For an accelerator that runs ``k`` processes on one device (the CPU): ``"auto"`` is 1, ``k`` or
-    ``"k"`` (k >= 1) is k; indices and ``-1`` are refused, saying it takes a process count."""
+    Such as the CPU. ``"auto"`` is 1, ``k`` or ``"k"`` (k >= 1) is k; indices and ``-1`` are
+    refused, saying it takes a process count."""
     cores = os.cpu_count() or 1
     refuse = _Refusal(
         accelerator,

@@ -124,8 +124,8 @@ class KernelGaps:
     def coerce(cls, value: KernelGaps | Mapping[str, Any] | None) -> KernelGaps:
         """Check what the ``kernel_gaps`` hook returned and make it a ``KernelGaps`` or None.
 
-        What the ``kernel_gaps`` hook may return: a ``KernelGaps``, a dict of its fields, or
-        None (nothing known: no gaps declared); anything else is refused."""
+        Accepted: a ``KernelGaps``, a dict of its fields, or None (nothing known: no gaps
+        declared); anything else is refused."""
         if value is None:
             return cls()
         if isinstance(value, cls):

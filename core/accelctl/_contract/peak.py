@@ -75,8 +75,8 @@ class DevicePeak:
     def coerce(cls, value: DevicePeak | Mapping[str, Any] | None) -> DevicePeak | None:
         """Check what the ``device_peak`` hook returned and make it a ``DevicePeak`` or None.
 
-        What the ``device_peak`` hook may return: a ``DevicePeak``, a dict of its fields, or
-        None (unknown); anything else is refused."""
+        Accepted: a ``DevicePeak``, a dict of its fields, or None (unknown); anything else is
+        refused."""
         if value is None or isinstance(value, cls):
             return value
         if isinstance(value, Mapping):

@@ -213,8 +213,8 @@ def cpu_fallback(environ: Mapping[str, str] | None = None) -> bool:
 def debug(environ: Mapping[str, str] | None = None) -> bool:
     """Return whether ``ACCELCTL_DEBUG`` is on; an unreadable value counts as on.
 
-    True for ``1``; an unreadable value counts as on (it is read where an error is being shown, and
-    more detail is the safer mistake there)."""
+    On for ``1``. It is read where an error is being shown, and more detail is the safer mistake
+    there."""
     try:
         return _switch(DEBUG, environ)
     except SettingError:

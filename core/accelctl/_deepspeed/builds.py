@@ -1,9 +1,8 @@
 """Which of DeepSpeed's compiled ops a device gets, and what building the host's takes.
 
-Which of DeepSpeed's compiled ops a device gets through the DeepSpeed bridge, and what this
-machine lacks to build the ones that run on the host: the facts the bridge's op builders
-(``accelctl.integrations._deepspeed.ops``) apply, and that the capability matrix reports
-(``deepspeed-device-ops``, ``deepspeed-host-ops``) without importing DeepSpeed or torch.
+The facts the bridge's op builders (``accelctl.integrations._deepspeed.ops``) apply, and that
+the capability matrix reports (``deepspeed-device-ops``, ``deepspeed-host-ops``) without
+importing DeepSpeed or torch.
 
 - On the CPU every op is DeepSpeed's own CPU build, as with DeepSpeed's CPU accelerator.
 - Elsewhere the host ops (:data:`HOST_OPS`: ZeRO-Offload's CPU optimizers, async I/O, pinned
@@ -46,9 +45,8 @@ def _names(builders: frozenset[str] | tuple[str, ...]) -> str:
 def host_build_problem() -> str | None:
     """Say what this machine lacks to build DeepSpeed's host ops; None where it has it all.
 
-    What this machine lacks to build DeepSpeed's host ops on first use (torch's
-    ``cpp_extension``: ``ninja``, and the C++ compiler ``$CXX``, else ``c++``, on ``PATH``);
-    None where it has both."""
+    They are built on first use by torch's ``cpp_extension``, which needs ``ninja`` and the C++
+    compiler ``$CXX``, else ``c++``, on ``PATH``."""
     compiler = os.environ.get("CXX") or "c++"
     missing = []
     if shutil.which(compiler) is None:

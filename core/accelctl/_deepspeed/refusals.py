@@ -46,8 +46,7 @@ def zero_stage(config: Mapping[str, Any] | None) -> int | None:
 def offload_device(config: Mapping[str, Any] | None) -> str | None:
     """Return where ``config`` offloads the optimizer, or None.
 
-    Where ``config`` offloads the optimizer (``"cpu"`` or ``"nvme"``, as written); None
-    where it does not."""
+    ``"cpu"`` or ``"nvme"``, as written."""
     zero = (config or {}).get("zero_optimization")
     offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
     device = offload.get("device") if isinstance(offload, dict) else None
@@ -57,8 +56,8 @@ def offload_device(config: Mapping[str, Any] | None) -> str | None:
 def offload_where(config: Mapping[str, Any], accelerator: str, device: object) -> str:
     """Name the set-up that a refusal of ``config``'s offload refers to.
 
-    How a refusal of ``config``'s offload names the set-up: ``ZeRO-Offload (offload_optimizer:
-    cpu) on accelctl accelerator 'openreg' (openreg:0)``."""
+    Such as ``ZeRO-Offload (offload_optimizer: cpu) on accelctl accelerator 'openreg'
+    (openreg:0)``."""
     return (
         f"ZeRO-Offload (offload_optimizer: {offload_device(config)}) on accelctl accelerator "
         f"{accelerator!r} ({device})"
@@ -77,11 +76,10 @@ def offload_refusal(
 ) -> str | None:
     """Say why ``config``'s ZeRO-Offload cannot run beside ``device`` here; None where it can.
 
-    Why ``config``'s ZeRO-Offload with the DeepSpeed optimizer it names
-    (``"optimizer": {"type": "AdamW"}``, ...) cannot run beside ``device`` of ``accelerator``
-    on this machine: its CPU op is compiled on first use, and the machine lacks what that takes;
-    None where it can run, or where the config names no such optimizer (a torch optimizer
-    passed to ``deepspeed.initialize`` is the bridge's own check: only the script knows it)."""
+    ``config`` names a DeepSpeed optimizer (``"optimizer": {"type": "AdamW"}``, ...); ``device``
+    is ``accelerator``'s. Its CPU op is compiled on first use, and this machine may lack what
+    that takes. None also where the config names no such optimizer (a torch optimizer passed to
+    ``deepspeed.initialize`` is the bridge's own check: only the script knows it)."""
     if config is None or offload_device(config) is None:
         return None
     named = config.get("optimizer")
@@ -109,8 +107,7 @@ def offload_refusal(
 def deepspeed_release() -> str | None:
     """Return the installed DeepSpeed's version from its metadata, or None.
 
-    The installed DeepSpeed's version, from its distribution's metadata (DeepSpeed is not
-    imported); None where it is not installed."""
+    DeepSpeed is not imported. None where it is not installed."""
     try:
         return metadata.version("deepspeed")
     except metadata.PackageNotFoundError:
@@ -120,11 +117,10 @@ def deepspeed_release() -> str | None:
 def norms_follow_device() -> bool:
     """Say whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64.
 
-    Whether the installed DeepSpeed keeps ZeRO-3's gradient norms out of float64 where the
-    accelerator has none: its ``deepspeed.runtime.zero.utils`` defines ``get_norm_dtype``
-    (0.19.6 and later). Read from the module where DeepSpeed is imported, else from its source
-    with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so that nothing
-    is refused on a guess."""
+    For an accelerator without float64: its ``deepspeed.runtime.zero.utils`` defines
+    ``get_norm_dtype`` (0.19.6 and later). Read from the module where DeepSpeed is imported, else
+    from its source with :mod:`ast` (DeepSpeed is not imported); True where it cannot be told, so
+    that nothing is refused on a guess."""
     loaded = sys.modules.get("deepspeed.runtime.zero.utils")
     if loaded is not None:
         return hasattr(loaded, "get_norm_dtype")
@@ -147,8 +143,8 @@ def norms_follow_device() -> bool:
 def runs_float64(device_type: str) -> bool:
     """Say whether ``device_type``'s devices run what DeepSpeed computes in float64.
 
-    Whether ``device_type``'s devices run what DeepSpeed computes in float64 (ZeRO's gradient
-    norms: norm, power, sum, inf/nan); imports torch and runs them on the current device."""
+    That is ZeRO's gradient norms: norm, power, sum, inf/nan. Imports torch and runs them on the
+    current device."""
     import torch
 
     try:
@@ -191,10 +187,10 @@ class GivenConfig:
 def config_on_command_line(script_args: Sequence[str]) -> GivenConfig | None:
     """Read the DeepSpeed config that ``script_args`` names, or return None.
 
-    The DeepSpeed config the first of :data:`CONFIG_OPTIONS` in ``script_args`` names
-    (``--deepspeed_config PATH`` or ``--deepspeed_config=PATH``; ``--deepspeed`` only with a
-    ``.json`` path), read; None where none is named before ``--``, or it is not a readable JSON
-    object (the script and DeepSpeed then say what is wrong with it)."""
+    The first of :data:`CONFIG_OPTIONS` in ``script_args`` names it (``--deepspeed_config PATH`` or
+    ``--deepspeed_config=PATH``; ``--deepspeed`` only with a ``.json`` path). None where none is
+    named before ``--``, or it is not a readable JSON object (the script and DeepSpeed then say what
+    is wrong with it)."""
     args = list(script_args)
     for index, arg in enumerate(args):
         if arg == "--":

@@ -158,13 +158,12 @@ def scan(
 ) -> Iterator[Found]:
     """Return every entry point of ``groups`` on ``path``, each distribution counted once.
 
-    Every entry point of ``groups`` (default: the accelerators' and torch's backends') on
-    ``path`` (default: ``sys.path``); a distribution installed twice counts once (the first, as
-    for imports). ``warn``: name a broken one that declares none of ``groups`` (a second scan
-    need not say it again). A broken file's entries in ``groups`` come with its ``problem``
-    (torch's backends: none; torch's own autoload reports them). ``unreadable``, where given,
-    receives the problem of every ``entry_points.txt`` that cannot be read, which would break
-    torch's backend autoload."""
+    ``groups`` defaults to the accelerators' and torch's backends', ``path`` to ``sys.path``; of a
+    distribution installed twice, the first counts (as for imports). ``warn``: name a broken one
+    that declares none of ``groups`` (a second scan need not say it again). A broken file's entries
+    in ``groups`` come with its ``problem`` (torch's backends: none; torch's own autoload reports
+    them). ``unreadable``, where given, receives the problem of every ``entry_points.txt`` that
+    cannot be read, which would break torch's backend autoload."""
     headers = tuple(f"[{group}]" for group in groups)
     seen: set[str] = set()
     for key, origin in distributions(path):

@@ -70,10 +70,9 @@ _crashed: dict[str, str] = {}
 def observe(observer: Callable[[bool, object], None] | None) -> None:
     """Have ``observer`` told when the worker's thread starts and ends asking an item.
 
-    Have ``observer(True, item)`` called in the worker's thread when it starts asking an item,
-    ``observer(False, item)`` when that returns; None: no more. What a process that asks
-    plugins on another's behalf tells it, so that the plugin it was asking when it ended can be
-    named (the CLI's :mod:`accelctl.cli._child`)."""
+    ``observer(True, item)`` at the start, ``observer(False, item)`` when that returns; None: no
+    more. What a process that asks plugins on another's behalf tells it, so that the plugin it was
+    asking when it ended can be named (the CLI's :mod:`accelctl.cli._child`)."""
     global _observer
     _observer = observer
 
@@ -90,8 +89,8 @@ def one_at_a_time() -> None:
 def skip_crashed(crashed: dict[str, str]) -> None:
     """Answer with an error, instead of asking, for each plugin named in ``crashed``.
 
-    Each plugin is named by its name; the error is of its cause: it crashed the process that asked
-    it before."""
+    ``crashed`` maps a plugin's name to its error's cause: it crashed the process that asked it
+    before."""
     _crashed.clear()
     _crashed.update(crashed)
 
@@ -270,8 +269,8 @@ def run_one(work: Callable[[], T], plugin: FanOutItem | None = None) -> T:
 def _deadline_paused() -> Iterator[None]:
     """Pause the outer deadline while a fan-out inside a task runs.
 
-    A fan-out inside a task (an alias looked up while a plugin is checked): the inner tasks
-    have the deadlines, the outer one waits, its clock started again from the end."""
+    Such as an alias looked up while a plugin is checked: the inner tasks have the deadlines,
+    the outer one waits, its clock started again from the end."""
     run = getattr(_local, "run", None)
     index = getattr(_local, "index", None)
     if run is not None:

@@ -115,8 +115,7 @@ class AcceleratorHandle:
     def state(self) -> State:
         """Return how loading went: ``not-loaded``, ``loaded``, ``disabled`` or ``broken``.
 
-        ``not-loaded``, ``loaded``, ``disabled`` or ``broken`` (never what a listing found: see
-        :class:`~accelctl.AcceleratorStatus`)."""
+        Never what a listing found: see :class:`~accelctl.AcceleratorStatus`."""
         return self._loading_state.state
 
     @property
@@ -199,8 +198,8 @@ class AcceleratorHandle:
     def identify(self) -> AcceleratorHandle:
         """Read the distribution's metadata once; break the handle where it cannot be read.
 
-        Where it cannot be read the handle is broken at stage ``metadata`` (loading does this first;
-        a listing without detection too)."""
+        The broken stage is ``metadata``. Loading does this first; a listing without detection
+        too."""
         problem = self._read_identity().problem
         if problem:
             self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
@@ -209,9 +208,8 @@ class AcceleratorHandle:
     def describe(self) -> str:
         """Describe the accelerator as every message about it names it.
 
-        ``"accelerator 'hpu' (accelctl-hpu 1.0)"``, the subject of every message about it;
-        ``"accelerator 'openreg' (plugin 'privateuse1', accelctl-torch-backend 0.1.0)"`` where the
-        accelerator's name is not the plugin's."""
+        ``"accelerator 'hpu' (accelctl-hpu 1.0)"``; ``"accelerator 'openreg' (plugin 'privateuse1',
+        accelctl-torch-backend 0.1.0)"`` where the accelerator's name is not the plugin's."""
         dist, version, _ = self._read_identity()
         parts = [f"plugin {self.plugin_name!r}"] if self.name != self.plugin_name else []
         if dist:
@@ -396,10 +394,10 @@ class AcceleratorHandle:
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return flat figures for one device, given as a ``torch.device`` or its string.
 
-        Flat figures for one device, given as a ``torch.device`` or its string ``"cuda:0"``;
-        the allocator's figures the plugin leaves out are read from ``torch.accelerator``
-        where this process already uses the device, and ``cpu_fallback_calls`` is added where
-        this process runs the device's missing kernels on the CPU (docs/concepts.md section 7)."""
+        A string is like ``"cuda:0"``. The allocator's figures the plugin leaves out are read from
+        ``torch.accelerator`` where this process already uses the device, and ``cpu_fallback_calls``
+        is added where this process runs the device's missing kernels on the CPU (docs/concepts.md
+        section 7)."""
         from .torch_memory import with_torch_memory  # torch-free until a device is in use
 
         stats = cast("dict[str, int | float]", self._call("device_stats", device))
@@ -412,7 +410,7 @@ class AcceleratorHandle:
     def device_peak(self, device: torch.device | str) -> DevicePeak | None:
         """Return the device's peak FLOPs per data type and memory bandwidth; None when unknown.
 
-        None: unknown (the plugin says so, or has no ``device_peak`` hook)."""
+        Unknown: the plugin says so, or has no ``device_peak`` hook."""
         return cast("DevicePeak | None", self._call("device_peak", device))
 
     def kernel_gaps(self) -> KernelGaps:
@@ -430,8 +428,7 @@ class AcceleratorHandle:
     def info(self) -> AcceleratorInfo:
         """Return the plugin's :class:`~accelctl.AcceleratorInfo`, read once.
 
-        The plugin's :class:`~accelctl.AcceleratorInfo` (defaults when it has no
-        ``accelerator_info`` hook), read once."""
+        Defaults when it has no ``accelerator_info`` hook."""
         if self._info is None:
             self._info = self.accelerator_info()
         return self._info
@@ -469,6 +466,6 @@ class AcceleratorHandle:
     def error_for(self, hook: str | None, problem: str) -> PluginHookError:
         """Return this plugin's error for ``problem``, its subject named first.
 
-        The error of this plugin for ``problem`` (``hook``: the hook it concerns), its subject
-        named first: past a deadline, or when asking it ended the process that asked."""
+        ``hook``: the hook it concerns. Used for a plugin past a deadline, or one whose asking
+        ended the process that asked."""
         return self._hook_error(hook, problem)

@@ -44,8 +44,7 @@ def failure_text(exc: BaseException) -> str:
 def watch_import(subject: str) -> Iterator[None]:
     """Undo and report what a plugin's import did to accelctl's configuration.
 
-    Around a plugin's import (``subject`` names it): undo and report (a
-    :class:`~accelctl.PluginWarning`) what it did to accelctl's configuration. ``ACCELCTL_*``
+    ``subject`` names the plugin; the report is a :class:`~accelctl.PluginWarning`. ``ACCELCTL_*``
     variables are put back (the user's choice); ``sys.path`` entries removed or reordered are put
     back, what it only added is kept (a vendor's package may need it)."""
     path = list(sys.path)

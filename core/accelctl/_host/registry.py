@@ -49,11 +49,10 @@ _LONGEST_HINTED_NAME = 64
 def load_each(handles: Sequence[AcceleratorHandle]) -> None:
     """Import the plugins of ``handles`` not imported yet, one after the other.
 
-    Import the plugins of ``handles`` not imported yet, one after the other, before they are
-    asked at once: each import is watched for what it does to ``sys.path`` and the ``ACCELCTL_*``
-    variables, which two imports at once would leave to the wrong plugin. Each has the fan-out's
-    deadline; one given up stays its handle's (the fan-out does not ask it again while its thread
-    runs: the next fan-out over the same handles gives its late error)."""
+    Done before they are asked at once: each import is watched for what it does to ``sys.path`` and
+    the ``ACCELCTL_*`` variables, which two imports at once would leave to the wrong plugin. Each
+    has the fan-out's deadline; one given up stays its handle's (the fan-out does not ask it again
+    while its thread runs: the next fan-out over the same handles gives its late error)."""
     waiting = [handle for handle in handles if handle.state == "not-loaded"]
     if waiting:
         fanout.run_each(waiting, AcceleratorHandle.load, workers=1)
@@ -125,11 +124,9 @@ class Registry:
     def typed_names(self) -> dict[str, str]:
         """Return every name a user can type for an installed accelerator, as messages name it.
 
-        Every name a user can type for an installed accelerator, each with how a message
-        names it: its name (``'openreg'``), the aliases its loaded plugin answers to
-        (``'rocm'``), and a plugin's own name where it is not the accelerator's
-        (``'privateuse1' (the plugin of 'openreg')``). Read from what the plugins said when
-        loaded: no hook is called."""
+        Its name (``'openreg'``), the aliases its loaded plugin answers to (``'rocm'``), and a
+        plugin's own name where it is not the accelerator's (``'privateuse1' (the plugin of
+        'openreg')``). Read from what the plugins said when loaded: no hook is called."""
         typed: dict[str, str] = {}
         for handle in self.plugins():
             typed.setdefault(handle.name, repr(handle.name))
@@ -346,6 +343,6 @@ def get_accelerator(name: str) -> AcceleratorHandle:
 def list_accelerators(detect: bool = True) -> list[AcceleratorStatus]:
     """List every installed accelerator and how it fares here, never raising for a broken one.
 
-    Every installed accelerator and how it fares here, never raising for a broken one (its
-    ``error`` says why). ``detect=False`` reads package metadata only and runs no plugin code."""
+    A broken one's ``error`` says why. ``detect=False`` reads package metadata only and runs
+    no plugin code."""
     return get_registry().listing(detect)

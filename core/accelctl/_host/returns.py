@@ -1,8 +1,7 @@
 """What each hook may return: one check per hook, which also normalises the value.
 
-One check per hook, which also normalises the value, and raises a ``TypeError`` saying what was
-expected (the handle names the plugin and hook). **Choice:** strict: ``True`` is not a device count
-and a ``bool`` is not a figure."""
+A check raises a ``TypeError`` saying what was expected (the handle names the plugin and hook).
+Strict: ``True`` is not a device count and a ``bool`` is not a figure."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How an installed accelerator fares here: a row of ``accelctl list``.
 
-:class:`AcceleratorStatus`, a row of ``accelctl list``: a view of its handle plus what its hooks
-said in this one listing."""
+:class:`AcceleratorStatus`: a view of its handle plus what its hooks said in this one
+listing."""
 
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ class AcceleratorStatus:
     def of(cls, handle: AcceleratorHandle) -> AcceleratorStatus:
         """Make the status from package metadata alone, without running plugin code.
 
-        From package metadata alone (no plugin code runs): disabled, broken (as known so far),
-        else not run."""
+        Disabled, broken (as known so far), else not run."""
         handle.identify()  # its metadata: a handle whose metadata cannot be read is broken
         if handle.state == "broken" and handle.error is not None:
             return cls(handle, error=one_line(handle.error))
@@ -141,8 +140,7 @@ def settle(
 ) -> list[AcceleratorStatus]:
     """Return the statuses of a probe of ``handles``, a late plugin as a broken row.
 
-    The statuses of a probe of ``handles``: a plugin that did not answer in time (its
-    :class:`~accelctl.AccelctlError` in ``probed``) is a broken row."""
+    A late plugin is one whose :class:`~accelctl.AccelctlError` is in ``probed``."""
     return [
         result
         if isinstance(result, AcceleratorStatus)

@@ -34,10 +34,9 @@ def with_torch_memory(
 ) -> dict[str, int | float]:
     """Add to ``stats`` the common memory keys it lacks, read from ``torch.accelerator``.
 
-    ``stats`` with the common memory keys it lacks (allocated, reserved, peak allocated; used
-    and total from ``get_memory_info``) read from ``torch.accelerator``, where the process
-    already uses ``device``; ``stats`` itself otherwise. A function torch or the backend lacks
-    is skipped, figure by figure."""
+    The keys: allocated, reserved, peak allocated; used and total from ``get_memory_info``. Only
+    where the process already uses ``device``; ``stats`` itself otherwise. A function torch or the
+    backend lacks is skipped, figure by figure."""
     missing = [key for key in ALLOCATOR_READERS if key not in stats]
     device_wide = "memory_total_bytes" not in stats
     if not missing and not device_wide:
@@ -79,8 +78,8 @@ def _read(accelerator: Any, name: str) -> Callable[[int], Any]:
 def _accelerator_in_use(device: torch.device | str) -> Any:
     """Return ``torch.accelerator`` where this process already uses ``device``'s type; else None.
 
-    ``torch.accelerator`` where torch is imported, serves ``device``'s type, and this process
-    already uses that type's runtime; else None."""
+    That is: torch is imported, ``torch.accelerator`` serves ``device``'s type, and this process
+    already uses that type's runtime."""
     torch_module = loaded_torch()
     accelerator = getattr(torch_module, "accelerator", None)
     if accelerator is None:

@@ -1,7 +1,6 @@
 """What the capability matrix's ``kernels`` row runs: one small case per layer or optimizer.
 
-One small case per layer or optimizer step (:data:`CASES`), each run on the device and on the CPU by
-:mod:`.probe`.
+The cases are :data:`CASES`, each run on the device and on the CPU by :mod:`.probe`.
 
 The list comes from the small models of :mod:`.reference`: every operator a training step of
 them calls on the CPU (:data:`NEEDED_OPERATORS`, re-derived by a test) is called by some case,
@@ -147,8 +146,8 @@ def _batch_norm(bf16: bool = False) -> KernelCase:
 def _layer_norm() -> KernelCase:
     """The case of LayerNorm.
 
-    LayerNorm (under autocast, the models' LayerNorms take the float32 residual stream and
-    run in float32: no bfloat16 case)."""
+    No bfloat16 case: under autocast, the models' LayerNorms take the float32 residual stream
+    and run in float32."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         return _draw(g, 4, 6, 8), _draw(g, 8), _draw(g, 8)
@@ -327,8 +326,8 @@ def _attention(bf16: bool = False) -> KernelCase:
 def _cross_entropy(bf16: bool = False) -> KernelCase:
     """The case of a classifier's and a language model's losses, summed.
 
-    The losses of a classifier (logits and labels) and of a language model (logits and
-    next-token targets, flattened), summed."""
+    The classifier's takes logits and labels; the language model's logits and next-token
+    targets, flattened."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         import torch
@@ -355,8 +354,7 @@ def _cross_entropy(bf16: bool = False) -> KernelCase:
 def _optimizer(name: str) -> KernelCase:
     """The case of two steps of one of :data:`.reference.OPTIMIZERS` on three parameters.
 
-    Two steps of one of :data:`.reference.OPTIMIZERS` on three parameters (the second step
-    reads the state the first made)."""
+    The second step reads the state the first made."""
 
     def make(g: torch.Generator) -> tuple[torch.Tensor, ...]:
         shapes = ((4, 8), (8,), (3, 4, 2))

@@ -33,10 +33,9 @@ def tolerance(dtype: torch.dtype) -> float:
 def difference(device: Any, cpu: Any, *, dtypes: bool = True) -> str | None:
     """Say what differs between the device's result and the CPU's; None where they agree.
 
-    What differs between the device's result and the CPU's (tensors, or tuples and lists
-    of them, the device's on any device); None where they agree within :func:`tolerance`.
-    ``dtypes=False``: tensors of two floating-point dtypes are compared within the coarser's
-    tolerance (autocast's policies differ in what they keep in float32)."""
+    Results are tensors, or tuples and lists of them, the device's on any device; they agree within
+    :func:`tolerance`. ``dtypes=False``: tensors of two floating-point dtypes are compared within
+    the coarser's tolerance (autocast's policies differ in what they keep in float32)."""
     import torch
 
     if isinstance(cpu, (tuple, list)):

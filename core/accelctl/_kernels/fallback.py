@@ -55,9 +55,8 @@ _NEVER = ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from
 class CPUFallback:
     """The CPU kernels registered for one PrivateUse1 device type, and the calls they ran.
 
-    The kernels registered for one PrivateUse1 device type in this process, and the calls
-    that ran on the CPU since (:meth:`install` registers; the registrations last as long as this
-    object)."""
+    Registered in this process by :meth:`install`; the registrations last as long as this
+    object."""
 
     def __init__(self, device_type: str, gaps: KernelGaps, *, warn: bool) -> None:
         self.device_type = device_type
@@ -246,8 +245,7 @@ class CPUFallback:
     def _run(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``op`` on CPU copies and put the results back on the device.
 
-        Results back on the device, written into the tensors that in-place and ``out=`` variants
-        write."""
+        They are written into the tensors that in-place and ``out=`` variants write."""
 
         kernel = _name_of(op)
         moved: list[torch.device] = []
@@ -314,8 +312,7 @@ class CPUFallback:
     def _on_cpu(self, kernel: str) -> Iterator[None]:
         """Stop a missing kernel needed to move tensors as missing, while tensors move.
 
-        While tensors move between the CPU and the device: a missing kernel needed for the
-        move itself would call back here for ever, so it stops as missing instead."""
+        Between the CPU and the device: such a kernel would call back here for ever."""
         if getattr(self._moving, "kernel", None) is not None:
             raise MissingKernelError(
                 op=shown_op(kernel)[0],
@@ -364,9 +361,9 @@ class _NoAlias:
 def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
     """Say why :class:`CPUFallback` would not run ``kernel`` on the CPU; None where it would.
 
-    Why :class:`CPUFallback` would not run ``kernel`` (torch's name) on the CPU for this
-    process's PrivateUse1 backend, by the rules :meth:`CPUFallback.install` and its fallback for
-    every operator apply; None where it would. For the capability matrix, before any job."""
+    ``kernel`` is torch's name. For this process's PrivateUse1 backend, by the rules
+    :meth:`CPUFallback.install` and its fallback for every operator apply. For the capability
+    matrix, before any job."""
     if not gaps.allows_fallback(kernel):
         return _never(kernel)
     if kernel in _CPU_EQUIVALENT:
@@ -399,8 +396,8 @@ def _never(kernel: str) -> str:
 def _replaces(kernel: str, gaps: KernelGaps) -> bool:
     """Say whether an overrideable operator gets accelctl's CPU kernel.
 
-    An overrideable operator gets accelctl's CPU kernel where the backend has none of its
-    own, or the plugin declares its own a placeholder, and the plugin allows it."""
+    It does where the backend has none of its own, or the plugin declares its own a
+    placeholder, and the plugin allows it."""
     if not gaps.allows_fallback(kernel):
         return False
     return kernel in gaps.missing or not _has_own_kernel(kernel)
@@ -409,8 +406,7 @@ def _replaces(kernel: str, gaps: KernelGaps) -> bool:
 def _per_op_refusal(kernel: str, gaps: KernelGaps, op: Any = None) -> str | None:
     """Say why ``kernel`` cannot run on CPU copies of its inputs; None where it can.
 
-    Why ``kernel`` cannot run on CPU copies of its inputs, one call at a time (``op``: its
-    ``OpOverload``, looked up by name where not given); None where it can."""
+    One call at a time. ``op``: its ``OpOverload``, looked up by name where not given."""
     if not gaps.allows_fallback(kernel):
         return _never(kernel)
     if kernel.split(".")[0] in _NEVER:
@@ -426,8 +422,7 @@ def _per_op_refusal(kernel: str, gaps: KernelGaps, op: Any = None) -> str | None
 def library(namespace: str) -> Any:
     """Return a ``torch.library.Library`` adding kernels to ``namespace``'s operators.
 
-    A ``torch.library.Library`` adding kernels to ``namespace``'s operators (``"_"``: a
-    fallback for every operator); its kernels last as long as it does."""
+    ``"_"``: a fallback for every operator. Its kernels last as long as it does."""
     from torch.library import Library
 
     return Library(namespace, "IMPL")  # type: ignore[no-untyped-call]
@@ -481,8 +476,8 @@ def _returns_a_view(op: Any) -> bool:
 def _has_own_kernel(kernel: str) -> bool:
     """Say whether the backend registered a kernel of its own for ``kernel``.
 
-    True where the backend registered a kernel of its own for ``kernel`` (the dispatcher's
-    table; the default composite kernel of an overrideable operator does not count)."""
+    Read from the dispatcher's table; the default composite kernel of an overrideable operator
+    does not count."""
     import torch
 
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(kernel, "PrivateUse1"))

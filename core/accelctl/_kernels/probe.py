@@ -1,7 +1,7 @@
 """The capability matrix's ``kernels`` row: each case run on the device and on the CPU.
 
-Each case of :data:`.cases.CASES` run on the device and on the CPU, forward and backward (an
-optimizer's steps), and what the device lacks named.
+The cases are :data:`.cases.CASES`, run forward and backward (an optimizer's steps); what the
+device lacks is named.
 
 A case's pass on the device is, against the CPU's:
 
@@ -41,8 +41,7 @@ State = Literal["missing", "wrong-result", "wrong-dtype"]
 class MissingKernel:
     """A kernel the device lacks or has wrong, as the ``kernels`` row names it.
 
-    A kernel the device lacks (or has wrong) for the common layers, as the ``kernels`` row
-    names it: one per operator, pass and state, with the cases that showed it.
+    For the common layers: one per operator, pass and state, with the cases that showed it.
 
     ``op``: the operator as a user knows it (``aten::convolution``, or the optimizer's call);
     ``kernel``: torch's name of the kernel where the device's error or run named one
@@ -139,8 +138,8 @@ def probe_kernels(
 ) -> KernelsProbed:
     """Run ``cases`` on ``device`` and on the CPU and name what the device lacks.
 
-    Run ``cases`` on ``device`` and on the CPU (see the module's docstring); ``gaps``: what
-    the plugin declares, for the fallback's verdicts and to name a placeholder's kernel."""
+    See the module's docstring. ``gaps``: what the plugin declares, for the fallback's verdicts
+    and to name a placeholder's kernel."""
     findings = [found for case in cases for found in _probe_case(case, device, gaps)]
     grouped: dict[tuple[str, str | None, Phase, State], list[_Finding]] = {}
     for found in findings:
@@ -175,9 +174,9 @@ def why_no_fallback(
 ) -> str | None:
     """Say why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away; None where it would.
 
-    Why ``ACCELCTL_CPU_FALLBACK=1`` would not make a finding go away on ``device_type``:
-    ``kernel`` (torch's name; None where nothing named it) found ``state``; None where the
-    fallback runs it on the CPU (:func:`.setup.fallback_refusal_on`'s rules)."""
+    The finding: on ``device_type``, ``kernel`` (torch's name; None where nothing named it) found
+    ``state``. It goes away where the fallback runs it on the CPU
+    (:func:`.setup.fallback_refusal_on`'s rules)."""
     from .setup import fallback_refusal_on
 
     if device_type == "cpu":
@@ -278,8 +277,7 @@ def forward(case: KernelCase, inputs: tuple[Any, ...], device_type: str) -> Any:
 def weighted_loss(result: Any, seed: torch.Tensor) -> torch.Tensor:
     """Return the loss a case's backward starts from: ``result`` weighted by ``seed`` and summed.
 
-    What a case's backward starts from: ``result`` (its first element, for a tuple) weighted
-    by ``seed`` and summed."""
+    For a tuple, its first element."""
     first = result[0] if isinstance(result, tuple) else result
     loss: torch.Tensor = (first * seed.to(first.device, first.dtype)).sum()
     return loss
@@ -299,8 +297,7 @@ def _backward_alone(
 ) -> list[_Finding]:
     """Call the backward operator alone on the device and on the CPU, and compare.
 
-    The backward operator called alone on the device, where the forward is missing; compared
-    with the same call on the CPU."""
+    Done where the forward is missing."""
     assert case.backward_alone is not None
     detached = tuple(value.detach() for value in inputs)
     try:
@@ -315,8 +312,7 @@ def _backward_alone(
 def _kernel_of(exc: BaseException, device: torch.device, loss: Any = None) -> KernelFailure | None:
     """Return the kernel that ``exc`` shows missing.
 
-    The kernel ``exc`` shows missing (or the loss's graph does, for the autograd engine's
-    undefined gradient)."""
+    Or the loss's graph shows it, for the autograd engine's undefined gradient."""
     failure = recognize(exc, device.type)
     if failure is None and loss is not None:
         failure = undefined_grad(exc, loss)

@@ -97,10 +97,9 @@ def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
 def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailure | None:
     """Return the kernel behind a device's own refusal of a dtype, or None.
 
-    The kernel behind a device's own refusal of a dtype, for an operator the plugin declares
-    it runs in some dtypes only (``KernelGaps.partial``): its error names the operator as a word
-    (torch_openreg 0.0.3's ``abs``: ``Abs kernel only supports float type``). None where ``exc``
-    names none of them."""
+    For an operator the plugin declares it runs in some dtypes only (``KernelGaps.partial``): its
+    error names the operator as a word (torch_openreg 0.0.3's ``abs``: ``Abs kernel only supports
+    float type``). None where ``exc`` names none of them."""
     if not isinstance(exc, RuntimeError):  # NotImplementedError too
         return None
     text = str(exc)
@@ -165,8 +164,8 @@ def _overrideable_op(node_name: str) -> str:
 def phase_of(exc: BaseException) -> str | None:
     """Say whether the error came from the ``"forward"`` or the ``"backward"`` pass, or None.
 
-    ``"backward"`` where the error came out of ``Tensor.backward``/``torch.autograd``,
-    ``"forward"`` where a module's ``forward`` is on its traceback, else None."""
+    Backward: it came out of ``Tensor.backward``/``torch.autograd``; forward: a module's
+    ``forward`` is on its traceback."""
     forward = False
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         code = frame.f_code
@@ -181,9 +180,9 @@ def phase_of(exc: BaseException) -> str | None:
 def calling_layer(exc: BaseException, model: Any = None) -> str | None:
     """Name the innermost layer whose ``forward`` the error came out of, or None.
 
-    ``"Conv2d at features.0"``: the innermost module whose ``forward`` the error came out
-    of, named by its path in ``model`` where ``model`` holds it; None where no module's forward
-    is on the traceback (an error in the backward pass, raised by the engine)."""
+    ``"Conv2d at features.0"``: the module named by its path in ``model`` where ``model`` holds it.
+    None where no module's forward is on the traceback (an error in the backward pass, raised by the
+    engine)."""
     innermost = None
     for frame, _ in traceback.walk_tb(exc.__traceback__):
         if frame.f_code.co_name == "forward":
@@ -212,8 +211,7 @@ def _module_of(frame: FrameType) -> torch.nn.Module | None:
 def _path_in(model: Any, module: torch.nn.Module) -> str | None:
     """Return ``module``'s name in ``model.named_modules()``, or None.
 
-    ``module``'s name in ``model.named_modules()`` ("" for the model itself), looking through
-    the wrappers a strategy adds (DDP's ``module``); None where it is not there."""
+    "" for the model itself. Looks through the wrappers a strategy adds (DDP's ``module``)."""
     import torch
 
     wrappers: list[

@@ -1,7 +1,6 @@
 """The small models the ``kernels`` row is derived from, and how.
 
-The small models the capability matrix's ``kernels`` row is derived from, and how: the
-operators their training steps call, recorded below autograd (:func:`record_operators`).
+How: the operators their training steps call, recorded below autograd (:func:`record_operators`).
 
 - :func:`small_cnn`: torchvision's ResNet in small (a convolution stem, batch norm, ReLU, max
   pooling, one basic block with its residual, adaptive average pooling, a linear head);
@@ -127,8 +126,7 @@ def small_gpt(
 def batch(model: str, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Return random inputs and targets for ``"cnn"`` or ``"gpt"``, on the CPU.
 
-    Random inputs and targets for ``"cnn"`` (:func:`small_cnn`) or ``"gpt"``
-    (:func:`small_gpt`), on the CPU."""
+    See :func:`small_cnn` and :func:`small_gpt`."""
     import torch
 
     if model == "cnn":
@@ -175,9 +173,8 @@ def training_step(
 def operator_name(op: Any, tensors: list[Any]) -> str:
     """Name an operator as torch's dispatcher does, with the dtype of its first float argument.
 
-    ``aten::addmm[bfloat16]``: an operator as torch's dispatcher names it, with the dtype of
-    its first floating-point tensor argument where it has one (the bfloat16 kernels autocast
-    needs are other kernels than the float32 ones)."""
+    ``aten::addmm[bfloat16]``. The dtype is that of its first floating-point tensor argument, where
+    it has one (the bfloat16 kernels autocast needs are other kernels than the float32 ones)."""
     schema = op._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
     floating = next((t.dtype for t in tensors if t.is_floating_point()), None)
@@ -188,9 +185,8 @@ def operator_name(op: Any, tensors: list[Any]) -> str:
 def record_operators() -> Iterator[list[str]]:
     """Record the operators called while the block runs, below autograd.
 
-    The operators called while the block runs, below autograd (forward, backward and the
-    optimizer's kernels), as :func:`operator_name` names them, in order of first call; torch's
-    profiler markers (the ``profiler`` namespace) are left out."""
+    Forward, backward and the optimizer's kernels, as :func:`operator_name` names them, in order of
+    first call; torch's profiler markers (the ``profiler`` namespace) are left out."""
     import torch
     from torch.utils import _pytree
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -216,9 +212,8 @@ def record_operators() -> Iterator[list[str]]:
 def derive_needed_operators() -> tuple[str, ...]:
     """List the operators a training step of each model calls on the CPU.
 
-    The operators a training step of each model calls on the CPU, with each optimizer of
-    :data:`OPTIMIZERS`, in float32 and under bfloat16 autocast: sorted, each once (what
-    :data:`accelctl._kernels.cases.NEEDED_OPERATORS` holds)."""
+    With each optimizer of :data:`OPTIMIZERS`, in float32 and under bfloat16 autocast: sorted, each
+    once (what :data:`accelctl._kernels.cases.NEEDED_OPERATORS` holds)."""
     import torch
 
     needed: set[str] = set()

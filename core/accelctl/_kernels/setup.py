@@ -66,8 +66,7 @@ def set_up_kernels(
 ) -> KernelSetup:
     """Set this process up for the kernels ``device`` lacks, once per device type.
 
-    Set this process up for the kernels ``device`` lacks (see the module's docstring); once
-    per device type, later calls return the first one's setup.
+    See the module's docstring. Later calls return the first one's setup.
 
     :param rank: the process's rank (its warnings are rank 0's); None: ``RANK``, else 0.
     :raises SettingError: for an ``ACCELCTL_CPU_FALLBACK`` that is neither on nor off.
@@ -90,8 +89,7 @@ def setup_for(device_type: str) -> KernelSetup | None:
 def fallback_calls(device_type: str) -> int | None:
     """Return the calls that ran on the CPU in place of missing kernels, or None.
 
-    Calls that ran on the CPU in place of ``device_type``'s missing kernels in this process;
-    None where accelctl's fallback is not on for it."""
+    In this process, for ``device_type``; None where accelctl's fallback is not on for it."""
     fallback = _FALLBACKS.get(device_type)
     return None if fallback is None else fallback.total_calls
 
@@ -173,10 +171,10 @@ def _neither(kind: str) -> str:
 def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str | None:
     """Say why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` on the CPU; None where it would.
 
-    Why ``ACCELCTL_CPU_FALLBACK=1`` would not run ``kernel`` (torch's name) on the CPU in a
-    process that trains on ``device_type``, as :func:`set_up_kernels` would set it up there
-    (and, on a PrivateUse1 backend, as :func:`.fallback.fallback_refusal` says); None where it
-    would. torch's own switch (``gaps.fallback_variable``) is taken to cover what it is asked."""
+    ``kernel`` is torch's name. In a process that trains on ``device_type``, as
+    :func:`set_up_kernels` would set it up there (and, on a PrivateUse1 backend, as
+    :func:`.fallback.fallback_refusal` says). torch's own switch (``gaps.fallback_variable``) is
+    taken to cover what it is asked."""
     if device_type == "cpu":
         return _ON_CPU
     if device_type == _privateuse1_name():
@@ -191,8 +189,7 @@ def fallback_refusal_on(device_type: str, kernel: str, gaps: KernelGaps) -> str 
 def _gaps_of(accelerator: AcceleratorHandle) -> KernelGaps:
     """Return the plugin's declared gaps; a broken hook counts as none declared.
 
-    A hook that breaks is warned about and counts as none declared (a broken plugin never stops the
-    training on its own)."""
+    A hook that breaks is warned about: a broken plugin never stops the training on its own."""
     try:
         return accelerator.kernel_gaps()
     except AccelctlError as exc:
@@ -212,8 +209,8 @@ def _guard(
 ) -> tuple[str, ...]:
     """Register a refusing kernel for each declared missing kernel that has a placeholder.
 
-    A refusing kernel for each of ``kernels`` (declared missing) whose placeholder the
-    backend registered (an operator without any kernel stops by itself)."""
+    ``kernels`` are those declared missing; the placeholder is the backend's. An operator
+    without any kernel stops by itself."""
     from .fallback import _has_own_kernel, _quietly, library
 
     guarded: list[str] = []

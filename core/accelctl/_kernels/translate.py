@@ -36,12 +36,10 @@ def missing_kernel_error(
 ) -> MissingKernelError | None:
     """Return accelctl's error where ``exc`` is a kernel ``device`` lacks; None otherwise.
 
-    accelctl's error for ``exc`` where it is a kernel ``device`` lacks (see
-    :mod:`.recognize` for the shapes), naming the layer of ``model`` that called it; None for
-    any other error. ``loss``: the tensor whose backward raised, where it did (the autograd
-    engine's error names no operator; the loss's graph does); None: the one the traceback
-    shows, where it does. An error that already is a complete :class:`MissingKernelError` is
-    returned as it is."""
+    See :mod:`.recognize` for the shapes. The error names the layer of ``model`` that called it.
+    ``loss``: the tensor whose backward raised, where it did (the autograd engine's error names no
+    operator; the loss's graph does); None: the one the traceback shows, where it does. An error
+    that already is a complete :class:`MissingKernelError` is returned as it is."""
     kind = str(device).split(":", 1)[0]
     if isinstance(exc, MissingKernelError):
         if exc.op is None or (exc.accelerator and exc.layer):
@@ -99,8 +97,7 @@ def raise_missing_kernel(
 ) -> None:
     """Raise :func:`missing_kernel_error`'s error from ``exc`` where there is one.
 
-    Raise :func:`missing_kernel_error`'s error from ``exc`` where there is one (and show it
-    as one line should it end the program); return where ``exc`` is another error."""
+    Shown as one line should it end the program; return where ``exc`` is another error."""
     error = missing_kernel_error(
         exc, accelerator=accelerator, device=device, model=model, loss=loss
     )

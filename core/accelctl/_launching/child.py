@@ -23,8 +23,7 @@ from .supervision import die_with_launcher
 def run_script(argv: Sequence[str]) -> None:
     """Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python`` does.
 
-    Run ``argv[0]`` as ``__main__`` with ``argv[1:]`` as its arguments, as ``python script``
-    does (same ``sys.argv``, ``sys.path[0]`` the script's folder), recording an exception it raises
+    Same ``sys.argv``, ``sys.path[0]`` the script's folder. Records an exception it raises
     in the file named by ``TORCHELASTIC_ERROR_FILE`` for the launcher's report."""
     import runpy
 
@@ -75,8 +74,7 @@ def run_script(argv: Sequence[str]) -> None:
 def _add_parts(written: str, error: AccelctlError) -> None:
     """Add the error's line to the record torch wrote, for the launcher's one line.
 
-    Add the error's line (and a missing kernel's parts) to the record torch wrote, for the
-    launcher's one line."""
+    A missing kernel's parts too."""
     import json
 
     try:
@@ -121,8 +119,8 @@ def end_without_teardown(code: object) -> NoReturn:
 def run_in_child(threads: int, function: Callable[..., Any], *args: Any) -> Any:
     """Run ``function(*args)`` in one process of :func:`accelctl.launch`.
 
-    Each process of :func:`accelctl.launch`: ``function(*args)`` on ``threads`` CPU threads
-    (0: as configured). A module-level function, so that ``spawn`` can pickle it."""
+    On ``threads`` CPU threads (0: as configured). A module-level function, so that ``spawn`` can
+    pickle it."""
     die_with_launcher()
     if threads:
         import torch

@@ -1,7 +1,7 @@
 """More CPU processes than cores: allowed, but said once, before any process starts.
 
-More CPU processes than this machine has cores: allowed (a multi-process set-up can be tried
-on a laptop), but said once, before any process starts, with the count, the cores and what to do.
+Allowed so that a multi-process set-up can be tried on a laptop. The warning gives the count, the
+cores and what to do.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ def usable_cores() -> int:
 def cpu_oversubscription(selection: Selection, *, option: str) -> str | None:
     """Return the warning for running more CPU processes than there are cores, or None.
 
-    The warning for ``selection`` when it runs more processes on the CPU than there are
-    cores here, else None. ``option`` spells the devices option as the caller's user writes it
-    (``"--devices "`` on the command line, ``"devices="`` in Python)."""
+    ``option`` spells the devices option as the caller's user writes it (``"--devices "`` on the
+    command line, ``"devices="`` in Python)."""
     processes = len(selection.devices)
     cores = usable_cores()
     if processes <= cores or any(device.type != "cpu" for device in selection.devices):
@@ -41,8 +40,7 @@ def cpu_oversubscription(selection: Selection, *, option: str) -> str | None:
 def warn_cpu_oversubscription(selection: Selection) -> None:
     """Warn with :func:`cpu_oversubscription` on the caller's line.
 
-    :func:`cpu_oversubscription` as a ``UserWarning`` on the caller's line (Python's API:
-    ``accelctl.launch(..., devices=64)``)."""
+    A ``UserWarning``, for Python's API: ``accelctl.launch(..., devices=64)``."""
     message = cpu_oversubscription(selection, option="devices=")
     if message is not None:
         warn_user(message)

@@ -1,7 +1,6 @@
 """The DeepSpeed config a script's command line names, checked before any process starts.
 
-The DeepSpeed config a script's command line names, checked by ``accelctl launch`` before any
-process starts: the set-ups the DeepSpeed bridge would refuse in each process
+``accelctl launch`` checks it: the set-ups the DeepSpeed bridge would refuse in each process
 (:mod:`accelctl._deepspeed.refusals`), refused once, here, with the same words
 (docs/design/deepspeed-refused-at-launch.md)."""
 
@@ -23,8 +22,8 @@ from .._deepspeed.refusals import (
 def check_deepspeed_config(script: str, script_args: Sequence[str], selection: Selection) -> None:
     """Refuse the DeepSpeed config ``script_args`` names where it cannot run on the device.
 
-    Refuse the DeepSpeed config ``script_args`` names (``--deepspeed_config PATH``, ...) where
-    it cannot run on the selection's device: nothing to read, or the CPU, passes at once.
+    Named as ``--deepspeed_config PATH``, ...; the device is the selection's. Nothing to read,
+    or the CPU, passes at once.
 
     :raises accelctl.ProcessSetupError: the bridge's own message, with where the config came from.
     """

@@ -42,8 +42,7 @@ REPORTED = "_accelctl_reported"
 def show_as_one_line(*, quiet: bool | None = None, carried: Carrier | None = None) -> None:
     """Show an :class:`~accelctl.AccelctlError` that ends this program as accelctl's one line.
 
-    From now on, an :class:`~accelctl.AccelctlError` that ends this program is shown as
-    accelctl's one line on standard error (a :class:`~accelctl.MissingKernelError`'s ways out
+    From now on, on standard error (a :class:`~accelctl.MissingKernelError`'s ways out
     written as the command line that ran it; ``ACCELCTL_DEBUG=1``: Python's traceback as well).
     Other errors are shown as before.
 
@@ -96,9 +95,8 @@ def _launched_rank() -> int:
 def reported(interrupt: BaseException) -> None:
     """Mark ``interrupt`` as reported by accelctl's own line.
 
-    ``interrupt`` (a Ctrl-C) was reported by accelctl's own line: should it end the program,
-    no traceback follows (``ACCELCTL_DEBUG=1``: it does); Python still ends by SIGINT (a shell
-    shows 130)."""
+    ``interrupt`` is a Ctrl-C. Should it end the program, no traceback follows
+    (``ACCELCTL_DEBUG=1``: it does); Python still ends by SIGINT (a shell shows 130)."""
     setattr(interrupt, REPORTED, True)
     show_as_one_line()
 
@@ -120,9 +118,8 @@ def shown(value: BaseException) -> AccelctlError | None:
 def line_for(error: AccelctlError, argv: Sequence[str]) -> str:
     """Return the line that shows ``error``, which ended the program ``argv`` ran.
 
-    What ``error`` that ended the program ``argv`` ran is shown as, without ``accelctl:``: its
-    message and the switch that shows more; a message of several lines keeps them (a command to
-    run, a hang's stacks), the switch on a line of its own after them."""
+    Without ``accelctl:``: its message and the switch that shows more; a message of several lines
+    keeps them (a command to run, a hang's stacks), the switch on a line of its own after them."""
     if isinstance(error, MissingKernelError) and error.op is not None:
         return error.for_command(argv)
     lines = _lines(error) or [type(error).__name__]
@@ -140,16 +137,15 @@ def message_line(error: BaseException) -> str:
 def details(error: BaseException) -> list[str]:
     """Return the lines of ``error``'s message after its first.
 
-    The lines of ``error``'s message after its first (a hang's stacks of every rank): under
-    ``accelctl launch`` the process that raised it prints them, above the launcher's line."""
+    Such as a hang's stacks of every rank. Under ``accelctl launch`` the process that raised it
+    prints them, above the launcher's line."""
     return _lines(error)[1:]
 
 
 def one_line_when_raised(function: Callable[P, R]) -> Callable[P, R]:
     """Wrap ``function`` so that an accelctl error it raises is shown as accelctl's line.
 
-    ``function``, which shows an :class:`~accelctl.AccelctlError` it raises as accelctl's
-    line should it end the program (:func:`show_as_one_line`): for the constructors whose
+    Should it end the program (:func:`show_as_one_line`). For the constructors whose
     refusals a script meets first (``accelctl.Trainer``, a bridge's ``Accelerator``)."""
 
     @functools.wraps(function)

@@ -1,7 +1,6 @@
 """``accelctl.launch(fn)``: a function on one process per device, for notebooks.
 
-A function on one process per device, through torch's elastic launch API (``elastic_launch`` /
-``LaunchConfig``), for notebooks."""
+Through torch's elastic launch API (``elastic_launch`` / ``LaunchConfig``)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def launch(
 ) -> list[Any]:
     """Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script.
 
-    Run ``function(*args)`` in one process per device, as ``accelctl launch`` runs a script
-    (for notebooks): a ``Trainer()`` inside runs on what this call selected. One device: in this
+    For notebooks: a ``Trainer()`` inside runs on what this call selected. One device: in this
     process; several: started on this machine by torch's elastic launch API.
 
     .. code-block:: python

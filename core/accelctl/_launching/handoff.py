@@ -21,8 +21,8 @@ from .._contract.settings import DEVICES as ENV_DEVICES
 def selection_environment(selection: Selection) -> dict[str, str]:
     """Return ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch.
 
-    ``ACCELCTL_ACCELERATOR`` and ``ACCELCTL_DEVICES`` for the children of a launch (only the
-    devices for an instance without an entry point: the script passes the instance itself)."""
+    Only the devices for an instance without an entry point: the script passes the instance
+    itself."""
     env = {ENV_DEVICES: devices_spec(selection.parsed)}
     if selection.accelerator.entry_point is not None:
         # The plugin's own name: a child's lookup by it loads that plugin alone (an alias such
@@ -46,8 +46,8 @@ def launch_command_line(accelerator: str | None, devices: str, argv: Sequence[st
 def cores_per_process(nproc: int) -> int:
     """Return an equal share of this machine's cores for each of ``nproc`` processes.
 
-    An equal share of this machine's cores for each of ``nproc`` processes (at least one):
-    torchrun's default of one thread per process starves CPU training on a large machine."""
+    At least one: torchrun's default of one thread per process starves CPU training on a large
+    machine."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

@@ -1,8 +1,7 @@
 """The launch options checked before any process starts, before torch is imported.
 
-The launch options checked before any process starts, with the same words from ``accelctl
-launch`` and :func:`accelctl.launcher.launch_script`, before torch is imported: the machines
-(from the options, else the scheduler: :func:`plan_nodes`) and the processes.
+The same words from ``accelctl launch`` and :func:`accelctl.launcher.launch_script`. The options
+are the machines (from the options, else the scheduler: :func:`plan_nodes`) and the processes.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ class NodeOptionError(LaunchError):
 def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
     """Refuse ``--nnodes``, ``--node-rank`` and ``--master-addr`` values that cannot form a group.
 
-    Refuse ``--nnodes``/``--node-rank``/``--master-addr`` values that cannot form a group
-    (a :class:`NodeOptionError` naming the option and what it accepts)."""
+    A :class:`NodeOptionError` names the option and what it accepts."""
     if nnodes < 1:
         raise NodeOptionError(
             f"{nnodes} is below 1: give the number of machines taking part", option="--nnodes"
@@ -54,8 +52,8 @@ def check_nodes(nnodes: int, node_rank: int, master_addr: str | None) -> None:
 def check_processes(selection: Selection, processes: int) -> None:
     """Refuse several processes on an accelerator that cannot carry them.
 
-    Refuse several processes on an accelerator without a distributed backend, or on one whose
-    backend torch does not have for its devices: before any process starts."""
+    It cannot without a distributed backend, or where torch does not have the backend for its
+    devices. Refused before any process starts."""
     if processes <= 1:
         return
     name = selection.shown_name

@@ -1,7 +1,6 @@
 """``accelctl launch SCRIPT``: one process per device of the selection, through torchrun.
 
-One process per device of the selection, through torchrun called in this process (docs/training.md,
-"Choices accelctl launch makes")."""
+torchrun is called in this process (docs/training.md, "Choices accelctl launch makes")."""
 
 from __future__ import annotations
 
@@ -123,9 +122,8 @@ def _one_line(
 ) -> str | None:
     """Return the launch's one line for the accelctl error a process raised, or None.
 
-    The launch's one line for the accelctl error a process raised (it printed no traceback):
-    a missing kernel's ways out as ``accelctl launch`` lines (the devices as the user typed
-    them); None for any other failure."""
+    The process printed no traceback. A missing kernel's ways out as ``accelctl launch`` lines (the
+    devices as the user typed them); None for any other failure."""
     failure = exc.failure
     if failure is None:
         return None
@@ -147,8 +145,8 @@ def _one_line(
 def _fallback_switch(selection: Selection) -> dict[str, str]:
     """Return torch's own CPU-fallback switch for the device, where its plugin names one.
 
-    With ``ACCELCTL_CPU_FALLBACK=1``, torch's own switch for the device where its plugin
-    names one (MPS's ``PYTORCH_ENABLE_MPS_FALLBACK``): torch reads it when a child imports it."""
+    With ``ACCELCTL_CPU_FALLBACK=1``; such as MPS's ``PYTORCH_ENABLE_MPS_FALLBACK``. torch
+    reads it when a child imports it."""
     if not settings.cpu_fallback():
         return {}
     try:
@@ -162,8 +160,7 @@ def _fallback_switch(selection: Selection) -> dict[str, str]:
 class Phase:
     """Where a launch's processes are, for the message of a signal.
 
-    Where a launch's processes are, for the message of a signal (see
-    :class:`LaunchInterruptedError`): not started until the launch begins them."""
+    See :class:`LaunchInterruptedError`. Not started until the launch begins them."""
 
     def __init__(self) -> None:
         self.processes = LaunchInterruptedError.NOT_STARTED
@@ -173,10 +170,9 @@ class Phase:
 def interrupted_anywhere(phase: Phase | None = None) -> Iterator[None]:
     """End the launcher on SIGINT and SIGTERM with :class:`LaunchInterruptedError`, while in force.
 
-    While in force, SIGINT and SIGTERM end the launcher with :class:`LaunchInterruptedError`
-    wherever it is (the CLI's one line and ``128 + signal``): before its processes start, while
-    torchrun shuts down after they ended, while it cleans up (the note of the last checkpoint is
-    read while it is there); the message says where its processes were (``phase``; without one:
+    Wherever the launcher is (the CLI's one line and ``128 + signal``): before its processes start,
+    while torchrun shuts down after they ended, while it cleans up (the note of the last checkpoint
+    is read while it is there); the message says where its processes were (``phase``; without one:
     not started). Where a handler of the processes' (torchrun's, the single child's wait) is in
     force, that one stops them first."""
     where = phase or Phase()
@@ -192,8 +188,7 @@ def interrupted_anywhere(phase: Phase | None = None) -> Iterator[None]:
 def torchruns_handlers_undone() -> Iterator[None]:
     """Undo the signal handlers torchrun's workers set, when it returns.
 
-    The signal handlers torchrun's workers set (and never restore: theirs raise
-    ``SignalException`` for good) are undone when it returns."""
+    They never restore them: theirs raise ``SignalException`` for good."""
     signums = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
     previous = {signum: signal.getsignal(signum) for signum in signums}
     try:
@@ -296,8 +291,8 @@ def _launch(
 def torchrun_argv(nproc: int, nodes: Nodes, *, max_restarts: int) -> list[str]:
     """Return torchrun's options for ``nproc`` processes on each machine of ``nodes``.
 
-    torchrun's options (before the program) for ``nproc`` processes on each machine of
-    ``nodes``; under its ``PET_*`` variables only those it does not read itself."""
+    They go before the program. Under its ``PET_*`` variables only those it does not read
+    itself."""
     argv = ["--nproc-per-node", str(nproc)]
     if nodes.from_torchrun_env:
         return argv + (["--max-restarts", str(max_restarts)] if max_restarts else [])

@@ -1,11 +1,10 @@
 """Launched processes stay under their launcher: they die with it, and its signals stop them.
 
-Launched processes stay under their launcher: they die with it, and a signal to it stops them
-(docs/training.md, "Supervision"). In each child :func:`die_with_launcher` (torchrun puts workers
+See docs/training.md, "Supervision". In each child :func:`die_with_launcher` (torchrun puts workers
 in sessions of their own, so a SIGKILLed launcher would leave them training); in the launcher
-:func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning).
-Linux's death signal comes when the launcher's *thread* that started the child ends: accelctl
-starts children from its main thread.
+:func:`wait_forwarding_signals` and :func:`forwarding_user_signals` (a scheduler's warning). Linux's
+death signal comes when the launcher's *thread* that started the child ends: accelctl starts
+children from its main thread.
 """
 
 from __future__ import annotations
@@ -63,9 +62,8 @@ class LaunchInterruptedError(AccelctlError):
 def launcher_environment() -> dict[str, str]:
     """Return the variables that tell children who their launcher is and which launch they are in.
 
-    The variables that tell children who their launcher is, and which launch they are part of
-    (a new id at each call: the processes of a launch's restarts keep it, and continue the run
-    folder their Trainer wrote; docs/training.md, "Runs and their folders")."""
+    A new launch id at each call: the processes of a launch's restarts keep it, and continue the run
+    folder their Trainer wrote (docs/training.md, "Runs and their folders")."""
     import uuid
 
     return {ENV_LAUNCHER_PID: str(os.getpid()), settings.LAUNCH_ID: uuid.uuid4().hex}
@@ -74,9 +72,9 @@ def launcher_environment() -> dict[str, str]:
 def die_with_launcher(environ: Mapping[str, str] = os.environ) -> str | None:
     """End this launched child when its launcher dies.
 
-    End this process when the launcher named by ``ACCELCTL_LAUNCHER_PID`` dies
-    (``prctl(PR_SET_PDEATHSIG)``, or a thread watching the parent where there is none). Returns how
-    (``"pdeathsig"``, ``"watchdog"``), or None when not launched by accelctl."""
+    The launcher is named by ``ACCELCTL_LAUNCHER_PID``; ``prctl(PR_SET_PDEATHSIG)``, or a thread
+    watching the parent where there is none. Returns how (``"pdeathsig"``, ``"watchdog"``), or None
+    when not launched by accelctl."""
     launcher = settings.launcher_pid(environ)
     if launcher is None:
         return None
@@ -159,9 +157,8 @@ USER_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 def forwarding_user_signals() -> contextlib.AbstractContextManager[None]:
     """Send SIGUSR1 and SIGUSR2 on to this process's children, while in force.
 
-    While in force, SIGUSR1 and SIGUSR2 to this process are sent on to its children (from
-    Linux's ``/proc``; elsewhere ignored). Under SLURM a worker may get one twice: from SLURM and
-    from its launcher."""
+    The children are read from Linux's ``/proc``; elsewhere ignored. Under SLURM a worker may get
+    one twice: from SLURM and from its launcher."""
 
     def forward(signum: int, frame: object) -> None:
         for pid in _children():

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 def quiet_torch_logs(quiet: bool) -> Iterator[None]:
     """Quiet torch.distributed's and torch.multiprocessing's loggers for the duration.
 
-    Raise torch.distributed's and torch.multiprocessing's loggers to CRITICAL for the duration
-    (unless ``LOGLEVEL`` is set): their warnings and records repeat the launcher's one line."""
+    They are raised to CRITICAL, unless ``LOGLEVEL`` is set: their warnings and records repeat
+    the launcher's one line."""
     if not quiet or os.environ.get("LOGLEVEL"):
         yield
         return

@@ -1,7 +1,6 @@
 """Reading a Trainer's ``metrics.jsonl`` back: one run's records, in step order.
 
-One run's records, in the order of its steps, for ``accelctl plot`` (:mod:`accelctl.plotting`). No
-torch, no matplotlib.
+For ``accelctl plot`` (:mod:`accelctl.plotting`). No torch, no matplotlib.
 
 The file (docs/training.md, "Figures") is appended to by every fit of a ``root_dir``: each line a
 JSON object tagged ``run`` (one name for every attempt of a run) and ``restart``. A run resumed
@@ -96,8 +95,7 @@ def metrics_path(source: str | Path) -> Path:
 def read_metrics(source: str | Path, run: str | None = None) -> RunMetrics:
     """Read the figures of ``run`` in ``source``, a metrics file or the folder that holds one.
 
-    The figures of ``run`` (default: the run of the file's last record) in ``source``, a
-    metrics file or the ``root_dir`` that holds one.
+    ``run`` defaults to the run of the file's last record; the folder is a ``root_dir``.
 
     :raises AccelctlError: no such file; a file without a single record of figures (empty, or
         not the Trainer's JSON lines); ``run`` not in it, naming the runs that are.

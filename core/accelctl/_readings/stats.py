@@ -35,8 +35,8 @@ READING_GAP_MIN_S = 0.1
 class DeviceStats:
     """The figures of one device, or why they could not be read.
 
-    The figures of one device (``device_stats``' flat dict, units in the keys), or why they
-    could not be read (``error``, one line; ``stats`` is then empty)."""
+    ``stats``: ``device_stats``' flat dict, units in the keys; empty where ``error`` (one line)
+    says why."""
 
     accelerator: str
     device: str
@@ -46,18 +46,17 @@ class DeviceStats:
     def to_dict(self) -> dict[str, Any]:
         """Return the reading as ``accelctl stats --json`` prints it.
 
-        JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read), the
-        objects of ``accelctl stats --json``."""
+        JSON-ready: ``accelerator``, ``device``, ``stats`` and ``error`` (null when read)."""
         return dataclasses.asdict(self)
 
 
 def read_stats(accelerator: str | None = None) -> list[DeviceStats]:
     """Read each device of every available accelerator, or of ``accelerator``, once.
 
-    One reading per device of every available accelerator, or of ``accelerator`` (a name, an
-    alias, ``"gpu"`` or ``"auto"``, which must be available), the accelerators read at once, each
-    under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each accelerator is read once to throw away,
-    and again 0.2 s after it was found (never less than 0.1 s after that first reading).
+    ``accelerator``: a name, an alias, ``"gpu"`` or ``"auto"``, which must be available. The
+    accelerators are read at once, each under ``ACCELCTL_HOOK_TIMEOUT``. Rates are real: each
+    accelerator is read once to throw away, and again 0.2 s after it was found (never less than 0.1
+    s after that first reading).
 
     A plugin that is broken (it fails to load, or its probe fails) is a reading with its
     ``error`` and device ``"?"``, as when ``accelerator`` names it (where it raises); a hook that
@@ -82,12 +81,11 @@ def watch_stats(accelerator: str | None = None) -> Iterator[list[DeviceStats]]:
 def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats]]:
     """Return the accelerators to read, each read once already, and the broken ones' readings.
 
-    The accelerators to read, each read once already and waited for (hooks may not sleep; this
-    may): NAME, which must be available, or every available one, all probed at once, then all
-    read once at once. One whose first reading did not answer stays, so that its reading is an
-    error (its stuck thread is not asked again). Also returns a reading with its error for each
-    broken plugin: its figures could not be read either, whether it was named or not (the same
-    exit status for both)."""
+    The first read is waited for (hooks may not sleep; this may). NAME, which must be available, or
+    every available one, all probed at once, then all read once at once. One whose first reading did
+    not answer stays, so that its reading is an error (its stuck thread is not asked again). Also
+    returns a reading with its error for each broken plugin: its figures could not be read either,
+    whether it was named or not (the same exit status for both)."""
     broken: list[DeviceStats] = []
     if name is not None:
         handles = [run_one(lambda: select_accelerator(name), get_registry().named(name))]
@@ -113,8 +111,8 @@ def _primed(name: str | None) -> tuple[list[AcceleratorHandle], list[DeviceStats
 def _devices(handle: AcceleratorHandle) -> list[str]:
     """Return every device ``devices="auto"`` gives, as strings, without importing torch.
 
-    Every device ``devices="auto"`` gives, as strings (``"<type>:<i>"``, or ``"<type>"`` once
-    for a process count), without importing torch: the type is ``device_type``, else the name."""
+    ``"<type>:<i>"``, or ``"<type>"`` once for a process count; the type is ``device_type``,
+    else the name."""
     parsed = handle.parse_devices("auto")
     kind = handle.info.device_type or handle.plugin_name
     if isinstance(parsed, int):

@@ -44,7 +44,7 @@ class TrainingReport:
 class Callback(Protocol):
     """What the Trainer calls: ``on_report`` on every process, at every point of a fit.
 
-    ``on_report(trainer, report)`` on every process, at every point of :class:`TrainingReport`. An
+    ``on_report(trainer, report)``; the points are :class:`TrainingReport`'s. An
     exception it raises stops the fit, as one of ``training_step`` does."""
 
     def on_report(self, trainer: Any, report: TrainingReport) -> None: ...
@@ -56,8 +56,7 @@ _process_callbacks: list[Callback] = []
 def add_process_callback(callback: Callback) -> None:
     """Report every fit of this process to ``callback`` too, after the Trainer's own.
 
-    Report every fit of this process to ``callback`` too, after the Trainer's own (a bridge
-    installs its framework's reporter in the framework's worker processes)."""
+    A bridge installs its framework's reporter in the framework's worker processes."""
     if callback not in _process_callbacks:
         _process_callbacks.append(callback)
 

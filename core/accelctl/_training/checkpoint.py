@@ -78,8 +78,7 @@ class CheckpointConfig:
 def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") -> int:
     """Return ``value`` when it is a whole number >= ``least``; else raise a :class:`TrainerError`.
 
-    ``value`` when it is an int (not a bool) >= ``least``; else a :class:`TrainerError` that
-    names the Trainer's argument ``name``."""
+    A bool is not a whole number. The error names the Trainer's argument ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise TrainerError(
             f"{name}={value!r} is not accepted: give a whole number >= {least}{or_else}"
@@ -93,8 +92,7 @@ def whole_number(name: str, value: Any, *, least: int = 1, or_else: str = "") ->
 def save_atomic(state: Mapping[str, Any], path: Path, *, last_good: Path | None = None) -> None:
     """Save ``state`` to ``path`` atomically, through a temporary file and ``os.replace``.
 
-    ``torch.save(state)`` to ``path`` through a temporary file and ``os.replace``: a kill at
-    any moment leaves the old file or the new one.
+    Written with ``torch.save``; a kill at any moment leaves the old file or the new one.
 
     :param last_good: the checkpoint that stays the one to resume from when this write fails
         (``path`` itself by default), for the error.
@@ -161,8 +159,7 @@ class _RecordingFile:
 def _full_disk_or_limit(folder: Path, written: int) -> OSError | None:
     """Return an ``OSError`` for a full disk or a file-size limit, or None.
 
-    An ``OSError`` for a full disk under ``folder`` or a file-size limit that ``written``
-    bytes reached; None when neither is the case."""
+    The disk is ``folder``'s; the limit one that ``written`` bytes reached."""
     import errno
     import resource
 
@@ -227,8 +224,8 @@ def unwritable(path: Path, exc: BaseException, *, last_good: Path | None = None)
 def remove_temporaries(folder: Path) -> list[str]:
     """Remove the temporary files that cut-off writes left in run folder ``folder``.
 
-    Remove the temporary files that writes cut off (a kill) left in run folder ``folder``;
-    their names. Called by the folder's only writer (it holds the run's lock)."""
+    Cut off by a kill. Returns their names. Called by the folder's only writer (it holds the run's
+    lock)."""
     removed = []
     try:
         entries = list(folder.iterdir())
@@ -265,8 +262,7 @@ def load(path: Path, device: torch.device) -> dict[str, Any]:
 def unreadable(path: Path, exc: BaseException) -> CheckpointError:
     """Return the error for checkpoint ``path`` that ``torch.load`` could not read.
 
-    The error for checkpoint ``path`` that ``torch.load`` could not read, in the Trainer's
-    words: truncated, not a checkpoint, or refused by ``weights_only``."""
+    In the Trainer's words: truncated, not a checkpoint, or refused by ``weights_only``."""
     import zipfile
 
     try:
@@ -416,8 +412,8 @@ class Stateful(NamedTuple):
 class Checkpointer:
     """Writes and reads the checkpoints of one ``fit``'s model, optimizer and gradient scaler.
 
-    Writes (rank 0) and reads (every rank) the checkpoints of one ``fit``'s model, optimizer
-    and gradient scaler in ``folder`` (the fit's run folder, ``<root_dir>/checkpoints/run-N``).
+    Rank 0 writes, every rank reads. ``folder`` is the fit's run folder,
+    ``<root_dir>/checkpoints/run-N``.
 
     :param env: this process's place in the run (the random states of every rank are saved).
     :param device: this process's device (random states, and where a checkpoint is loaded to).
@@ -515,9 +511,8 @@ class Checkpointer:
     def save(self, loop: LoopState, *, epoch_end: bool = False) -> str | None:
         """Write ``last.ckpt``, and a best one at an epoch's end when it ranks.
 
-        Write ``last.ckpt`` (and a best one at an epoch's end, when it ranks), to resume in
-        ``loop.epoch`` after ``loop.batches_done``. Called on every rank: their random states are
-        gathered into rank 0's file. The best one's file name when one was kept."""
+        To resume in ``loop.epoch`` after ``loop.batches_done``. Called on every rank: their random
+        states are gathered into rank 0's file. The best one's file name when one was kept."""
         gap = loop.epoch_rng.get("gap") if loop.epoch_rng is not None else None
         if gap is not None and not self.told_gap and self.rank == 0:
             warn_user(
@@ -565,9 +560,8 @@ class Checkpointer:
     ) -> str | None:
         """Write a sharded checkpoint: every rank's shards, then the file that names them.
 
-        Every rank writes its shards into a new folder, then rank 0 the file that names it
-        (atomically), then rank 0 removes the folders no file names any more. The best one's file
-        name when one was kept."""
+        The shards go into a new folder; rank 0 writes the file atomically, then removes the folders
+        no file names any more. The best one's file name when one was kept."""
         model, optimizer, _ = self.objects
         folder_id = states[0].folder_id
         assert folder_id is not None  # rank 0 names it when the model is sharded

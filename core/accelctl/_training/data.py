@@ -75,10 +75,9 @@ def shard_loader(
 ) -> Iterable[Any]:
     """Rebuild ``loader`` so that process ``rank`` of ``world_size`` sees its own share.
 
-    ``loader`` rebuilt so that process ``rank`` of ``world_size`` sees its own share: a
-    ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
-    ``world_size``-th sample from ``rank`` for evaluation. A loader the user shards already, or
-    any for one process, is returned unchanged; one that cannot be sharded is a
+    A ``DistributedSampler`` for training (shuffled when ``loader`` shuffled), every
+    ``world_size``-th sample from ``rank`` for evaluation. A loader the user shards already, or any
+    for one process, is returned unchanged; one that cannot be sharded is a
     :class:`DataLoaderError`."""
     if world_size == 1:
         return loader
@@ -162,8 +161,8 @@ def sampler_parts(loader: Iterable[Any]) -> list[Any]:
 def set_epoch(loader: Iterable[Any], epoch: int) -> None:
     """Re-seed a distributed sampler's shuffle for ``epoch``.
 
-    Re-seed a distributed sampler's shuffle for ``epoch`` (the same order on every process):
-    ``set_epoch`` of each of the loader's :func:`sampler_parts` that has one."""
+    The same order on every process: ``set_epoch`` of each of the loader's :func:`sampler_parts`
+    that has one."""
     for part in sampler_parts(loader):
         set_part_epoch = getattr(part, "set_epoch", None)
         if callable(set_part_epoch):

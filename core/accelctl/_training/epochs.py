@@ -117,9 +117,8 @@ class Epochs:
     def _batches(self, epoch: int) -> Iterable[tuple[int, Any]]:
         """Yield the epoch's numbered batches, resuming where a checkpoint stopped.
 
-        For the epoch a checkpoint stopped in, its data order replayed and the batches it trained
-        skipped. Notes the states the epoch starts from when a mid-epoch checkpoint may need
-        them."""
+        Its data order is replayed and the batches it trained skipped. Notes the states the epoch
+        starts from when a mid-epoch checkpoint may need them."""
         resume, loader = self.training.resume, self.training.train_loader
         restores = resume is not None and (resume.batches_done or resume.epoch_rng is not None)
         if resume is not None and restores and epoch == resume.epoch:
@@ -299,8 +298,8 @@ class Epochs:
 def note_launcher(path: Path, *, epoch: int, step: int) -> None:
     """Tell ``accelctl launch`` where the last checkpoint is.
 
-    Tell ``accelctl launch`` (through the file ``ACCELCTL_LAUNCH_NOTE`` names) where the last
-    checkpoint is, for its report when it is interrupted; nothing outside a launch."""
+    Through the file ``ACCELCTL_LAUNCH_NOTE`` names, for its report when it is interrupted;
+    nothing outside a launch."""
     note = settings.launch_note()
     if note is None:
         return

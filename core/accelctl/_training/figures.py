@@ -83,8 +83,8 @@ class EpochTally:
     def figures(self) -> dict[str, float]:
         """Return the epoch's ``train_loss`` and ``samples_per_second``.
 
-        ``train_loss`` (the mean over all processes' steps) and ``samples_per_second`` (all
-        processes' samples over the slowest one's time)."""
+        ``train_loss``: the mean over all processes' steps; ``samples_per_second``: all
+        processes' samples over the slowest one's time."""
         if self.window:
             self.loss += torch.stack(self.window).float().sum()
         steps, samples = self.steps, self.samples
@@ -116,8 +116,8 @@ def validate(
 ) -> dict[str, float]:
     """Return sample-weighted means of ``validation_step``'s figures across processes.
 
-    Sample-weighted means of ``validation_step``'s figures over this process's shard,
-    summed across processes: every sample counts once, every rank gets the same figures."""
+    Each shard's sums are summed across processes: every sample counts once, every rank gets
+    the same figures."""
     sums: dict[str, torch.Tensor] = {}
     samples = 0
     for batch_idx, batch in enumerate(loader):

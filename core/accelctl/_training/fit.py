@@ -163,8 +163,7 @@ class Fit:
     def _set_up_processes(self) -> None:
         """Set the device up and, with several processes, join their group.
 
-        Set the device up and, with several processes, join their group and watch for hangs
-        (FSDP2 alone: a group of one process)."""
+        Then watch for hangs. FSDP2 alone: a group of one process."""
         accelerator, device = self.trainer.accelerator, self.config.device
         sharded = self.config.sharded
         accelerator.setup_device(device)
@@ -184,8 +183,8 @@ class Fit:
     def _plan_run(self) -> Planned:
         """Plan the run folder and what to resume from, on rank 0, and share the plan.
 
-        Rank 0 plans the run folder and what to resume from (:mod:`.runs`), and every rank
-        learns the plan (or rank 0's refusal) from it; then the logs are opened."""
+        See :mod:`.runs`. Every rank learns the plan (or rank 0's refusal); then the logs are
+        opened."""
         trainer, env, ckpt_path = self.trainer, self.env, self.config.ckpt_path
         planned = Planned(None, None)  # rank 0's, sent to all
         if self.runs is not None and trainer.checkpointing.enabled:
@@ -242,9 +241,8 @@ class Fit:
     ) -> Training:
         """Set up the model, optimizer, checkpointer, resume state and loaders.
 
-        The model on the device (sharded by FSDP2 before its optimizer is made), its
-        optimizer, the checkpointer, the state of a resume (before DDP wraps the model: every rank
-        loads the same file), and the loaders, sharded."""
+        FSDP2 shards the model before its optimizer is made. The resume state is loaded before
+        DDP wraps the model: every rank loads the same file. The loaders are sharded."""
         model, trainer, env, config = self.model, self.trainer, self.env, self.config
         if config.sharded:
             shard_model(model, config.device, trainer.precision)
@@ -315,9 +313,8 @@ class Fit:
     def _leave_together(self) -> None:
         """Leave the process group together.
 
-        The processes leave the group together: one that leaves (and exits) while rank 0
-        still writes the last checkpoint can leave rank 0 hung in destroy_process_group
-        (pytorch/pytorch#75097; seen once here, gloo under load)."""
+        One that leaves (and exits) while rank 0 still writes the last checkpoint can leave rank 0
+        hung in destroy_process_group (pytorch/pytorch#75097; seen once here, gloo under load)."""
         if self.owns_group:
             import torch.distributed as dist
 
@@ -327,9 +324,9 @@ class Fit:
     def _finish(self, *, quiet: bool) -> None:
         """Close the fit's resources and call the accelerator's ``teardown``.
 
-        Close the log, restore the signal's handler, stop the hang watcher, leave the process
-        group this fit created, and call the accelerator's ``teardown``. After a failure
-        (``quiet``) a cleanup error is only warned about, so that the training error surfaces."""
+        Close the log, restore the signal's handler, stop the hang watcher, leave the process group
+        this fit created. After a failure (``quiet``) a cleanup error is only warned about, so that
+        the training error surfaces."""
         self.log.close()
         if self.runs is not None:
             self.runs.release()
@@ -354,8 +351,7 @@ class Fit:
     def _missing_kernel(self, exc: BaseException, loss: Any = None) -> MissingKernelError | None:
         """Return accelctl's error where ``exc`` is a kernel the device lacks, else None.
 
-        accelctl's error where ``exc`` is a kernel the device lacks (naming the layer of the
-        model that called it), else None."""
+        The error names the layer of the model that called it."""
         if not isinstance(exc, Exception):
             return None
         return missing_kernel_error(
@@ -401,8 +397,7 @@ def _strategy_text(strategy: str, world_size: int) -> str:
 def resume_advice(last: LastCheckpoint | None) -> str:
     """Say where the last checkpoint is and how to resume, or that none was written.
 
-    ``the last checkpoint is X (epoch 2, step 40): ...how to resume...``, or that none was
-    written."""
+    ``the last checkpoint is X (epoch 2, step 40): ...how to resume...``."""
     if last is None:
         return "no checkpoint was written"
     path = last.path.resolve()

@@ -1,7 +1,6 @@
 """The state of one ``fit``, as plain records, and the Trainer as a fit sees it.
 
-The state of one ``fit``, as plain records with one meaning each, and the Trainer as a fit
-sees it (:class:`FitOwner`).
+Each record has one meaning; the Trainer as a fit sees it is :class:`FitOwner`.
 
 - :class:`FitConfig`: what the fit is given and checks before anything is set up; fixed.
 - :class:`Training`: what the set-up builds for the epochs (the model's optimizer, the

@@ -45,8 +45,8 @@ def refuse_fsdp_without_backend(accelerator: str, backend: str | None) -> None:
 def refuse_fsdp_gaps(accelerator: str, device_type: str, backend: str | None) -> None:
     """Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs.
 
-    Refuse FSDP2 where ``accelerator``'s device or backend lacks what it needs, probing the
-    current device of ``device_type`` (it starts the device's runtime in this process).
+    Probes the current device of ``device_type`` (it starts the device's runtime in this
+    process).
 
     :raises ProcessSetupError: naming each missing capability with the device's own words, and
         what to do instead.
@@ -136,10 +136,10 @@ def sharded_grad_scaler(precision: Precision, device: torch.device) -> torch.amp
 def shard_model(model: nn.Module, device: torch.device, precision: Precision) -> None:
     """Shard ``model`` in place over the default process group with FSDP2.
 
-    Shard ``model`` in place over the default process group, on a 1-D ``DeviceMesh`` of
-    ``device``'s type: rank 0's initial weights (as under DDP), then ``fully_shard`` on each
-    unit of :func:`sharding_units` and on the root. ``training_step`` and ``validation_step``
-    are registered as forward methods, so that FSDP2 gathers the root's parameters for them.
+    On a 1-D ``DeviceMesh`` of ``device``'s type: rank 0's initial weights (as under DDP), then
+    ``fully_shard`` on each unit of :func:`sharding_units` and on the root. ``training_step`` and
+    ``validation_step`` are registered as forward methods, so that FSDP2 gathers the root's
+    parameters for them.
 
     :raises TrainerError: for a model sharded already (by an earlier fit, or by its author).
     """
@@ -175,10 +175,10 @@ def in_lockstep(
 ) -> Iterator[Any]:
     """Yield ``batches`` for validation under FSDP2 with the processes in lockstep.
 
-    ``batches`` for validation under FSDP2 with several processes, where every forward is a
-    collective (each unit gathers its parameters): the processes agree before each batch whether
-    any has one left, and one whose shard has run out runs ``forward`` on its last batch again
-    while the others finish, its figures dropped (a validation shard may be a batch shorter).
+    With several processes every forward is a collective (each unit gathers its parameters): the
+    processes agree before each batch whether any has one left, and one whose shard has run out runs
+    ``forward`` on its last batch again while the others finish, its figures dropped (a validation
+    shard may be a batch shorter).
 
     :raises TrainerError: for a process whose shard has no batch at all while another has.
     """

@@ -68,8 +68,7 @@ class HangWatch:
     def stop(self) -> None:
         """End the watcher before the fit returns.
 
-        End the watcher before the fit returns (a thread still waiting on the store aborts the
-        process at exit)."""
+        A thread still waiting on the store aborts the process at exit."""
         thread, self._thread = self._thread, None
         if thread is not None:
             # Its question, answered "done" (where the store is gone, so is the watcher's wait).
@@ -150,9 +149,9 @@ class HangWatch:
 def thread_stack(ident: int) -> list[str]:
     """Return the stack of the thread ``ident`` of this process.
 
-    The stack of the thread ``ident`` of this process as :func:`traceback.format_stack` gives
-    it (innermost call last), read through :mod:`faulthandler`, the public way to read another
-    thread's stack; empty where it cannot be read."""
+    As :func:`traceback.format_stack` gives it (innermost call last), read through
+    :mod:`faulthandler`, the public way to read another thread's stack; empty where it cannot be
+    read."""
     import faulthandler
     import linecache
     import re

@@ -1,8 +1,8 @@
 """``<root_dir>/metrics.jsonl``: the Trainer's figures as JSON lines.
 
-The Trainer's figures as JSON lines of ``"kind"`` ``"step"`` or ``"epoch"``, written by rank 0 only
-(docs/training.md, "Figures"). Appended to, never truncated, each line in a single ``write``, so a
-kill leaves whole lines; non-finite figures are ``null``."""
+Each line's ``"kind"`` is ``"step"`` or ``"epoch"``; written by rank 0 only (docs/training.md,
+"Figures"). Appended to, never truncated, each line in a single ``write``, so a kill leaves whole
+lines; non-finite figures are ``null``."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ def optimizer_of(model: nn.Module) -> torch.optim.Optimizer:
 class TrainingStep(torch.nn.Module):
     """Runs ``model.training_step`` as a module's forward, so that DDP sees every step.
 
-    Runs ``model.training_step`` as a module's forward, so that DDP sees every step (DDP
-    prepares its gradient all-reduce in its own ``forward``, which ``training_step`` bypasses)."""
+    DDP prepares its gradient all-reduce in its own ``forward``, which ``training_step``
+    bypasses."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()

@@ -30,8 +30,8 @@ def choose_device(
 ) -> torch.device:
     """Return this process's device, after checking that the processes fit.
 
-    ``devices[LOCAL_RANK]``, after checking that the processes fit and that torch can carry the
-    devices' tensors between them.
+    ``devices[LOCAL_RANK]``. It also checks that torch can carry the devices' tensors between
+    them.
 
     :param selection: the accelerator and its devices on this machine, one per process.
     :param env: this process's place among the processes.
@@ -85,11 +85,10 @@ _told_alone: set[str] = set()
 def alone_on_first_device(selection: Selection, hint: str) -> Selection:
     """Return what ``devices="auto"`` takes in a process started alone.
 
-    What ``devices="auto"`` takes in a process started alone (``python train.py``, no
-    launcher): the first device of several, as Lightning's and Accelerate's single-process
-    defaults do, with one warning per process saying how to use them all (``hint``: the
-    ``accelctl launch`` line). One process cannot use several devices, and "auto" never selects
-    a set-up that cannot run."""
+    Such as ``python train.py``, no launcher: the first device of several, as Lightning's and
+    Accelerate's single-process defaults do, with one warning per process saying how to use them all
+    (``hint``: the ``accelctl launch`` line). One process cannot use several devices, and "auto"
+    never selects a set-up that cannot run."""
     if len(selection.devices) <= 1:
         return selection
     first = selection.first_device()
@@ -106,8 +105,8 @@ def alone_on_first_device(selection: Selection, hint: str) -> Selection:
 def launch_hint(selection: Selection) -> str:
     """Return the command that runs this script with one process per device.
 
-    The command that runs this script with one process per device of ``selection``, naming
-    the accelerator as the user knows it (``--accelerator openreg``)."""
+    The devices are ``selection``'s; the accelerator is named as the user knows it
+    (``--accelerator openreg``)."""
     name = selection.shown_name if selection.accelerator.entry_point is not None else None
     spec = selection.given_devices
     argv = script_argv()

@@ -42,8 +42,7 @@ def _is_terminal() -> bool:
 def redirected_logging(bar: Any | None) -> Iterator[None]:
     """Route the ``accelctl`` logger's terminal lines through tqdm while ``bar`` is shown.
 
-    While ``bar`` is shown, the ``accelctl`` logger's lines to the terminal go through tqdm,
-    above the bar, instead of through it."""
+    They show above the bar instead of through it."""
     if bar is None:
         yield
         return

@@ -1,7 +1,7 @@
 """The fit's log for people: one line per event, written by rank 0.
 
-One line per event, written by rank 0 through the ``accelctl.trainer`` logger, whether or not a
-terminal is attached (docs/training.md, "The log").
+Through the ``accelctl.trainer`` logger, whether or not a terminal is attached (docs/training.md,
+"The log").
 
 What it runs on, where its checkpoints go, what it resumed from, each epoch's figures, each
 checkpoint written, and why it stopped. ``enable_progress_bar`` governs the bar only. Where the
@@ -46,8 +46,7 @@ class _StandardError(logging.StreamHandler):  # type: ignore[type-arg]
 def make_visible() -> None:
     """Give the ``accelctl`` logger a handler to standard error, unless logging is configured.
 
-    Give the ``accelctl`` logger a handler to standard error at INFO, unless the program
-    configured logging itself (a handler on the root logger or on ``accelctl``)."""
+    At INFO. Configured: a handler on the root logger or on ``accelctl``."""
     if _PARENT.handlers or logging.getLogger().handlers:
         return
     _PARENT.addHandler(_StandardError())

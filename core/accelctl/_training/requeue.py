@@ -1,7 +1,6 @@
 """Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it.
 
-Stopping a fit at a checkpoint on a signal, and requeueing its SLURM job to resume it
-(docs/training.md, "Requeue"). With several processes the request rides on the next logging
+See docs/training.md, "Requeue". With several processes the request rides on the next logging
 step's all-reduce of the figures, so that all stop at the same step at no cost of its own.
 """
 
@@ -41,9 +40,9 @@ def parse_requeue_signal(
 ) -> RequeueSignal:
     """Return the signal to catch, and whether it was named.
 
-    The signal to catch, and whether it was named (``"auto"``: SIGUSR1 inside a SLURM job that
-    writes checkpoints, unless something else handles it when ``fit`` starts; None: never).
-    Raises :class:`TrainerError` for what cannot be caught, or a signal with checkpoints off."""
+    ``"auto"``: SIGUSR1 inside a SLURM job that writes checkpoints, unless something else handles it
+    when ``fit`` starts; None: never. Raises :class:`TrainerError` for what cannot be caught, or a
+    signal with checkpoints off."""
     if value is None or value is False:
         return RequeueSignal(None, False)
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -72,8 +71,7 @@ def parse_requeue_signal(
 class RequeueOnSignal:
     """The signal handler of one ``fit``: notes the signal so the loop stops at a step boundary.
 
-    The handler of one ``fit`` (main thread only, Python's rule): notes the signal, and the
-    training loop stops at a step boundary. ``"auto"`` leaves a handler of someone else's."""
+    Main thread only, Python's rule. ``"auto"`` leaves a handler of someone else's."""
 
     def __init__(self, signum: int | None, explicit: bool) -> None:
         self.signum, self.requested = signum or 0, False
@@ -99,8 +97,8 @@ class RequeueOnSignal:
     def leave(self, *, rank: int, world_size: int, step: int, checkpoint: Path) -> NoReturn:
         """Requeue the job (rank 0) and exit, after the checkpoint.
 
-        After the checkpoint, on every process: requeue the job (rank 0), and exit; raises
-        :class:`RequeueError` in rank 0 when ``scontrol requeue`` failed."""
+        Every process exits. Raises :class:`RequeueError` in rank 0 when ``scontrol requeue``
+        failed."""
         said = f"{signal.Signals(self.signum).name} received: checkpoint written at step {step}"
         said += f" ({checkpoint})"
         if world_size > 1:

@@ -1,10 +1,9 @@
 """The random states a checkpoint saves, and what an epoch's data order depends on.
 
-The random states a checkpoint saves (:func:`rng_state`), and what an epoch's data order
-depends on (:func:`epoch_rng_state`: a shuffling ``DataLoader`` seeds from the global generator
-when its iterator starts, or from its own generators; a sampler may keep a state of its own),
-which a resumed fit restores before the epoch's iterator starts. All are tensors and plain values.
-"""
+See :func:`rng_state` and :func:`epoch_rng_state` (a shuffling ``DataLoader`` seeds from the global
+generator when its iterator starts, or from its own generators; a sampler may keep a state of its
+own), which a resumed fit restores before the epoch's iterator starts. All are tensors and plain
+values."""
 
 from __future__ import annotations
 
@@ -30,8 +29,8 @@ def _device_module(device: torch.device) -> Any | None:
 def _torch_state(device: torch.device) -> dict[str, Any]:
     """Return torch's global random state, and the device's where it has its own.
 
-    torch's global random state, and the device's where it has its own (with its device
-    type: another type's generator keeps its state in another form)."""
+    The device's comes with its device type: another type's generator keeps its state in
+    another form."""
     import torch
 
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
@@ -108,8 +107,7 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
 def _stateful_parts(loader: Iterable[Any]) -> list[Any]:
     """Return the parts of ``loader`` its order may depend on that save their own state.
 
-    The parts of ``loader`` its order may depend on that save and restore their own state
-    (``state_dict()`` and ``load_state_dict()``): its sampler, batch sampler and the batch
+    Those with ``state_dict()`` and ``load_state_dict()``: its sampler, batch sampler and the batch
     sampler's sampler, an iterable dataset; a loader that is not a ``DataLoader`` itself. Each
     once, in that order."""
     from torch.utils.data import DataLoader

@@ -1,8 +1,7 @@
 """Run folders: every fit of a Trainer writes its checkpoints into a folder of its own.
 
-Every fit of a Trainer writes its checkpoints into a folder of its own under
-``<root_dir>/checkpoints`` (``run-0``, ``run-1``, ...), so that no run overwrites another's
-(docs/training.md, "Runs and their folders").
+Under ``<root_dir>/checkpoints`` (``run-0``, ``run-1``, ...), so that no run overwrites
+another's (docs/training.md, "Runs and their folders").
 
 A run is continued in its folder only from its own latest checkpoint: ``ckpt_path="last"`` (the
 newest run that has a ``last.ckpt``), that run's ``last.ckpt`` given as a path, or a restart of
@@ -161,8 +160,8 @@ def check_ckpt_path(
 def without_folder(root: Path, ckpt_path: str | os.PathLike[str] | None) -> Path | None:
     """Return the checkpoint that a fit that writes none loads.
 
-    The checkpoint a fit that writes none (``enable_checkpointing=False``) loads: ``"last"``
-    is the newest run's ``last.ckpt`` (none yet: a warning, and from the start)."""
+    Writes none: ``enable_checkpointing=False``. ``"last"`` is the newest run's ``last.ckpt``
+    (none yet: a warning, and from the start)."""
     if ckpt_path is None:
         return None
     if ckpt_path != "last":

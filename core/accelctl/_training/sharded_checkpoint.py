@@ -1,7 +1,6 @@
 """The model and optimizer of a sharded checkpoint, through ``torch.distributed.checkpoint``.
 
-The model and optimizer of a sharded checkpoint (``strategy="fsdp"``), through
-``torch.distributed.checkpoint`` (DCP).
+For ``strategy="fsdp"``; DCP for short.
 
 A sharded checkpoint is two things side by side in ``<root_dir>/checkpoints``: the ``.ckpt`` file
 (rank 0's, the loop state as in every checkpoint; ``torch.load``-able, ``weights_only``) and, for
@@ -36,8 +35,7 @@ def shards_folder(folder: Path, checkpoint: str) -> Path:
 def save_shards(model: nn.Module, optimizer: Any, target: Path) -> None:
     """Write this process's shards of ``model`` and ``optimizer`` into ``target``.
 
-    Write this process's shards of ``model`` and ``optimizer`` into ``target`` (called on
-    every process; returns once all are written and the folder's metadata is there).
+    Called on every process; returns once all are written and the folder's metadata is there.
 
     :raises OSError: on every process when any could not write, with the first failure's words.
     """
@@ -74,8 +72,7 @@ def _first_failure(exc: Any) -> OSError:
 def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
     """Read the shards in ``source`` into ``model`` and ``optimizer``, resharded to this run.
 
-    Read the shards in ``source`` into ``model`` and ``optimizer``, resharded to this run
-    (called on every process)."""
+    Called on every process."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -94,8 +91,7 @@ def load_shards(model: nn.Module, optimizer: Any, source: Path) -> None:
 def saved_shapes(source: Path) -> dict[str, Any]:
     """Return the model's tensors in ``source`` as meta tensors of their saved shapes.
 
-    The model's tensors in ``source`` as meta tensors of their saved (global) shapes, by
-    name, for comparing with a model before loading."""
+    Global shapes, by name, for comparing with a model before loading."""
     import torch
     from torch.distributed.checkpoint.filesystem import FileSystemReader
 
@@ -110,8 +106,7 @@ def saved_shapes(source: Path) -> dict[str, Any]:
 def prune(shards: Path, keep: str | None) -> None:
     """Remove the folders of ``shards`` other than ``keep``.
 
-    Remove the folders of ``shards`` other than ``keep`` (older checkpoints', and a write
-    that was cut off), and ``shards`` itself when nothing is kept."""
+    Older checkpoints', and a write that was cut off; ``shards`` itself when nothing is kept."""
     if not shards.is_dir():
         return
     for entry in shards.iterdir():

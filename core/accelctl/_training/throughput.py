@@ -82,8 +82,7 @@ class Throughput:
     def counting(self, samples: int) -> AbstractContextManager[None]:
         """Return the context around a step's forward and backward; the first step is counted.
 
-        Around a step's ``training_step`` and backward: the first one is counted, every other
-        one runs under a shared no-op context."""
+        The forward is ``training_step``. Every other step runs under a shared no-op context."""
         if not self._to_count:
             return _NOTHING
         self._to_count = False
@@ -105,8 +104,8 @@ class Throughput:
     def figures(self, samples_per_second: float) -> dict[str, float]:
         """Return ``flops_per_second`` and, where the peak is known, ``mfu``.
 
-        ``flops_per_second`` (all devices together) and, where the peak is known, ``mfu``;
-        ``{}`` while the FLOPs per sample are unknown."""
+        ``flops_per_second`` is of all devices together; ``{}`` while the FLOPs per sample are
+        unknown."""
         if self.per_sample is None or not math.isfinite(samples_per_second):
             return {}
         achieved = self.per_sample * samples_per_second

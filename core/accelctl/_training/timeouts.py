@@ -28,8 +28,8 @@ class CollectiveTimeoutError(TrainerError):
 def collective_timeout(environ: Mapping[str, str] | None = None) -> datetime.timedelta:
     """Return the timeout of the Trainer's process group.
 
-    The timeout of the Trainer's process group (``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s); a
-    :class:`ProcessSetupError` for a value that is not a positive number of seconds."""
+    ``ACCELCTL_COLLECTIVE_TIMEOUT`` or 300 s; a :class:`ProcessSetupError` for a value that is not a
+    positive number of seconds."""
     try:
         return datetime.timedelta(seconds=settings.collective_timeout(environ))
     except settings.SettingError as exc:

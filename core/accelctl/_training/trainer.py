@@ -210,8 +210,7 @@ class Trainer:
     ) -> None:
         """Train ``model`` for ``max_epochs`` epochs.
 
-        Train ``model`` for ``max_epochs`` epochs, validating after each when
-        ``val_dataloader`` is given.
+        Validated after each when ``val_dataloader`` is given.
 
         ``model`` defines ``training_step(batch, batch_idx) -> loss tensor`` and
         ``configure_optimizers() -> optimizer``, and optionally

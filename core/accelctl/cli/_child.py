@@ -1,8 +1,8 @@
 """The plugins that CLI commands ask are asked in a forked child process.
 
-The plugins that ``list``, ``stats``, ``env`` and ``resolve`` ask are asked in a forked child
-process, so that nothing a plugin does to a process (``os._exit``, a crash in native code, a
-write on descriptor 1) reaches the command's own: it stays a row with its cause.
+The commands are ``list``, ``stats``, ``env`` and ``resolve``. Nothing a plugin does to a process
+(``os._exit``, a crash in native code, a write on descriptor 1) reaches the command's own: it stays
+a row with its cause.
 
 The child runs the command's task (plain data out: rows, readings, a selection) and streams
 to the parent, over a pipe, each result, what the child's code writes on ``sys.stdout`` and
@@ -64,8 +64,7 @@ def _dumps(message: tuple[Any, ...]) -> bytes:
 def _loads(data: bytes) -> Any:
     """Load what :func:`_dumps` made.
 
-    What :func:`_dumps` made (from this interpreter's own child: marshal's format is the
-    same on both ends)."""
+    It comes from this interpreter's own child: marshal's format is the same on both ends."""
     if data[:1] == b"m":
         return marshal.loads(data[1:])
     import pickle
@@ -76,7 +75,7 @@ def _loads(data: bytes) -> Any:
 class _Pipe:
     """The child's end of the pipe: length-prefixed messages, one whole message per call.
 
-    Length-prefixed messages (:func:`_dumps`), one whole message per call, from any thread."""
+    Messages are :func:`_dumps`'s; called from any thread."""
 
     def __init__(self, descriptor: int) -> None:
         self.descriptor = descriptor
@@ -127,8 +126,8 @@ def _read(reader: io.BufferedReader) -> tuple[Any, ...] | None:
 def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
     """Compute what ``task()`` yields in a child process.
 
-    What ``task()`` yields, computed in a child process (see the module's docstring); an
-    error it raises is raised here, as the same type where it is accelctl's.
+    See the module's docstring. An error it raises is raised here, as the same type where it is
+    accelctl's.
 
     :raises AccelctlError: the child ended while it was asking no plugin.
     """
@@ -158,8 +157,7 @@ def run_in_child(task: Callable[[], Iterator[T]]) -> Generator[T, None, None]:
 def _thread_count() -> int:
     """Count the threads this process runs, native ones included where the system lists them.
 
-    The threads this process runs, native ones included (a runtime's pool) where the system
-    lists them (Linux's ``/proc``), else Python's."""
+    Native ones are a runtime's pool; the system is Linux's ``/proc``, else Python's count."""
     try:
         return len(os.listdir("/proc/self/task"))
     except OSError:
@@ -278,8 +276,8 @@ def _child(
 def _portable(exc: BaseException) -> BaseException:
     """Return ``exc`` where it survives pickling, else an error of its text.
 
-    ``exc`` where it survives pickling (accelctl's errors do, their parts with them), else an
-    error of its text: accelctl's where it is one of accelctl's, else a RuntimeError."""
+    accelctl's errors survive, their parts with them. The error of its text is accelctl's where it
+    is one of accelctl's, else a RuntimeError."""
     import pickle
 
     try:

@@ -29,8 +29,8 @@ from .._host.discovery import COMMANDS_GROUP, Found, read_identity, scan
 class Contributed:
     """The commands of the group ``accelctl.commands`` on ``path``, read once.
 
-    The commands of the group ``accelctl.commands`` on ``path`` (default: ``sys.path``), read
-    once; ``builtins`` are the CLI's own command names, which no distribution may take."""
+    ``path`` defaults to ``sys.path``. ``builtins`` are the CLI's own command names, which no
+    distribution may take."""
 
     def __init__(self, builtins: Collection[str], path: Sequence[str] | None = None) -> None:
         claims: dict[str, list[Found]] = {}

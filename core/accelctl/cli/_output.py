@@ -20,9 +20,9 @@ from .._base.text import FIELD_LIMIT, JSON_STRING_LIMIT, bound, clean, printable
 def strict_json_data(data: Any) -> Any:
     """Make ``data`` fit for strict JSON.
 
-    ``data`` made fit for strict JSON: a float that is not finite (NaN, infinity) becomes
-    None (``null``), as the Trainer writes its metrics, and every string (keys too) is bounded
-    to :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
+    A float that is not finite (NaN, infinity) becomes None (``null``), as the Trainer writes its
+    metrics, and every string (keys too) is bounded to
+    :data:`~accelctl._base.text.JSON_STRING_LIMIT` characters."""
     if isinstance(data, str):
         return bound(data, JSON_STRING_LIMIT)
     if isinstance(data, float):
@@ -66,8 +66,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 def echo_line(text: str, err: bool = False) -> None:
     """Print one line that carries others' text, made safe.
 
-    Print one line that carries others' text: escaped, bounded, alignment kept (see
-    :func:`accelctl._base.text.printable_line`)."""
+    Escaped, bounded, alignment kept (see :func:`accelctl._base.text.printable_line`)."""
     click.echo(printable_line(text), err=err)
 
 

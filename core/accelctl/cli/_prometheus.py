@@ -1,7 +1,7 @@
 """``accelctl stats --prometheus [HOST:]PORT``: the Prometheus exporter, run until stopped.
 
-The exporter of :mod:`accelctl.exporters.prometheus` run until Ctrl-C or SIGTERM (exit 0), saying on
-stderr when a device's reading fails."""
+The exporter of :mod:`accelctl.exporters.prometheus`; Ctrl-C or SIGTERM stops it (exit 0). It says
+on stderr when a device's reading fails."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ def _stopped_by_sigterm(stop: threading.Event) -> Iterator[None]:
 def serve_prometheus(name: str | None, host: str, port: int, interval: float | None) -> None:
     """Serve Prometheus metrics until Ctrl-C or SIGTERM.
 
-    Serve until Ctrl-C or SIGTERM, reading every ``interval`` seconds (None: the exporter's
-    default); a line on stdout says where, a ``warning:`` line on stderr each time a device's
-    reading fails anew (its ``accelctl_device_up`` is then 0)."""
+    Read every ``interval`` seconds (None: the exporter's default); a line on stdout says where, a
+    ``warning:`` line on stderr each time a device's reading fails anew (its ``accelctl_device_up``
+    is then 0)."""
     from ..exporters import prometheus  # needs the extra: a one-line error without it
 
     if interval is None:

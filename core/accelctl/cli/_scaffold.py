@@ -1,8 +1,8 @@
 """``accelctl new-plugin``: a ready plugin package for a new accelerator.
 
-A ready plugin package for a new accelerator, from the templates in
-``accelctl/templates/new_plugin`` (``string.Template``). As generated it passes ``accelctl
-validate``, ``detect()`` saying "not detected" until its author teaches it the hardware."""
+From the templates in ``accelctl/templates/new_plugin`` (``string.Template``). As generated it
+passes ``accelctl validate``, ``detect()`` saying "not detected" until its author teaches it the
+hardware."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CLI's selection of an accelerator, under the fan-out's deadline.
 
-The CLI's selection of an accelerator (``resolve``, ``launch``), under the fan-out's deadline
-(``ACCELCTL_HOOK_TIMEOUT``): a plugin that stops answering is an error naming it, never a hang.
+For ``resolve`` and ``launch``; the deadline is ``ACCELCTL_HOOK_TIMEOUT``. A plugin that stops
+answering is an error naming it, never a hang.
 
 In two steps, each asking the plugin it is for: the accelerator is chosen first (a canonical name
 is that plugin's from the start; ``"auto"``, ``"gpu"`` and an alias ask every plugin at once,

@@ -43,8 +43,8 @@ class Environment:
 def _torch_info() -> dict[str, Any]:
     """Return torch's version and builds, read without importing torch.
 
-    torch's version and builds, read from ``torch/version.py`` without importing torch;
-    ``{"version": None, "error": ...}`` when it is missing or broken."""
+    Read from ``torch/version.py``; ``{"version": None, "error": ...}`` when it is missing or
+    broken."""
     try:
         build = read_torch_build()
         if build is None:

@@ -26,8 +26,7 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 def _check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Check that --master-addr is a host name or an IP address.
 
-    --master-addr must be a host name or an IP address (torch's rendezvous would say so only
-    once the processes start)."""
+    Checked here because torch's rendezvous would say so only once the processes start."""
     if value is None:
         return None
     given = value.strip()

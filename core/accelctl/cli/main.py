@@ -45,9 +45,8 @@ _CONTRIBUTED = "accelctl contributed commands"  # the scan's key in the context'
 class AccelctlGroup(click.Group):
     """A click group that imports sub-commands on demand and shows errors as one line.
 
-    A click group that imports each sub-command on demand, adds the commands installed
-    distributions contribute, and turns accelctl's errors into one line on stderr with exit
-    status 1 (``--debug``: the traceback too)."""
+    It also adds the commands installed distributions contribute. The line goes to stderr with
+    exit status 1 (``--debug``: the traceback too)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         contributed = _contributed(ctx).names()

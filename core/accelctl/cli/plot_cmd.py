@@ -1,7 +1,6 @@
 """``accelctl plot``: a run's ``metrics.jsonl`` as a picture.
 
-A run's ``metrics.jsonl`` as a picture (:mod:`accelctl.plotting`, which imports matplotlib only when
-it draws)."""
+Drawn by :mod:`accelctl.plotting`, which imports matplotlib only when it draws."""
 
 from __future__ import annotations
 

@@ -63,8 +63,8 @@ def _cell(header: str, stats: dict[str, int | float]) -> str | None:
 def render_table(readings: list[DeviceStats]) -> str:
     """Render a table of the common figures, then each device's others and errors.
 
-    A table of the common figures (columns no device has are left out), then each device's
-    other figures and errors, one line each."""
+    Columns no device has are left out; each device's other figures and errors take one line
+    each."""
     if not readings:
         return "no available accelerator has devices to read"
     present = {key for reading in readings for key in reading.stats}

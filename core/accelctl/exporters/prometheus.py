@@ -82,9 +82,8 @@ _NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_]")
 class MetricName:
     """The Prometheus metric of one ``device_stats`` key: its name, unit and scale.
 
-    Its ``name``, its ``unit`` (Prometheus' unit, the name's suffix; ``""`` for a count or a ratio
-    without a suffix) and the ``scale`` that turns the key's value into the metric's (0.01 for a
-    percentage)."""
+    ``unit``: Prometheus' unit, the name's suffix (``""`` for a count or a ratio without a
+    suffix); ``scale`` turns the key's value into the metric's (0.01 for a percentage)."""
 
     name: str
     unit: str
@@ -111,8 +110,8 @@ def metric_name(key: str) -> MetricName:
 class DeviceStatsCollector:
     """A prometheus-client collector of the latest round of readings.
 
-    A prometheus-client collector of the latest round of readings (:meth:`update`); each
-    scrape reads what it holds (:meth:`collect`), never a plugin."""
+    The readings come from :meth:`update`; each scrape reads what it holds (:meth:`collect`),
+    never a plugin."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -132,8 +131,8 @@ class DeviceStatsCollector:
     def update(self, readings: list[DeviceStats], read_at: float | None = None) -> None:
         """Hold ``readings`` for the next scrapes, counting failed readings.
 
-        Hold ``readings`` (read at ``read_at``, Unix time, default now) for the next
-        scrapes; each reading with an error counts one more failed reading of its device."""
+        ``read_at``: when they were read, Unix time, default now. Each reading with an error
+        counts one more failed reading of its device."""
         with self._lock:
             self._readings = self._per_device(readings)
             self._read_at = time.time() if read_at is None else read_at
@@ -144,9 +143,9 @@ class DeviceStatsCollector:
     def _per_device(self, readings: list[DeviceStats]) -> list[DeviceStats]:
         """Return ``readings``, keeping the series of devices that could not be listed.
 
-        ``readings``, where an accelerator's devices could not even be listed (device
-        ``"?"``: a plugin stuck past its deadline, or broken since) and were listed before, as
-        each of those devices with that error: their series go on, down, rather than end."""
+        Where an accelerator's devices could not even be listed (device ``"?"``: a plugin stuck
+        past its deadline, or broken since) and were listed before, each of those devices comes
+        with that error: their series go on, down, rather than end."""
         result: list[DeviceStats] = []
         for reading in readings:
             known = self._devices.get(reading.accelerator, [])
@@ -234,8 +233,7 @@ def _number(value: Any) -> float:
 class PrometheusExporter:
     """The device figures served at ``http://<address>:<port>/metrics``.
 
-    The device figures served at ``http://<address>:<port>/metrics``, read every
-    ``interval`` seconds on a thread of its own (:func:`serve` makes one)."""
+    Read every ``interval`` seconds on a thread of its own (:func:`serve` makes one)."""
 
     def __init__(
         self,
@@ -322,9 +320,8 @@ def serve(
 ) -> PrometheusExporter:
     """Serve the device figures as Prometheus metrics.
 
-    Serve the device figures of every available accelerator, or of ``accelerator`` (a name,
-    an alias, ``"gpu"`` or ``"auto"``), as Prometheus metrics at
-    ``http://<address>:<port>/metrics`` (``port=0``: any free port, see
+    Of every available accelerator, or of ``accelerator`` (a name, an alias, ``"gpu"`` or
+    ``"auto"``), at ``http://<address>:<port>/metrics`` (``port=0``: any free port, see
     :attr:`PrometheusExporter.port`; ``address``: the interface to listen on, every one by
     default), read every ``interval`` seconds. The first round is read before this returns.
     Close the exporter (or use it as a context manager) to stop.

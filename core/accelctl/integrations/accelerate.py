@@ -301,9 +301,8 @@ def _prepare_sharding(
 ) -> bool:
     """Say whether this Accelerator shards with FSDP2, and add to ``kwargs`` what FSDP2 needs.
 
-    True when this Accelerator of several processes shards the model with FSDP2 (an
-    ``fsdp_plugin``, or ``accelerate launch --use_fsdp``'s variables); then ``kwargs`` carry
-    what Accelerate needs for it on the plugin's device: the plugin, and a
+    With several processes: an ``fsdp_plugin``, or ``accelerate launch --use_fsdp``'s variables.
+    Then ``kwargs`` carry what Accelerate needs for it on the plugin's device: the plugin, and a
     ``ParallelismConfig`` over every process when none is given, so that Accelerate builds the
     device mesh on the plugin's device type (without one, ``fully_shard`` takes torch's current
     accelerator, whatever the plugin's device). What cannot run over the ``named`` backend (the

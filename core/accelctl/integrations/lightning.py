@@ -250,9 +250,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def is_available(cls) -> bool:
         """Return the plugin's ``detect()``; a broken hook counts as unavailable.
 
-        The plugin's ``detect()``. A plugin whose hook breaks is reported as a
-        :class:`~accelctl.PluginWarning` and counts as unavailable: Lightning asks every
-        registered accelerator when it lists the available ones for an error message."""
+        A broken hook is reported as a :class:`~accelctl.PluginWarning`, never raised: Lightning
+        asks every registered accelerator when it lists the available ones for an error
+        message."""
         try:
             return cls.accelctl_handle().detect()
         except PluginHookError as exc:
@@ -315,9 +315,9 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def setup_device(self, device: torch.device) -> None:
         """Set the device up with the plugin's ``setup_device``, then its missing kernels.
 
-        The plugin's ``setup_device``, after checking Lightning picked one of its devices;
-        then what accelctl does about the kernels the device lacks (``ACCELCTL_CPU_FALLBACK=1``:
-        they run on the CPU; docs/missing-kernels.md), once per process.
+        After checking Lightning picked one of its devices; then what accelctl does about them
+        (``ACCELCTL_CPU_FALLBACK=1``: they run on the CPU; docs/missing-kernels.md), once per
+        process.
 
         With the connector adaptation (enabled when this class was bound: a Lightning it cannot
         adapt is refused when the bridge is imported), ``strategy="auto"`` gives the plugin's
@@ -358,8 +358,8 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
         """Return the plugin's ``device_stats`` for a device.
 
-        The plugin's ``device_stats`` (flat figures, units in the keys); an int is an index of
-        this accelerator's device type."""
+        Flat figures, units in the keys; an int is an index of this accelerator's device
+        type."""
         if isinstance(device, bool):
             raise TypeError(f"device must be a torch.device, a str or an int index, not {device!r}")
         if isinstance(device, int):
@@ -380,8 +380,7 @@ class LightningAccelerator(_LightningAcceleratorBase):
     def register_accelerators(cls, accelerator_registry: _AcceleratorRegistry) -> None:
         """Register this bound class in ``accelerator_registry`` under the accelerator's name.
 
-        Register this bound class in ``accelerator_registry`` under the accelerator's name
-        (``openreg`` for the generic PrivateUse1 plugin)."""
+        ``openreg`` for the generic PrivateUse1 plugin."""
         handle = cls.accelctl_handle()
         accelerator_registry.register(
             handle.name,
@@ -403,8 +402,7 @@ def _unshare_module_memory(module: torch.nn.Module) -> None:
 def register_all(override: bool = False, *, registry: Registry | None = None) -> Registration:
     """Register every installed accelctl accelerator with Lightning.
 
-    Register every installed accelctl accelerator with Lightning, under its own name and
-    its aliases (the generic PrivateUse1 plugin's ``openreg``).
+    Under its own name and its aliases (the generic PrivateUse1 plugin's ``openreg``).
 
     Afterwards ``lightning.Trainer(accelerator="<name>")`` and ``lightning.Fabric(
     accelerator="<name>")`` build a :class:`LightningAccelerator` for that plugin. Names that
@@ -436,9 +434,8 @@ def _is_bridge_accelerator(accelerator: object) -> bool:
 def enable() -> tuple[Patch, ...]:
     """Replace the Lightning methods that the bridge adapts, and return the records.
 
-    Replace the methods of Lightning's connectors, strategies and ``Fabric`` that the bridge
-    adapts (docs/lightning.md lists each, and why no public extension point serves), and return
-    the records of what is replaced. Idempotent. :meth:`LightningAccelerator.bind` calls it, so
+    Of Lightning's connectors, strategies and ``Fabric``; docs/lightning.md lists each, and why
+    no public extension point serves. Idempotent. :meth:`LightningAccelerator.bind` calls it, so
     every bridge accelerator (made directly, by :func:`register_all`'s names, or unpickled in a
     ``ddp_spawn`` worker) has it; importing the bridge replaces nothing. Each replacement runs
     Lightning's own code for every accelerator that is not the bridge's."""

@@ -1,8 +1,7 @@
 """Conformance checks for accelerator plugins, for ``accelctl validate`` and pytest.
 
-The same checks behind ``accelctl validate`` and a pytest test class
-(:class:`AcceleratorConformance`, whose tests need pytest: ``pip install 'accelctl[testing]'``;
-everything else here runs without it).
+The test class is :class:`AcceleratorConformance`, whose tests need pytest: ``pip install
+'accelctl[testing]'``; everything else here runs without it.
 
 Run them from the command line::
 

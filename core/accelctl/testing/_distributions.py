@@ -63,8 +63,8 @@ def write_distribution(
 def installed_plugins(*paths: str | Path) -> Iterator[Registry]:
     """Make the process-wide registry the one over ``paths`` only, for the duration.
 
-    Make the process-wide registry (the CLI's, :func:`accelctl.resolve`'s, the Trainer's) the
-    one over ``paths`` only, for the duration, and yield it."""
+    The process-wide registry is the CLI's, :func:`accelctl.resolve`'s, the Trainer's. Yields
+    it."""
     registry = Registry(path=[str(path) for path in paths])
     previous = set_registry(registry)
     try:

@@ -1,7 +1,7 @@
 """The conformance checks of a plugin itself: its import, its hooks and what they answer.
 
-Its import, its hooks, ``detect``, the device count, ``unavailable_reason``, ``accelerator_info``
-and ``environment_info``."""
+The hooks checked: ``detect``, the device count, ``unavailable_reason``, ``accelerator_info`` and
+``environment_info``."""
 
 from __future__ import annotations
 

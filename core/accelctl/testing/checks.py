@@ -1,9 +1,9 @@
 """The conformance checks behind ``accelctl validate`` and the pytest test class.
 
-The conformance checks of docs/concepts.md section 9, behind both ``accelctl validate`` and
+They are docs/concepts.md section 9's; the test class is
 :class:`accelctl.testing.AcceleratorConformance`. A check that cannot run here says why it is
-skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves
-are in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
+skipped; a broken plugin's error is a failed check's detail, never raised. The checks themselves are
+in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device_checks`.
 """
 
 from __future__ import annotations
@@ -279,8 +279,7 @@ def _handle_of(accelerator: object, registry: Registry, run: Run) -> Accelerator
 def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
     """Return the module whose import is measured, and how the report names it.
 
-    What is validated: the module whose import is measured (None: not importable by name) and
-    how the report names it."""
+    The module is what is validated; None: not importable by name."""
     entry = handle.entry_point
     if entry is not None:
         dist = " ".join(filter(None, [handle.distribution, handle.version])) or "no distribution"
@@ -303,9 +302,8 @@ def _steps(
 ) -> Generator[Unclocked | None, Any, None]:
     """Yield the checks of one plugin in steps, each asked with a deadline of its own.
 
-    Each ``yield`` ends one (where many plugins are validated at once, each step is asked with a
-    deadline of its own); an :class:`Unclocked` asks for accelctl's own work, done outside the
-    deadline and sent back."""
+    Each ``yield`` ends one; the deadlines matter where many plugins are validated at once. An
+    :class:`Unclocked` asks for accelctl's own work, done outside the deadline and sent back."""
     handle = _handle_of(accelerator, registry, run)
     if handle is None:
         return

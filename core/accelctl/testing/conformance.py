@@ -142,8 +142,8 @@ del _check
 def assert_conforms(accelerator: object, **options: Any) -> ValidationReport:
     """Validate ``accelerator`` and raise :class:`ConformanceFailure` if any check failed.
 
-    Validate ``accelerator`` (``options`` as :func:`accelctl.testing.validate` takes them) and
-    raise :class:`ConformanceFailure` listing every failed check; the report when none failed."""
+    ``options`` as :func:`accelctl.testing.validate` takes them. The failure lists every failed
+    check; returns the report when none failed."""
     report = validate(accelerator, **options)
     if not report.passed:
         lines = "\n".join(f"  {result.check}: {result.detail}" for result in report.failures)

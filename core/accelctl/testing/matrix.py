@@ -1,8 +1,7 @@
 """The capability matrix: what each installed accelerator's device can do for training.
 
-The capability matrix (``accelctl validate --capabilities``): what each installed accelerator's
-device can do for training, every row of :data:`accelctl.capabilities.CAPABILITIES` probed in a
-fresh process of its own per plugin.
+Shown by ``accelctl validate --capabilities``: every row of
+:data:`accelctl.capabilities.CAPABILITIES` probed in a fresh process of its own per plugin.
 
 A probe runs torch on the device and may load a runtime, make a process group or crash in native
 code, so it never runs in the caller's process: the child reports each row as a JSON line as soon
@@ -123,9 +122,9 @@ def probe_installed(
 ) -> list[CapabilityReport]:
     """Probe the capability matrix of the accelerators called ``names``, or of every installed one.
 
-    The matrix of the accelerators called ``names`` (names or aliases), or of every installed
-    one: each available one probed in a fresh process (:data:`PARALLEL_PROBES` at a time), the
-    others reported as :func:`accelctl.list_accelerators` finds them, in the listing's order.
+    ``names`` are names or aliases. Each available one is probed in a fresh process
+    (:data:`PARALLEL_PROBES` at a time), the others reported as :func:`accelctl.list_accelerators`
+    finds them, in the listing's order.
 
     :param timeout: seconds each capability probe may take (the process's start has
         :data:`START_TIMEOUT_S`).
@@ -164,10 +163,10 @@ def probe_accelerator(
 ) -> CapabilityReport:
     """Probe one accelerator's row of the capability matrix.
 
-    One accelerator's row of the matrix: an installed name or alias (or its handle) probed in
-    a fresh process, as :func:`probe_installed` does; a plugin object without an entry point (an
-    :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot
-    import by name, probed in this process (which must have no process group)."""
+    An installed name or alias (or its handle) is probed in a fresh process, as
+    :func:`probe_installed` does; a plugin object without an entry point (an
+    :class:`accelctl.Accelerator` instance, a module of hooks), which a fresh process cannot import
+    by name, probed in this process (which must have no process group)."""
     if isinstance(accelerator, AcceleratorHandle) and accelerator.entry_point is not None:
         accelerator = accelerator.plugin_name
     if isinstance(accelerator, str):

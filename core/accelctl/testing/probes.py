@@ -51,9 +51,9 @@ def cuda_initialized() -> bool | None:
 def import_torch_without_backends() -> Callable[[], list[str]] | None:
     """Import torch without its out-of-tree backends and return what loads them.
 
-    Import torch now, but not its out-of-tree backends, and return what loads them (raising
-    what a backend raises): a vendor runtime that comes through torch's backend autoload
-    (``torch_npu``, ``torch_openreg``) is timed with the plugin's first ``detect()``.
+    What loads them raises what a backend raises. A vendor runtime that comes through torch's
+    backend autoload (``torch_npu``, ``torch_openreg``) is timed with the plugin's first
+    ``detect()``.
 
     :returns: None when torch was imported already, its backends with it.
     """
@@ -92,8 +92,7 @@ def fresh_interpreter_environment() -> dict[str, str]:
 def probe_import(module: str, timeout: float = 60.0) -> ImportProbe:
     """Time importing ``module`` in a fresh interpreter and list the heavy modules it pulled in.
 
-    Import ``module`` in a fresh interpreter on this ``sys.path``: the seconds it took
-    (accelctl's own import excluded) and the heavy modules it pulled in."""
+    On this ``sys.path``; accelctl's own import is excluded from the seconds."""
     env = fresh_interpreter_environment()
     script = _PROBE.format(heavy=HEAVY_MODULES)
     try:

@@ -1,7 +1,6 @@
 """The one adaptation of HF Accelerate's internals that the accelctl bridge makes.
 
-The one adaptation of HF Accelerate's internals that the accelctl bridge makes
-(``docs/accelerate.md``).
+See ``docs/accelerate.md``.
 
 Accelerate's ``PartialState`` (the process-wide state every ``Accelerator`` shares) chooses the
 device and the distributed set-up from a fixed list of device kinds (CUDA, XPU, NPU, MLU, HPU,

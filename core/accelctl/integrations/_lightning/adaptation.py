@@ -1,7 +1,6 @@
 """What the Lightning bridge adapts of Lightning, and every name of Lightning its code uses.
 
-What the Lightning bridge adapts of Lightning, and every name of Lightning its code uses:
-checked when :mod:`accelctl.integrations.lightning` is imported, before torch or anything of
+Checked when :mod:`accelctl.integrations.lightning` is imported, before torch or anything of
 Lightning is (``accelctl.integrations._shared.versions``); the adaptation itself is
 :mod:`.connector`'s."""
 

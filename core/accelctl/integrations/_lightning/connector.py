@@ -156,9 +156,8 @@ def is_active() -> bool:
 def install(is_bridge: Callable[[object], bool]) -> bool:
     """Wrap the connector, strategy and Fabric methods that the Lightning bridge adapts.
 
-    Wrap the Trainer's and Fabric's connector methods, and the strategies' and Fabric's
-    methods the module's docstring lists, for accelerators where ``is_bridge`` holds (through
-    :data:`PATCHES`). Idempotent. Returns True: a release where a wrapped method changed is
+    The module's docstring lists them. For accelerators where ``is_bridge`` holds, through
+    :data:`PATCHES`. Idempotent. Returns True: a release where a wrapped method changed is
     refused before, when the bridge is imported (:data:`ADAPTATION`); a release outside the
     tested window whose methods are all there is adapted, with a warning."""
     if is_active():
@@ -314,9 +313,8 @@ def _is(obj: object, kind: Any) -> bool:
 def _auto_strategy(connector: _Connector, kinds: _Kinds, interactive: bool) -> Any:
     """Apply Lightning's rule for ``strategy="auto"`` with the plugin's own device.
 
-    Lightning's rule for ``strategy="auto"`` with the plugin's own device for one device
-    (Lightning gives unknown accelerators ``"cpu"``), and without Lightning's refusal of the name
-    ``"hpu"``, which is aimed at Lightning's own, removed HPU accelerator."""
+    For one device (Lightning gives unknown accelerators ``"cpu"``), and without Lightning's refusal
+    of the name ``"hpu"``, which is aimed at Lightning's own, removed HPU accelerator."""
     devices = list(connector._parallel_devices)
     if connector._num_nodes_flag > 1:
         return "ddp"
@@ -328,9 +326,9 @@ def _auto_strategy(connector: _Connector, kinds: _Kinds, interactive: bool) -> A
 def _check_strategy(connector: _Connector, kinds: _Kinds) -> None:
     """Refuse a distributed strategy for a plugin without a backend; give DDP the plugin's.
 
-    A strategy that starts ``torch.distributed`` is refused for a plugin without a backend
-    (torch has none for its devices: every rank would die in ``init_process_group``); a DDP
-    strategy with no backend named takes the plugin's."""
+    A plugin without a backend is one torch has none for: every rank would die in
+    ``init_process_group``. A distributed strategy is one that starts ``torch.distributed``; a
+    DDP strategy takes the plugin's backend where it names none."""
     strategy = connector.strategy
     if not _is(strategy, kinds.parallel):
         return
@@ -379,8 +377,8 @@ def _check_strategy(connector: _Connector, kinds: _Kinds) -> None:
 def _refuse_fsdp1(connector: _Connector, kinds: _Kinds) -> None:
     """Refuse ``strategy="fsdp"`` (FSDP1) on an accelctl accelerator, naming what runs.
 
-    ``strategy="fsdp"`` (``FSDPStrategy``, FSDP1) on an accelctl accelerator: Lightning's
-    refusal names CUDA accelerators only; this one names the sharded path that does run."""
+    That is ``FSDPStrategy``. Lightning's refusal names CUDA accelerators only; this one names
+    the sharded path that does run."""
     flag = connector._strategy_flag
     if not ((isinstance(flag, str) and flag in kinds.fsdp_names) or type(flag) is kinds.fsdp):
         return
@@ -402,8 +400,8 @@ def _refuse_fsdp1(connector: _Connector, kinds: _Kinds) -> None:
 def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: _Kinds) -> Any:
     """Autocast mixed precision on the plugin's device type.
 
-    Mixed precision autocasts on the plugin's device type (Lightning picks ``"cuda"`` for
-    every accelerator it does not know); a device type torch has no autocast for is refused."""
+    Lightning picks ``"cuda"`` for every accelerator it does not know. A device type torch has no
+    autocast for is refused."""
     if not _is(precision, kinds.mixed):
         return precision
     device_type = type(accelerator).device_type()
@@ -452,10 +450,9 @@ def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], boo
 def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) -> None:
     """Set up ``ModelParallelStrategy``'s distributed state on an accelctl accelerator.
 
-    ``ModelParallelStrategy._setup_distributed`` on an accelctl accelerator: the process group
-    it made stays bound to the root device only where its backend can split it; the Trainer's
-    model (Fabric's strategy has none yet) is moved to the root device where ``fully_shard``,
-    called next by ``configure_model``, could not move it."""
+    The process group it made stays bound to the root device only where its backend can split it;
+    the Trainer's model (Fabric's strategy has none yet) is moved to the root device where
+    ``fully_shard``, called next by ``configure_model``, could not move it."""
 
     def wrap(original: Any) -> Any:
         def setup_distributed(self: _Sharded) -> None:
@@ -479,11 +476,10 @@ def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) 
 def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) -> None:
     """Set up ``DeepSpeedStrategy``'s environment on an accelctl accelerator.
 
-    ``DeepSpeedStrategy.setup_environment`` on an accelctl accelerator: DeepSpeed's
-    accelerator is made the plugin's on this process's root device, then DDP's set-up runs
-    (the device's, then DeepSpeed's process group over the plugin's backend, which
-    ``_check_strategy`` gave the strategy); Lightning's refusal of every accelerator but its
-    CUDA one stays for the others."""
+    DeepSpeed's accelerator is made the plugin's on this process's root device, then DDP's set-up
+    runs (the device's, then DeepSpeed's process group over the plugin's backend, which
+    ``_check_strategy`` gave the strategy); Lightning's refusal of every accelerator but its CUDA
+    one stays for the others."""
 
     def wrap(original: Any) -> Any:
         def setup_environment(self: _DeepSpeed) -> None:
@@ -515,8 +511,7 @@ def _wrap_deepspeed_environment(ddp: type, is_bridge: Callable[[object], bool]) 
 def unbind_unless_splitting(device: torch.device) -> None:
     """Unbind the default process group from ``device`` where its backend cannot split groups.
 
-    Unbind the default process group from ``device`` when its backend for ``device`` cannot
-    split groups. torch's ``DeviceMesh`` makes the subgroups of a mesh of 2 or more dimensions
+    torch's ``DeviceMesh`` makes the subgroups of a mesh of 2 or more dimensions
     with ``split_group`` whenever the default group is bound to a device, and ``split_group``
     refuses a backend without ``supports_splitting``; an unbound group's subgroups are made with
     ``new_group``, which every backend supports. A bound group lets NCCL connect eagerly; a
@@ -559,9 +554,8 @@ def _wrap_reduce(strategy: str, reduce: str, is_bridge: Callable[[object], bool]
 def _wrap_fabric_setup(name: str, is_bridge: Callable[[object], bool], sharded: type) -> None:
     """Move the model in ``Fabric.setup`` without replacing its parameters.
 
-    ``Fabric.setup`` / ``setup_module`` moving the model without replacing its parameters
-    (before ``ModelParallelStrategy``'s ``parallelize_fn`` shards it, where ``fully_shard``
-    could not move it)."""
+    Also ``setup_module``. Before ``ModelParallelStrategy``'s ``parallelize_fn`` shards it,
+    where ``fully_shard`` could not move it."""
 
     def wrap(original: Any) -> Any:
         def setup(self: _Fabric, *args: Any, **kwargs: Any) -> Any:

@@ -30,9 +30,8 @@ CPU_WAY = 'pass accelerator="cpu" to lightning.Trainer'
 class TranslatedStep:
     """A strategy's step that raises a missing kernel as :class:`accelctl.MissingKernelError`.
 
-    A strategy's step whose error, where it is a kernel the strategy's device lacks, is
-    raised as :class:`accelctl.MissingKernelError` (plugin ``accelerator``) from it; that one,
-    and any accelctl error, is shown as rank 0's one line should it end the program."""
+    Raised from the original, for plugin ``accelerator``. That one, and any accelctl error, is shown
+    as rank 0's one line should it end the program."""
 
     def __init__(self, strategy: Any, name: str, accelerator: str) -> None:
         self.strategy, self.name, self.accelerator = strategy, name, accelerator
@@ -55,8 +54,7 @@ class TranslatedStep:
     def missing_kernel(self, exc: Exception, args: tuple[Any, ...]) -> MissingKernelError | None:
         """Return accelctl's error for ``exc`` in Lightning's words, or None.
 
-        accelctl's error for ``exc``, its way to the CPU in Lightning's words; None where
-        ``exc`` is another error."""
+        Its way to the CPU too; None where ``exc`` is another error."""
         loss = args[0] if self.name == "backward" and args else None
         error = missing_kernel_error(
             exc,
@@ -73,8 +71,7 @@ class TranslatedStep:
 def translate_steps(strategy: Any, accelerator: str) -> None:
     """Give ``strategy`` a :class:`TranslatedStep` of each of its steps, once.
 
-    Give ``strategy`` a :class:`TranslatedStep` of each of its :data:`STEPS` (once: a
-    strategy set up again keeps its wrappers)."""
+    The steps are :data:`STEPS`. A strategy set up again keeps its wrappers."""
     for name in STEPS:
         if not isinstance(getattr(strategy, name), TranslatedStep):
             setattr(strategy, name, TranslatedStep(strategy, name, accelerator))

@@ -1,8 +1,7 @@
 """Lightning's accelerator registries, filled with accelctl's plugins.
 
-Lightning's accelerator registries (the Trainer's and Fabric's), filled with accelctl's
-plugins by :func:`accelctl.integrations.lightning.register_all`: which names accelctl may take,
-and what it did, as plain data."""
+The Trainer's and Fabric's, filled by :func:`accelctl.integrations.lightning.register_all`: which
+names accelctl may take, and what it did, as plain data."""
 
 from __future__ import annotations
 
@@ -69,9 +68,9 @@ def register(
 ) -> Registration:
     """Register every plugin of ``source`` in both of Lightning's registries.
 
-    Register every plugin of ``source`` in both registries as ``bind(handle)`` (a class
-    whose ``register_accelerators`` registers it); names held by a class that ``is_ours``
-    rejects are Lightning's or another package's, left alone unless ``override``."""
+    Each as ``bind(handle)``, a class whose ``register_accelerators`` registers it. Names held by a
+    class that ``is_ours`` rejects are Lightning's or another package's, left alone unless
+    ``override``."""
     result = Registration()
     targets = (TRAINER_REGISTRY, FABRIC_REGISTRY)
     canonical = set(source.names())

@@ -1,7 +1,6 @@
 """What the Ray bridge extends of Ray Train, and every name of Ray its code uses.
 
-What the Ray bridge extends of Ray Train, and every name of Ray its code uses: checked when
-:mod:`accelctl.integrations.ray` is imported, before anything of Ray is
+Checked when :mod:`accelctl.integrations.ray` is imported, before anything of Ray is
 (``accelctl.integrations._shared.versions``)."""
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def _link_or_copy(source: str, target: str) -> None:
 def stage(checkpoint: Path, meta: CheckpointMeta) -> Path:
     """Stage ``checkpoint`` and its meta in a directory for Ray to copy.
 
-    A directory holding ``checkpoint`` (and its shards' folder, where it has one) and the
-    meta, inside its run folder; the caller removes it once Ray has copied it.
+    With its shards' folder, where it has one; inside its run folder. The caller removes it once Ray
+    has copied it.
 
     The checkpoint is linked, not copied: the Trainer replaces ``last.ckpt`` by a rename, which
     leaves the linked file whole, and removes old shard folders only after writing new ones."""
@@ -135,9 +135,9 @@ class Resume:
 def resume_from(checkpoint: Any, starts: int) -> Resume:
     """Say what Ray's latest checkpoint of the run means for a worker's fits.
 
-    What Ray's latest checkpoint of the run (``ray.train.get_checkpoint()``, None when it has
-    none) means for the fits of a worker whose group Ray started ``starts`` times before in this
-    ``fit()``. A checkpoint that is not the Trainer's (a hand-written loop's) changes nothing."""
+    The checkpoint is ``ray.train.get_checkpoint()``, None when it has none; Ray started the
+    worker's group ``starts`` times before in this ``fit()``. A checkpoint that is not the Trainer's
+    (a hand-written loop's) changes nothing."""
     if checkpoint is None:
         return Resume(starts, None)
     directory = local_directory(checkpoint)

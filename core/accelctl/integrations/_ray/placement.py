@@ -141,9 +141,8 @@ def place(
 def check_resources(resources_per_worker: dict[str, float], resources: set[str]) -> None:
     """Refuse a run whose workers do not each ask for one unit of the device resource.
 
-    Refuse a run whose workers do not each ask for one unit of the resource that counts the
-    devices they take: Ray would put more workers on a node than it has devices, or leave
-    devices idle.
+    The resource counts the devices they take. Otherwise Ray would put more workers on a node than
+    it has devices, or leave devices idle.
 
     :param resources_per_worker: the run's ``ScalingConfig(resources_per_worker=...)``.
     :param resources: what the workers' placements say counts their devices.
@@ -164,9 +163,8 @@ def check_resources(resources_per_worker: dict[str, float], resources: set[str])
 def shared_hosts(nodes: list[dict[str, Any]], resource: str) -> str | None:
     """Warn where several Ray nodes of one host each advertise ``resource``; else None.
 
-    A warning where several live Ray nodes of one host each advertise ``resource`` (the
-    devices of the host, counted once per node): Ray may then place more workers on the host
-    than it has devices, and such a run is refused; None where no host does.
+    The nodes are live; ``resource`` is the devices of the host, counted once per node. Ray may
+    then place more workers on the host than it has devices, and such a run is refused.
 
     :param nodes: ``ray.nodes()``.
     """
@@ -210,8 +208,8 @@ def current() -> Placement:
 def on_device() -> Iterator[None]:
     """Set up this worker's device around the training function, in its own thread.
 
-    Around the training function, in its own thread (a current device is per thread): the
-    plugin's ``setup_device`` for this worker's device, and its ``teardown`` afterwards.
+    A current device is per thread. The plugin's ``setup_device`` for this worker's device, and its
+    ``teardown`` afterwards.
 
     A kernel the device lacks that stops the function leaves it as
     :class:`accelctl.MissingKernelError` (:func:`missing_kernel`), without the error torch
@@ -235,9 +233,8 @@ def on_device() -> Iterator[None]:
 def missing_kernel(exc: Exception, placement: Placement) -> accelctl.MissingKernelError | None:
     """Return accelctl's error where ``exc`` is a kernel the worker's device lacks, else None.
 
-    accelctl's error where ``exc`` is a kernel the worker's device lacks (the Trainer's own,
-    or torch's from a hand-written loop), its way to the CPU in Ray Train's words; None where
-    ``exc`` is another error."""
+    ``exc`` is the Trainer's own, or torch's from a hand-written loop. The way to the CPU is in
+    Ray Train's words."""
     error = missing_kernel_error(
         exc, accelerator=placement.accelerator.plugin_name, device=placement.device
     )
@@ -254,8 +251,7 @@ def check_config(
 ) -> None:
     """Refuse in the driver what a worker would refuse only once the group has started.
 
-    Refuse, where the ``TorchConfig`` is made (in the driver), what a worker would refuse
-    only once Ray Train has started the group.
+    Done where the ``TorchConfig`` is made.
 
     :raises TypeError: an accelerator that is neither a name nor an ``accelctl.Accelerator``,
         a flag that is not a bool.

@@ -26,9 +26,9 @@ DEVICE_PREFIX = "device/"
 def run_id(context: Any) -> str:
     """Return the Ray run's id, the same in every worker and at every start.
 
-    The Ray run's id, the same in every worker, at every start of its worker group and in
-    every ``fit()`` of the run (its storage and name, ``RunConfig(storage_path, name)``): the
-    ``ACCELCTL_LAUNCH_ID`` by which a resumed fit finds its run folder."""
+    Also the same in every ``fit()`` of the run: it is its storage and name,
+    ``RunConfig(storage_path, name)``. It is the ``ACCELCTL_LAUNCH_ID`` by which a resumed fit finds
+    its run folder."""
     where = ""
     get_storage = getattr(context, "get_storage", None)  # Ray's DeveloperAPI: the name suffices
     try:

@@ -1,7 +1,6 @@
 """What a Ray node advertises: its accelctl devices as a custom resource.
 
-Its accelctl devices as a custom resource, and the command ``accelctl ray-resources`` that prints
-them for ``ray start --resources``.
+The command ``accelctl ray-resources`` prints them for ``ray start --resources``.
 
 Ray schedules a worker on a node that has the resources it asks for; it knows GPUs (and a few
 chips of its own) but nothing of an accelctl plugin's devices. A node therefore advertises them as
@@ -39,8 +38,7 @@ def resource_name(handle: accelctl.AcceleratorHandle) -> str:
 def ray_resources(accelerator: Any = "auto") -> dict[str, float]:
     """Return the custom resources this node advertises to Ray for ``accelerator``'s devices.
 
-    The custom resources this node advertises to Ray for ``accelerator``'s devices, for
-    ``ray.init(resources=...)`` or ``ray start --resources '<JSON>'``: ``{"npu": 8.0}``.
+    For ``ray.init(resources=...)`` or ``ray start --resources '<JSON>'``: ``{"npu": 8.0}``.
 
     :param accelerator: what :func:`accelctl.resolve` takes (``"auto"``: ``ACCELCTL_ACCELERATOR``
         when set, else the available accelerator of highest priority).

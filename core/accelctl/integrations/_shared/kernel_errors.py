@@ -1,7 +1,6 @@
 """Where the Accelerate bridge's training path meets a kernel the device lacks.
 
-Where the Accelerate bridge's training path meets a kernel the device lacks: the prepared
-model's ``forward`` (:func:`translate_forward`), whose error becomes
+The prepared model's ``forward`` (:func:`translate_forward`), whose error becomes
 :class:`accelctl.MissingKernelError` naming the layer; every other error passes unchanged.
 
 Accelerate has no training loop of its own to catch an error in: the user's loop calls the
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
 class TranslatedForward:
     """A model's ``forward`` that raises a missing kernel as :class:`accelctl.MissingKernelError`.
 
-    A model's ``forward`` whose error, where it is a kernel ``device`` lacks, is raised as
-    :class:`accelctl.MissingKernelError` from it (plugin ``accelerator``)."""
+    Raised from the original, where it is a kernel ``device`` lacks, for plugin ``accelerator``."""
 
     __wrapped__: Callable[..., Any]  # set by functools.update_wrapper
 
@@ -53,8 +51,7 @@ class TranslatedForward:
 def translate_forward(model: torch.nn.Module, accelerator: str, device: torch.device) -> None:
     """Wrap ``model``'s ``forward`` in a :class:`TranslatedForward`, once.
 
-    Wrap ``model``'s ``forward`` in a :class:`TranslatedForward` (once: a model prepared
-    again keeps its one wrapper)."""
+    A model prepared again keeps its one wrapper."""
     forward = model.forward
     function = getattr(forward, "__func__", None)
     if isinstance(function if function is not None else forward, TranslatedForward):

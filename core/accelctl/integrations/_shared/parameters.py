@@ -56,8 +56,7 @@ def keeping_parameters(device: torch.device) -> Iterator[None]:
 def move_before_sharding(module: torch.nn.Module, device: torch.device) -> None:
     """Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2 cannot.
 
-    Move ``module`` to ``device``, keeping its ``Parameter`` objects, where FSDP2's
-    ``fully_shard`` could not move it there itself (:func:`replaces_parameters`); elsewhere, and
+    FSDP2's ``fully_shard`` cannot where :func:`replaces_parameters` says so. Elsewhere, and
     for a model with tensors on the meta device (initialisation deferred to after sharding),
     leave it where it is, as ``fully_shard`` expects."""
     if not replaces_parameters(device):

@@ -1,8 +1,8 @@
 """FSDP2 on an accelctl accelerator: the check both bridges make before sharding.
 
-The check both bridges make before a framework shards a model, so that a device that cannot run
-FSDP2 is refused with its capabilities' own reasons (``accelctl.capabilities.fsdp_gaps``) instead of
-torch's stack trace in every rank."""
+Made before a framework shards a model, so that a device that cannot run FSDP2 is refused with its
+capabilities' own reasons (``accelctl.capabilities.fsdp_gaps``) instead of torch's stack trace in
+every rank."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ def refuse_fsdp_gaps(
 ) -> None:
     """Raise :class:`accelctl.ProcessSetupError` when FSDP2 misses something on ``device_type``.
 
-    Raise :class:`accelctl.ProcessSetupError` when FSDP2 misses something on ``device_type``
-    over ``backend`` (what this process can check without a process group); checked in local
+    Over ``backend``: what this process can check without a process group; checked in local
     rank 0 only.
 
     :param asked: what the user asked for, as they wrote it (``"ModelParallelStrategy"``).

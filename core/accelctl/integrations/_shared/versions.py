@@ -45,8 +45,8 @@ from accelctl._contract.errors import FrameworkVersionError
 class Window:
     """The releases of ``framework`` that a bridge is tested with.
 
-    The releases of ``framework`` (a distribution name) a bridge is tested with: every minor
-    from ``oldest`` to ``newest``, both included (pre-releases and patches of those minors too)."""
+    ``framework`` is a distribution name. Every minor from ``oldest`` to ``newest``, both included
+    (pre-releases and patches of those minors too)."""
 
     framework: str
     oldest: tuple[int, int]
@@ -149,11 +149,10 @@ class Adaptation:
     def require(self, *, stacklevel: int = 3) -> None:
         """Refuse the installed release where the bridge cannot run on it.
 
-        Refuse the installed release where the bridge cannot run on it, before the bridge
-        imports anything else of the framework: it fails to import, or a name the bridge uses is
-        not there or changed. A release outside the window (older or newer) with all there is
-        adapted, with one warning. Nothing is done where the framework is not installed: the
-        bridge's own import of it says which extra installs it.
+        Done before the bridge imports anything else of the framework. It cannot where it fails
+        to import, or a name the bridge uses is not there or changed. A release outside the window
+        (older or newer) with all there is adapted, with one warning. Nothing is done where the
+        framework is not installed: the bridge's own import of it says which extra installs it.
 
         :raises accelctl.FrameworkVersionError: naming the window and the install line.
         """
@@ -217,8 +216,8 @@ class Adaptation:
     def _refuse_import(self, version: str, exc: BaseException) -> NoReturn:
         """Refuse a release that fails to import at all.
 
-        Refuse a release that fails to import at all, with what its import raised (its
-        first line: a refusal is one line), the window and the install line."""
+        With what its import raised (its first line: a refusal is one line), the window and the
+        install line."""
         self.refusal = (
             f"accelctl.integrations.{self.bridge} cannot run on {self.window.framework} "
             f"{version}: importing it raised {_raised(exc)}. The bridge is tested with "
@@ -255,8 +254,8 @@ def installed_version(framework: str) -> str | None:
 def _import(module_name: str) -> tuple[Any, str | None]:
     """Import the module, or return None and why it cannot be had.
 
-    The module, or None and why it cannot be had ("is not there (no module x)", "cannot be
-    imported (x raised ...)": an old release that does not import beside this torch)."""
+    Why: "is not there (no module x)", "cannot be imported (x raised ...)": an old release that
+    does not import beside this torch."""
     try:
         return importlib.import_module(module_name), None
     except ModuleNotFoundError as exc:
@@ -270,8 +269,7 @@ def _import(module_name: str) -> tuple[Any, str | None]:
 def _raised(exc: BaseException) -> str:
     """Describe an exception as its type and the first line of its message.
 
-    ``"ValueError: mutable default ..."``: an exception's type and the first line of its
-    message (a refusal is one line)."""
+    ``"ValueError: mutable default ..."``: a refusal is one line."""
     line = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
@@ -279,8 +277,7 @@ def _raised(exc: BaseException) -> str:
 def _names_module(exc: ModuleNotFoundError, module_name: str) -> bool:
     """Say whether ``exc`` says ``module_name`` itself is missing.
 
-    Whether ``exc`` says ``module_name`` itself (or a package above it) is missing, rather
-    than a module it imports."""
+    Or a package above it, rather than a module it imports."""
     missing = exc.name or ""
     return bool(missing) and (module_name == missing or module_name.startswith(f"{missing}."))
 
@@ -355,8 +352,8 @@ def _signature_problem(dotted: str, raw: Any, call: str) -> str | None:
 def _instance_attribute(cls: type, name: str) -> bool:
     """Say whether instances of ``cls`` get the attribute ``name``.
 
-    Whether instances of ``cls`` get ``name`` (a dataclass field, an annotation, a slot, or
-    ``self.name = ...`` in the source of a module of its classes)."""
+    As a dataclass field, an annotation, a slot, or ``self.name = ...`` in the source of a
+    module of its classes."""
     for klass in cls.__mro__:
         if klass is object:
             continue

@@ -1,7 +1,7 @@
 """The accelctl plugin's device figures in transformers' logs.
 
-The accelctl plugin's device figures in transformers' logs: :class:`DeviceStatsCallback`, and
-:func:`add_device_stats`, which puts it where every reporting integration sees its figures.
+:class:`DeviceStatsCallback`, and :func:`add_device_stats`, which puts it where every reporting
+integration sees its figures.
 
 transformers calls ``on_log`` of its callbacks in their order with one ``logs`` dict, and adds
 the callbacks of ``report_to`` (TensorBoard, W&B, MLflow, ...) before those passed as
@@ -63,8 +63,7 @@ class DeviceStatsCallback(transformers.TrainerCallback):  # type: ignore[misc]  
     ) -> None:
         """Add the device's figures to ``logs`` and to their line of ``state.log_history``.
 
-        Add the device's figures to ``logs`` and to the line of ``state.log_history`` that
-        transformers appended for them."""
+        The line is the one transformers appended for ``logs``."""
         if not logs:
             return
         figures = {f"{self.prefix}{key}": value for key, value in self.read(args).items()}
@@ -107,9 +106,8 @@ def add_device_stats(
 ) -> DeviceStatsCallback:
     """Put a :class:`DeviceStatsCallback` first among ``trainer``'s callbacks and return it.
 
-    Put a :class:`DeviceStatsCallback` first among ``trainer``'s callbacks, so that every
-    reporting integration (``report_to``: TensorBoard, W&B, MLflow, ...) logs its figures;
-    returns it. ``trainer`` is a ``transformers.Trainer``."""
+    Every reporting integration (``report_to``: TensorBoard, W&B, MLflow, ...) then logs its
+    figures. ``trainer`` is a ``transformers.Trainer``."""
     callback = DeviceStatsCallback(accelerator, prefix)
     trainer.callback_handler.callbacks.insert(0, callback)
     return callback
