@@ -1,7 +1,7 @@
 """Where accelctl asks many plugins at once, and where it calls one directly.
 
 ``list``, ``"auto"``, ``"gpu"`` and aliases ask every plugin at once, each plugin's whole probe
-under one deadline (``ACCELCTL_HOOK_TIMEOUT``) in a bounded set of daemon threads; a named lookup
+under one deadline (``ACCELCTL_HOOK_TIMEOUT``) in a fixed pool of daemon threads; a named lookup
 and every hook called through a handle run inline, in the caller's thread, with no thread set up.
 
 A hook that never returns waits on ``fakeplugins.gate`` (tests/fixtures), which the ``gate``
@@ -161,7 +161,14 @@ def test_no_module_but_the_fan_out_knows_the_deadline() -> None:
     # plugins in the caller's thread or ask the fan-out: only the fan-out (and the settings,
     # which read the variable) refer to the deadline and its clock.
     root = Path(accelctl.__file__).parent
-    names = ("working_for", "off_clock", "restart_clock", "_stop_clock", "hook_timeout(")
+    names = (
+        "hook_timeout(",
+        "Unclocked",
+        "off_clock",
+        "deadline_paused",
+        "_local.run",
+        "running[",
+    )
     knowing = {
         str(path.relative_to(root))
         for path in root.rglob("*.py")
@@ -264,30 +271,84 @@ def threads_asking(
     return ask
 
 
-def test_plugins_are_asked_from_a_bounded_pool_of_threads_never_the_callers(
+def test_plugins_are_asked_from_a_fixed_pool_of_threads_never_the_callers(
     threads_asking: Callable[[int], list[threading.Thread]],
 ) -> None:
-    # A bounded pool: at most MAX_WORKERS threads however many plugins, each a daemon thread (the
+    # A fixed pool: at most the policy's threads however many plugins, each a daemon thread (the
     # interpreter's exit never waits for one), none of them the caller's (each plugin is under
     # its deadline there).
-    asked_in = threads_asking(3 * _fanout.MAX_WORKERS)
-    assert len(set(asked_in)) <= _fanout.MAX_WORKERS
+    workers = _fanout.Policy().workers
+    asked_in = threads_asking(3 * workers)
+    assert 1 <= len(set(asked_in)) <= workers
     assert all(thread.daemon for thread in asked_in)
     assert threading.current_thread() not in asked_in
 
 
-def test_plugins_that_answer_at_once_are_asked_one_after_another_in_one_thread(
-    threads_asking: Callable[[int], list[threading.Thread]], monkeypatch: pytest.MonkeyPatch
+def test_a_pool_is_as_large_as_its_items_up_to_the_policys(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Plain Python shares one interpreter lock: a thread per quick plugin only adds contention
-    # (issue 27 measured `list` of 1000 quick plugins at 1.69x the wall clock with 8 threads
-    # from the start). Slow ones get company: the barrier tests above pass only when the pool
-    # grows. "Quick" is GROW_AFTER_S (20 ms), which a loaded machine can exceed for any plugin:
-    # raised here, so the test reads no clock.
-    monkeypatch.setattr(_fanout, "GROW_AFTER_S", 3600.0)
-    asked_in = threads_asking(6)
+    # Two items that each wait for the other: both are asked at once, by exactly two threads.
+    barrier = threading.Barrier(2, timeout=BARRIER_GUARD_S)
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    class Item:
+        def busy_with(self) -> str:
+            return "probe()"
+
+        def error_for(self, hook: str | None, problem: str) -> accelctl.AccelctlError:
+            return accelctl.AccelctlError(problem)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    results = _fanout.run_each([Item(), Item()], lambda item: barrier.wait())
+    assert sorted(results) == [0, 1]  # type: ignore[type-var]  # a broken barrier raises
+    assert started == ["accelctl-plugin", "accelctl-plugin"]
+
+
+def test_a_policy_of_one_worker_asks_one_plugin_at_a_time_in_one_thread(
+    threads_asking: Callable[[int], list[threading.Thread]],
+) -> None:
+    # What the CLI's child sets to find which plugin crashed it; set_policy gives back the one
+    # it replaced, so the process's own comes back.
+    previous = _fanout.set_policy(_fanout.Policy(workers=1))
+    try:
+        asked_in = threads_asking(6)
+    finally:
+        assert _fanout.set_policy(previous) == _fanout.Policy(workers=1)
     assert len(set(asked_in)) == 1
     assert asked_in[0] is not threading.current_thread()  # off the caller's, under a deadline
+
+
+def test_a_policy_tells_its_observer_and_skips_whom_it_names() -> None:
+    class Item:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def busy_with(self) -> str:
+            return "probe()"
+
+        def error_for(self, hook: str | None, problem: str) -> accelctl.AccelctlError:
+            return accelctl.AccelctlError(f"{self.name}: {problem}")
+
+    told: list[tuple[bool, str]] = []
+    items = [Item("a"), Item("crashed"), Item("b")]
+    previous = _fanout.set_policy(
+        _fanout.Policy(
+            observer=lambda asking, item: told.append((asking, item.name)),  # type: ignore[attr-defined]
+            skip={"crashed": "it crashed the process that asked it"},
+        )
+    )
+    try:
+        results = _fanout.run_each(items, lambda item: item.name.upper())
+    finally:
+        _fanout.set_policy(previous)
+    assert results[0] == "A" and results[2] == "B"
+    assert str(results[1]) == "crashed: it crashed the process that asked it"
+    assert sorted(told) == [(False, "a"), (False, "b"), (True, "a"), (True, "b")]
 
 
 def test_a_late_plugins_error_is_made_by_what_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:

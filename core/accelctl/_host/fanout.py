@@ -1,14 +1,13 @@
-"""Asking many plugins at once: a bounded pool of daemon threads and one deadline per plugin.
+"""Asking many plugins at once: a fixed pool of daemon threads and one deadline per plugin.
 
 Where accelctl asks every plugin (``list``, ``env``, ``stats``, ``"auto"``, an alias,
-``validate``), :func:`run_each` asks them from a pool of daemon threads: one, and one more (up to
-:data:`MAX_WORKERS`) while every thread has been busy with one plugin for :data:`GROW_AFTER_S`
-and plugins wait (docs/design/fan-out-pool.md: threads started up front cost quick plugins more than
-they give). It waits for each at most ``ACCELCTL_HOOK_TIMEOUT`` seconds from when a thread took
-it. A plugin past its deadline gets the error of a late plugin and is left running
-(Python cannot stop a thread), not asked again until it returns; a new thread takes the place of
-the one it holds. The threads are daemons so that a plugin that never returns never delays the
-interpreter's exit, which ``concurrent.futures`` would (its workers are joined at exit).
+``validate``), :func:`run_each` asks them from ``min(len(items), workers)`` daemon threads
+(:class:`Policy`; docs/design/fan-out-pool.md). It waits for each at most
+``ACCELCTL_HOOK_TIMEOUT`` seconds from when a thread took it. A plugin past its deadline gets the
+error of a late plugin and is left running (Python cannot stop a thread), not asked again until
+it returns; a new thread takes the place of the one it holds. The threads are daemons so that a
+plugin that never returns never delays the interpreter's exit, which ``concurrent.futures``
+would (its workers are joined at exit).
 
 This is the only module that knows a deadline. It knows its items only as :class:`FanOutItem`;
 nothing here runs per hook call.
@@ -21,19 +20,43 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from .._contract import settings
 from .._contract.errors import AccelctlError
 
-#: Threads one :func:`run_each` runs at once at most (fewer for fewer items): plain Python
-#: shares one interpreter lock, so more only help plugins that wait, and add contention.
-MAX_WORKERS = 8
-#: How long every running thread must have been busy with one plugin before another starts.
-GROW_AFTER_S = 0.02
 #: The longest the waiting thread sleeps at a time (how soon a Ctrl-C is seen).
 POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How this process asks plugins at once: threads, who is told, whom not to ask.
+
+    The default suits a command run by a user; the CLI's child process that asks plugins on
+    another's behalf sets its own (:mod:`accelctl.cli._child`) with :func:`set_policy`.
+    """
+
+    #: Threads one :func:`run_each` runs at most (fewer for fewer items): plain Python shares one
+    #: interpreter lock, so more help only plugins that wait, and add contention.
+    workers: int = 4
+    #: Called with ``(True, item)`` when a thread takes an item and ``(False, item)`` when its
+    #: work returns; None: nobody.
+    observer: Callable[[bool, object], None] | None = None
+    #: Plugins (by name) answered with an error of this cause instead of being asked.
+    skip: Mapping[str, str] = field(default_factory=dict)
+
+
+_policy = Policy()
+
+
+def set_policy(policy: Policy) -> Policy:
+    """Ask plugins by ``policy`` from now on in this process; return the policy it replaces."""
+    global _policy
+    previous, _policy = _policy, policy
+    return previous
 
 
 class FanOutItem(Protocol):
@@ -58,42 +81,6 @@ _timed_out: weakref.WeakKeyDictionary[object, tuple[threading.Thread, AccelctlEr
 )
 _abandoned: list[threading.Thread] = []
 
-#: Called with ``(True, item)`` when a worker takes an item and ``(False, item)`` when its work
-#: returns (see :func:`observe`).
-_observer: Callable[[bool, object], None] | None = None
-#: Threads a run may have at once in this process (:func:`one_at_a_time` sets 1).
-_max_workers = MAX_WORKERS
-#: Plugins (by name) not to ask, with why: they crashed the process that asked them before.
-_crashed: dict[str, str] = {}
-
-
-def observe(observer: Callable[[bool, object], None] | None) -> None:
-    """Have ``observer`` told when the worker's thread starts and ends asking an item.
-
-    ``observer(True, item)`` at the start, ``observer(False, item)`` when that returns; None: no
-    more. What a process that asks plugins on another's behalf tells it, so that the plugin it was
-    asking when it ended can be named (the CLI's :mod:`accelctl.cli._child`)."""
-    global _observer
-    _observer = observer
-
-
-def one_at_a_time() -> None:
-    """Ask one plugin at a time in this process from now on.
-
-    A process that asks plugins on another's behalf (:mod:`accelctl.cli._child`), so that a plugin
-    that crashes it is known."""
-    global _max_workers
-    _max_workers = 1
-
-
-def skip_crashed(crashed: dict[str, str]) -> None:
-    """Answer with an error, instead of asking, for each plugin named in ``crashed``.
-
-    ``crashed`` maps a plugin's name to its error's cause: it crashed the process that asked it
-    before."""
-    _crashed.clear()
-    _crashed.update(crashed)
-
 
 def abandoned_threads() -> list[threading.Thread]:
     """Threads left running plugin code past its deadline that have not ended yet."""
@@ -116,18 +103,17 @@ def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
 class _Run(Generic[A, T]):
     """One :func:`run_each` call: its items, what waits, what is being asked, and each outcome.
 
-    Its items, the indices waiting for a thread and those being asked (with when their deadline
-    started; None: off the clock), and each outcome."""
+    ``running`` maps an item's index to when its deadline started (None: paused while a fan-out
+    of its own runs)."""
 
-    def __init__(self, items: Sequence[A], work: Callable[[A], T]) -> None:
-        self.items, self.work = list(items), work
+    def __init__(self, items: Sequence[A], work: Callable[[A], T], policy: Policy) -> None:
+        self.items, self.work, self.observer = list(items), work, policy.observer
         self.values: list[T | None] = [None] * len(self.items)
         self.errors: list[BaseException | None] = [None] * len(self.items)
         self.threads: list[threading.Thread | None] = [None] * len(self.items)
         self.waiting: deque[int] = deque()
         self.running: dict[int, float | None] = {}
         self.given_up: set[int] = set()
-        self.workers = 0  # threads taking items (not those left with a late plugin)
         self.lock = threading.Condition()
 
     def worker(self) -> None:
@@ -135,21 +121,20 @@ class _Run(Generic[A, T]):
         while True:
             with self.lock:
                 if not self.waiting:
-                    self.workers -= 1
                     return
                 index = self.waiting.popleft()
                 self.running[index] = time.monotonic()
                 self.threads[index] = threading.current_thread()
             _local.index = index
             item = self.items[index]
-            if _observer is not None:
-                _observer(True, item)
+            if self.observer is not None:
+                self.observer(True, item)
             try:
                 value, error = self.work(item), None
             except BaseException as exc:  # handed to the caller, as an inline call would
                 value, error = None, exc
-            if _observer is not None:
-                _observer(False, item)
+            if self.observer is not None:
+                self.observer(False, item)
             with self.lock:
                 if index in self.given_up:  # past its deadline: another thread took its place
                     return
@@ -159,77 +144,66 @@ class _Run(Generic[A, T]):
                     self.lock.notify_all()  # the caller's timed waits see the rest
 
     def start(self) -> None:
-        self.workers += 1
         threading.Thread(target=self.worker, name="accelctl-plugin", daemon=True).start()
 
     def give_up(self, index: int, timeout: float) -> None:
         """Record the late error of item ``index`` and leave its thread to it."""
         del self.running[index]
         self.given_up.add(index)
-        self.workers -= 1  # that thread is the late plugin's now
         item, thread = self.items[index], self.threads[index]
         self.errors[index] = error = timeout_error(item, timeout)
         if thread is not None:
             _abandoned.append(thread)
             _timed_out[item] = (thread, error)
-        if self.waiting and self.workers == 0:
+        if self.waiting:
             self.start()  # in place of the thread left with the late plugin
 
-    def grow(self, now: float, limit: int) -> float:
-        """Start one more thread where every running one has been busy long enough and items wait.
-
-        Busy for :data:`GROW_AFTER_S`; returns how long until that is worth asking again."""
-        if not self.waiting or not self.running or self.workers >= limit:
-            return POLL_S  # nothing to grow for, or no thread has taken a plugin yet
-        # An item off the clock waits for a fan-out of its own: busy, as long as can be.
-        latest = max((at for at in self.running.values() if at is not None), default=0.0)
-        if now - latest < GROW_AFTER_S:
-            return max(GROW_AFTER_S - (now - latest), 0.001)
-        self.start()
-        return GROW_AFTER_S
+    def wait_all(self, timeout: float | None) -> None:
+        """Wait until every item is answered or given up (called holding the lock)."""
+        while self.waiting or self.running:
+            now, wait = time.monotonic(), POLL_S
+            for index, started in list(self.running.items()):
+                if timeout is None or started is None:
+                    continue
+                if now - started >= timeout:
+                    self.give_up(index, timeout)
+                else:
+                    wait = min(wait, started + timeout - now)
+            if self.waiting or self.running:
+                # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
+                # handled by Python in the main thread only once that thread runs again.
+                self.lock.wait(wait)
 
 
 def run_each(
     items: Sequence[A], work: Callable[[A], T], *, workers: int | None = None
 ) -> list[T | AccelctlError]:
-    """Call ``work(item)`` for every item from a pool of daemon threads, each under a deadline.
+    """Call ``work(item)`` for every item from a fixed pool of threads, each under a deadline.
 
-    ``workers`` defaults to :data:`MAX_WORKERS`; per item its value or the
-    :class:`~accelctl.AccelctlError` it raised or its deadline gave (any other exception is
-    accelctl's own bug, raised here).
+    The pool has ``min(len(items), workers)`` threads, ``workers`` at most the policy's
+    (:class:`Policy`). Per item its value or the :class:`~accelctl.AccelctlError` it raised or its
+    deadline gave (any other exception is accelctl's own bug, raised here).
 
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
     timeout = settings.hook_timeout()
-    run = _Run(items, work)
+    policy = _policy
+    run = _Run(items, work, policy)
     for index, item in enumerate(run.items):
         busy = _timed_out.get(item)
         name = getattr(item, "name", None)
-        crashed = _crashed.get(name) if _crashed and isinstance(name, str) else None
+        skipped = policy.skip.get(name) if policy.skip and isinstance(name, str) else None
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
-        elif crashed is not None:
-            run.errors[index] = item.error_for(None, crashed)
+        elif skipped is not None:
+            run.errors[index] = item.error_for(None, skipped)
         else:
             run.waiting.append(index)
-    limit = min(_max_workers, MAX_WORKERS if workers is None else workers)
+    size = min(len(run.waiting), policy.workers, workers or policy.workers)
     with _deadline_paused(), run.lock:
-        if run.waiting:
+        for _ in range(size):
             run.start()
-        while run.waiting or run.running:
-            now = time.monotonic()
-            wait = min(POLL_S, run.grow(now, limit))
-            for index, started in list(run.running.items()):
-                if timeout is None or started is None:
-                    continue
-                if now - started >= timeout:
-                    run.give_up(index, timeout)
-                else:
-                    wait = min(wait, started + timeout - now)
-            if run.waiting or run.running:
-                # Woken at least every POLL_S: a Ctrl-C the kernel gave a worker thread is
-                # handled by Python in the main thread only once that thread runs again.
-                run.lock.wait(wait)
+        run.wait_all(timeout)
     results: list[T | AccelctlError] = []
     for value, error in zip(run.values, run.errors, strict=True):
         if error is None:
@@ -242,9 +216,7 @@ def run_each(
 
 
 class _Unnamed:
-    """The item of :func:`run_one` when no plugin is named.
-
-    Past the deadline, accelctl's own error."""
+    """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's error."""
 
     def busy_with(self) -> str:
         return "accelctl"

@@ -6,8 +6,8 @@ a row with its cause.
 
 The child runs the command's task (plain data out: rows, readings, a selection) and streams
 to the parent, over a pipe, each result, what the child's code writes on ``sys.stdout`` and
-``sys.stderr`` (the parent writes it on its stderr), and, from the fan-out
-(:func:`accelctl._host.fanout.observe`), which plugins it is asking. Its descriptor 1 is its
+``sys.stderr`` (the parent writes it on its stderr), and, from the fan-out's observer
+(:class:`~accelctl._host.fanout.Policy`), which plugins it is asking. Its descriptor 1 is its
 descriptor 2, so a plugin's output never reaches the command's stdout, however it writes.
 Where the child ends before its task did, the one plugin it was asking is named with how the
 process ended, and a new child runs the task without asking it again; where it was asking
@@ -23,6 +23,7 @@ the process itself (docs/design/plugins-asked-in-a-child.md).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import marshal
 import os
@@ -245,19 +246,18 @@ def _child(
     try:
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
-        if one_at_a_time:
-            fanout.one_at_a_time()
         causes = {
             name: f"the process accelctl asked it in {cause}; accelctl asked the others again "
             "without it"
             for name, cause in crashed.items()
         }
-        fanout.skip_crashed(causes)
-        fanout.observe(
-            lambda asking, item: pipe.send(
+        policy = fanout.Policy(
+            observer=lambda asking, item: pipe.send(
                 ("asking" if asking else "answered", getattr(item, "name", None))
-            )
+            ),
+            skip=causes,
         )
+        fanout.set_policy(dataclasses.replace(policy, workers=1) if one_at_a_time else policy)
         for result in task():
             pipe.send(("result", result))
         pipe.send(("done",))
