@@ -6,7 +6,7 @@ The hooks checked: ``detect``, the device count, ``unavailable_reason``, ``accel
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, hookspecs
@@ -14,10 +14,9 @@ from accelctl._base.project import RESERVED_NAMES
 from accelctl._base.text import one_line
 from accelctl._contract.info import KNOWN_FAMILIES
 from accelctl._host.registry import Registry
-from accelctl.torch_build import import_torch
 
 from . import probes
-from .results import Run, Unclocked
+from .results import Run
 
 #: ``detect()``'s first call, timed with the vendor runtime's import (torch's own excluded, its
 #: out-of-tree backends included: they are the vendor's runtime).
@@ -43,19 +42,16 @@ def not_detected(handle: AcceleratorHandle) -> str:
     return f"not detected here: {reason}" if reason else "not detected here"
 
 
-def check_import(
-    module: str | None, run: Run, probe_import: bool
-) -> Generator[Unclocked, Any, None]:
+def check_import(module: str | None, run: Run, probe: probes.ImportProbe | None) -> None:
+    """Check the plugin's import as ``probe`` measured it (None: not measured)."""
     check = "import_is_light"
     run.start(check)
-    if not probe_import:
-        run.skipped(check, "not measured (probe_import=False)")
-        return
     if module is None:
         run.skipped(check, "the plugin's module cannot be imported by name (defined in __main__)")
         return
-    # A subprocess with a timeout of its own: outside the deadline.
-    probe: probes.ImportProbe = yield Unclocked(lambda: probes.probe_import(module))
+    if probe is None:
+        run.skipped(check, "not measured (probe_import=False)")
+        return
     if probe.unreachable:
         run.skipped(check, f"module {module!r} cannot be imported by name in a fresh interpreter")
     elif probe.error:
@@ -117,12 +113,15 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def check_detect(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, bool | None]:
-    """detect()'s type, time and CUDA state; returns what it said (None when it broke)."""
+def check_detect(
+    handle: AcceleratorHandle, run: Run, load_backends: Callable[[], list[str]] | None
+) -> bool | None:
+    """detect()'s type, time and CUDA state; returns what it said (None when it broke).
+
+    ``load_backends`` loads torch's out-of-tree backends where torch was imported without them
+    (:func:`probes.import_torch_without_backends`); the first call is timed with it."""
     run.start("detect_returns_bool")
     cuda_before = probes.cuda_initialized()
-    # torch's own import is neither timed nor under the deadline.
-    load_backends = yield Unclocked(probes.import_torch_without_backends)
     backends: list[str] = []
 
     def first_detect() -> bool:
@@ -253,10 +252,10 @@ def check_environment(handle: AcceleratorHandle, run: Run) -> None:
     run.passed(check, f"{len(facts)} fact{'s' if len(facts) != 1 else ''}: {shown}")
 
 
-def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocked, Any, None]:
+def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> None:
     """Check that ``kernel_gaps`` gives a :class:`accelctl.KernelGaps` or None.
 
-    Naming operators this torch has (torch imported outside the deadline, as for ``detect``)."""
+    Naming operators this torch has (torch is imported before the checks)."""
     check = "kernel_gaps"
     run.start(check)
     if not handle.implements(check):
@@ -267,7 +266,6 @@ def check_kernel_gaps(handle: AcceleratorHandle, run: Run) -> Generator[Unclocke
     except AccelctlError as exc:
         run.failed(check, strip_subject(one_line(exc), handle), exc)
         return
-    yield Unclocked(import_torch)
     unknown = [name for name in (*gaps.missing, *gaps.never_fall_back) if not operator_exists(name)]
     if unknown:
         run.failed(

@@ -9,20 +9,21 @@ in :mod:`._plugin_checks` (the plugin, its hooks, ``detect``) and :mod:`._device
 from __future__ import annotations
 
 import inspect
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from accelctl import AccelctlError, AcceleratorHandle, hookspecs
 from accelctl._base.text import one_line, safe_repr
 from accelctl._host import fanout as _fanout
 from accelctl._host.registry import Registry, get_registry, load_each
+from accelctl.torch_build import load_backends
 
 from . import _device_checks as device
 from . import _plugin_checks as plugin
+from . import probes
 from ._device_checks import STATS_CALL_LIMIT_S
 from ._plugin_checks import DETECT_CALL_LIMIT_S, DETECT_FIRST_CALL_LIMIT_S, IMPORT_LIMIT_S
-from .results import Run, Unclocked, ValidationReport
+from .results import Run, ValidationReport
 
 
 @dataclass(frozen=True)
@@ -141,14 +142,12 @@ def validate(
     """
     registry = registry or get_registry()
     run = Run(str(accelerator).strip().lower() if isinstance(accelerator, str) else "?", CHECK_IDS)
-    steps = _steps(accelerator, registry, run, probe_import)
-    sent: Any = None
-    while True:  # every step inline; accelctl's own slow work too
-        try:
-            step = steps.send(sent)
-        except StopIteration:
-            return run.report()
-        sent = step.work() if step is not None else None
+    handle = _handle_of(accelerator, registry, run)
+    if handle is not None:
+        prepared = _prepare(handle, probe_import, torch_imported=False)
+        for _ in _checks(handle, registry, run, prepared):
+            pass
+    return run.report()
 
 
 def validate_installed(
@@ -162,16 +161,17 @@ def validate_installed(
     Each check runs under the deadline (``ACCELCTL_HOOK_TIMEOUT``). A disabled plugin is not
     imported: its report skips every check, or, asked for by name, fails ``loads``.
 
-    The checks of all the plugins go in steps (:func:`_steps`): each step of every plugin still
-    checked is asked at once by the fan-out, with a deadline of its own; the work of accelctl's
-    own that a step asks for (a subprocess with a timeout of its own, torch's import) is done
-    between two fan-outs, outside any deadline.
+    In three phases: the plugins are found and loaded, asked at once by the fan-out; accelctl's
+    own work for them follows in this thread (each import measured in a fresh interpreter,
+    torch's import); then the checks go in steps (:func:`_checks`), each step of every plugin
+    still checked asked at once by the fan-out.
     """
     registry = registry or get_registry()
     asked = (
         registry.names() if names is None else list(dict.fromkeys(n.strip().lower() for n in names))
     )
     everything = [_Asked(Run(name, CHECK_IDS)) for name in asked]
+    active: list[_Asked] = []
     for each in everything:
         run = each.run
         if names is None:  # every installed plugin: a disabled one is reported, not imported
@@ -181,24 +181,29 @@ def validate_installed(
                 run.skip_rest(f"{handle.reason}; not imported")
                 each.report = run.report(disabled=handle.reason)
                 continue
-        each.steps = _steps(run.name, registry, run, probe_import, each)
-    load_each([h for each in everything for h in registry.claimants(each.run.name)[:1]])
-    if len(everything) > 1:
+        active.append(each)
+    load_each([h for each in active for h in registry.claimants(each.run.name)[:1]])
+    found = _fanout.run_each(active, lambda each: _handle_of(each.run.name, registry, each.run))
+    for each, outcome in zip(active, found, strict=True):
+        if isinstance(outcome, AccelctlError):  # it stopped answering while it was looked up
+            each.stopped(outcome)
+        else:
+            each.handle = outcome
+    active = [each for each in active if each.handle is not None]
+    if len(active) > 1:
         # torch's import is nobody's time: before any detect() is timed.
         from accelctl.torch_build import import_torch
 
         import_torch()
-    active = [each for each in everything if each.steps is not None]
+    for each in active:
+        assert each.handle is not None
+        prepared = _prepare(each.handle, probe_import, torch_imported=len(active) > 1)
+        each.steps = _checks(each.handle, registry, each.run, prepared)
     while active:
         stepped = _fanout.run_each(active, _Asked.advance)
         for each, outcome in zip(active, stepped, strict=True):
             if isinstance(outcome, AccelctlError):  # it stopped answering in the check it was in
-                run = each.run
-                run.failed(run.current or "loads", one_line(outcome), outcome)
-                run.skip_rest("not run: the plugin stopped answering in an earlier check")
-                each.steps = None
-            elif isinstance(outcome, Unclocked):
-                each.sent = outcome.work()
+                each.stopped(outcome)
         active = [each for each in active if each.steps is not None]
     return [each.report or each.run.report() for each in everything]
 
@@ -207,28 +212,26 @@ def validate_installed(
 class _Asked:
     """One plugin being validated, as the fan-out sees it.
 
-    Its run, its steps and what the next step is sent, its handle once known, and its report once
-    done."""
+    Its run, its handle once found, its steps, and its report once done."""
 
     run: Run
     handle: AcceleratorHandle | None = None
-    steps: Generator[Unclocked | None, Any, None] | None = None
-    sent: Any = None
+    steps: Iterator[None] | None = None
     report: ValidationReport | None = None
 
-    def advance(self) -> Unclocked | None:
-        """Run the next step of the checks; at the end, make the report.
-
-        The step is sent None at a check's end, or an :class:`Unclocked`'s work to do first; at the
-        end the report is made and the steps are dropped."""
+    def advance(self) -> None:
+        """Run the next step of the checks; at the end, make the report and drop the steps."""
         assert self.steps is not None
-        sent, self.sent = self.sent, None
-        try:
-            return self.steps.send(sent)
-        except StopIteration:
+        if next(self.steps, _DONE) is _DONE:
             self.steps = None
             self.report = self.run.report()
-            return None
+
+    def stopped(self, error: AccelctlError) -> None:
+        """Fail the check it stopped answering in, skip the rest."""
+        run = self.run
+        run.failed(run.current or "loads", one_line(error), error)
+        run.skip_rest("not run: the plugin stopped answering in an earlier check")
+        self.steps = None
 
     def busy_with(self) -> str:
         return "its checks" if self.handle is None else self.handle.busy_with()
@@ -237,6 +240,29 @@ class _Asked:
         if self.handle is None:
             return AccelctlError(f"{self.run.name}: {problem}")
         return self.handle.error_for(hook, problem)
+
+
+_DONE = object()
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """accelctl's own work for one plugin's checks, done before any of them asks the plugin.
+
+    The plugin's import measured in a fresh interpreter (None: not measured), and what loads
+    torch's out-of-tree backends where torch was imported without them (None: imported with
+    them), so that neither is counted as the plugin's time."""
+
+    import_probe: probes.ImportProbe | None
+    load_backends: Callable[[], list[str]] | None
+
+
+def _prepare(handle: AcceleratorHandle, probe_import: bool, *, torch_imported: bool) -> _Prepared:
+    module, _ = _subject(handle)
+    probe = probes.probe_import(module) if probe_import and module is not None else None
+    if torch_imported:
+        return _Prepared(probe, None)
+    return _Prepared(probe, probes.import_torch_without_backends())
 
 
 def _handle_of(accelerator: object, registry: Registry, run: Run) -> AcceleratorHandle | None:
@@ -293,33 +319,24 @@ def _subject(handle: AcceleratorHandle) -> tuple[str | None, str]:
     )
 
 
-def _steps(
-    accelerator: object,
-    registry: Registry,
-    run: Run,
-    probe_import: bool,
-    asked: _Asked | None = None,
-) -> Generator[Unclocked | None, Any, None]:
-    """Yield the checks of one plugin in steps, each asked with a deadline of its own.
+def _checks(
+    handle: AcceleratorHandle, registry: Registry, run: Run, prepared: _Prepared
+) -> Iterator[None]:
+    """Run the checks of one plugin in steps: each ``yield`` ends one.
 
-    Each ``yield`` ends one; the deadlines matter where many plugins are validated at once. An
-    :class:`Unclocked` asks for accelctl's own work, done outside the deadline and sent back."""
-    handle = _handle_of(accelerator, registry, run)
-    if handle is None:
-        return
-    if asked is not None:
-        asked.handle = handle
-    yield None
+    Where many plugins are validated at once, the fan-out asks each step of all of them at once."""
     module, described = _subject(handle)
-    yield from plugin.check_import(module, run, probe_import)
+    plugin.check_import(module, run, prepared.import_probe)
     yield None
     if not plugin.check_hooks(handle, run):
         run.passed("loads", f"imported {described}; it does not register (see below)")
         run.skip_rest("the plugin does not register (see the failed check above)")
+        if prepared.load_backends is not None:  # torch, imported for detect(), gets its backends
+            load_backends()
         return
     run.passed("loads", f"imported {described}")
     yield None
-    detected = yield from plugin.check_detect(handle, run)
+    detected = plugin.check_detect(handle, run, prepared.load_backends)
     yield None
     count = plugin.check_count(handle, detected, run)
     yield None
@@ -329,7 +346,7 @@ def _steps(
     yield None
     plugin.check_environment(handle, run)
     yield None
-    yield from plugin.check_kernel_gaps(handle, run)
+    plugin.check_kernel_gaps(handle, run)
     yield None
     device.check_bad_specs(handle, run)
     if detected is not True:

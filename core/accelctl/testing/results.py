@@ -5,9 +5,8 @@ validate`` prints them; the pytest face turns each result into a passed, failed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 Status = Literal["pass", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "skip")
@@ -146,11 +145,3 @@ class Run:
             disabled=disabled,
         )
 
-
-class Unclocked(NamedTuple):
-    """What a check yields to have accelctl's slow work done outside any deadline.
-
-    The work is done and sent back: a subprocess with a timeout of its own, torch's import (see
-    ``checks._steps``)."""
-
-    work: Callable[[], Any]
