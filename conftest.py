@@ -1,5 +1,8 @@
-"""The fixtures every test of the repository shares (tests/, plugins/*/tests/, examples/*/tests/):
-a clean accelctl environment per test, and fake installed plugins (tests/fakedists.py)."""
+"""The fixtures every test of the repository shares: a clean environment, fake installed plugins.
+
+For tests/, plugins/*/tests/ and examples/*/tests/: a clean accelctl environment per test, and fake
+installed plugins (tests/fakedists.py).
+"""
 
 from __future__ import annotations
 
@@ -64,18 +67,22 @@ ROOT = Path(__file__).resolve().parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Ctrl-C as a terminal gives it, in this process and the processes the tests start: a
-    shell's background job (``bash scripts/test &``) starts with SIGINT ignored, which Python then
-    keeps, and the tests of Ctrl-C would see a program that cannot be interrupted."""
+    """Give Ctrl-C as a terminal gives it, in this process and the processes the tests start.
+
+    A shell's background job (``bash scripts/test &``) starts with SIGINT ignored, which Python then
+    keeps, and the tests of Ctrl-C would see a program that cannot be interrupted.
+    """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest work first, so that the many short tests fill the gaps at the end: the tests
-    on a real cluster (marked ``ray`` or ``slurm``: minutes of one worker's time, most of it
-    waiting), then the other ``slow`` tests, then the rest, each class in collection order.
-    noxfile.py hands whole modules to the workers (``--dist loadscope``) in this order."""
+    """Order the tests longest first, so that the many short tests fill the gaps at the end.
+
+    The tests on a real cluster (marked ``ray`` or ``slurm``: minutes of one worker's time, most of
+    it waiting), then the other ``slow`` tests, then the rest, each class in collection order.
+    noxfile.py hands whole modules to the workers (``--dist loadscope``) in this order.
+    """
 
     def weight(item: pytest.Item) -> tuple[bool, bool]:
         on_a_cluster = any(item.get_closest_marker(name) for name in ("ray", "slurm"))
@@ -94,8 +101,10 @@ def _project_distributions() -> list[str]:
 
 @pytest.fixture(scope="session")
 def project_site(tmp_path_factory: pytest.TempPathFactory) -> FakeSite:
-    """The in-repo plugins as installed in this environment, and nothing else: another plugin
-    installed here (a vendor's ``accelctl-npu``, say) is not on it."""
+    """A site of the in-repo plugins as installed in this environment, and nothing else.
+
+    Another plugin installed here (a vendor's ``accelctl-npu``, say) is not on it.
+    """
     site = FakeSite(tmp_path_factory.mktemp("project-site"))
     for distribution in _project_distributions():
         site.copy_installed(distribution)
@@ -104,9 +113,11 @@ def project_site(tmp_path_factory: pytest.TempPathFactory) -> FakeSite:
 
 @pytest.fixture(autouse=True)
 def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> Iterator[None]:
-    """No ACCELCTL_* variable from the caller's shell, and a fresh process-wide registry that
-    sees the in-repo plugins only: each test sees the plugins it sets up, whatever else is
-    installed."""
+    """Clear ACCELCTL_* variables and give each test a fresh registry of the in-repo plugins only.
+
+    No variable from the caller's shell, and a fresh process-wide registry: each test sees the
+    plugins it sets up, whatever else is installed.
+    """
     for var in _ACCELCTL_VARS + _CLUSTER_VARS:
         # setenv first: monkeypatch.delenv of an unset variable records nothing, and what the
         # code under test then sets in os.environ would reach the worker's next tests.
@@ -126,9 +137,11 @@ def _clean_accelctl(monkeypatch: pytest.MonkeyPatch, project_site: FakeSite) -> 
 
 @pytest.fixture
 def fake_site(tmp_path: Path, project_site: FakeSite) -> Iterator[FakeSite]:
-    """A folder of fake installed distributions, put on ``sys.path`` so their modules import and
-    the default registry (CLI, ``accelctl.resolve``) sees them beside the in-repo plugins. For a
-    registry that sees *only* them: ``accelctl.testing.Registry(path=fake_site.path)``."""
+    """A folder of fake installed distributions on ``sys.path``, seen beside the in-repo plugins.
+
+    Their modules import and the default registry (CLI, ``accelctl.resolve``) sees them. For a
+    registry that sees *only* them: ``accelctl.testing.Registry(path=fake_site.path)``.
+    """
     site = FakeSite(tmp_path / "site")
     sys.path.insert(0, str(site.root))  # so entry points can import the modules
     with accelctl.testing.installed_plugins(site.root, project_site.root):
@@ -139,9 +152,12 @@ def fake_site(tmp_path: Path, project_site: FakeSite) -> Iterator[FakeSite]:
 
 @pytest.fixture
 def no_scheduler_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``PATH`` is this interpreter's folder alone: Lightning looks for SLURM's ``srun`` there
-    (and warns when a machine has it but the process was not started with it), so tests of
-    Lightning's defaults must not see what the machine has installed."""
+    """Make ``PATH`` this interpreter's folder alone, hiding the machine's SLURM from Lightning.
+
+    Lightning looks for SLURM's ``srun`` there (and warns when a machine has it but the process was
+    not started with it), so tests of Lightning's defaults must not see what the machine has
+    installed.
+    """
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
 
 

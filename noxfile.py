@@ -1,5 +1,7 @@
-"""The test sessions: one environment per framework a bridge adapts, each bridge on the oldest
-and the newest release of its window (``accelctl/integrations/_shared/versions.py``).
+"""The test sessions: one environment per framework a bridge adapts, each at its window's ends.
+
+Each bridge on the oldest and the newest release of its window
+(``accelctl/integrations/_shared/versions.py``).
 
     nox                         every session (what ``bash scripts/test`` and CI run)
     nox -l                      the sessions, with what each installs
@@ -56,9 +58,11 @@ UNDER_CI = os.environ.get("CI") == "true"
 
 
 def find_backends() -> Path:
-    """The folder of PyTorch's torch_openreg wheels: ``$ACCELCTL_TEST_BACKENDS`` where set, else
-    ``../shared/backends`` beside this checkout, else beside the checkout this one was cloned
-    from (``git clone . /tmp/x``, as CI may clone)."""
+    """Return the folder of PyTorch's torch_openreg wheels.
+
+    ``$ACCELCTL_TEST_BACKENDS`` where set, else ``../shared/backends`` beside this checkout, else
+    beside the checkout this one was cloned from (``git clone . /tmp/x``, as CI may clone).
+    """
     if os.environ.get("ACCELCTL_TEST_BACKENDS"):
         return Path(os.environ["ACCELCTL_TEST_BACKENDS"])
     beside = ROOT.parent / "shared" / "backends"
@@ -76,8 +80,10 @@ BACKENDS = find_backends()
 
 
 def _find_links() -> dict[str, str]:
-    """uv reads no pip configuration: the folder of wheels pip is told about (where the CPU
-    build of torch lies on the project's machines) is passed on to uv too."""
+    """Return the folder of wheels pip is told about, for uv, which reads no pip configuration.
+
+    The project's machines keep the CPU build of torch there.
+    """
     folder = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS")
     return {"UV_FIND_LINKS": folder} if folder else {}
 
@@ -96,9 +102,11 @@ def install(
     also: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> None:
-    """torch first (so no range pulls another build), then the project with ``extras``, its
-    plugins, the test group and the requirements ``also`` names (an oldest session's pins), with
-    ``env`` set for the installs (a framework's build switches)."""
+    """Install torch, then the project with ``extras``, its plugins, the test group and ``also``.
+
+    torch first so that no range pulls another build; ``also`` names requirements (an oldest
+    session's pins); ``env`` is set for the installs (a framework's build switches).
+    """
     session.install(TORCH, env=_find_links())
     projects = [str(p.parent) for p in sorted(ROOT.glob("plugins/*/pyproject.toml"))]
     projects += [str(p.parent) for p in sorted(ROOT.glob("examples/accelctl-*/pyproject.toml"))]
@@ -125,16 +133,21 @@ def pytest(session: nox.Session, *paths: str) -> None:
 
 @nox.session(python=PYTHON)
 def core(session: nox.Session) -> None:
-    """The core, the in-repo plugins, the conformance kit, the Trainer and launcher, the CLI,
-    the openreg backend and the bench; scikit-learn for examples/cv_example.py."""
+    """The core, in-repo plugins, kit, Trainer and launcher, CLI, openreg backend and bench.
+
+    scikit-learn too, for examples/cv_example.py.
+    """
     install(session, also=("scikit-learn",))
     pytest(session)  # pyproject's testpaths, less the frameworks' folders (norecursedirs)
 
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict (the bridges typed against the newest Lightning and Accelerate, the
-    exporter and the plot against prometheus-client and matplotlib)."""
+    """ruff and mypy --strict.
+
+    The bridges typed against the newest Lightning and Accelerate, the exporter and the plot against
+    prometheus-client and matplotlib.
+    """
     session.install(TORCH, env=_find_links())
     group = nox.project.dependency_groups(PYPROJECT, "lint")
     extras = "lightning,accelerate,testing,prometheus,plot"
@@ -252,10 +265,12 @@ BENCH_EXTRAS = ("lightning", "accelerate", "transformers", "deepspeed", "bench")
 
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
-    """``python -m bench --sections peers --output bench/results/peers.json`` (arguments after
-    ``--`` replace those), in one
-    environment with Lightning, Accelerate, transformers and DeepSpeed together: not part of
-    ``nox`` alone nor of ``bash scripts/test`` (docs/performance.md, "Against the peers")."""
+    """The ``peers`` section, with Lightning, Accelerate, transformers and DeepSpeed together.
+
+    ``python -m bench --sections peers --output bench/results/peers.json`` (arguments after ``--``
+    replace those), in one environment: not part of ``nox`` alone nor of ``bash scripts/test``
+    (docs/performance.md, "Against the peers").
+    """
     install(session, *BENCH_EXTRAS, env=INSTALL_ENV["deepspeed"])
     session.run(
         "python", "-m", "bench",
@@ -266,8 +281,10 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def slurm(session: nox.Session) -> None:
-    """tests/slurm on a two-node SLURM cluster the tests start (scripts/setup-machine installs
-    Debian's slurm-wlm first, as root)."""
+    """tests/slurm on a two-node SLURM cluster the tests start.
+
+    scripts/setup-machine installs Debian's slurm-wlm first, as root.
+    """
     if os.geteuid() == 0:
         session.run("bash", "scripts/setup-machine", external=True)
     elif UNDER_CI:

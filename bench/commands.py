@@ -1,5 +1,7 @@
-"""The commands every section times, built one way: the ``accelctl`` console script run by this
-interpreter, the floor and peer scripts of this folder, and the Python baselines.
+"""The commands every section times: ``accelctl``, the floor and peer scripts, Python baselines.
+
+Built one way: the ``accelctl`` console script run by this interpreter, the floor and peer scripts
+of this folder, and the Python baselines.
 
 Knowing which top-level modules the installed plugins live in lets a section count, from the
 modules a command imported, how many plugins it loaded.
@@ -20,8 +22,9 @@ ENTRY_POINT_GROUP = "accelctl.accelerators"
 
 
 def accelctl(label: str, *args: str, env: Mapping[str, str] | None = None) -> Command:
-    """``accelctl ARGS`` as a user types it: the installed console script (through this
-    interpreter, so ``-X importtime`` can be added), or the CLI's ``main`` where none is installed.
+    """Return ``accelctl ARGS`` as a user types it: the console script, else the CLI's ``main``.
+
+    The installed console script runs through this interpreter, so ``-X importtime`` can be added.
     """
     script = console_script("accelctl")
     if script is not None:
@@ -55,8 +58,10 @@ def lightning_peer() -> Command | None:
 
 
 def plugin_modules(extra_path: Sequence[str] = ()) -> dict[str, str]:
-    """Top-level module -> accelerator name, for every accelerator entry point a child whose
-    path starts with ``extra_path`` sees."""
+    """Map each top-level module to its accelerator name, for the entry points a child would see.
+
+    The child's path starts with ``extra_path``.
+    """
     dists = list(metadata.distributions(path=list(extra_path))) if extra_path else []
     dists += list(metadata.distributions())
     modules: dict[str, str] = {}

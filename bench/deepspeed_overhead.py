@@ -1,7 +1,8 @@
-"""A ZeRO-2 step of DeepSpeed through accelctl's DeepSpeed bridge (``import
-accelctl.integrations.deepspeed``: DeepSpeed's accelerator made from the CPU plugin) against the
-same step on DeepSpeed's own CPU accelerator (what ``DS_ACCELERATOR=cpu`` selects, no bridge), on 2
-CPU processes over gloo.
+"""A ZeRO-2 DeepSpeed step through accelctl's bridge against DeepSpeed's own CPU accelerator.
+
+The bridge (``import accelctl.integrations.deepspeed``) makes DeepSpeed's accelerator from the CPU
+plugin; DeepSpeed's own is what ``DS_ACCELERATOR=cpu`` selects, no bridge. On 2 CPU processes over
+gloo.
 
 One ``accelctl launch --accelerator cpu --devices 2`` starts the processes; each makes two
 engines of the same MLP (same seed, same data, a torch AdamW, ZeRO stage 2), one while the
@@ -71,8 +72,10 @@ def _steps(engine: Any, batches: list[Any]) -> float:
 
 
 def worker(out: Path, repeats: int, quick: bool) -> None:
-    """In each process ``accelctl launch`` started: time the two engines' turns; rank 0 writes
-    ``out``."""
+    """In each process ``accelctl launch`` started, time the two engines' turns.
+
+    Rank 0 writes ``out``.
+    """
     import deepspeed
     import torch
     import torch.distributed as dist
@@ -132,8 +135,10 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
 
 
 def _spread(ratios: list[float]) -> dict[str, float]:
-    """The ratios' median, and a 95% interval for it (the order statistics a sign test gives;
-    the whole range below 6 repeats)."""
+    """Return the ratios' median and a 95% interval for it.
+
+    The interval is the order statistics a sign test gives; the whole range below 6 repeats.
+    """
     ordered = sorted(ratios)
     n = len(ordered)
     # ranks k and n-1-k with P(Binomial(n, 1/2) < k+1) <= 0.025 on each side

@@ -1,9 +1,9 @@
-"""Finding the installed plugins: accelctl's scan of the distributions
-(``accelctl._host.discovery.scan``, which reads each ``entry_points.txt`` itself and parses
-only those
-that declare its groups) against the same scan made through ``importlib.metadata`` alone
-(:func:`importlib_scan`: ``importlib.metadata.distributions()`` and each distribution's
-``entry_points``, parsed on its own so that one bad file breaks only itself, as accelctl's must).
+"""Finding the installed plugins: accelctl's own scan against one through ``importlib.metadata``.
+
+accelctl's scan of the distributions (``accelctl._host.discovery.scan``) reads each
+``entry_points.txt`` itself and parses only those that declare its groups; the other
+(:func:`importlib_scan`) uses ``importlib.metadata.distributions()`` and each distribution's
+``entry_points``, parsed on its own so that one bad file breaks only itself, as accelctl's must.
 
 Both scan the same search path, with ``count`` generated plugin distributions first on it
 (``bench/fakeplugins.py``) and the environment's own after; both must find the same entry points
@@ -43,9 +43,11 @@ def importlib_scan(
     path: Sequence[str],
     groups: Sequence[str] = (_discovery.ENTRY_POINT_GROUP, _discovery.TORCH_BACKENDS_GROUP),
 ) -> Iterator[Found]:
-    """The scan through ``importlib.metadata`` only: each distribution once (the first on the
-    path, as importlib's ``entry_points()`` keeps), its entry points parsed by importlib, a
-    distribution importlib cannot parse skipped alone."""
+    """Scan through ``importlib.metadata`` only, skipping alone a distribution it cannot parse.
+
+    Each distribution once (the first on the path, as importlib's ``entry_points()`` keeps), its
+    entry points parsed by importlib.
+    """
     seen: set[str] = set()
     for dist in metadata.distributions(path=list(path)):
         key = _discovery.dist_key(dist)

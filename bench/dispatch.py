@@ -1,7 +1,8 @@
-"""Section 3, hook dispatch: microseconds per call of each hook through an
-:class:`accelctl.AcceleratorHandle` (the plugin's function called directly, plus accelctl's
-return-type check), through a bare pluggy hook caller holding the same plugin, and calling the
-plugin's function directly.
+"""Section 3, hook dispatch: microseconds per hook call through a handle, bare pluggy, and directly.
+
+Through an :class:`accelctl.AcceleratorHandle` (the plugin's function called directly, plus
+accelctl's return-type check), through a bare pluggy hook caller holding the same plugin, and
+calling the plugin's function directly.
 
 Target: a call through the handle costs at most 3x the bare pluggy call.
 
@@ -107,8 +108,11 @@ def _hook_calls(
 
 
 class _BareManager(pluggy.PluginManager):
-    """The baseline: pluggy's manager with accelctl's hook specs, taking the methods of an
-    :class:`accelctl.Accelerator` named after hooks as hooks (as accelctl does, unmarked)."""
+    """The baseline: pluggy's manager with accelctl's hook specs, hook-named methods as hooks.
+
+    The methods of an :class:`accelctl.Accelerator` named after hooks, unmarked, as accelctl takes
+    them.
+    """
 
     def __init__(self) -> None:
         super().__init__("accelctl")
@@ -184,10 +188,12 @@ def _to_dicts(targets: list[Target]) -> list[dict[str, Any]]:
 
 
 def _concurrent_calls(seconds: float, threads: int = 8) -> dict[str, Any]:
-    """Calls completed in ``seconds`` by ``threads`` threads, each calling in turn
-    ``accelctl.resolve("cpu", 1)``, ``accelctl.get_accelerator("cpu")`` and the handle's
-    ``device_stats("cpu")`` (a load where a thread started per hook call would show); and the
-    same load in one thread, for the ratio."""
+    """Count the calls ``threads`` threads complete in ``seconds``, and the same load in one thread.
+
+    Each thread calls in turn ``accelctl.resolve("cpu", 1)``, ``accelctl.get_accelerator("cpu")``
+    and the handle's ``device_stats("cpu")``: a load where a thread started per hook call would
+    show. The one-thread run is for the ratio.
+    """
     import threading
     import time
 

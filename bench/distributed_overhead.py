@@ -1,5 +1,6 @@
-"""accelctl's Trainer and HF Accelerate (through accelctl's bridge) against the same loop written
-by hand on torch.distributed, on several processes of one accelerator (2 openreg devices).
+"""accelctl's Trainer and HF Accelerate (bridged) against a hand-written torch.distributed loop.
+
+On several processes of one accelerator (2 openreg devices).
 
 One ``accelctl launch`` starts the processes; in them the three loops train a fresh copy of the
 same MLP (same seed) on the same data for the same steps, taking turns (the order rotates every
@@ -111,8 +112,10 @@ def _accelerate(dataset: Any, epochs: int, device: Any, root: str) -> float:
 
 
 def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS) -> None:
-    """In each process ``accelctl launch`` started: time the loops ``names``; rank 0 writes
-    ``out``. One loop alone (``--loops trainer``) is for timing whole processes from outside."""
+    """In each process ``accelctl launch`` started, time the loops ``names``; rank 0 writes ``out``.
+
+    One loop alone (``--loops trainer``) is for timing whole processes from outside.
+    """
     import torch.distributed as dist
 
     selection, device = launched.joined_group(set_up_device=True)
@@ -136,8 +139,10 @@ def worker(out: Path, repeats: int, quick: bool, names: tuple[str, ...] = LOOPS)
 def run(
     repeats: int = 5, quick: bool = False, accelerator: str = "openreg", devices: int = 2
 ) -> dict[str, Any]:
-    """Start the processes, collect rank 0's times; plain data for a report (``skipped`` with
-    the reason where the accelerator is not here)."""
+    """Start the processes and collect rank 0's times, as plain data for a report.
+
+    ``skipped`` with the reason where the accelerator is not here.
+    """
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     try:  # in a fresh interpreter, with torch's backend autoload on (as the processes have it)
         probe = subprocess.run(

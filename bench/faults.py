@@ -133,8 +133,10 @@ def _alive(pid: int) -> bool:
 
 
 def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
-    """An epoch's time without checkpoints, against writing and reading the checkpoint of the
-    same fit (medians; the write is what every epoch end adds, the read what a resume adds)."""
+    """Time an epoch without checkpoints against writing and reading the same fit's checkpoint.
+
+    Medians; the write is what every epoch end adds, the read what a resume adds.
+    """
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -215,10 +217,12 @@ def _checkpoint_cost(repeats: int, quick: bool) -> dict[str, Any]:
 
 
 def run(repeats: int = 3, quick: bool = False) -> dict[str, Any]:
-    """Every figure of the section, as plain data (launch cases: at most 3 runs each). A quick
-    run, which only checks that the section works, launches the killed-rank case alone: the hung
-    rank and the killed launcher are the same launch with another fault, and the supervision
-    tests (tests/trainer/test_supervision.py) run both."""
+    """Return every figure of the section as plain data (launch cases: at most 3 runs each).
+
+    A quick run, which only checks that the section works, launches the killed-rank case alone: the
+    hung rank and the killed launcher are the same launch with another fault, and the supervision
+    tests (tests/trainer/test_supervision.py) run both.
+    """
     launches = 1 if quick else max(1, min(repeats, 3))
     killed = [_fault_to_exit("kill", {}) for _ in range(launches)]
     figures: dict[str, Any] = {

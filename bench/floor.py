@@ -1,6 +1,8 @@
-"""The floor of any pluggy + click command line: a throwaway CLI that imports click and pluggy,
-builds a plugin manager, scans the ``accelctl.accelerators`` entry points once and prints their
-names as JSON. It loads no plugin; no CLI built on these two libraries starts faster.
+"""The floor of any pluggy + click command line: a throwaway CLI that lists entry points.
+
+It imports click and pluggy, builds a plugin manager, scans the ``accelctl.accelerators`` entry
+points once and prints their names as JSON. It loads no plugin; no CLI built on these two libraries
+starts faster.
 
 Run as a script (``python bench/floor.py list``), not imported.
 """

@@ -1,6 +1,8 @@
-"""What counting the model's FLOPs costs a fit: ``Trainer(flops_per_sample="auto")`` (the
-default: the first step under torch's ``FlopCounterMode``, then ``flops_per_second`` and ``mfu``
-in every line) against ``flops_per_sample=None`` (neither), the same model, data and steps.
+"""What counting the model's FLOPs costs a fit: ``flops_per_sample="auto"`` against ``None``.
+
+``Trainer(flops_per_sample="auto")`` is the default: the first step under torch's
+``FlopCounterMode``, then ``flops_per_second`` and ``mfu`` in every line; ``None`` has neither. The
+same model, data and steps.
 
 Both train a fresh copy of bench/trainer_overhead.py's MLP (same seed) in this one process,
 alternating which goes first in each repeat, with a declared CPU peak so that ``mfu`` is computed

@@ -1,7 +1,9 @@
-"""FSDP2 through accelctl's Trainer (``strategy="fsdp"``) against the same loop written by hand
-with ``fully_shard``, and the bytes a process holds for its model under FSDP2 and under DDP, on
-2 processes of one accelerator: 2 CPU processes over gloo, or 2 openreg devices over ``occl``
-(PyTorch's out-of-tree test backend, torch_openreg 0.0.3, installed as the tests install it).
+"""FSDP2 through accelctl's Trainer against a hand loop, and the bytes held under FSDP2 and DDP.
+
+The Trainer with ``strategy="fsdp"`` against the same loop written by hand with ``fully_shard``, and
+the bytes a process holds for its model under each strategy, on 2 processes of one accelerator: 2
+CPU processes over gloo, or 2 openreg devices over ``occl`` (PyTorch's out-of-tree test backend,
+torch_openreg 0.0.3, installed as the tests install it).
 
 One ``accelctl launch --accelerator A --devices 2`` starts the processes, which make their process
 group first (the Trainer uses it as it is, so the figures are the loops' own). Time: the two loops
@@ -94,8 +96,11 @@ def _trainer(dataset: Any, epochs: int, device: Any, root: str) -> None:
 
 
 def held_bytes(model: Any, optimizer: Any) -> dict[str, int]:
-    """The bytes of storage this process holds for ``model``'s parameters and gradients and
-    ``optimizer``'s states (a sharded tensor's local shard; each storage once)."""
+    """Count the bytes of storage this process holds for a model and its optimizer.
+
+    ``model``'s parameters and gradients and ``optimizer``'s states: a sharded tensor's local shard,
+    each storage once.
+    """
     import torch
     from torch.distributed.tensor import DTensor
 
@@ -149,8 +154,10 @@ def _memory(strategy: str, root: str) -> dict[str, int]:
 
 
 def worker(out: Path, repeats: int, quick: bool) -> None:
-    """In each process ``accelctl launch`` started: time the loops, measure the memory; rank 0
-    writes ``out``."""
+    """In each process ``accelctl launch`` started, time the loops and measure the memory.
+
+    Rank 0 writes ``out``.
+    """
     import torch.distributed as dist
 
     selection, device = launched.joined_group(set_up_device=False)
@@ -174,8 +181,7 @@ def worker(out: Path, repeats: int, quick: bool) -> None:
 
 
 def run(repeats: int = 5, quick: bool = False, accelerator: str = "cpu") -> dict[str, Any]:
-    """Start the processes on 2 devices of ``accelerator``, collect rank 0's figures; plain data
-    for a report."""
+    """Start the processes on 2 devices of ``accelerator``; rank 0's figures as plain data."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELCTL_")}
     measured = launched.launch_workers(
         __file__,

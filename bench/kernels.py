@@ -1,5 +1,4 @@
-"""What a device's missing kernels cost (issue 45, item 5), in two parts, each in a process of
-its own:
+"""What a device's missing kernels cost, in two parts, each in a process of its own.
 
 1. **The CPU fallback.** A training step of the small CNN and of the GPT-2 block the capability
    matrix's ``kernels`` row is derived from (``accelctl/_kernels/reference.py``; AdamW, foreach)
@@ -50,9 +49,11 @@ CNN_WIDTH, GPT_WIDTH, BATCH = 16, 64, 32
 
 
 def ratio_summary(ratios: Sequence[float]) -> dict[str, Any]:
-    """Ratios taken pair by pair: their median, the quartiles (the pairs' spread) and a 95%
-    confidence interval of the median (distribution-free: the order statistics n/2 -+
-    0.98 sqrt(n))."""
+    """Summarize ratios taken pair by pair: median, quartiles and a 95% interval of the median.
+
+    The quartiles are the pairs' spread; the interval is distribution-free: the order statistics n/2
+    -+ 0.98 sqrt(n).
+    """
     ordered = sorted(ratios)
     n = len(ordered)
     half = 0.98 * n**0.5
@@ -71,8 +72,10 @@ def ratio_summary(ratios: Sequence[float]) -> dict[str, Any]:
 
 
 def _fallback_worker(repeats: int, quick: bool) -> dict[str, Any]:
-    """In a process with torch's backend autoload on and ``ACCELCTL_CPU_FALLBACK=1``: pairs of
-    one step on the CPU and one on the device, the order alternating pair by pair."""
+    """Time pairs of one step on the CPU and one on the device, the order alternating pair by pair.
+
+    In a process with torch's backend autoload on and ``ACCELCTL_CPU_FALLBACK=1``.
+    """
     import torch
 
     import accelctl
@@ -165,8 +168,10 @@ def _fallen_back(device_type: str) -> dict[str, int]:
 
 
 def untranslated_step() -> Callable[..., Any]:
-    """``Epochs._step`` without its ``try`` around the backward: the method's own source, the
-    ``try`` whose body calls ``backward()`` replaced by that body."""
+    """Return ``Epochs._step`` without its ``try`` around the backward.
+
+    The method's own source, the ``try`` whose body calls ``backward()`` replaced by that body.
+    """
     from accelctl._training import epochs
 
     source = textwrap.dedent(inspect.getsource(epochs.Epochs._step))
@@ -199,10 +204,12 @@ ARMS = ("translated", "untranslated", "translated_again")
 
 
 def _translation_worker(repeats: int, quick: bool) -> dict[str, Any]:
-    """On the CPU, in a process without any ACCELCTL_* variable: ``repeats`` fits whose steps
-    take turns between the Trainer's own step, the step without its try, and the own step
-    again, each timed; the first round of each fit (whose first step counts the FLOPs) is left
-    out."""
+    """Time, in fits on the CPU, the Trainer's own step against the step without its try.
+
+    In a process without any ACCELCTL_* variable: ``repeats`` fits whose steps take turns between
+    the own step, the step without its try, and the own step again, each timed; the first round of
+    each fit (whose first step counts the FLOPs) is left out.
+    """
     import torch
 
     import accelctl
@@ -266,8 +273,10 @@ def _translation_worker(repeats: int, quick: bool) -> dict[str, Any]:
 
 
 def _try_statement_ns(number: int = 1_000_000) -> dict[str, float]:
-    """Nanoseconds per call of a function that does nothing, bare and in the Trainer's form of
-    ``try``/``except RuntimeError`` (the fastest of 5 rounds each)."""
+    """Time a call of a do-nothing function, bare and in the Trainer's ``try``/``except``.
+
+    Nanoseconds per call, the fastest of 5 rounds each.
+    """
 
     def nothing() -> None:
         return None

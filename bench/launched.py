@@ -1,5 +1,6 @@
-"""What the sections that time loops in several processes share: their launch under ``accelctl
-launch``, the turns their loops take, and the loop written by hand.
+"""What the sections that time loops in several processes share: launch, turns, hand loop.
+
+Their launch under ``accelctl launch``, the turns their loops take, and the loop written by hand.
 
 A section's script runs twice: once as the section (:func:`launch_workers` starts it again as
 the worker of each process, ``SCRIPT --worker OUT --repeats N [--quick]``), and once per process,
@@ -22,8 +23,9 @@ from typing import Any
 def launch_workers(
     script: str, *, accelerator: str, devices: int, options: Iterable[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Run ``script --worker OUT`` and ``options`` under ``accelctl launch`` on ``devices`` of
-    ``accelerator``; what rank 0 wrote to OUT.
+    """Run ``script --worker OUT`` under ``accelctl launch``; return what rank 0 wrote to OUT.
+
+    With ``options``, on ``devices`` of ``accelerator``.
 
     :raises RuntimeError: when the launch fails, with the end of its standard error.
     """
@@ -46,9 +48,11 @@ def worker_options(repeats: int, quick: bool) -> list[str]:
 
 
 def joined_group(*, set_up_device: bool) -> tuple[Any, Any]:
-    """In a process ``accelctl launch`` started: what the launcher chose (``accelctl.resolve()``,
-    from ``ACCELCTL_ACCELERATOR`` and ``_DEVICES``) and this process's device (set up first
-    where ``set_up_device``), once the process group is joined."""
+    """Return the launcher's choice and this process's device, once the process group is joined.
+
+    In a process ``accelctl launch`` started: the choice is ``accelctl.resolve()``, from
+    ``ACCELCTL_ACCELERATOR`` and ``_DEVICES``; the device is set up first where ``set_up_device``.
+    """
     import torch.distributed as dist
 
     import accelctl
@@ -62,8 +66,10 @@ def joined_group(*, set_up_device: bool) -> tuple[Any, Any]:
 
 
 def group_result(selection: Any, steps: int, times: Mapping[str, list[float]]) -> dict[str, Any]:
-    """What every worker's result starts with (rank 0's): the accelerator, its devices, the
-    collective backend, the steps of one run and each loop's times."""
+    """Start every worker's result (rank 0's): accelerator, devices, backend, steps and loop times.
+
+    The steps are those of one run; the backend is the collective one.
+    """
     import torch.distributed as dist
 
     return {
@@ -82,10 +88,12 @@ Loop = Callable[[Any, int, Any, str], Any]
 def timed_in_turns(
     loops: Mapping[str, Loop], repeats: int, epochs: int, *, dataset: Any, device: Any, root: str
 ) -> tuple[dict[str, list[float]], list[Any]]:
-    """Each loop warmed up (one epoch: imports, first kernels, caches), then ``repeats`` rounds
-    of all of them, ``epochs`` epochs each, taking turns (the order rotates by one each round,
-    so drift in the machine hits all alike); each timed from a barrier before it to a barrier
-    after it. The times by loop, and what the loops returned that is not None, in order.
+    """Time the loops in turns, each from a barrier before it to one after it.
+
+    Each loop is warmed up (one epoch: imports, first kernels, caches), then ``repeats`` rounds of
+    all of them, ``epochs`` epochs each, taking turns (the order rotates by one each round, so drift
+    in the machine hits all alike). Returns the times by loop, and what the loops returned that is
+    not None, in order.
 
     Called in every process of the group, with the loops in the same order.
     """
@@ -118,9 +126,11 @@ def hand_loop(
     batch: int,
     device: Any,
 ) -> None:
-    """The loop written by hand on torch.distributed: the data sharded by a
-    ``DistributedSampler`` (reshuffled each epoch), then per batch zero_grad, ``forward``, the
-    cross-entropy, backward and step; the last loss read (it waits for the device)."""
+    """Train with the loop written by hand on torch.distributed.
+
+    The data sharded by a ``DistributedSampler`` (reshuffled each epoch), then per batch zero_grad,
+    ``forward``, the cross-entropy, backward and step; the last loss read (it waits for the device).
+    """
     import torch.distributed as dist
     from torch.nn import functional as F
     from torch.utils.data import DataLoader, DistributedSampler

@@ -1,5 +1,6 @@
-"""Lightning's own accelerator listing, the peer of ``accelctl list --json``: every registered
-accelerator with whether it is available and how many devices ``"auto"`` would use.
+"""Lightning's own accelerator listing, the peer of ``accelctl list --json``.
+
+Every registered accelerator with whether it is available and how many devices ``"auto"`` would use.
 
 Run as a script (``python bench/lightning_peer.py``) where ``lightning`` (or the older
 ``pytorch_lightning``) is installed.

@@ -81,8 +81,10 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def run(repeats: int = 15, quick: bool = False) -> dict[str, Any]:
-    """Time the commands ``repeats`` times, interleaved (after one untimed run each, unless
-    ``quick``); the parts' costs and the ratios to the floor, in wall and CPU time."""
+    """Time the commands ``repeats`` times, interleaved; the parts' costs and ratios to the floor.
+
+    One untimed run each first, unless ``quick``; in wall and CPU time.
+    """
     argvs, env = _argvs(), child_env()
     if not quick:
         for argv in argvs.values():

@@ -71,9 +71,12 @@ class ChildFailed(RuntimeError):
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of every child: this one, with bytecode caching on (as for a user whose
-    packages pip compiled at install time), no ``ACCELCTL_*`` choice leaking in, and torch's
-    autoloading of out-of-tree backends off unless the caller set it."""
+    """Return the environment of every child: this one, made reproducible.
+
+    Bytecode caching on (as for a user whose packages pip compiled at install time), no
+    ``ACCELCTL_*`` choice leaking in, and torch's autoloading of out-of-tree backends off unless the
+    caller set it.
+    """
     env = {
         key: value
         for key, value in os.environ.items()
@@ -88,9 +91,10 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_child(command: Command, modules: list[set[str]] | None = None) -> tuple[float, int, str]:
-    """Run ``command`` once through :mod:`bench.spawn`: wall seconds, the command's own peak
-    resident memory (KiB) and its stdout. With ``modules`` (a Python command only), the run goes
-    through :mod:`bench.probe` too and the set of modules it imported is appended to it.
+    """Run ``command`` once through :mod:`bench.spawn`: wall seconds, peak memory (KiB) and stdout.
+
+    The peak is the command's own resident memory. With ``modules`` (a Python command only), the run
+    goes through :mod:`bench.probe` too and the set of modules it imported is appended to it.
 
     :raises ChildFailed: the exit status is not one of ``command.ok_status``.
     """
@@ -147,8 +151,10 @@ def _is_python(command: Command) -> bool:
 
 
 def imported_modules(command: Command, timing: Timing | None = None) -> set[str]:
-    """The modules a Python command imports (an untimed run through :mod:`bench.probe`), or
-    those its ``timing`` recorded already (:func:`measure` with ``probe``).
+    """Return the modules a Python command imports.
+
+    From an untimed run through :mod:`bench.probe`, or those its ``timing`` recorded already
+    (:func:`measure` with ``probe``).
 
     ``command.argv`` must be ``(python, "-c", CODE, ...)`` or ``(python, SCRIPT, ...)``.
     """

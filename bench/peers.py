@@ -1,5 +1,6 @@
-"""Section ``peers``: one training through every path a user could pick instead, each against the
-same loop written by hand, in the same process, on the same device.
+"""Section ``peers``: one training through every path a user could pick, each against a hand loop.
+
+The same loop written by hand, in the same process, on the same device.
 
 The workload: a small ResNet-like CNN and a small GPT-2 block (``accelctl._kernels.reference``,
 the models of the ``kernels`` row), each in float32 and in bfloat16 autocast, AdamW, batches of
@@ -99,9 +100,10 @@ def workload_key(model: str, precision: str) -> str:
 
 
 class Batches:
-    """The fixed data of a workload: ``{"inputs", "labels"}`` samples (a map-style dataset that
-    every framework takes as it is), ``steps`` batches of :data:`BATCH` for each of ``world``
-    processes."""
+    """The fixed data of a workload: ``steps`` batches of :data:`BATCH` per ``world`` process.
+
+    ``{"inputs", "labels"}`` samples, a map-style dataset that every framework takes as it is.
+    """
 
     def __init__(self, model: str, steps: int, world: int) -> None:
         import torch
@@ -122,9 +124,12 @@ _CLASSES: dict[str, Any] = {}
 
 
 def _peer_class() -> Any:
-    """The model every path trains: a reference net, its loss inside ``forward`` (so that each
-    framework's autocast covers both, as transformers' and Accelerate's do), and the time of
-    each ``forward`` call recorded in :attr:`stamps`."""
+    """Return the model every path trains, its loss inside ``forward``, its calls timed.
+
+    A reference net, its loss inside ``forward`` (so that each framework's autocast covers both, as
+    transformers' and Accelerate's do), and the time of each ``forward`` call recorded in
+    :attr:`stamps`.
+    """
     if "peer" in _CLASSES:
         return _CLASSES["peer"]
     import torch
@@ -393,17 +398,22 @@ RUNNERS: dict[str, Callable[[Context, str, str], Any]] = {
 
 
 def per_step_s(stamps: Sequence[float], warm: int) -> float:
-    """The mean interval between the model's ``forward`` calls after the first ``warm``: the
-    steady-state time of a step (a framework that runs one more ``forward`` before its steps,
-    to count FLOPs or to check the model, shifts the window by one, no more)."""
+    """Return the mean interval between ``forward`` calls after the first ``warm``: a step's time.
+
+    The steady state; a framework that runs one more ``forward`` before its steps, to count FLOPs or
+    to check the model, shifts the window by one, no more.
+    """
     if len(stamps) < warm + 2:
         raise ValueError(f"{len(stamps)} steps recorded; the figure needs more than {warm + 1}")
     return (stamps[-1] - stamps[warm]) / (len(stamps) - 1 - warm)
 
 
 def peak_rss_mib() -> float:
-    """This process's resident high-water mark (``VmHWM``; an ``exec`` resets it, unlike
-    ``ru_maxrss``, which a launcher's size would inflate), in MiB; the ``ru_maxrss`` elsewhere."""
+    """Return this process's resident high-water mark in MiB.
+
+    ``VmHWM`` where there is one: an ``exec`` resets it, unlike ``ru_maxrss``, which a launcher's
+    size would inflate; ``ru_maxrss`` elsewhere.
+    """
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -418,9 +428,11 @@ def peak_rss_mib() -> float:
 
 
 def worker(spec: dict[str, Any]) -> None:
-    """One cell's process: the path's first run (start-up), then per workload rounds of the
-    path's run and the hand loop's, taking turns; rank 0 writes the figures, every rank its
-    peak memory."""
+    """Run one cell's process: the path's first run, then the path and the hand loop in turns.
+
+    The first run is the start-up; then per workload rounds of the two runs; rank 0 writes the
+    figures, every rank its peak memory.
+    """
     started = float(os.environ["BENCH_PEERS_T0"])
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -600,9 +612,12 @@ def _ratio(cell: dict[str, Any] | None, key: str, kind: str = "ratio") -> float 
 
 
 def targets(cells: Sequence[dict[str, Any]], kind: str = "ratio") -> list[dict[str, Any]]:
-    """The issue's targets, per device and process count, each on the workload where it is
-    furthest from its limit (so a target holds on all four or misses, naming where), on the
-    wall-clock ratios (``kind="ratio"``) or the CPU-time ones (``"cpu_ratio"``)."""
+    """Judge the section's targets per device and process count, each on its worst workload.
+
+    The workload where it is furthest from its limit, so a target holds on all four or misses,
+    naming where; on the wall-clock ratios (``kind="ratio"``) or the CPU-time ones
+    (``"cpu_ratio"``).
+    """
     from .targets import Target
 
     found = {(c["path"], c["device"], c["processes"]): c for c in cells}
@@ -648,10 +663,12 @@ def run(
     steps: int | None = None,
     with_list: bool = True,
 ) -> dict[str, Any]:
-    """Every cell, one after the other (the paths in turn within each device and process
-    count), then ``accelctl list --json`` against its floor (:mod:`bench.listcost`, where
-    ``with_list``); plain data for a report. ``repeats`` is the rounds of pairs per workload
-    (and a third of the list's repeats)."""
+    """Run every cell, one after the other, then ``list --json`` against its floor; plain data.
+
+    The paths take turns within each device and process count; the list is timed by
+    :mod:`bench.listcost`, where ``with_list``. ``repeats`` is the rounds of pairs per workload (and
+    a third of the list's repeats).
+    """
     steps = steps or (QUICK_STEPS if quick else STEPS)
     warm = QUICK_WARM_STEPS if quick else min(WARM_STEPS, max(1, steps // 4))
     rounds = 1 if quick else repeats

@@ -1,5 +1,6 @@
-"""The ``peers`` section as Markdown (one table, its targets, where ``list`` spends its time) and
-as a plot (the per-step ratios, one panel per device and process count).
+"""The ``peers`` section as Markdown (a table, its targets, ``list``'s costs) and as a plot.
+
+The plot has the per-step ratios, one panel per device and process count.
 
 matplotlib is optional (the ``bench`` extra): without it :func:`plot_peers` returns a reason.
 """
@@ -35,10 +36,12 @@ def _figure(figures: dict[str, Any] | None, hand: bool) -> str:
 
 
 def render_peers(section: dict[str, Any]) -> str:
-    """The section's table: a row per cell that ran, a column per workload (the per-step ratio
-    to the hand loop in the same process, the median of the rounds' ratios and its 95%
-    interval, in wall-clock and in CPU time; the hand loop's rows: its ms per step, and its
-    ratio to itself, the noise)."""
+    """Render the section's table: a row per cell that ran, a column per workload.
+
+    Each cell is the per-step ratio to the hand loop in the same process, the median of the rounds'
+    ratios and its 95% interval, in wall-clock and in CPU time; the hand loop's rows have its ms per
+    step, and its ratio to itself, the noise.
+    """
     from .peers import PATHS
 
     keys = section["workloads"]
@@ -123,8 +126,10 @@ def render_peers(section: dict[str, Any]) -> str:
 
 
 def plot_peers(section: dict[str, Any], path: Path) -> str | None:
-    """The per-step ratios to the hand loop as bars with their 95% intervals, one panel per
-    device and process count, into the PNG ``path``; None when written, else why not."""
+    """Plot the per-step ratios to the hand loop with their 95% intervals into the PNG ``path``.
+
+    One panel per device and process count; returns None when written, else why not.
+    """
     if importlib.util.find_spec("matplotlib") is None:
         return "matplotlib is not installed (pip install matplotlib, or the bench extra)"
     ran = [c for c in section.get("cells", []) if "workloads" in c and c["path"] != "hand"]

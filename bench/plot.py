@@ -1,5 +1,6 @@
-"""The plot of the scaling section: median time against installed plugins, one line per command,
-with ``import torch`` (and half of it, the ``list`` target) as reference lines.
+"""The plot of the scaling section: median time against installed plugins, one line per command.
+
+``import torch`` (and half of it, the ``list`` target) are reference lines.
 
 matplotlib is optional (the ``bench`` extra): without it :func:`plot_scaling` returns a reason and
 draws nothing.

@@ -1,5 +1,6 @@
-"""Run a Python command in this process and, at exit, write the names of every module it imported
-(``sys.modules``) to a file: ``python bench/probe.py OUT (-c CODE | SCRIPT) [ARGS ...]``.
+"""Run a Python command in this process and, at exit, write the modules it imported to a file.
+
+The modules are ``sys.modules``' names: ``python bench/probe.py OUT (-c CODE | SCRIPT) [ARGS ...]``.
 
 ``python -X importtime`` would be the obvious tool, but it does not see modules loaded through
 ``importlib.import_module``, which is how entry points (and so plugins) are loaded. Standard

@@ -1,5 +1,6 @@
-"""Section 2, scaling: the CLI and a library lookup with 0, 10, 100, 1000 extra plugin
-distributions installed (on a temporary folder put in front of ``PYTHONPATH``).
+"""Section 2, scaling: the CLI and a library lookup with 0, 10, 100, 1000 extra plugins installed.
+
+The extra distributions lie in a temporary folder put in front of ``PYTHONPATH``.
 
 Per size: the time of ``list --json`` (imports and runs every plugin), ``list --no-detect``
 (package metadata only), a named lookup through the CLI (``resolve --accelerator cpu``, which also

@@ -1,5 +1,6 @@
-"""Run one command and report its wall time and its own peak memory: the middleman of every timed
-run (``python -S -I bench/spawn.py REPORT COMMAND ...``).
+"""Run one command and report its wall time and its own peak memory.
+
+The middleman of every timed run: ``python -S -I bench/spawn.py REPORT COMMAND ...``.
 
 Why a middleman: on Linux a child's ``ru_maxrss`` starts from its parent's resident size at
 ``fork``/``exec``, so a benchmark runner that has imported a lot would inflate every child's figure.

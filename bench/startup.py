@@ -1,6 +1,7 @@
-"""Section 1, CLI start-up: ``accelctl list``, ``resolve``, ``stats`` and ``env`` against bare
-Python, the floor of a pluggy + click CLI, ``import torch`` and (where installed) Lightning's own
-accelerator listing.
+"""Section 1, CLI start-up: ``accelctl``'s commands against bare Python, the floor and torch.
+
+``accelctl list``, ``resolve``, ``stats`` and ``env`` against bare Python, the floor of a pluggy +
+click CLI, ``import torch`` and (where installed) Lightning's own accelerator listing.
 
 Targets, on a machine without a GPU: ``accelctl list`` imports no torch, costs at most 0.10x an
 ``import torch`` and at most 1.3x the floor; ``accelctl stats --json`` and ``accelctl env --json``

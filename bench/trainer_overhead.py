@@ -56,8 +56,10 @@ def _model(features: int, hidden: int, classes: int) -> Any:
 
 
 def workload(batch_size: int, quick: bool) -> tuple[Any, int, Callable[[], Any], str]:
-    """The benchmarks' training: a shuffled DataLoader of random features and labels, the epochs,
-    a maker of a fresh copy of the MLP (same seed each time) and its description."""
+    """Return the benchmarks' training: loader, epochs, a maker of fresh MLPs, and its description.
+
+    A shuffled DataLoader of random features and labels; each MLP from the same seed.
+    """
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 

@@ -1,5 +1,6 @@
-"""Run every nox session of noxfile.py, a few at a time: what ``bash scripts/test`` does with no
-arguments (and CI's ``.ci/run``).
+"""Run every nox session of noxfile.py, a few at a time.
+
+What ``bash scripts/test`` does with no arguments (and CI's ``.ci/run``).
 
     python scripts/sessions.py            every session, ACCELCTL_TEST_SESSIONS_AT_ONCE at once (2)
     python scripts/sessions.py lint core  those sessions only

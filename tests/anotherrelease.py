@@ -1,7 +1,9 @@
-"""A bridge imported after a change to its framework in the same process, as a release other
-than the installed one would look to it: a newer version number with the same internals, or one
-internal changed (``accelctl.integrations._shared.versions``). Each bridge's tests write the
-framework's part of the script; the accelerator it asks for and the runner are here."""
+"""A bridge imported after a change to its framework in the same process, as another release.
+
+A newer version number with the same internals, or one internal changed
+(``accelctl.integrations._shared.versions``). Each bridge's tests write the framework's part of the
+script; the accelerator it asks for and the runner are here.
+"""
 
 from __future__ import annotations
 
@@ -72,10 +74,12 @@ print(json.dumps({{
 
 
 def refused_import(bridge: str, imports: str, change: str, probe: str = "None") -> dict[str, Any]:
-    """Import ``accelctl.integrations.<bridge>`` in a fresh interpreter after ``imports`` and
-    ``change``: ``refused`` (the FrameworkVersionError's message, or None), ``raised_in`` (the
-    file that raised it), ``probe`` (an expression's value after the import) and the accelctl
-    warnings."""
+    """Import a bridge in a fresh interpreter after ``imports`` and ``change``; say what happened.
+
+    ``accelctl.integrations.<bridge>``; returns ``refused`` (the FrameworkVersionError's message, or
+    None), ``raised_in`` (the file that raised it), ``probe`` (an expression's value after the
+    import) and the accelctl warnings.
+    """
     return run_scenario(
         REFUSED_IMPORT.format(bridge=bridge, imports=imports, change=change, probe=probe)
     )

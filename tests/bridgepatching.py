@@ -1,6 +1,8 @@
-"""The check every bridge's patches pass (accelctl/integrations/_shared/patching.py): ``enable()``
-records one patch per internal the bridge replaces, is idempotent, and undoing the patches puts
-the framework's own code back."""
+"""The check every bridge's patches pass: recorded, idempotent, and undone cleanly.
+
+``enable()`` records one patch per internal the bridge replaces (accelctl/integrations/_shared/
+patching.py), is idempotent, and undoing the patches puts the framework's own code back.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from accelctl.integrations._shared.patching import MARK, Patch, Patches
 def assert_enabled_and_undone(
     enable: Callable[[], tuple[Patch, ...]], patches: Patches, expected: Collection[str]
 ) -> None:
-    """``enable()`` replaced exactly ``expected`` (paths), each recorded with its original and
-    why; enabling again changes nothing; ``patches.undo()`` puts every original back (enabled
-    again at the end, for the tests that follow in this process)."""
+    """Assert ``enable()`` replaced exactly ``expected``, idempotently, and ``undo()`` restores all.
+
+    Each patch of ``expected`` (paths) is recorded with its original and why; enabling again changes
+    nothing; ``patches.undo()`` puts every original back (enabled again at the end, for the tests
+    that follow in this process).
+    """
     applied = enable()
     assert sorted(p.path for p in applied) == sorted(expected)
     for patch in applied:

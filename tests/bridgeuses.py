@@ -72,8 +72,10 @@ def module_uses(path: Path) -> set[str]:
 
 @dataclass
 class _Scope:
-    """What names stand for where the walker is: framework paths (several for a value declared
-    as one of several classes), or a bridge class's instance."""
+    """What names stand for where the walker is: framework paths, or a bridge class's instance.
+
+    Several paths for a value declared as one of several classes.
+    """
 
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Names of instances: of framework classes (annotated), or of a bridge class (narrowed).
@@ -84,8 +86,7 @@ class _Scope:
 
 @dataclass
 class _Class:
-    """A class of the module: its framework base (through bridge classes too) and what it
-    defines itself."""
+    """A class of the module: its framework base (through bridge classes too) and its own names."""
 
     base: str | None
     own: set[str]
@@ -189,9 +190,11 @@ class _Walker(ast.NodeVisitor):
         return ()
 
     def _receiver(self, node: ast.expr, scope: _Scope) -> tuple[str, str | None] | None:
-        """The framework class of ``self``, ``cls`` or ``super()`` in a bridge class's method
-        (or of a name narrowed to a bridge class), with the bridge class whose own names are
-        not uses (None for ``super()``); None elsewhere."""
+        """Return the framework class of ``self``, ``cls`` or ``super()`` in a bridge method.
+
+        In a bridge class's method, or of a name narrowed to a bridge class; with the bridge class
+        whose own names are not uses (None for ``super()``); None elsewhere.
+        """
         owner = scope.owner
         if isinstance(node, ast.Name) and node.id in scope.instances:
             owner = scope.instances[node.id]
@@ -222,8 +225,10 @@ class _Walker(ast.NodeVisitor):
         return tuple(f"{path}.{node.attr}" for path in inner)
 
     def _is_instance(self, node: ast.expr, scope: _Scope) -> bool:
-        """Whether ``node`` is an instance (self, an annotated parameter): a call of one of its
-        methods passes it as the first argument."""
+        """Whether ``node`` is an instance (self, an annotated parameter).
+
+        A call of one of its methods passes it as the first argument.
+        """
         if self._receiver(node, scope) is not None:
             return True
         return isinstance(node, ast.Name) and node.id in scope.instances
@@ -375,8 +380,11 @@ def _type_checking_blocks(tree: ast.AST) -> Iterable[ast.AST]:
 
 
 def _own_names(node: ast.ClassDef) -> set[str]:
-    """What a bridge class defines itself: its methods and class attributes (not those declared
-    for the type checker only), and the attributes its ``__init__`` sets on ``self``."""
+    """Return the names a bridge class defines itself: methods, class and instance attributes.
+
+    Not those declared for the type checker only; instance attributes are those ``__init__`` sets on
+    ``self``.
+    """
     own: set[str] = set()
     for child in node.body:
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

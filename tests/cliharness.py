@@ -1,5 +1,6 @@
-"""``accelctl`` as the tests run it: in this process through click's CliRunner, or as a user runs
-it, in a fresh interpreter. The ``cli`` fixture (conftest.py) hands every test one of these.
+"""``accelctl`` as the tests run it: in this process (CliRunner) or in a fresh interpreter.
+
+The ``cli`` fixture (conftest.py) hands every test one of these.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ class Cli:
     def __call__(
         self, *args: str, env: dict[str, str] | None = None, input: str | None = None
     ) -> Result:
-        """``accelctl ARGS`` in this process (click's CliRunner); an exception the CLI does not
-        handle fails the test."""
+        """Run ``accelctl ARGS`` in this process (click's CliRunner).
+
+        An exception the CLI does not handle fails the test.
+        """
         return CliRunner().invoke(
             accelctl_group, list(args), env=env, input=input, catch_exceptions=False
         )
@@ -87,9 +90,12 @@ class Cli:
 
 
 class FakeClock:
-    """What ``accelctl stats`` reads of :mod:`time`, on a clock that only moves when it sleeps
-    (:meth:`sleep`, recorded in :attr:`sleeps`) or a test moves it (:meth:`advance`); ``on_sleep``
-    runs at each sleep (a test's Ctrl-C). Everything else is the real :mod:`time`."""
+    """What ``accelctl stats`` reads of :mod:`time`, on a clock that moves only when told.
+
+    It moves when it sleeps (:meth:`sleep`, recorded in :attr:`sleeps`) or when a test moves it
+    (:meth:`advance`); ``on_sleep`` runs at each sleep (a test's Ctrl-C). Everything else is the
+    real :mod:`time`.
+    """
 
     def __init__(self) -> None:
         import time

@@ -1,5 +1,6 @@
-"""The fenced blocks of README.md and docs/ that a user runs, read and run as the docs tests do
-(tests/test_docs_blocks.py; issue 46).
+"""The fenced blocks of README.md and docs/ that a user runs, read and run as the docs tests do.
+
+tests/test_docs_blocks.py runs them.
 
 A page's ```` ```console ````, ```` ```bash ```` and ```` ```python ```` blocks are run, in the
 page's order, in one working folder of their own (the page's commands build on each other: a plugin
@@ -141,8 +142,10 @@ class Block:
         return None
 
     def same_as(self) -> str | None:
-        """The page (relative to the repository's root) whose blocks run this block's commands,
-        where the page names one."""
+        """Return the page whose blocks run this block's commands, where the page names one.
+
+        Relative to the repository's root.
+        """
         for marker in self.markers:
             found = _SAME_AS.match(marker)
             if found:
@@ -159,8 +162,10 @@ class Block:
         )
 
     def commands(self, *, every: bool = False) -> list[Command]:
-        """The commands of a shell block in order, each with the output shown for it; the
-        commands the page leaves out are not among them (``every``: they are)."""
+        """Return the commands of a shell block in order, each with the output shown for it.
+
+        The commands the page leaves out are not among them (``every``: they are).
+        """
         commands: list[Command] = []
         if self.language == "console":
             for line in self.text.splitlines():
@@ -219,8 +224,10 @@ def read(page: Path) -> list[Block]:
 
 
 def as_typed(command: str) -> str:
-    """A shell command without its trailing comment and with its white space collapsed: two
-    commands a user types alike are equal."""
+    """Return a shell command without its trailing comment, its white space collapsed.
+
+    Two commands a user types alike are equal.
+    """
     return " ".join(_COMMENT.sub("", command).split())
 
 
@@ -245,8 +252,10 @@ def normalise(line: str) -> str:
 
 
 def difference(shown: list[str], printed: str) -> str | None:
-    """None where ``printed`` is what the page shows (see the module's docstring for ``...``),
-    else a unified diff, the page's lines against the printed ones."""
+    """Return None where ``printed`` is what the page shows, else a unified diff.
+
+    The page's lines against the printed ones; see the module's docstring for ``...``.
+    """
     actual = [normalise(line) for line in printed.rstrip("\n").splitlines()]
     pattern = ""
     for line in (normalise(line) for line in shown):
@@ -262,9 +271,11 @@ def difference(shown: list[str], printed: str) -> str | None:
 
 
 class Workspace:
-    """A user's machine as a page's commands find it: a virtual environment with what the
-    README's install line installs (this environment's packages, as links, less
-    :data:`NOT_IN_THE_README_INSTALL`), and a working folder that holds the clone's folders."""
+    """A user's machine as a page's commands find it: a virtual environment and a working folder.
+
+    The environment has what the README's install line installs (this environment's packages, as
+    links, less :data:`NOT_IN_THE_README_INSTALL`); the working folder holds the clone's folders.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.venv = folder / "venv"
@@ -296,8 +307,11 @@ class Workspace:
             (self.cwd / name).symlink_to(ROOT / name)
 
     def environment(self) -> dict[str, str]:
-        """The variables a user's shell has: this venv activated, no choice of accelctl's or
-        of a launcher's, torch's backend autoload as torch sets it, pip offline."""
+        """Return the variables a user's shell has.
+
+        This venv activated, no choice of accelctl's or of a launcher's, torch's backend autoload as
+        torch sets it, pip offline.
+        """
         environ = {
             key: value
             for key, value in os.environ.items()
@@ -328,8 +342,10 @@ class Workspace:
         return environ
 
     def run(self, command: str, *, code: str | None = None) -> subprocess.CompletedProcess[str]:
-        """A shell command (``bash -c``), or Python code (``python -`` with ``code`` on its
-        stdin), in the working folder."""
+        """Run a shell command, or Python ``code``, in the working folder.
+
+        The command through ``bash -c``; ``code`` on the stdin of ``python -``.
+        """
         argv = ["python", "-"] if code is not None else ["bash", "-c", command]
         return subprocess.run(
             argv,
@@ -344,8 +360,10 @@ class Workspace:
 
 
 def run_page(page: str, folder: Path) -> list[str]:
-    """Run the page's blocks that its session runs, in order, in one workspace; one problem a
-    failed command or a drifted output, each naming the block."""
+    """Run the page's blocks that its session runs, in order, in one workspace; return the problems.
+
+    One problem per failed command or drifted output, each naming the block.
+    """
     workspace = Workspace(folder)
     problems: list[str] = []
     for block in read(ROOT / page):

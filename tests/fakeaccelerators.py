@@ -1,5 +1,7 @@
-"""Accelerators written in the tests themselves (no entry point), shared by the bridges' tests
-(tests/integrations: Accelerate's and transformers')."""
+"""Accelerators written in the tests themselves (no entry point), shared by the bridges' tests.
+
+Those of tests/integrations: Accelerate's and transformers'.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Real installed distributions for tests: ``*.dist-info`` folders on a path, whose entry points
-name real modules.
+"""Real installed distributions for tests: ``*.dist-info`` folders whose entry points name modules.
 
 Discovery tests use these instead of mocking ``importlib.metadata``: a folder made here is what
 ``pip install`` leaves in site-packages (METADATA, entry_points.txt), written by
@@ -33,16 +32,20 @@ if str(FIXTURES) not in sys.path:
 
 
 def forget_fixture_modules() -> None:
-    """Drop :mod:`fakeplugins` and its modules from ``sys.modules``: the next import runs them
-    afresh, so a test never sees another test's gate or record, and "not imported" means not
-    imported by this test."""
+    """Drop :mod:`fakeplugins` and its modules from ``sys.modules``.
+
+    The next import runs them afresh: a test never sees another test's gate or record, and "not
+    imported" means not imported by this test.
+    """
     for module in [m for m in sys.modules if m.partition(".")[0] == FIXTURE_PACKAGE]:
         del sys.modules[module]
 
 
 class FakeSite:
-    """A site-packages-like folder on which fake distributions are installed. A new one starts
-    with the fake plugins unimported (:func:`forget_fixture_modules`)."""
+    """A site-packages-like folder on which fake distributions are installed.
+
+    A new one starts with the fake plugins unimported (:func:`forget_fixture_modules`).
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -52,8 +55,10 @@ class FakeSite:
 
     @property
     def path(self) -> list[str]:
-        """The folders to scan and import from: the site, then the fake plugins' folder (which
-        holds no distribution)."""
+        """Return the folders to scan and import from: the site, then the fake plugins' folder.
+
+        The fake plugins' folder holds no distribution.
+        """
         return [str(self.root), str(FIXTURES)]
 
     def install(
@@ -64,9 +69,11 @@ class FakeSite:
         version: str = "1.0",
         group: str = "accelctl.accelerators",
     ) -> Path:
-        """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``:
-        a module of :mod:`fakeplugins` (``"fakeplugins.good:GoodAccelerator"``), or one of
-        ``modules`` (module name -> source, dedented), written for one test."""
+        """Install ``distribution`` with ``entry_points`` (name -> "module:attr") in ``group``.
+
+        Each points at a module of :mod:`fakeplugins` (``"fakeplugins.good:GoodAccelerator"``), or
+        one of ``modules`` (module name -> source, dedented), written for one test.
+        """
         info = write_distribution(
             self.root, distribution, entry_points, version=version, group=group, modules=modules
         )
@@ -74,9 +81,11 @@ class FakeSite:
         return info
 
     def copy_installed(self, distribution: str) -> bool:
-        """Copy what discovery reads of an installed distribution (its METADATA and
-        entry_points.txt) onto this site, so a registry over this site sees it; its modules stay
-        importable from where they are installed. False when it is not installed."""
+        """Copy an installed distribution's METADATA and entry_points.txt onto this site.
+
+        A registry over this site then sees it; its modules stay importable from where they are
+        installed. False when it is not installed.
+        """
         from importlib import metadata
 
         try:
@@ -99,9 +108,11 @@ class FakeSite:
         modules: Mapping[str, str] | None = None,
         version: str = "1.0",
     ) -> Path:
-        """Install ``distribution`` with its dist-info files written exactly as given (``str`` or
-        ``bytes``): a malformed ``entry_points.txt``, a ``METADATA`` that is not UTF-8... A
-        ``METADATA`` is written for it unless ``files`` has one."""
+        """Install ``distribution`` with its dist-info files written exactly as given.
+
+        As ``str`` or ``bytes``: A malformed ``entry_points.txt``, a ``METADATA`` that is not
+        UTF-8... A ``METADATA`` is written for it unless ``files`` has one.
+        """
         info = write_distribution(
             self.root, distribution, version=version, modules=modules, files=files
         )
@@ -109,8 +120,10 @@ class FakeSite:
         return info
 
     def forget_modules(self) -> None:
-        """Drop the fake modules, this site's and :mod:`fakeplugins`', from ``sys.modules`` so
-        the next test imports them afresh."""
+        """Drop the fake modules, this site's and :mod:`fakeplugins`', from ``sys.modules``.
+
+        The next test imports them afresh.
+        """
         for module in self.modules:
             sys.modules.pop(module, None)
         forget_fixture_modules()
@@ -122,9 +135,11 @@ NORMS_IN_FLOAT64_UTILS = "def get_grad_norm(parameters):\n    return 0.0\n"
 
 
 def install_fake_deepspeed(site: FakeSite, utils: str, version: str = "1.0") -> None:
-    """A DeepSpeed distribution on ``site`` (first on the path) whose package holds
-    ``runtime/zero/utils.py`` with ``utils`` alone: what accelctl reads of DeepSpeed without
-    importing it. The caller drops a DeepSpeed already imported (``sys.modules``)."""
+    """Install on ``site`` a DeepSpeed whose ``runtime/zero/utils.py`` holds ``utils`` alone.
+
+    First on the path: What accelctl reads of DeepSpeed without importing it. The caller drops a
+    DeepSpeed already imported (``sys.modules``).
+    """
     site.install_raw("deepspeed", {}, version=version)
     zero = site.root / "deepspeed" / "runtime" / "zero"
     zero.mkdir(parents=True)

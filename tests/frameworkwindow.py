@@ -1,6 +1,8 @@
-"""The check each framework session makes of the release it installed (noxfile.py): the
-``*-newest`` sessions install the extras unpinned, so the day a framework ships a release
-outside its bridge's window, this fails there, not in a user's run."""
+"""The check each framework session makes of the release it installed (noxfile.py).
+
+The ``*-newest`` sessions install the extras unpinned, so the day a framework ships a release
+outside its bridge's window, this fails there, not in a user's run.
+"""
 
 from __future__ import annotations
 

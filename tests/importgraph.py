@@ -1,8 +1,9 @@
-"""The ``accelctl`` package's import graph, read from the modules' text with :mod:`ast`, for the
-tests of its dependencies (tests/core/test_dependencies.py: the direction rule;
-tests/core/test_import_cycles.py: no cycle). An import inside a function, under
-``TYPE_CHECKING`` or through ``importlib`` counts as much as one at the top of a module: a cycle
-put off to run time is still a cycle of ideas.
+"""The ``accelctl`` package's import graph, read from the modules' text with :mod:`ast`.
+
+For the tests of its dependencies (tests/core/test_dependencies.py: the direction rule;
+tests/core/test_import_cycles.py: no cycle). An import inside a function, under ``TYPE_CHECKING`` or
+through ``importlib`` counts as much as one at the top of a module: a cycle put off to run time is
+still a cycle of ideas.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ _MODULE_STRING = re.compile(r"(?P<module>accelctl(?:\.\w+)+)(?::\w+)?")
 
 
 def module_name(path: Path, root: Path = CORE.parent) -> str:
-    """``accelctl.cli.main`` for ``core/accelctl/cli/main.py``; a package's ``__init__.py`` is
-    the package."""
+    """Return a module's dotted name: ``accelctl.cli.main`` for ``core/accelctl/cli/main.py``.
+
+    A package's ``__init__.py`` is the package.
+    """
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @functools.cache
 def modules(root: Path = CORE.parent) -> dict[str, Path]:
-    """Every module of the ``accelctl`` package under ``root`` (the kit's and the bridges'
-    included) -> its file."""
+    """Map every module of the ``accelctl`` package under ``root`` to its file.
+
+    The kit's and the bridges' modules included.
+    """
     return {
         module_name(path, root): path
         for path in sorted((root / "accelctl").rglob("*.py"))
@@ -44,11 +49,14 @@ def modules(root: Path = CORE.parent) -> dict[str, Path]:
 def imports_in(
     source: str, module: str, is_package: bool, known: set[str], strings: bool = True
 ) -> set[str]:
-    """The ``accelctl`` modules that ``source`` (the text of ``module``) imports, anywhere in
-    it: ``import a.b`` (``a.b``), ``from a import b`` (``a.b`` when it is one of ``known``,
-    else ``a``), relative imports resolved, ``importlib.import_module("a.b")`` and
-    ``__import__("a.b")`` with a literal name, and a string that is the name of one of ``known``,
-    with or without ``:attribute`` (a table of modules imported later, an entry point)."""
+    """Return the ``accelctl`` modules that ``source`` imports, anywhere in it.
+
+    ``source`` is the text of ``module``: ``import a.b`` (``a.b``), ``from a import b`` (``a.b``
+    when it is one of ``known``, else ``a``), relative imports resolved,
+    ``importlib.import_module("a.b")`` and ``__import__("a.b")`` with a literal name, and a string
+    that is the name of one of ``known``, with or without ``:attribute`` (a table of modules
+    imported later, an entry point).
+    """
     package = module if is_package else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
@@ -86,10 +94,12 @@ def _names_import(func: ast.expr) -> bool:
 
 @functools.cache
 def import_graph(root: Path = CORE.parent, strings: bool = True) -> dict[str, frozenset[str]]:
-    """Each module of the ``accelctl`` package under ``root`` -> the ``accelctl`` modules it
-    imports (see :func:`imports_in`), itself excluded. ``strings``: a string naming a module
-    counts (for the direction rule: an entry point or a lazy table is a dependency; not for
-    cycles: a name looked up when asked is no import at load)."""
+    """Map each ``accelctl`` module under ``root`` to the ``accelctl`` modules it imports.
+
+    See :func:`imports_in`; itself excluded. ``strings``: a string naming a module counts (for the
+    direction rule: an entry point or a lazy table is a dependency; not for cycles: a name looked up
+    when asked is no import at load).
+    """
     known = set(modules(root))
     graph = {}
     for module, path in modules(root).items():
@@ -100,8 +110,10 @@ def import_graph(root: Path = CORE.parent, strings: bool = True) -> dict[str, fr
 
 
 def cycles(graph: Mapping[str, Collection[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module, or of one importing itself
-    (Tarjan's algorithm), each sorted."""
+    """Return the cycles: strongly connected components of more than one module, or a self-import.
+
+    Tarjan's algorithm; each component sorted.
+    """
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -1,5 +1,6 @@
-"""What the bridges' FSDP2 tests on torch_openreg share (``tests/lightning`` and ``tests/hf``):
-the bridges' FSDP2 paths through the generic ``privateuse1`` plugin (``occl``).
+"""What the bridges' FSDP2 tests on torch_openreg share (``tests/lightning`` and ``tests/hf``).
+
+The bridges' FSDP2 paths through the generic ``privateuse1`` plugin (``occl``).
 
 On torch_openreg 0.0.2 (``fsdp_gaps_machine``) FSDP2 misses the device module's streams and
 storage resize: one process asks ``accelctl.capabilities.fsdp_gaps("openreg", "occl")`` and makes
@@ -94,8 +95,10 @@ def check_refusal(attempted: dict[str, Any], asked: str, instead: str) -> None:
 def bridge_run(
     machine: UserMachine, factory: pytest.TempPathFactory, bridge: str, accelerator: str
 ) -> Path:
-    """The folder of one 2-process FSDP2 run of ``bridge`` on ``accelerator``, made once per test
-    session."""
+    """Return the folder of one 2-process FSDP2 run of ``bridge`` on ``accelerator``.
+
+    Made once per test session.
+    """
 
     def run(out: Path) -> None:
         script = str(INTEGRATIONS / f"fsdp_{bridge}_run.py")
@@ -112,8 +115,10 @@ def bridge_run(
 def run_and_check(
     machine: UserMachine, factory: pytest.TempPathFactory, bridge: str, accelerator: str
 ) -> None:
-    """One 2-process FSDP2 run of ``bridge`` on ``accelerator``, checked against one process's
-    run (``fsdp_shared.check_run``)."""
+    """Check one 2-process FSDP2 run of ``bridge`` on ``accelerator`` against one process's run.
+
+    The check is ``fsdp_shared.check_run``.
+    """
     out = bridge_run(machine, factory, bridge, accelerator)
     reports = [report(out.parent, out.name, rank) for rank in (0, 1)]
     ranks = [weights(out.parent, out.name, rank) for rank in (0, 1)]
@@ -122,10 +127,12 @@ def run_and_check(
 
 
 def openreg_equals_cpu(machine: UserMachine, factory: pytest.TempPathFactory, bridge: str) -> None:
-    """The bridge's 2-process FSDP2 run on openreg (``occl``) ends with the weights of its run on
-    2 CPU processes (``gloo``), bit for bit: the same samples in the same steps (asserted), and
-    openreg computes with the CPU's kernels; each step's gradients are a sum of two float32
-    values, which both backends add in the same order."""
+    """The bridge's 2-process FSDP2 run on openreg ends with its CPU run's weights, bit for bit.
+
+    On ``occl`` against 2 CPU processes on ``gloo``: the same samples in the same steps (asserted),
+    and openreg computes with the CPU's kernels; each step's gradients are a sum of two float32
+    values, which both backends add in the same order.
+    """
     runs = {name: bridge_run(machine, factory, bridge, name) for name in ("openreg", "cpu")}
     seen = {
         name: [report(out.parent, out.name, r)["seen"] for r in (0, 1)]

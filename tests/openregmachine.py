@@ -1,6 +1,7 @@
-"""The machines of the tests on a real out-of-tree backend: PyTorch's own ``torch_openreg`` (a
-PrivateUse1 device ``openreg``, two emulated devices), as a user would run it. A pytest plugin
-(the root ``conftest.py`` registers it), so that the openreg tests of every test session (core,
+"""The machines of the tests on a real out-of-tree backend: PyTorch's own ``torch_openreg``.
+
+A PrivateUse1 device ``openreg``, two emulated devices, as a user would run it. A pytest plugin (the
+root ``conftest.py`` registers it), so that the openreg tests of every test session (core,
 Lightning, Hugging Face, Ray) share its fixtures.
 
 Each test session installs **0.0.3** (``noxfile.py``): its collective backend ``occl`` carries
@@ -90,8 +91,7 @@ _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "
 
 @dataclass
 class UserMachine:
-    """A machine with torch_openreg and whatever plugins are on ``path``, seen from new
-    processes."""
+    """A machine with torch_openreg and the plugins on ``path``, seen from new processes."""
 
     path: list[Path]
 
@@ -144,9 +144,11 @@ class UserMachine:
 
 
 def aborted_at_exit(done: subprocess.CompletedProcess[str]) -> bool:
-    """Whether ``done`` ended by torch_openreg's abort at the interpreter's exit
-    (``OPENREG_EXIT_ABORT``): only that abort, only as the process's very last words, after
-    whatever it wrote (the tests then read what it wrote, so a run cut short still fails)."""
+    """Whether ``done`` ended by torch_openreg's abort at the interpreter's exit, and only by it.
+
+    ``OPENREG_EXIT_ABORT``, only as the process's very last words, after whatever it wrote (the
+    tests then read what it wrote, so a run cut short still fails).
+    """
     return done.returncode == -signal.SIGABRT and done.stderr.rstrip().endswith(OPENREG_EXIT_ABORT)
 
 
@@ -175,8 +177,10 @@ def pip_install_target(package: Path, target: Path) -> None:
 
 @pytest.fixture(scope="session")
 def openreg_plugin_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The third-party ``accelctl-openreg`` plugin, pip-installed once into a folder of its own
-    (a copy of the sources, so the build leaves nothing in the checkout)."""
+    """Pip-install the third-party ``accelctl-openreg`` plugin once, into a folder of its own.
+
+    From a copy of the sources, so the build leaves nothing in the checkout.
+    """
     import shutil
 
     _require_wheel()
@@ -190,23 +194,26 @@ def openreg_plugin_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def machine(openreg_plugin_target: Path) -> Iterator[UserMachine]:
-    """torch_openreg plus the accelctl-openreg plugin (and the in-repo plugins installed in the
-    environment)."""
+    """torch_openreg plus the accelctl-openreg plugin (and the in-repo plugins installed)."""
     yield UserMachine([openreg_plugin_target])
 
 
 @pytest.fixture(scope="session")
 def occl_machine() -> UserMachine:
-    """The suite's torch_openreg (``occl``, FSDP2 and DCP) with the in-repo plugins only:
+    """The suite's torch_openreg (``occl``, FSDP2 and DCP) with the in-repo plugins only.
+
     ``openreg`` is the generic ``privateuse1`` plugin, whose backend is the one torch maps the
-    device type to."""
+    device type to.
+    """
     _require_wheel()
     return UserMachine([])
 
 
 def _wheel_machine(version: str, factory: pytest.TempPathFactory) -> UserMachine:
-    """torch_openreg ``version`` pip-installed into a folder first on the path, before the
-    suite's wheel: ``import torch`` loads it."""
+    """Return a machine with torch_openreg ``version`` first on the path, before the suite's wheel.
+
+    Pip-installed into a folder of its own; ``import torch`` loads it.
+    """
     _require_wheel()
     wheels = sorted(BACKENDS.glob(f"torch_openreg-{version}-*.whl"))
     if not wheels:
@@ -224,8 +231,11 @@ def no_backend_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
 
 @pytest.fixture(scope="session")
 def fsdp_gaps_machine(tmp_path_factory: pytest.TempPathFactory) -> UserMachine:
-    """torch_openreg 0.0.2: ``occl``, but no device streams, no storage resize for FSDP2, and
-    random draws that a restored RNG state does not repeat."""
+    """torch_openreg 0.0.2: ``occl``, but none of FSDP2's streams or storage resize, no RNG restore.
+
+    No device streams, no storage resize, and random draws that a restored RNG state does not
+    repeat.
+    """
     return _wheel_machine(GAPS_VERSION, tmp_path_factory)
 
 
@@ -253,16 +263,20 @@ def assert_single_process_refusal(message: str | None) -> None:
 
 
 def temporary_folder(out: Path) -> str:
-    """A ``TMPDIR`` for a run's processes, in the run's folder: what third-party launchers leave
-    in the temporary folder (torchrun's ``torchelastic_*`` folder, which it never removes) stays
-    with the test's files, not in the machine's ``/tmp``."""
+    """Return a ``TMPDIR`` for a run's processes, in the run's folder.
+
+    What third-party launchers leave in the temporary folder (torchrun's ``torchelastic_*`` folder,
+    which it never removes) stays with the test's files, not in the machine's ``/tmp``.
+    """
     folder = out / "tmp"
     folder.mkdir(exist_ok=True)
     return str(folder)
 
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    """``done``, asserted to have exited 0, or by torch_openreg's abort at the exit after its
-    work (:func:`aborted_at_exit`); its error output in the assertion otherwise."""
+    """Return ``done``, asserted to have exited 0 or by torch_openreg's abort at the exit.
+
+    The abort after its work (:func:`aborted_at_exit`); its error output in the assertion otherwise.
+    """
     assert done.returncode == 0 or aborted_at_exit(done), done.stderr[-4000:]
     return done

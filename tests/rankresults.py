@@ -1,5 +1,7 @@
-"""What a multi-process run's driver script leaves per rank (``<runs>/<run>/rank<r>.json`` and
-``rank<r>.pt``), read back by the openreg tests that compare runs."""
+"""Read back what a multi-process run's driver script leaves per rank.
+
+``<runs>/<run>/rank<r>.json`` and ``rank<r>.pt``, for the openreg tests that compare runs.
+"""
 
 from __future__ import annotations
 

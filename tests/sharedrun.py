@@ -1,5 +1,7 @@
-"""A multi-process run that several tests read, made once per test session (the openreg tests'
-and the Trainer's FSDP tests share it)."""
+"""A multi-process run that several tests read, made once per test session.
+
+The openreg tests' and the Trainer's FSDP tests share it.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import pytest
 def shared_run(
     tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
 ) -> Path:
-    """The folder where ``make(folder)`` ran, once per test session, whichever pytest-xdist
-    worker asks first: a multi-process run that several tests read is made once, and the
-    workers that need it meanwhile wait for it (it uses the machine's cores anyway)."""
+    """Return the folder where ``make(folder)`` ran, once per test session.
+
+    Whichever pytest-xdist worker asks first makes it; the workers that need it meanwhile wait for
+    it (it uses the machine's cores anyway).
+    """
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()

@@ -1,7 +1,9 @@
-"""Docs that are run (issue 46): every block of README.md and docs/ that a user runs is run by a
-test of the session that has what it needs, or says in the page why not, and where the page
-shows what a command prints, the command prints that (tests/docsblocks.py says how a page marks a
-block and what the comparison forgives)."""
+"""Every block of README.md and docs/ that a user runs is run, or the page says why not.
+
+Run by a test of the session that has what it needs; where the page shows what a command prints, the
+command prints that (tests/docsblocks.py says how a page marks a block and what the comparison
+forgives).
+"""
 
 from __future__ import annotations
 
@@ -191,8 +193,10 @@ CORE_PAGES = sorted({b.page for b in RUNNABLE if b.session == "core" and b.runs_
 
 
 class _Page:
-    """One page's blocks, run: a class per page (below), so that the session's workers, which
-    take a module or a class at a time (``--dist loadscope``), run the pages side by side."""
+    """One page's blocks, run: a class per page, so that workers run the pages side by side.
+
+    The workers take a module or a class at a time (``--dist loadscope``).
+    """
 
     page: str
 
@@ -213,8 +217,11 @@ _LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
 
 
 def test_every_relative_link_of_the_pages_reaches_a_file() -> None:
-    """The contract links each rule's reason in docs/design/, and the pages link each other: a
-    moved or renamed page breaks them silently."""
+    """Every relative link of the pages reaches a file.
+
+    The contract links each rule's reason in docs/design/, and the pages link each other: a moved or
+    renamed page breaks them silently.
+    """
     broken = [
         f"{page.relative_to(ROOT).as_posix()}: {target}"
         for page in PAGES
@@ -234,8 +241,11 @@ def test_the_design_index_lists_every_record() -> None:
 
 
 def test_a_test_count_on_a_page_is_printed_by_a_command_run_here() -> None:
-    """A count of tests ("13 passed") in prose or in a block nothing runs is out of date with the
-    next test added (docs/performance.md's table was): the pages say where to read it instead."""
+    """A test count on a page is printed by a command run here, never written in prose.
+
+    A count of tests ("13 passed") in prose or in a block nothing runs is out of date with the next
+    test added: the pages say where to read it instead.
+    """
     stale = []
     for page in PAGES:
         lines = page.read_text().splitlines()

@@ -1,5 +1,7 @@
-"""The author guide documents every hook and every conformance check (a meta-test: adding a hook
-spec or a check without its section fails here)."""
+"""The author guide documents every hook and every conformance check.
+
+A meta-test: adding a hook spec or a check without its section fails here.
+"""
 
 from __future__ import annotations
 

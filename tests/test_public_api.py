@@ -1,5 +1,7 @@
-"""The public API is exactly what the docs promise: ``accelctl.__all__`` equals the names of
-docs/concepts.md section 4, each one importable; every other module of the core is private."""
+"""The public API is exactly what the docs promise; every other module of the core is private.
+
+``accelctl.__all__`` equals the names of docs/concepts.md section 4, each one importable.
+"""
 
 from __future__ import annotations
 

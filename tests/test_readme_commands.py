@@ -1,9 +1,10 @@
-"""The README's install line works as written from a fresh clone (issue 26), checked offline and
-in this process: every ``-e PATH`` is a project of this checkout, every extra it or the docs name
-(``accelctl[lightning]``) exists, the line's requirements are satisfied by what this environment
-has (which each test session installs from the same projects, noxfile.py), and they bring numpy,
-without which every command that imports torch prints ``Failed to initialize NumPy`` (torch's CPU
-wheel does not depend on it).
+"""The README's install line works as written from a fresh clone, checked offline and in-process.
+
+Every ``-e PATH`` is a project of this checkout, every extra it or the docs name
+(``accelctl[lightning]``) exists, the line's requirements are satisfied by what this environment has
+(which each test session installs from the same projects, noxfile.py), and they bring numpy, without
+which every command that imports torch prints ``Failed to initialize NumPy`` (torch's CPU wheel does
+not depend on it).
 
 What cannot be checked offline, that an index serves these versions, is left to CI's fresh
 clone; the Accelerate block of the README is run by tests/hf.
@@ -68,8 +69,10 @@ def requirements(line: str) -> list[Requirement]:
 
 
 def closure(wanted: list[Requirement]) -> dict[str, str]:
-    """Every distribution the requirements pull in, with the installed version of each
-    (asserting that it satisfies every requirement on it met on the way)."""
+    """Return every distribution the requirements pull in, with its installed version.
+
+    Asserting that it satisfies every requirement on it met on the way.
+    """
     seen: dict[str, str] = {}
     queue = [(requirement, "the README's line") for requirement in wanted]
     expanded: set[tuple[str, str]] = set()
@@ -141,8 +144,10 @@ QUOTED_REQUIREMENT = r"`([a-z][a-z0-9_-]*)(?:\[[a-z,]+\])?(>=[^`<,]+)`"
 
 
 def test_every_floor_the_docs_quote_is_the_extras() -> None:
-    """A requirement of an extra quoted in the docs (`` `lightning>=2.3` ``) is the one
-    pyproject.toml declares (docs/lightning.md once said 2.6 for 2.3: issue 46)."""
+    """A requirement of an extra quoted in the docs is the one pyproject.toml declares.
+
+    Such as `` `lightning>=2.3` ``.
+    """
     declared = {}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for requirements in project["optional-dependencies"].values():

@@ -1,10 +1,12 @@
-"""Releases below a bridge's window, each installed with its dependencies (the ``*-below``
-sessions of noxfile.py pass their folders in ``ACCELCTL_BELOW_RELEASES``): importing the bridge
-on one runs the same shape checks as on any release, never a refusal by the version number
-alone. What each release really gets is asserted here: refused, naming what is not there or
+"""Releases below a bridge's window are refused or adapted by shape checks, never by version alone.
+
+Each release is installed with its dependencies (the ``*-below`` sessions of noxfile.py pass their
+folders in ``ACCELCTL_BELOW_RELEASES``); importing the bridge on one runs the same shape checks as
+on any release. What each release really gets is asserted here: refused, naming what is not there or
 what its import raised, the window and the install line (:class:`accelctl.FrameworkVersionError`
 from the bridge's import, before any process starts, never an error from inside the bridge), or
-adapted with the one warning naming the untested release."""
+adapted with the one warning naming the untested release.
+"""
 
 from __future__ import annotations
 
@@ -74,8 +76,10 @@ def _release(folder: Path) -> tuple[str, str]:
 
 
 def _import_bridge(folder: Path, framework: str) -> dict[str, object]:
-    """Import the bridge of ``framework`` in a fresh interpreter with the release of ``folder``
-    first on the path: its refusal (or None), where it was raised, and accelctl's warnings."""
+    """Import ``framework``'s bridge in a fresh interpreter, ``folder``'s release first on the path.
+
+    Returns its refusal (or None), where it was raised, and accelctl's warnings.
+    """
     script = (
         "import json, traceback, warnings\n"
         "import accelctl\n"

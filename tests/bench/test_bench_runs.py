@@ -1,6 +1,8 @@
-"""The benchmark suite runs end to end (quick mode, tiny sizes, one repeat) and writes a
-well-formed results file. No timing is asserted: only that the figures exist, are sane in kind,
-and that the counts the targets rest on are what accelctl's lazy loading promises."""
+"""The benchmark suite runs end to end and writes a well-formed results file.
+
+Quick mode, tiny sizes, one repeat. No timing is asserted: only that the figures exist, are sane in
+kind, and that the counts the targets rest on are what accelctl's lazy loading promises.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ _RUNS: dict[str, tuple[dict, Path]] = {}
 
 
 def quick_run(section: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    """One quick run of ``section`` (tiny sizes, one repeat), with its results file and plot in
-    a temporary folder: each section in a process of its own, so the sections run in parallel."""
+    """Run ``section`` once, quickly, in a process of its own; results and plot in a temp folder.
+
+    Tiny sizes, one repeat; one process per section, so the sections run in parallel.
+    """
     if section in _RUNS:
         return _RUNS[section]
     out = tmp_path_factory.mktemp(f"bench-{section}")
@@ -259,8 +263,11 @@ def test_flops_section_times_fits_with_and_without_counting(
 def test_kernels_section_times_the_fallback_and_the_translation(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """Issue 45, item 5: a step on openreg with the CPU fallback against the CPU's, and the
-    Trainer's step with and without its error translation, each part in a process of its own."""
+    """The kernels section runs both parts, each in a process of its own.
+
+    A step on openreg with the CPU fallback against the CPU's, and the Trainer's step with and
+    without its error translation.
+    """
     results, out = quick_run("kernels", tmp_path_factory)
     section = results["sections"]["kernels"]
     assert (section["repeats"], section["quick"]) == (1, True)
@@ -301,8 +308,10 @@ def test_kernels_section_times_the_fallback_and_the_translation(
 
 
 def test_the_translations_variant_is_the_step_without_its_try() -> None:
-    """The bench's step without translation is the Trainer's own step, its try around the
-    backward replaced by the try's body: nothing else differs."""
+    """The bench's step without translation is the Trainer's own step, its try replaced by its body.
+
+    The try around the backward; nothing else differs.
+    """
     import ast
     import inspect
     import textwrap
@@ -326,10 +335,13 @@ def test_the_translations_variant_is_the_step_without_its_try() -> None:
 
 @pytest.mark.slow
 def test_peers_section_runs_a_cell_and_renders(tmp_path: Path) -> None:
-    """Issue 48: one cell of the peers section (accelctl's Trainer on 2 openreg devices under
-    ``accelctl launch``, the hand loop in DDP in the same processes), a few steps: every
-    workload has a figure of each, each rank its peak; the frameworks' cells say why they do
-    not run where their framework is not installed (the core session's); the table renders."""
+    """One cell of the peers section runs, has every figure, and renders.
+
+    accelctl's Trainer on 2 openreg devices under ``accelctl launch``, the hand loop in DDP in the
+    same processes, a few steps: every workload has a figure of each, each rank its peak; the
+    frameworks' cells say why they do not run where their framework is not installed (the core
+    session's); the table renders.
+    """
     from bench import peers
     from bench.peers_report import render_peers
 
@@ -362,8 +374,11 @@ def test_peers_section_runs_a_cell_and_renders(tmp_path: Path) -> None:
 
 
 def test_peers_figures_and_targets_come_from_the_runs() -> None:
-    """The per-step figure leaves the warm-up out; a target takes its worst workload, a
-    bridge's the ratio of its ratio to its framework's, on the same device and processes."""
+    """The per-step figure leaves the warm-up out; a target takes its worst workload.
+
+    A bridge's target is the ratio of its ratio to its framework's, on the same device and
+    processes.
+    """
     from bench import peers
 
     assert peers.per_step_s([0.0, 1.0, 3.0, 6.0, 10.0], warm=1) == pytest.approx(3.0)

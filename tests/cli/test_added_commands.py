@@ -1,7 +1,9 @@
-"""Commands that installed distributions add through the entry-point group ``accelctl.commands``
-(accelctl.cli._contributed): one that runs, broken ones that never take the CLI down, one that
-would shadow a built-in, and the conformance kit's ``validate``, which arrives the same way. The
-distributions are real ``.dist-info`` folders on ``sys.path`` (the ``fake_site`` fixture)."""
+"""Commands that installed distributions add through the ``accelctl.commands`` entry points.
+
+One that runs, broken ones that never take the CLI down, one that would shadow a built-in, and the
+conformance kit's ``validate``, which arrives the same way (accelctl.cli._contributed). The
+distributions are real ``.dist-info`` folders on ``sys.path`` (the ``fake_site`` fixture).
+"""
 
 from __future__ import annotations
 

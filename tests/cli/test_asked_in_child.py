@@ -1,6 +1,8 @@
-"""``list``, ``stats``, ``env``, ``resolve`` and ``validate`` ask the plugins in a process of their
-own (``accelctl.cli._child``): what a plugin does to a whole process (end it, crash it, write on
-its descriptor 1) is its row, and nothing in the command's own process is replaced."""
+"""``list``, ``stats``, ``env``, ``resolve`` and ``validate`` ask the plugins in a child process.
+
+What a plugin does to a whole process (end it, crash it, write on its descriptor 1) is its row
+(``accelctl.cli._child``), and nothing in the command's own process is replaced.
+"""
 
 from __future__ import annotations
 
@@ -100,8 +102,10 @@ def test_a_named_plugin_that_ends_the_process_is_the_commands_error(
 
 
 def in_fresh_interpreter(code: str) -> None:
-    """Run ``code`` (asserts, ending with ``print("ok")``) in a fresh interpreter: a process of
-    one thread, as the ``accelctl`` command is where it forks (the test runner has others)."""
+    """Run ``code`` (asserts, ending with ``print("ok")``) in a fresh, single-threaded interpreter.
+
+    One thread, as the ``accelctl`` command has where it forks (the test runner has others).
+    """
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S
     )
@@ -171,9 +175,11 @@ def test_a_process_with_other_threads_runs_the_task_itself() -> None:
 
 
 def test_plain_results_travel_without_pickle_and_others_with_it() -> None:
-    """Issue 48: ``list``'s rows (plain data) cross the pipe through marshal, so that the
-    command never imports pickle; anything marshal refuses (a dataclass, an error) through
-    pickle; both arrive equal, tuples as tuples."""
+    """``list``'s plain rows cross the pipe by marshal, anything else by pickle, and arrive equal.
+
+    The command then never imports pickle for its rows; what marshal refuses (a dataclass, an error)
+    goes through pickle; tuples arrive as tuples.
+    """
     import dataclasses
 
     import accelctl
@@ -204,10 +210,12 @@ def test_what_the_child_prints_reaches_the_commands_stderr(cli: Cli, fake_site: 
 
 
 def test_a_command_asked_in_a_child_skips_the_shutdowns_collection() -> None:
-    """Issue 48: once ``list`` asked its plugins in a child, ``main`` freezes the collector's
-    objects, so the interpreter's shutdown does not walk them; a command that asked nothing
-    in a child (``--no-detect``: no plugin code) leaves the collector as it was. Both still exit
-    through ``SystemExit`` and run ``atexit`` handlers."""
+    """A command that asked in a child freezes the collector's objects; others leave them.
+
+    Once ``list`` asked its plugins in a child, ``main`` freezes the collector's objects, so the
+    interpreter's shutdown does not walk them; ``--no-detect`` (no plugin code) leaves the collector
+    as it was. Both still exit through ``SystemExit`` and run ``atexit`` handlers.
+    """
     code = (
         "import atexit, gc, sys\n"
         "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))\n"

@@ -26,8 +26,10 @@ DEADLINE_S = 3
 
 @pytest.fixture
 def hung_site(fake_site: FakeSite) -> FakeSite:
-    """``hung``, whose detect() never returns (and whose thread never ends), would win "auto";
-    ``good`` answers. For the fresh interpreters only."""
+    """Install ``hung`` (detect() never returns) beside ``good``, for the fresh interpreters only.
+
+    ``hung``'s thread never ends and it would win "auto"; ``good`` answers.
+    """
     fake_site.install("acme-hung", {"hung": "fakeplugins.hostile:DetectNeverReturns"})
     fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     return fake_site

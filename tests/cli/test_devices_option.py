@@ -1,5 +1,7 @@
-"""``--devices`` on the command line (``resolve``, ``launch``): the one grammar of Python's
-``devices=``, and errors and help that list only the forms a command line can type."""
+"""``--devices`` on the command line (``resolve``, ``launch``): Python's ``devices=`` grammar.
+
+Errors and help list only the forms a command line can type.
+"""
 
 from __future__ import annotations
 

@@ -60,8 +60,10 @@ def test_human_block(cli: Cli, monkeypatch: pytest.MonkeyPatch, fake_site: FakeS
 def test_the_cuda_plugin_reports_drivers_and_variables(
     cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
-    """The NVIDIA driver (through NVML), the amdgpu module's version and CUDA's variables come
-    from the CUDA plugin's environment_info, shown under its row; the core reads no driver."""
+    """The CUDA plugin's environment_info (driver, amdgpu, CUDA variables) shows under its row.
+
+    The core reads no driver.
+    """
     import accelctl_cuda
     from accelctl_cuda import amd, nvml
 

@@ -1,7 +1,9 @@
-"""What a new user meets first on the command line (issue 26, item 6): ``stats`` exits alike for
-every plugin and for one with the same broken plugin; the ``list`` table shows aliases (the
-generic PrivateUse1 plugin's ``openreg``); a suggestion ending in ``?`` is not followed by a
-second full stop."""
+"""What a new user meets first on the command line: ``stats`` exits, ``list`` aliases, suggestions.
+
+``stats`` exits alike for every plugin and for one with the same broken plugin; the ``list`` table
+shows aliases (the generic PrivateUse1 plugin's ``openreg``); a suggestion ending in ``?`` is not
+followed by a second full stop.
+"""
 
 from __future__ import annotations
 

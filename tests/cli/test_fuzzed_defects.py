@@ -1,5 +1,6 @@
-"""Defects found by fuzzing the CLI as an attacker would (issue 17), each run as a user runs it:
-the real ``accelctl`` in a fresh interpreter, with the hostile package on its ``PYTHONPATH``.
+"""Defects found by fuzzing the CLI as an attacker would, each run as a user runs it.
+
+The real ``accelctl`` in a fresh interpreter, with the hostile package on its ``PYTHONPATH``.
 
 ``HANG_GUARD_S`` is a hang guard only: each command takes about a second.
 """

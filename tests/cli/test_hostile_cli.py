@@ -1,5 +1,8 @@
-"""The CLI against hostile plugins and packages (issue 14), through click's CliRunner: every
-``--json`` is parsed strictly, and what accelctl prints from others is one clean, bounded line."""
+"""The CLI against hostile plugins and packages, through click's CliRunner.
+
+Every ``--json`` is parsed strictly, and what accelctl prints from others is one clean, bounded
+line.
+"""
 
 from __future__ import annotations
 

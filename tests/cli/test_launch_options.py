@@ -1,5 +1,8 @@
-"""``accelctl launch``'s options: --master-addr a host name or an IP address, else a usage error;
-an unknown option before SCRIPT click's own usage error; everything after SCRIPT the script's."""
+"""``accelctl launch``'s options: ``--master-addr``, unknown options, and what follows SCRIPT.
+
+--master-addr takes a host name or an IP address, else a usage error; an unknown option before
+SCRIPT is click's own usage error; everything after SCRIPT is the script's.
+"""
 
 from __future__ import annotations
 

@@ -123,8 +123,10 @@ def test_names_derive_from_the_accelerator_name() -> None:
 
 @pytest.fixture
 def generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Generate]:
-    """Write a generated package into ``tmp_path`` and make its module importable, as an
-    editable install would; the module is forgotten afterwards."""
+    """Write a generated package into ``tmp_path`` and make its module importable.
+
+    As an editable install would; the module is forgotten afterwards.
+    """
     modules: list[str] = []
 
     def generate(name: str) -> Path:

@@ -1,7 +1,10 @@
-"""One name per device on the command line (issue 46, item 3): ``list``, ``resolve`` and their
-JSON call an accelerator by the name a user types (``fakeplugins.slots``: installed as ``slot``,
-devices and alias ``twin``, the generic PrivateUse1 plugin's shape), the plugin's own name in
-the PLUGIN column and the ``plugin`` key; errors name flags, not Python keywords."""
+"""The command line calls a device by the name a user types, its plugin by its own name.
+
+``list``, ``resolve`` and their JSON name the accelerator by its devices' type
+(``fakeplugins.slots``: installed as ``slot``, devices and alias ``twin``, the generic PrivateUse1
+plugin's shape), and the plugin's own name in the PLUGIN column and the ``plugin`` key; errors name
+flags, not Python keywords.
+"""
 
 from __future__ import annotations
 

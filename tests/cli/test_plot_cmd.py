@@ -1,6 +1,9 @@
-"""``accelctl plot`` and accelctl.plotting: a run's metrics.jsonl drawn as a PNG. The files are
-written by a real Trainer's fit on the CPU, or by the Trainer's own MetricsLog (several runs, a
-restart, figures a CPU run does not have); the figure's data are checked, not only the file."""
+"""``accelctl plot`` and accelctl.plotting: a run's metrics.jsonl drawn as a PNG.
+
+The files are written by a real Trainer's fit on the CPU, or by the Trainer's own MetricsLog
+(several runs, a restart, figures a CPU run does not have); the figure's data are checked, not only
+the file.
+"""
 
 from __future__ import annotations
 
@@ -104,8 +107,10 @@ def test_a_real_fit_is_drawn_from_its_root_dir(cli: Cli, tmp_path: Path) -> None
 
 @pytest.fixture
 def two_runs(tmp_path: Path) -> Path:
-    """run-1 (two steps), then run-2: steps 1-4, a restart that resumes at step 3 and goes on to
-    step 6, with FLOPs, MFU and a vendor's memory figure; a torn line between the runs."""
+    """Write run-1 (two steps), then run-2 (steps 1-4, restarted at 3, on to 6).
+
+    Run-2 has FLOPs, MFU and a vendor's memory figure; a torn line lies between the runs.
+    """
     path = tmp_path / "metrics.jsonl"
     first = MetricsLog(path, run="run-1")
     for step in (1, 2):
@@ -243,8 +248,10 @@ def test_without_matplotlib_the_command_says_what_to_install(
 
 
 def drawn_curves(figure: Any) -> dict[tuple[float, ...], list[Any]]:
-    """The figure's visible, labelled curves by the place of their panel (a second y axis in the
-    same place is the same panel), in the order they are drawn."""
+    """Return the figure's visible, labelled curves by the place of their panel, in drawing order.
+
+    A second y axis in the same place is the same panel.
+    """
     figure.draw_without_rendering()  # the axes' limits and the layout, as a saved file has them
     found: dict[tuple[float, ...], list[Any]] = {}
     for ax in figure.axes:
@@ -263,9 +270,11 @@ def on_screen(line: Any) -> Any:
 
 
 def test_curves_that_share_a_panel_stay_visible(tmp_path: Path) -> None:
-    """Issue 46, item 5: a curve lying exactly on another one in its panel does not hide it.
-    The Trainer's FLOP/s is its samples/s times a constant, and a second axis scaled to each
-    drew one over the other; equal memory figures, equal epoch losses, likewise."""
+    """A curve lying exactly on another one in its panel does not hide it.
+
+    The Trainer's FLOP/s is its samples/s times a constant, and a second axis scaled to each drew
+    one over the other; equal memory figures and equal epoch losses likewise.
+    """
     import numpy as np
 
     path = tmp_path / "metrics.jsonl"

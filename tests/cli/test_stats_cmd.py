@@ -1,5 +1,7 @@
-"""``accelctl stats`` through click's CliRunner, parsing --json; fake installed plugins stand in
-for accelerators with hardware figures."""
+"""``accelctl stats`` through click's CliRunner, parsing --json.
+
+Fake installed plugins stand in for accelerators with hardware figures.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""``accelctl stats --json`` and ``accelctl env --json`` import no torch where the plugins need
-none (a machine without a GPU), checked in a fresh interpreter as for ``list``."""
+"""``accelctl stats --json`` and ``env --json`` import no torch where the plugins need none.
+
+A machine without a GPU; checked in a fresh interpreter, as for ``list``.
+"""
 
 from __future__ import annotations
 

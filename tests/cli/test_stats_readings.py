@@ -24,9 +24,11 @@ HANG_GUARD_S = 120
 
 
 class StepPsutil(types.ModuleType):
-    """psutil whose cpu_times() steps through known samples, and whose cpu_percent() says 0.0,
-    as psutil's does on a thread's first call (it keeps its previous sample per thread); each
-    sample's time on ``clock`` is kept in :attr:`taken`."""
+    """psutil whose cpu_times() steps through known samples and whose cpu_percent() says 0.0.
+
+    0.0 is what psutil's says on a thread's first call (it keeps its previous sample per thread);
+    each sample's time on ``clock`` is kept in :attr:`taken`.
+    """
 
     def __init__(
         self, real: types.ModuleType, samples: list[tuple[float, float]], clock: FakeClock
@@ -90,8 +92,10 @@ def test_one_shot_cpu_percent_is_a_real_reading(
 
 
 class SlowFirstPsutil(StepPsutil):
-    """StepPsutil whose first sample costs ``cost`` seconds of the clock before it is taken (an
-    import of psutil, which the first reading pays, on a loaded machine)."""
+    """StepPsutil whose first sample costs ``cost`` seconds of the clock before it is taken.
+
+    As an import of psutil, which the first reading pays, does on a loaded machine.
+    """
 
     def __init__(
         self,

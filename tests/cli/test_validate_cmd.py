@@ -22,8 +22,10 @@ def as_json(result: Result) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def site(fake_site: FakeSite) -> FakeSite:
-    """``good``, ``npu`` (its hardware absent), ``broken`` (fails to import), ``raiser`` (its
-    detect() raises)."""
+    """Install ``good``, ``npu`` (hardware absent), ``broken`` (fails to import), ``raiser``.
+
+    ``raiser``'s detect() raises.
+    """
     fake_site.install("acme-good", {"good": "fakeplugins.good:GoodAccelerator"})
     fake_site.install("acme-npu", {"npu": "fakeplugins.undetected:UndetectedAccelerator"})
     fake_site.install("acme-broken", {"broken": "fakeplugins.lacks_runtime"})

@@ -1,7 +1,9 @@
-"""issue 47, item 2: the DeepSpeed set-ups refused from a config alone (``accelctl
-._deepspeed_refusals``), as ``accelctl launch`` reads them from a script's command line before any
-process starts, and as the DeepSpeed bridge's ``deepspeed.initialize`` applies them in each
-process (tests/deepspeed/test_deepspeed_refusals_shared.py). In-process: no DeepSpeed needed."""
+"""The DeepSpeed set-ups refused from a config alone (``accelctl._deepspeed_refusals``).
+
+As ``accelctl launch`` reads them from a script's command line before any process starts, and as the
+DeepSpeed bridge's ``deepspeed.initialize`` applies them in each process
+(tests/deepspeed/test_deepspeed_refusals_shared.py). In-process: no DeepSpeed needed.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Dependencies point one way (docs/concepts.md section 4a): the conformance kit
-(``accelctl.testing``) and the bridges (``accelctl.integrations``) import the core; no module of
-the core imports them, in any form. Read from the modules' text with :mod:`ast`, so an import
-inside a function, under ``TYPE_CHECKING`` or through ``importlib`` counts as much as one at the
-top of a module.
+"""Dependencies point one way: the kit and the bridges import the core, never the reverse.
+
+The conformance kit (``accelctl.testing``) and the bridges (``accelctl.integrations``) import the
+core; no module of the core imports them, in any form (docs/concepts.md section 4a). Read from the
+modules' text with :mod:`ast`, so an import inside a function, under ``TYPE_CHECKING`` or through
+``importlib`` counts as much as one at the top of a module.
 
 :func:`import_graph` is the core's import graph, for this rule and for any other about the
 modules' dependencies (no cycle among them, say).

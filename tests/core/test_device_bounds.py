@@ -1,5 +1,7 @@
-"""Device specs past any machine (huge counts, huge strings, bool tensors) are the user's
-DeviceSpecError, raised at once, never a MemoryError or OverflowError blamed on the plugin."""
+"""Device specs past any machine are the user's DeviceSpecError, raised at once.
+
+Huge counts, huge strings, bool tensors: never a MemoryError or OverflowError blamed on the plugin.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""A plugin whose ``distributed_backend`` torch does not have for its devices (a made-up
-``"zccl"``, or ``"nccl"`` on devices that are not CUDA's) is refused by ``accelctl launch``,
-:func:`accelctl.launch` and the Trainer before any process starts or joins a group, naming the
-plugin and the backend (issue 26): the check ``accelctl validate`` makes, from one core function,
-asked once per process.
+"""A plugin's ``distributed_backend`` that torch lacks for its devices is refused before any start.
+
+A made-up ``"zccl"``, or ``"nccl"`` on devices that are not CUDA's, is refused by ``accelctl
+launch``, :func:`accelctl.launch` and the Trainer before any process starts or joins a group, naming
+the plugin and the backend: the check ``accelctl validate`` makes, from one core function, asked
+once per process.
 
 A vendor's own backend passes where its plugin has registered it by the end of ``detect()``, and
 is refused where only ``setup_device`` registers it (too late: docs/writing-a-plugin.md).
@@ -49,8 +50,10 @@ TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZ
 
 @pytest.fixture
 def started(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The plugins installed; every way a process could start (or a group be joined) is
-    recorded instead. Returns the record."""
+    """Install the plugins and record, instead of doing, every way a process could start; return it.
+
+    Joining a group is recorded too.
+    """
     for name, cls in CLASSES.items():
         fake_site.install(f"accelctl-{name}", {name: f"fakeplugins.backends:{cls}"})
     # The vendor backends the plugins register, forgotten by torch after the test.
@@ -80,8 +83,10 @@ def started(fake_site: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _assert_names_plugin_and_backend(message: str, name: str, *, started: bool = False) -> None:
-    """The plugin, its backend, what is wrong with it, torch's backend for the devices, and
-    what was started: nothing before a launch, else each running process refuses."""
+    """Assert ``message`` names the plugin, its backend, the fault and torch's backend.
+
+    And what was started: nothing before a launch, else each running process refuses.
+    """
     backend, problem = BACKENDS[name]
     assert f"accelerator {name!r} (plugin {name!r}, accelctl-{name} 1.0)" in message
     assert f"distributed_backend={backend!r}, which {problem}" in message

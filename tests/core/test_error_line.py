@@ -1,6 +1,9 @@
-"""accelctl's error that ends a program is one line on standard error (issue 46, item 2): any
-:class:`accelctl.AccelctlError`, shown by rank 0 alone, its traceback behind ``ACCELCTL_DEBUG=1``;
-a Ctrl-C the fit already reported ends without a traceback; other errors keep Python's display."""
+"""accelctl's error that ends a program is one line on standard error.
+
+Any :class:`accelctl.AccelctlError`, shown by rank 0 alone, its traceback behind
+``ACCELCTL_DEBUG=1``; a Ctrl-C the fit already reported ends without a traceback; other errors keep
+Python's display.
+"""
 
 from __future__ import annotations
 
@@ -51,8 +54,10 @@ def test_every_accelctl_error_is_one_line_with_the_switch_that_shows_more(
 def test_a_message_of_several_lines_keeps_them_and_the_switch_follows(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A message laid out on several lines (a command to run) is shown as written; the switch
-    comes after it, on a line of its own, not inside the command."""
+    """A message laid out on several lines is shown as written, the switch after it on its own line.
+
+    The message is a command to run; the switch is not put inside it.
+    """
     show_as_one_line()
     end_on(raised(accelctl.ProcessSetupError("started alone. Run:\n    accelctl launch x.py")))
     assert capsys.readouterr().err == (

@@ -37,8 +37,10 @@ DEADLINE_S = 3
 
 @pytest.fixture
 def gate(fake_site: FakeSite) -> Iterator[ModuleType]:
-    """``fakeplugins.gate``, this test's own (the fake site has just forgotten the fake plugins'
-    modules); it opens when the test ends."""
+    """``fakeplugins.gate``, this test's own, opened when the test ends.
+
+    The fake site has just forgotten the fake plugins' modules.
+    """
     module = importlib.import_module("fakeplugins.gate")
     yield module
     module.OPEN.set()
@@ -254,8 +256,10 @@ def test_a_named_plugin_that_fails_is_its_error_each_time(fake_site: FakeSite) -
 def threads_asking(
     fake_site: FakeSite, gate: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[int], list[threading.Thread]]:
-    """``threads_asking(count)`` lists ``count`` quick plugins: the thread that asked each one,
-    in order."""
+    """``threads_asking(count)`` lists the thread that asked each of ``count`` quick plugins.
+
+    In the plugins' order.
+    """
 
     def ask(count: int) -> list[threading.Thread]:
         asked_in: list[threading.Thread] = []

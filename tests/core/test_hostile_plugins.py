@@ -1,7 +1,8 @@
-"""Plugins and packages that try to break accelctl (issue 14), each installed as a real dist-info
-folder: malformed metadata, BaseExceptions, hostile text, plugins that steer the selection. The
-plugins are modules of tests/fixtures/fakeplugins (``hostile`` and those named after what their
-import does)."""
+"""Plugins and packages that try to break accelctl, each installed as a real dist-info folder.
+
+Malformed metadata, BaseExceptions, hostile text, plugins that steer the selection. The plugins are
+modules of tests/fixtures/fakeplugins (``hostile`` and those named after what their import does).
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The core's modules import each other without a cycle: every ``import`` counts, at module level,
-inside a function or under ``TYPE_CHECKING``, so that no cycle hides behind an import put off to
-run time (tests/importgraph.py reads them). ``accelctl/__init__.py``'s lazy ``__getattr__``
-names its modules as strings, which is no import. The whole package: the core, the training
-path, the conformance kit and the bridges."""
+"""The core's modules import each other without a cycle, counting every ``import``.
+
+At module level, inside a function or under ``TYPE_CHECKING``, so that no cycle hides behind an
+import put off to run time (tests/importgraph.py reads them). ``accelctl/__init__.py``'s lazy
+``__getattr__`` names its modules as strings, which is no import. The whole package: the core, the
+training path, the conformance kit and the bridges.
+"""
 
 from __future__ import annotations
 
@@ -29,9 +31,11 @@ def test_the_core_has_no_import_cycle() -> None:
 
 
 def test_type_only_and_function_level_imports_make_a_cycle(tmp_path: Path) -> None:
-    """The shapes of the cycles issue 27 removed are found
-    (``_training/epoch`` imported the Trainer under TYPE_CHECKING; ``_training/best`` imported
-    ``checkpoint`` inside a function)."""
+    """A cycle through a TYPE_CHECKING import or a function-level import is found.
+
+    Two shapes: ``_training/epoch`` importing the Trainer under TYPE_CHECKING, and
+    ``_training/best`` importing ``checkpoint`` inside a function.
+    """
     package = tmp_path / "accelctl"
     (package / "_training").mkdir(parents=True)
     (package / "__init__.py").write_text("")

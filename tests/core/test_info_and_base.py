@@ -146,8 +146,10 @@ def test_environment_variables_are_those_set_in_the_order_asked(
 def test_once_per_environment_looks_once_per_setting_of_its_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The probe cache the CUDA and XPU plugins share: one look per setting of the variables it
-    names, none for a variable it does not name, and a fresh look after ``forget()``."""
+    """The probe cache the CUDA and XPU plugins share looks once per setting of its variables.
+
+    None for a variable it does not name, and a fresh look after ``forget()``.
+    """
     looks: list[str | None] = []
 
     def look() -> str:

@@ -1,6 +1,9 @@
-"""The ``kernels`` row's list cannot drift: ``NEEDED_OPERATORS`` is what a training step of the
-small CNN and GPT-2 block calls on the CPU today (re-derived here), and every one of those
-operators, with its dtype, is called by some case as the probe runs it."""
+"""The ``kernels`` row's list cannot drift from what the small models call.
+
+``NEEDED_OPERATORS`` is what a training step of the small CNN and GPT-2 block calls on the CPU today
+(re-derived here), and every one of those operators, with its dtype, is called by some case as the
+probe runs it.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,11 @@ from accelctl._kernels.reference import derive_needed_operators, record_operator
 
 
 def test_the_needed_operators_are_what_the_small_models_call() -> None:
-    """Where this fails, torch or the models changed: paste the new list into
-    ``accelctl/_kernels/cases.py`` and give the cases what they lack (the next test)."""
+    """``NEEDED_OPERATORS`` is what the small models call on the CPU today.
+
+    Where this fails, torch or the models changed: paste the new list into
+    ``accelctl/_kernels/cases.py`` and give the cases what they lack (the next test).
+    """
     assert derive_needed_operators() == NEEDED_OPERATORS
 
 
@@ -43,8 +49,11 @@ def test_the_list_has_what_autocast_to_bfloat16_needs() -> None:
 
 
 def test_the_cases_cover_the_layers_the_models_lack() -> None:
-    """Beside the two models' operators: 1-d, 3-d and transposed convolution, GroupNorm, each
-    with its backward; the optimizers' steps; bfloat16 autocast variants."""
+    """The cases cover layers the two models lack, the optimizers and bfloat16 autocast.
+
+    1-d, 3-d and transposed convolution and GroupNorm, each with its backward; the optimizers'
+    steps; bfloat16 autocast variants.
+    """
     names = [case.name for case in CASES]
     assert {"conv1d", "conv2d", "conv3d", "conv_transpose2d", "group_norm"} <= set(names)
     assert {"adamw-foreach", "adamw-fused", "sgd-foreach"} <= set(names)

@@ -1,10 +1,12 @@
-"""The ``kernels`` row's judgement, in this process: how a device's result is compared with the
-CPU's (the tolerance from the dtype), what a case's run on the device becomes (missing, wrong
-result, wrong dtype, forward or backward, grouped by operator), and whether
-``ACCELCTL_CPU_FALLBACK=1`` covers each finding by the fallback's own rules.
+"""The ``kernels`` row's judgement of a device's results, in this process.
+
+How a device's result is compared with the CPU's (the tolerance from the dtype), what a case's run
+on the device becomes (missing, wrong result, wrong dtype, forward or backward, grouped by
+operator), and whether ``ACCELCTL_CPU_FALLBACK=1`` covers each finding by the fallback's own rules.
 
 A fake device is the CPU with cases that misbehave on their second call: the probe runs each
-case on the CPU first, then on the device (here the CPU again)."""
+case on the CPU first, then on the device (here the CPU again).
+"""
 
 from __future__ import annotations
 
@@ -168,8 +170,11 @@ def test_a_wrong_gradient_is_a_wrong_backward() -> None:
 
 
 def test_an_operator_autocast_must_cast_left_in_float32_is_a_wrong_dtype() -> None:
-    """Under bfloat16 autocast, the CPU's linear runs in bfloat16; a device whose autocast does
-    not cast it (torch_openreg 0.0.1) gives float32."""
+    """An operator that autocast must cast, left in float32, is a wrong dtype.
+
+    Under bfloat16 autocast, the CPU's linear runs in bfloat16; a device whose autocast does not
+    cast it (torch_openreg 0.0.1) gives float32.
+    """
     weight = torch.randn(5, 3)
     run = second_call(
         lambda x: torch.nn.functional.linear(x, weight),
@@ -285,8 +290,11 @@ def test_on_a_privateuse1_backend_the_fallbacks_rules_decide(
 
 
 def test_what_the_cpu_lacks_too_no_fallback_can_run() -> None:
-    """nn.LSTM on torch_openreg: the backend's own fallback sends _thnn_fused_lstm_cell to the
-    CPU, which has no such kernel."""
+    """An operator the CPU lacks too is a finding no fallback can run.
+
+    nn.LSTM on torch_openreg: the backend's own fallback sends _thnn_fused_lstm_cell to the CPU,
+    which has no such kernel.
+    """
     why = why_no_fallback(
         PRIVATEUSE1, KernelGaps(), "aten::_thnn_fused_lstm_cell", "missing", cpu_lacks_it=True
     )

@@ -1,7 +1,10 @@
-"""issue 45, in this process (no device): what a plugin declares of its kernels, which errors
-are a missing kernel, the one line each place shows, and what ``ACCELCTL_CPU_FALLBACK`` does
-where accelctl has no kernels to register (the CPU, CUDA, a device with torch's own switch).
-The real device's side (torch_openreg) is tests/openreg/test_openreg_kernels.py."""
+"""Missing kernels in this process (no device): declarations, errors, messages, the fallback switch.
+
+What a plugin declares of its kernels, which errors are a missing kernel, the one line each place
+shows, and what ``ACCELCTL_CPU_FALLBACK`` does where accelctl has no kernels to register (the CPU,
+CUDA, a device with torch's own switch). The real device's side (torch_openreg) is
+tests/openreg/test_openreg_kernels.py.
+"""
 
 from __future__ import annotations
 

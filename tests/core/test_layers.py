@@ -1,6 +1,8 @@
-"""The core's packages stand in the order of CONTRIBUTING.md's map ("Where to start reading"):
-each row imports only the rows above it, never one beside or below it. So the folders show the
-architecture, and a new import that would run back up fails here, naming the modules.
+"""The core's packages import only the rows above theirs in CONTRIBUTING.md's map.
+
+Each row of "Where to start reading" imports only the rows above it, never one beside or below it,
+so the folders show the architecture; a new import that would run back up fails here, naming the
+modules.
 
 A room is a package folder (``_host/``) or a module of the package root (``hookspecs``); the
 package's own ``__init__.py`` is the room ``accelctl``. Imports are read from the modules'
@@ -19,8 +21,10 @@ CONTRIBUTING = CORE.parents[1] / "CONTRIBUTING.md"
 
 
 def mapped_rows() -> list[list[str]]:
-    """CONTRIBUTING's map, ground first: each row's rooms (``_base``, ``hookspecs``,
-    ``accelctl`` for the package's ``__init__``)."""
+    """Return CONTRIBUTING's map, ground first: each row's rooms.
+
+    Rooms such as ``_base``, ``hookspecs``, and ``accelctl`` for the package's ``__init__``.
+    """
     text = CONTRIBUTING.read_text()
     section = text[text.index("## Where to start reading") :]
     section = section[: section.index("\n## ")]
@@ -34,8 +38,10 @@ def mapped_rows() -> list[list[str]]:
 
 
 def room(module: str) -> str:
-    """``accelctl._host.handle`` -> ``_host``; ``accelctl.hookspecs`` -> ``hookspecs``;
-    ``accelctl`` -> ``accelctl``."""
+    """Return the room of ``module``: ``accelctl._host.handle`` -> ``_host``.
+
+    ``accelctl.hookspecs`` -> ``hookspecs``; ``accelctl`` -> ``accelctl``.
+    """
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "accelctl"
 
@@ -48,8 +54,10 @@ def test_every_room_of_the_package_is_on_the_map_once() -> None:
 
 
 def imports_up(graph: Mapping[str, Collection[str]], rows: list[list[str]]) -> list[str]:
-    """``module -> target`` for each import of ``graph`` into a room on the same row as the
-    importer's, or on a row below it."""
+    """List ``module -> target`` for each import of ``graph`` that does not run up the rows.
+
+    An import into a room on the importer's row, or on a row below it.
+    """
     level = {name: number for number, row in enumerate(rows) for name in row}
     return sorted(
         f"{module} -> {target}"

@@ -1,5 +1,7 @@
 """The core's shape: a deliberate public surface, and a CLI start-up that loads only what it runs.
-Sizes (lines, names, frames) are figures in docs/performance.md, never limits here."""
+
+Sizes (lines, names, frames) are figures in docs/performance.md, never limits here.
+"""
 
 from __future__ import annotations
 

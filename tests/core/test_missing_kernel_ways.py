@@ -1,6 +1,8 @@
-"""What a bridge adds to accelctl's one line for a missing kernel: the way to the CPU in its
-framework's words (``cpu_way``), a process that leaves the line to another one of its launch
-(``quiet``), and an error found inside a framework's own (``carried``)."""
+"""What a bridge adds to accelctl's one line for a missing kernel.
+
+The way to the CPU in its framework's words (``cpu_way``), a process that leaves the line to another
+one of its launch (``quiet``), and an error found inside a framework's own (``carried``).
+"""
 
 from __future__ import annotations
 

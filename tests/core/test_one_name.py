@@ -1,6 +1,8 @@
-"""One name per device (issue 46, item 3): a plugin whose devices' type is not its own name, and
-that answers to that type as an alias (the generic PrivateUse1 plugin serving ``openreg``), is
-called by that name everywhere a user reads it; its own name stays at hand as ``plugin_name``.
+"""A plugin's devices are called by their type everywhere a user reads them, if it answers to it.
+
+A plugin whose devices' type is not its own name, and that answers to that type as an alias (the
+generic PrivateUse1 plugin serving ``openreg``), is called by that name; its own name stays at hand
+as ``plugin_name``.
 
 ``fakeplugins.slots:SlotAccelerator`` has that shape without hardware: installed as ``slot``, its
 devices of type ``twin``, which it answers to.

@@ -1,6 +1,8 @@
-"""The handle: one object per installed entry point, made by the registry's scan, with its
-identity, its state (and the stage at which loading failed) and its hooks; every consumer reads
-it."""
+"""The handle: one object per installed entry point, which every consumer reads.
+
+Made by the registry's scan, with its identity, its state (and the stage at which loading failed)
+and its hooks.
+"""
 
 from __future__ import annotations
 
@@ -213,9 +215,11 @@ def test_only_the_handle_changes_its_state(fake_site: FakeSite) -> None:
 def test_a_mark_pluggy_leaves_as_an_object_counts_as_its_dict_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """pluggy leaves a dict on a marked function up to 1.7; its development branch leaves its
-    public ``HookimplConfiguration``, which marks a hook too. An attribute that is no mark (an
-    object answering every attribute) marks nothing."""
+    """pluggy's marks of every version mark a hook; an attribute that is no mark marks nothing.
+
+    pluggy up to 1.7 leaves a dict on a marked function; its development branch leaves its public
+    ``HookimplConfiguration``. An object answering every attribute is no mark.
+    """
     import pluggy
 
     from accelctl._host.loading import _found_hooks

@@ -1,5 +1,7 @@
-"""accelctl's settings: every ``ACCELCTL_*`` variable is read by ``accelctl._contract.settings``
-alone and listed in one table, the same in the code and in docs/concepts.md section 10."""
+"""Every ``ACCELCTL_*`` variable is read by ``accelctl._contract.settings`` alone, listed once.
+
+The one table is the same in the code and in docs/concepts.md section 10.
+"""
 
 from __future__ import annotations
 

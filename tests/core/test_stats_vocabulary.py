@@ -1,6 +1,9 @@
-"""The vocabulary of ``device_stats`` (:mod:`accelctl.stats_keys`), the peak a plugin declares
-(:class:`accelctl.DevicePeak`, ``ACCELCTL_PEAK_FLOPS``), and the allocator's figures the handle
-reads from ``torch.accelerator`` where a plugin gives none."""
+"""``device_stats``'s vocabulary, a plugin's declared peak, and the allocator's figures as fallback.
+
+The vocabulary is :mod:`accelctl.stats_keys`; the peak :class:`accelctl.DevicePeak` and
+``ACCELCTL_PEAK_FLOPS``; the handle reads the allocator's figures from ``torch.accelerator`` where a
+plugin gives none.
+"""
 
 from __future__ import annotations
 

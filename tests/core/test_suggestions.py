@@ -1,5 +1,7 @@
-"""What an unknown accelerator name is answered with (docs/concepts.md section 6): a "Did you
-mean" only for a typo (accelctl._base.typos), and a pip command only for a package that exists."""
+"""An unknown accelerator name gets "Did you mean" only for a typo, a pip command only if it exists.
+
+The typo check is accelctl._base.typos; docs/concepts.md section 6 has the rules.
+"""
 
 from __future__ import annotations
 

@@ -72,8 +72,11 @@ def test_the_loaded_module_wins(monkeypatch) -> None:
 
 
 def test_in_a_fresh_process_the_file_is_read_and_import_is_the_last_resort(tmp_path: Path) -> None:
-    """A fake torch package whose import would fail: its version.py is read as text. Without a
-    version.py, torch is imported (here: a fake whose import works)."""
+    """In a fresh process torch's version.py is read as text; import is the last resort.
+
+    A fake torch package whose import would fail: its version.py is read. Without a version.py,
+    torch is imported (here: a fake whose import works).
+    """
     import os
     import subprocess
     import sys

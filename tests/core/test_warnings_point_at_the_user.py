@@ -1,6 +1,8 @@
-"""A warning a user can trigger names the user's line, not accelctl's (issue 26, item 6), however
-deep in accelctl it is raised: ``resolve("auto")`` or a ``Trainer()`` skipping a broken plugin,
-a plugin whose import changes ``ACCELCTL_*``, found through ``get_accelerator``."""
+"""A warning a user can trigger names the user's line, however deep in accelctl it is raised.
+
+``resolve("auto")`` or a ``Trainer()`` skipping a broken plugin, a plugin whose import changes
+``ACCELCTL_*``, found through ``get_accelerator``.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,17 @@
-"""DeepSpeed training runs through ``accelctl.integrations.deepspeed``, as a user's script:
+"""DeepSpeed training runs through ``accelctl.integrations.deepspeed``, as a user's script.
+
 ``python deepspeed_run.py OUT RUNS [OTHER]`` under a launcher. ``RUNS``: ZeRO stages, ``"1,2,3"``
-(``"2-bf16"``: in bf16 mixed precision; ``"2-offload"``: ZeRO-Offload to the CPU). Each, one
-after the other in the same processes: a tiny MLP with the same weights on every device, the
-data of each rank and step drawn on the CPU from a seed of their own, a torch optimizer (AdamW),
-4 steps; then the same run cut after 2 steps (``engine.save_checkpoint``, a new model and
-engine, ``engine.load_checkpoint``, the 2 steps left). Each rank writes
-``OUT/zero<run>/rank<r>.json`` (where it ran, its losses, the resumed run's losses, the kernels
-``ACCELCTL_CPU_FALLBACK=1`` ran on the CPU during the run: null where it is off) and
-``rank<r>.pt`` / ``resumed-rank<r>.pt`` there (the full weights at the end, gathered under
-ZeRO-3). With ``OTHER``, another run's folder, that run's cut checkpoint is resumed here too
-(``crossed-rank<r>.pt``): one written on openreg, loaded by CPU processes."""
+(``"2-bf16"``: in bf16 mixed precision; ``"2-offload"``: ZeRO-Offload to the CPU). Each, one after
+the other in the same processes: a tiny MLP with the same weights on every device, the data of each
+rank and step drawn on the CPU from a seed of their own, a torch optimizer (AdamW), 4 steps; then
+the same run cut after 2 steps (``engine.save_checkpoint``, a new model and engine,
+``engine.load_checkpoint``, the 2 steps left). Each rank writes ``OUT/zero<run>/rank<r>.json``
+(where it ran, its losses, the resumed run's losses, the kernels ``ACCELCTL_CPU_FALLBACK=1`` ran on
+the CPU during the run: null where it is off) and ``rank<r>.pt`` / ``resumed-rank<r>.pt`` there (the
+full weights at the end, gathered under ZeRO-3). With ``OTHER``, another run's folder, that run's
+cut checkpoint is resumed here too (``crossed-rank<r>.pt``): one written on openreg, loaded by CPU
+processes.
+"""
 
 from __future__ import annotations
 
@@ -28,9 +30,11 @@ STEPS, CUT = 4, 2
 
 
 def engine_for(stage: int, variant: str = "") -> Any:
-    """A new model (the same initial weights every time) and its DeepSpeed engine; ``variant``
-    ``"bf16"``: in bf16 mixed precision; ``"offload"``: ZeRO-Offload of the optimizer (and, in
-    ZeRO-3, of the parameters) to the CPU, the torch optimizer stepping there."""
+    """Return a new model (the same initial weights every time) and its DeepSpeed engine.
+
+    ``variant`` ``"bf16"``: in bf16 mixed precision; ``"offload"``: ZeRO-Offload of the optimizer
+    (and, in ZeRO-3, of the parameters) to the CPU, the torch optimizer stepping there.
+    """
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -74,9 +78,11 @@ def full_weights(engine: Any, stage: int) -> dict[str, torch.Tensor]:
 
 
 def run(out: Path, stage: int, other: Path | None, variant: str = "") -> None:
-    """The uncut run and the resumed one of ZeRO ``stage``, their results under ``out``; and,
-    with ``other`` (another run's ``OUT/zero<stage>``), that run's cut checkpoint resumed here
-    (``crossed-rank<r>.pt``)."""
+    """Run ZeRO ``stage`` uncut and resumed, their results under ``out``.
+
+    With ``other`` (another run's ``OUT/zero<stage>``), that run's cut checkpoint is resumed here
+    too (``crossed-rank<r>.pt``).
+    """
     out.mkdir(parents=True, exist_ok=True)
     before = fallback_calls_by_op(bridge.ACCELERATOR.process_device.type) or {}
     engine = engine_for(stage, variant)

@@ -1,13 +1,14 @@
-"""DeepSpeed started by Lightning, Accelerate and transformers through their accelctl bridges, as
-a user's script: ``python frameworks_run.py OUT ACCELERATOR RUNS [SCRIPT ...]`` under a launcher
-(``accelctl launch --accelerator ACCELERATOR --devices 2``). ``RUNS``:
-``"lightning-2,accelerate-3,..."``, a framework and a ZeRO stage each, run one after the other in
-the same processes: the same tiny MLP (the same initial weights), the same 32 samples drawn on the
-CPU, split between the ranks by the framework's own sampler, 4 per step, AdamW, one epoch (4
-steps). Each rank writes ``OUT/<run>/rank<r>.json`` (where it ran, its losses) and ``rank<r>.pt``
-(the full weights at the end, gathered under ZeRO-3). Nothing in it names a device: the bridges
-place it. Then each ``SCRIPT`` (the docs' examples) runs in the same processes, as ``python
-SCRIPT`` would run it."""
+"""DeepSpeed started by Lightning, Accelerate and transformers through their bridges, as a script.
+
+``python frameworks_run.py OUT ACCELERATOR RUNS [SCRIPT ...]`` under a launcher (``accelctl launch
+--accelerator ACCELERATOR --devices 2``). ``RUNS``: ``"lightning-2,accelerate-3,..."``, a framework
+and a ZeRO stage each, run one after the other in the same processes: the same tiny MLP (the same
+initial weights), the same 32 samples drawn on the CPU, split between the ranks by the framework's
+own sampler, 4 per step, AdamW, one epoch (4 steps). Each rank writes ``OUT/<run>/rank<r>.json``
+(where it ran, its losses) and ``rank<r>.pt`` (the full weights at the end, gathered under ZeRO-3).
+Nothing in it names a device: the bridges place it. Then each ``SCRIPT`` (the docs' examples) runs
+in the same processes, as ``python SCRIPT`` would run it.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""issue 47, item 5: ``python -m bench --sections deepspeed``, quick: a ZeRO-2 step through the
-bridge and on DeepSpeed's own CPU accelerator, taking turns in the same 2 processes."""
+"""``python -m bench --sections deepspeed`` runs quickly: bridge and DeepSpeed's own CPU, in turns.
+
+A ZeRO-2 step through the bridge and on DeepSpeed's own CPU accelerator, taking turns in the same 2
+processes.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""issue 47, item 1: what ``import accelctl.integrations.deepspeed`` gives DeepSpeed, in this
-process (the CPU plugin: the test process loads no other backend) and in a process on one
-torch_openreg 0.0.3 device (``occl_machine``)."""
+"""What ``import accelctl.integrations.deepspeed`` gives DeepSpeed, here and on an openreg device.
+
+In this process (the CPU plugin: the test process loads no other backend) and in a process on one
+torch_openreg 0.0.3 device (``occl_machine``).
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""issue 47, item 2: the bridge's ``deepspeed.initialize`` refuses in each process what ``accelctl
-launch`` refuses before the processes start, in the same words (accelctl._deepspeed.refusals):
-the launch's line is the bridge's message and where the config came from. On a ``meta`` device
-(not the CPU, no float64 values), in this process; and ``accelctl launch`` on 2 openreg devices,
-as a user types it. Nothing trains."""
+"""The bridge's ``deepspeed.initialize`` refuses what ``accelctl launch`` refuses, in its words.
+
+Each process refuses what the launch refuses before the processes start, in the same words
+(accelctl._deepspeed.refusals): the launch's line is the bridge's message and where the config came
+from. On a ``meta`` device (not the CPU, no float64 values), in this process; and ``accelctl
+launch`` on 2 openreg devices, as a user types it. Nothing trains.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""issue 47: Lightning's ``DeepSpeedStrategy`` through the Lightning bridge, in this process: a
-set-up that cannot run is refused when the Trainer is made, before any process starts, and
-Lightning's own accelerators keep Lightning's own DeepSpeed path (the bridge's wrap acts for
-accelctl's accelerators only). The runs themselves: test_openreg_deepspeed_frameworks.py."""
+"""Lightning's ``DeepSpeedStrategy`` through the bridge refuses what cannot run when made.
+
+In this process: a set-up that cannot run is refused when the Trainer is made, before any process
+starts, and Lightning's own accelerators keep Lightning's own DeepSpeed path (the bridge's wrap acts
+for accelctl's accelerators only). The runs themselves: test_openreg_deepspeed_frameworks.py.
+"""
 
 from __future__ import annotations
 

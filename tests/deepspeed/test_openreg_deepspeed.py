@@ -1,11 +1,13 @@
-"""issue 47: ``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under
-``accelctl launch --devices 2``: ZeRO-1, 2 and 3 on 2 torch_openreg 0.0.3 devices over
-``occl`` (each process on its own device) end with the weights of the same runs on 2 CPU
-processes over gloo, bit for bit (openreg's kernels are the host's), in float32 and in bf16 (the
-one kernel openreg lacks in bf16, abs, run on the CPU by ``ACCELCTL_CPU_FALLBACK=1``); a run cut by
+"""ZeRO-1, 2 and 3 on 2 openreg devices end bit for bit with the same runs on 2 CPU processes.
+
+``import accelctl.integrations.deepspeed`` then ``deepspeed.initialize`` under ``accelctl launch
+--devices 2``: on torch_openreg 0.0.3 devices over ``occl`` (each process on its own device),
+against CPU processes over gloo (openreg's kernels are the host's), in float32 and in bf16 (the one
+kernel openreg lacks in bf16, abs, run on the CPU by ``ACCELCTL_CPU_FALLBACK=1``); a run cut by
 ``save_checkpoint`` / ``load_checkpoint`` resumes to the uncut run's weights, and a checkpoint
-written on openreg resumes on the CPU processes. Two launches (``deepspeed_run.py``, both stages
-one after the other in the same processes), each a fixture the tests read, and the docs' block."""
+written on openreg resumes on the CPU processes. Two launches (``deepspeed_run.py``, both stages one
+after the other in the same processes), each a fixture the tests read, and the docs' block.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +48,11 @@ def _launch(
     *more: str,
     **extra: str,
 ) -> Path:
-    """``accelctl launch --accelerator ACCELERATOR --devices 2 deepspeed_run.py``, once per
-    session; the script itself asks for nothing but the bridge's import."""
+    """Launch ``deepspeed_run.py`` on 2 devices of ``ACCELERATOR``, once per session.
+
+    ``accelctl launch --accelerator ACCELERATOR --devices 2 deepspeed_run.py``; the script itself
+    asks for nothing but the bridge's import.
+    """
 
     def run(out: Path) -> None:
         command = (
@@ -68,8 +73,10 @@ def openreg(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory)
 def cpus(
     occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory, openreg: Path
 ) -> Path:
-    """The CPU plugin, on a machine without the openreg backend loaded; it also resumes the
-    openreg run's cut checkpoints."""
+    """Run on the CPU plugin, on a machine without the openreg backend loaded.
+
+    It also resumes the openreg run's cut checkpoints.
+    """
     no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     return _launch(occl_machine, tmp_path_factory, "cpu", str(openreg), **no_openreg)
 
@@ -95,8 +102,10 @@ def test_each_process_trains_on_its_own_openreg_device_over_occl(openreg: Path, 
 def test_openreg_ends_with_the_weights_of_the_same_run_on_two_cpu_processes(
     openreg: Path, cpus: Path, run: str
 ) -> None:
-    """Bit for bit, bf16 included: openreg's kernels are the host's, and the one it lacks in
-    bf16 (abs) runs on the CPU."""
+    """The openreg runs equal the CPU runs bit for bit, bf16 included.
+
+    openreg's kernels are the host's, and the one it lacks in bf16 (abs) runs on the CPU.
+    """
     for rank in (0, 1):
         seen = report(cpus, f"zero{run}", rank)
         assert (seen["device"], seen["accelctl"], seen["backend"]) == ("cpu", "cpu", "gloo")
@@ -182,8 +191,10 @@ def test_the_docs_script_runs_as_it_stands_under_the_docs_launch_line(
 def _started_by(
     machine: UserMachine, factory: pytest.TempPathFactory, name: str, *launcher: str
 ) -> Path:
-    """ZeRO-2 under ``launcher`` (which knows nothing of accelctl), on openreg:
-    ``ACCELCTL_ACCELERATOR`` says which plugin, as a user's environment would."""
+    """Run ZeRO-2 on openreg under ``launcher``, which knows nothing of accelctl.
+
+    ``ACCELCTL_ACCELERATOR`` says which plugin, as a user's environment would.
+    """
 
     def run(out: Path) -> None:
         command = (*launcher, str(SCRIPT), str(out), "2")

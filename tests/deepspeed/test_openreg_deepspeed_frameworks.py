@@ -1,11 +1,14 @@
-"""issue 47: DeepSpeed started by Lightning (``strategy="deepspeed_stage_2"`` / ``3``), Accelerate
+"""DeepSpeed started by Lightning, Accelerate and transformers on openreg equals the CPU's runs.
+
+Lightning (``strategy="deepspeed_stage_2"`` / ``3``), Accelerate
 (``Accelerator(deepspeed_plugin=...)``) and transformers (``TrainingArguments(deepspeed=...)``)
 through their accelctl bridges, under ``accelctl launch --devices 2``: on 2 torch_openreg 0.0.3
-devices over ``occl`` each run trains on ``openreg:0`` / ``openreg:1`` and ends with the weights
-and losses of the same run on 2 CPU processes of the CPU plugin, bit for bit (openreg's kernels
-are the host's). Two launches (``frameworks_run.py``: every framework and stage one after the
-other in the same processes), each a fixture the tests read; the openreg launch also runs the
-scripts of docs/deepspeed.md's section on the frameworks, as they stand."""
+devices over ``occl`` each run trains on ``openreg:0`` / ``openreg:1`` and ends with the weights and
+losses of the same run on 2 CPU processes of the CPU plugin, bit for bit (openreg's kernels are the
+host's). Two launches (``frameworks_run.py``: every framework and stage one after the other in the
+same processes), each a fixture the tests read; the openreg launch also runs the scripts of
+docs/deepspeed.md's section on the frameworks, as they stand.
+"""
 
 from __future__ import annotations
 
@@ -37,8 +40,10 @@ MARKER = "<!-- tests/deepspeed/test_openreg_deepspeed_frameworks.py runs the nex
 
 
 def docs_scripts() -> tuple[str, list[str]]:
-    """docs/deepspeed.md's launch line and its three scripts (Lightning's, Accelerate's,
-    transformers')."""
+    """Return docs/deepspeed.md's launch line and its three scripts.
+
+    Lightning's, Accelerate's and transformers'.
+    """
     blocks = [part.split("\n", 1)[1] for part in DOCS.read_text().split(MARKER)[1:]]
     line = blocks[0].split("```bash\n", 1)[1].split("```", 1)[0].strip()
     scripts = [block.split("```python\n", 1)[1].split("```", 1)[0] for block in blocks[1:]]
@@ -52,8 +57,11 @@ def _launch(
     *scripts: str,
     **extra: str,
 ) -> Path:
-    """``accelctl launch --accelerator ACCELERATOR --devices 2 frameworks_run.py``, once per
-    session; its output in ``OUT/output.txt``."""
+    """Launch ``frameworks_run.py`` on 2 devices of ``ACCELERATOR``, once per session.
+
+    ``accelctl launch --accelerator ACCELERATOR --devices 2 frameworks_run.py``; its output goes to
+    ``OUT/output.txt``.
+    """
 
     def run(out: Path) -> None:
         files = []

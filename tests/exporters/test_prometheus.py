@@ -1,7 +1,9 @@
-"""accelctl.exporters.prometheus and ``accelctl stats --prometheus``, tested by scraping them: an
-HTTP GET of ``/metrics`` (urllib), parsed by prometheus-client's own parser. Fake installed
-plugins have known figures (``fakeplugins.figures``), a failing sensor, a failed import and a
-hook that never answers."""
+"""accelctl.exporters.prometheus and ``accelctl stats --prometheus``, tested by scraping them.
+
+An HTTP GET of ``/metrics`` (urllib), parsed by prometheus-client's own parser. Fake installed
+plugins have known figures (``fakeplugins.figures``), a failing sensor, a failed import and a hook
+that never answers.
+"""
 
 from __future__ import annotations
 

@@ -19,10 +19,12 @@ from accelctl.cli import cli
 
 
 def _driver_gpus() -> int:
-    """GPUs as the NVIDIA driver itself reports them, independently of the code under test (a
-    probe that wrongly said 0 would otherwise turn every test here into a skip): the driver's
-    own ``/proc/driver/nvidia/gpus`` entries, else ``nvidia-smi -L``. Visible-device variables
-    are not applied: a machine with a driver and GPUs must run these tests."""
+    """Count the GPUs the NVIDIA driver itself reports, independently of the code under test.
+
+    A probe that wrongly said 0 would otherwise turn every test here into a skip: the driver's own
+    ``/proc/driver/nvidia/gpus`` entries, else ``nvidia-smi -L``. Visible-device variables are not
+    applied: a machine with a driver and GPUs must run these tests.
+    """
     import shutil
     from pathlib import Path
 

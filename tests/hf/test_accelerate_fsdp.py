@@ -31,8 +31,10 @@ from fsdp_shared import check_run, run_clean  # noqa: E402
 
 @pytest.fixture
 def two_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """torchrun's variables for rank 0 of 2 (nothing rendezvous: every case here is refused
-    before a process group is made); Accelerate's state reset after."""
+    """Set torchrun's variables for rank 0 of 2; reset Accelerate's state after.
+
+    Nothing rendezvous: every case here is refused before a process group is made.
+    """
     for key, value in TWO_PROCESSES.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("ACCELCTL_DEVICES", raising=False)

@@ -1,6 +1,8 @@
-"""accelctl.integrations.accelerate: HF Accelerate's Accelerator on accelctl plugins, in this
-process (the real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a
-real NPU's are not CPUs). Real devices and several processes: tests/openreg/."""
+"""accelctl.integrations.accelerate: Accelerate's Accelerator on accelctl plugins, in-process.
+
+The real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a real NPU's are
+not CPUs. Real devices and several processes: tests/openreg/.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ from accelctl.integrations.accelerate import ADAPTED, Accelerator, enable  # noq
 
 @pytest.fixture(autouse=True)
 def _fresh_accelerate_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Accelerate's state is process-wide: every test starts and ends without one, and without
-    a launcher's or Accelerate's variables from the caller's environment."""
+    """Start and end every test without Accelerate's process-wide state or a launcher's variables.
+
+    Nor Accelerate's variables from the caller's environment.
+    """
     for name in (*TWO_PROCESSES, "ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU"):
         monkeypatch.delenv(name, raising=False)
     AcceleratorState._reset_state(reset_partial_state=True)
@@ -107,8 +111,11 @@ def test_several_processes_without_a_backend_are_refused_when_made(
 def test_a_refusal_when_made_ends_the_script_as_rank_0s_line(
     rank: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 46, item 2: under ``accelerate launch`` every rank is refused; should it end the
-    script, rank 0 prints accelctl's line, no traceback, and the others nothing."""
+    """Under ``accelerate launch`` every rank is refused; rank 0 alone prints accelctl's line.
+
+    Should the refusal end the script, rank 0 prints accelctl's line, no traceback, and the others
+    nothing.
+    """
     from accelctl._launching import error_line as _error_line
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)

@@ -1,8 +1,9 @@
-"""The backend of the process group through the Accelerate and transformers bridges (issue 35,
-item 3), in this process: the launcher's variables for rank 0 of 2, devices of type ``meta``
-with a collective backend registered for them here (``metaccl``, as a vendor's extension
-registers its own), and ``init_process_group`` replaced by a recorder, so that what Accelerate
-would join the group over is seen, and a refusal is seen to come before it.
+"""The process group's backend through the Accelerate and transformers bridges, in this process.
+
+The launcher's variables for rank 0 of 2, devices of type ``meta`` with a collective backend
+registered for them here (``metaccl``, as a vendor's extension registers its own), and
+``init_process_group`` replaced by a recorder, so that what Accelerate would join the group over is
+seen, and a refusal is seen to come before it.
 
 - A backend the user names (``InitProcessGroupKwargs(backend=...)``, ``ddp_backend``) that the
   device has is used; one it lacks is refused when the ``Accelerator`` / ``TrainingArguments``
@@ -48,9 +49,12 @@ class GroupJoined(Exception):
 
 @pytest.fixture
 def joined(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Rank 0 of 2 under a launcher, ``metaccl`` (torch's default for ``meta``) and
-    ``metaccl2`` registered for meta devices, and ``init_process_group`` recording the backend
-    it was asked for, then raising :class:`GroupJoined`. Yields the record."""
+    """Make this rank 0 of 2 with ``metaccl`` backends; record the backend a group is joined over.
+
+    A launcher's variables; ``metaccl`` (torch's default for ``meta``) and ``metaccl2`` registered
+    for meta devices; ``init_process_group`` records the backend it was asked for, then raises
+    :class:`GroupJoined`. Yields the record.
+    """
     for name, value in TWO_PROCESSES.items():
         monkeypatch.setenv(name, value)
     for name in ("ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES", "ACCELERATE_TORCH_DEVICE"):

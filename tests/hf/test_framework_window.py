@@ -1,5 +1,7 @@
-"""The installed Accelerate and transformers are in their bridges' windows and adapted
-(tests/frameworkwindow.py)."""
+"""The installed Accelerate and transformers are in their bridges' windows and adapted.
+
+The check is tests/frameworkwindow.py's.
+"""
 
 import pytest
 from frameworkwindow import assert_adapted_in_window

@@ -1,10 +1,11 @@
-"""issue 20, item 3: HF Accelerate's ``Accelerator`` on an accelctl plugin
-(``accelctl.integrations.accelerate``), on torch_openreg 0.0.3 through the generic
+"""HF Accelerate's ``Accelerator`` on accelctl's plugin for torch_openreg, in 1 and 2 processes.
+
+Through ``accelctl.integrations.accelerate``, on torch_openreg 0.0.3 through the generic
 ``privateuse1`` plugin: one process (the plugin's device, ``bf16`` casting, ``save_state`` /
 ``load_state``, ``set_seed``), two processes under ``accelctl launch`` and under ``accelerate
 launch`` (each on its own device, ``occl``, DDP, ``gather`` / ``reduce`` / ``wait_for_everyone``),
-and the CPU plugin against Accelerate's own multi-CPU run. Four runs (``accelerate_run.py``),
-each a fixture that the tests below read.
+and the CPU plugin against Accelerate's own multi-CPU run. Four runs (``accelerate_run.py``), each a
+fixture that the tests below read.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def accelerate_launched(
 
 @pytest.fixture(scope="module")
 def cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Accelerate's own multi-CPU run, then accelctl's ``cpu`` plugin, on a machine without the
-    openreg backend loaded (Accelerate's ``wait_for_everyone`` on CPUs fails where another
-    accelerator is torch's current one: docs/accelerate.md)."""
+    """Run Accelerate's own multi-CPU run, then accelctl's ``cpu`` plugin, without openreg loaded.
+
+    Accelerate's ``wait_for_everyone`` on CPUs fails where another accelerator is torch's current
+    one (docs/accelerate.md).
+    """
     no_openreg = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
     return _run(
         occl_machine, tmp_path_factory, "accelerate-cpu", *ACCELERATE_LAUNCH, "cpu", **no_openreg

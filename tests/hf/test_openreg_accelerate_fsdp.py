@@ -1,6 +1,8 @@
-"""Accelerate's FSDP2 plugin through the bridge on torch_openreg, by what the device can do
-(``tests/openregfsdp.py``); and on CPU processes where openreg is loaded (torch's current
-accelerator), Accelerate's FSDP2 run on the ``cpu`` plugin shards on a ``cpu`` mesh."""
+"""Accelerate's FSDP2 plugin through the bridge on torch_openreg, by what the device can do.
+
+The cases are ``tests/openregfsdp.py``'s; and on CPU processes where openreg is loaded (torch's
+current accelerator), Accelerate's FSDP2 run on the ``cpu`` plugin shards on a ``cpu`` mesh.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
-"""issue 35, item 3, on real devices: the backend of the process group through the Accelerate
-and transformers bridges under ``accelctl launch --accelerator openreg --devices 2``
-(torch_openreg 0.0.3, whose collective backend is ``occl``). A named backend openreg lacks
-(``gloo``) is refused when the ``Accelerator`` / ``TrainingArguments`` are made, naming
-``occl``, instead of torch's ``No backend type associated with device type openreg`` in every
-rank; Accelerate's default ``"nccl"`` joins the group over ``occl``, with a warning saying so.
-One run (``tests/openreg/backend_choice_run.py``); the in-process cases:
-``test_backend_refusals.py``.
+"""On openreg, the bridges refuse a backend the device lacks and map Accelerate's ``"nccl"``.
+
+The backend of the process group through the Accelerate and transformers bridges under ``accelctl
+launch --accelerator openreg --devices 2`` (torch_openreg 0.0.3, whose collective backend is
+``occl``). A named backend openreg lacks (``gloo``) is refused when the ``Accelerator`` /
+``TrainingArguments`` are made, naming ``occl``, instead of torch's ``No backend type associated
+with device type openreg`` in every rank; Accelerate's default ``"nccl"`` joins the group over
+``occl``, with a warning saying so. One run (``tests/openreg/backend_choice_run.py``); the
+in-process cases: ``test_backend_refusals.py``.
 """
 
 from __future__ import annotations

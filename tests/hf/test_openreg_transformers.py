@@ -1,11 +1,12 @@
-"""issue 26, item 1: transformers' ``Trainer``, unchanged, on an accelctl plugin
-(``accelctl.integrations.transformers.TrainingArguments``), on torch_openreg 0.0.3 through the
+"""transformers' ``Trainer``, unchanged, on accelctl's plugin for torch_openreg, as on the CPU.
+
+Through ``accelctl.integrations.transformers.TrainingArguments``, on torch_openreg 0.0.3 through the
 generic ``privateuse1`` plugin: one process (the plugin's device, ``bf16`` casting inside the
-forward, the tied weights kept, the bridge's Accelerate ``Accelerator`` made first still
-whole), two processes under ``accelctl launch``, ``torchrun`` and ``accelerate launch`` (each on
-its own device, ``occl``, DDP), FSDP2 through transformers' own ``fsdp`` arguments (2 processes,
-sharded on an ``openreg`` mesh), and every run against the same run on the ``cpu`` plugin. Eight
-runs (``transformers_run.py``), each a fixture that the tests below read.
+forward, the tied weights kept, the bridge's Accelerate ``Accelerator`` made first still whole), two
+processes under ``accelctl launch``, ``torchrun`` and ``accelerate launch`` (each on its own device,
+``occl``, DDP), FSDP2 through transformers' own ``fsdp`` arguments (2 processes, sharded on an
+``openreg`` mesh), and every run against the same run on the ``cpu`` plugin. Eight runs
+(``transformers_run.py``), each a fixture that the tests below read.
 
 The weights are compared to the ``cpu`` plugin's within :data:`ATOL`, not bit for bit:
 torch_openreg's ``layer_norm`` (0.0.2 and 0.0.3) rounds differently from the CPU kernel (up to 6e-7
@@ -311,9 +312,12 @@ def sdpa_cpus(occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactor
 
 
 def _stopped(done: subprocess.CompletedProcess[str], prefix: str) -> str:
-    """The one line of accelctl's (``prefix``) that stopped ``done``: exit 1, no traceback, no
-    other line naming the operator. torch_openreg may abort at the exit after an error in the
-    backward pass (its stream threads, ``OPENREG_EXIT_ABORT``): after the line, its last words."""
+    """Return the one line of accelctl's (``prefix``) that stopped ``done``.
+
+    Exit 1, no traceback, no other line naming the operator. torch_openreg may abort at the exit
+    after an error in the backward pass (its stream threads, ``OPENREG_EXIT_ABORT``): after the
+    line, its last words.
+    """
     assert done.returncode == 1 or aborted_at_exit(done), done.stderr[-4000:]
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
     naming = [line for line in done.stderr.splitlines() if "scaled_dot_product" in line]

@@ -1,6 +1,8 @@
-"""accelctl.integrations.transformers.DeviceStatsCallback: a plugin's device figures in the logs
-of a real transformers Trainer on the CPU (a few steps of a one-layer model), in
-``trainer.state.log_history`` and in what the callbacks after it are given."""
+"""DeviceStatsCallback puts a plugin's device figures in a real transformers Trainer's logs.
+
+accelctl.integrations.transformers.DeviceStatsCallback, on the CPU (a few steps of a one-layer
+model): in ``trainer.state.log_history`` and in what the callbacks after it are given.
+"""
 
 from __future__ import annotations
 
@@ -104,8 +106,10 @@ def options(tmp_path: Path) -> dict[str, Any]:
 
 
 def recorder() -> Any:
-    """A callback placed where ``report_to``'s integrations are (after transformers' own,
-    before none of the user's): it keeps a copy of each ``logs`` it is given."""
+    """Return a callback that keeps a copy of each ``logs`` it is given, placed as integrations are.
+
+    Where ``report_to``'s integrations are: after transformers' own, before none of the user's.
+    """
 
     class Recording(transformers.TrainerCallback):  # type: ignore[misc]
         def __init__(self) -> None:

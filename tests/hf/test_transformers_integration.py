@@ -1,6 +1,8 @@
-"""accelctl.integrations.transformers: transformers' Trainer on accelctl plugins, in this process
-(the real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a real NPU's
-are not CPUs). Real devices and several processes: tests/openreg/test_openreg_transformers.py."""
+"""accelctl.integrations.transformers: transformers' Trainer on accelctl plugins, in this process.
+
+The real cpu plugin, and class-based plugins whose devices are ``meta`` tensors, as a real NPU's are
+not CPUs. Real devices and several processes: tests/openreg/test_openreg_transformers.py.
+"""
 
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ def _imported() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_accelerate_state(_imported: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Accelerate's state is process-wide: every test starts and ends without one, and without
-    a launcher's or Accelerate's variables from the caller's environment."""
+    """Start and end every test without Accelerate's process-wide state or a launcher's variables.
+
+    Nor Accelerate's variables from the caller's environment.
+    """
     for name in (*TWO_PROCESSES, "ACCELERATE_TORCH_DEVICE", "ACCELERATE_USE_CPU"):
         monkeypatch.delenv(name, raising=False)
     for name in ("ACCELERATE_MIXED_PRECISION", "ACCELCTL_ACCELERATOR", "ACCELCTL_DEVICES"):
@@ -371,8 +375,10 @@ def test_without_transformers_the_import_error_says_what_to_install(
 
 
 class _KnownAsItsDevice(MetaAccelerator):
-    """A plugin that answers to its device type, as the generic privateuse1 plugin answers to
-    ``openreg``: messages name it so."""
+    """A plugin that answers to its device type, so messages name it by that type.
+
+    As the generic privateuse1 plugin answers to ``openreg``.
+    """
 
     name = "privatemeta"
     aliases = ("meta",)
@@ -392,8 +398,10 @@ def test_a_refusal_names_the_accelerator_as_the_user_knows_it(tmp_path: Path) ->
 
 
 class _LackingModel(torch.nn.Module):
-    """A causal LM's interface whose second layer meets a kernel the device lacks (or raises
-    ``error``)."""
+    """A causal LM's interface whose second layer meets a kernel the device lacks.
+
+    Or raises ``error``.
+    """
 
     def __init__(self, error: BaseException | None = None) -> None:
         super().__init__()
@@ -426,8 +434,10 @@ def _tokens() -> list[dict[str, torch.Tensor]]:
 
 @pytest.fixture
 def _kernels_set_up_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """What set_up_kernels did is per process: each test here starts without it; the process's
-    excepthook is kept as it was (accelctl's one line replaces it once it raised)."""
+    """Start each test without set_up_kernels' per-process work, keeping the process's excepthook.
+
+    accelctl's one line replaces the excepthook once it raised; it is put back as it was.
+    """
     from accelctl._kernels import setup
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)

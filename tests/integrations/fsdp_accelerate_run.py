@@ -1,4 +1,5 @@
-"""HF Accelerate's FSDP2 plugin through the accelctl bridge, under a launcher with 2 processes:
+"""HF Accelerate's FSDP2 plugin through the accelctl bridge, under a launcher with 2 processes.
+
 ``accelctl launch --accelerator A --devices 2 fsdp_accelerate_run.py OUT``.
 
 Each process writes ``OUT/rank<r>.json`` (what ran where, how the parameters were held) and

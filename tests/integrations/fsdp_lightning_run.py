@@ -1,4 +1,5 @@
-"""Lightning's ModelParallelStrategy (FSDP2) through the accelctl bridge:
+"""Lightning's ModelParallelStrategy (FSDP2) through the accelctl bridge.
+
 ``python fsdp_lightning_run.py OUT ACCELERATOR``.
 
 Started once: Lightning's own launcher starts the second process (this script again). Each

@@ -1,5 +1,6 @@
-"""What the bridges' FSDP2 runs share (``fsdp_lightning_run.py``, ``fsdp_accelerate_run.py``)
-and the single-process run their weights are compared with.
+"""What the bridges' FSDP2 runs share, and the single-process run their weights are compared with.
+
+The runs are ``fsdp_lightning_run.py`` and ``fsdp_accelerate_run.py``.
 
 Every run trains :func:`make_net` on :func:`dataset` with SGD, ``PER_PROCESS_BATCH`` samples per
 process and step, each process recording the ids of the samples of each of its steps (the
@@ -41,8 +42,10 @@ def loader() -> torch.utils.data.DataLoader[tuple[torch.Tensor, ...]]:
 
 
 def reference(steps: list[list[int]]) -> dict[str, torch.Tensor]:
-    """The weights of the same training in one process, each step on the samples ``steps``
-    lists (every process's of that step)."""
+    """Return the weights of the same training in one process.
+
+    Each step on the samples ``steps`` lists for it (every process's of that step).
+    """
     net = make_net()
     optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
     _, x, y = dataset().tensors
@@ -55,8 +58,10 @@ def reference(steps: list[list[int]]) -> dict[str, torch.Tensor]:
 
 
 def sharding(net: torch.nn.Module) -> dict[str, Any]:
-    """How ``net``'s parameters are held in this process: their class, the elements of this
-    process's shard, the device mesh's device type."""
+    """Describe how ``net``'s parameters are held in this process.
+
+    Their class, the elements of this process's shard, the device mesh's device type.
+    """
     from torch.distributed.tensor import DTensor
 
     params = dict(net.named_parameters())
@@ -74,8 +79,10 @@ def sharding(net: torch.nn.Module) -> dict[str, Any]:
 
 
 def full_weights(net: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter whole, gathered from the processes' shards (a collective: every process
-    calls it), on the CPU."""
+    """Return every parameter whole, on the CPU, gathered from the processes' shards.
+
+    A collective: every process calls it.
+    """
     from torch.distributed.tensor import DTensor
 
     return {
@@ -97,10 +104,12 @@ def check_run(
     device_type: str,
     backend: str,
 ) -> None:
-    """Assert what every 2-process run must show, from its ranks' reports and weights: each rank
-    on its own ``device_type`` process over ``backend``, its own samples, the loss falling; the
-    parameters sharded on a ``device_type`` mesh; both ranks' gathered weights equal, and equal
-    to :func:`reference` on the samples each step saw."""
+    """Assert what every 2-process run must show, from its ranks' reports and weights.
+
+    Each rank on its own ``device_type`` process over ``backend``, its own samples, the loss
+    falling; the parameters sharded on a ``device_type`` mesh; both ranks' gathered weights equal,
+    and equal to :func:`reference` on the samples each step saw.
+    """
     assert [r["rank"] for r in reports] == [0, 1]
     steps = EPOCHS * SAMPLES // (2 * PER_PROCESS_BATCH)
     for report in reports:
@@ -149,9 +158,11 @@ RUN_TIMEOUT_S = 300
 
 
 def run_clean(argv: list[str], cwd: Path) -> None:
-    """Run ``argv`` (a bridge's 2-process run) without this environment's launcher, scheduler,
-    Accelerate or accelctl choices, and with no scheduler on ``PATH`` (Lightning looks for
-    SLURM's ``srun``); assert it succeeded."""
+    """Run ``argv`` (a bridge's 2-process run) in a clean environment; assert it succeeded.
+
+    Without this environment's launcher, scheduler, Accelerate or accelctl choices, and with no
+    scheduler on ``PATH`` (Lightning looks for SLURM's ``srun``).
+    """
     import os
     import subprocess
     import sys

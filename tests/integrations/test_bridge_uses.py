@@ -1,7 +1,9 @@
-"""What each bridge checks of its framework when it is imported is every name its code uses
-(accelctl/integrations/_shared/uses.py, derived from the code by tests/bridgeuses.py): the
-declaration is the code's, the derivation finds the names that crashed inside the bridges before,
-and nothing outside the bridges' own modules uses a framework."""
+"""What each bridge checks of its framework at import is every name its code uses.
+
+The declaration (accelctl/integrations/_shared/uses.py) is derived from the code by
+tests/bridgeuses.py; the derivation finds the names that crashed inside the bridges before, and
+nothing outside the bridges' own modules uses a framework.
+"""
 
 from __future__ import annotations
 

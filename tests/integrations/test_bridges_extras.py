@@ -1,6 +1,8 @@
-"""The bridges are the core's own modules; their frameworks are the extras'. Imported without its
-framework, a bridge says which extra installs it. The framework's absence is simulated in a fresh
-interpreter, so these tests do not depend on what is installed."""
+"""A bridge imported without its framework says which extra installs it.
+
+The bridges are the core's own modules; their frameworks are the extras'. The framework's absence is
+simulated in a fresh interpreter, so these tests do not depend on what is installed.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The one way a bridge replaces an internal of its framework
-(accelctl/integrations/_shared/patching.py): declared, shape-checked, recorded, once, undoable."""
+"""The one way a bridge replaces an internal: declared, shape-checked, recorded, once, undoable.
+
+The helpers are accelctl/integrations/_shared/patching.py's.
+"""
 
 from __future__ import annotations
 

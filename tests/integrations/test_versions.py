@@ -1,5 +1,7 @@
-"""The one rule of every bridge (accelctl/integrations/_shared/versions.py): a window of releases,
-and the internals it adapts checked by their shape, never refused by the version number alone."""
+"""Every bridge has a window of releases and checks the internals it adapts by their shape.
+
+Never refused by the version number alone (accelctl/integrations/_shared/versions.py).
+"""
 
 from __future__ import annotations
 
@@ -218,8 +220,10 @@ def test_each_name_a_bridge_uses_is_checked_as_the_bridge_uses_it(
 
 
 def _release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str, source: str) -> None:
-    """A real distribution ``frame`` of ``version`` on the path: its metadata (a dist-info
-    folder) and its module, whose code is ``source``."""
+    """Install a real distribution ``frame`` of ``version`` on the path.
+
+    Its metadata (a dist-info folder) and its module, whose code is ``source``.
+    """
     info = tmp_path / f"frame-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: frame\nVersion: {version}\n")

@@ -1,5 +1,7 @@
-"""A LightningModule small enough to train in a second, shared by the in-process tests and the
-DDP script they start."""
+"""A LightningModule small enough to train in a second.
+
+Shared by the in-process tests and the DDP script they start.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Lightning's own ``DeviceStatsMonitor`` shows a plugin's readings, in the vocabulary of
-``accelctl.stats_keys``, through the bridge's ``get_device_stats``: a plugin with known readings,
-and the real CPU plugin."""
+"""Lightning's ``DeviceStatsMonitor`` shows a plugin's readings through the bridge.
+
+In the vocabulary of ``accelctl.stats_keys``, through the bridge's ``get_device_stats``: a plugin
+with known readings, and the real CPU plugin.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""``register_all()`` registers every alias with Lightning too (issue 26): the generic PrivateUse1
-plugin answers to ``openreg``, so ``register_all(); lightning.Trainer(accelerator="openreg")``,
-the README's "by name" form, must find it, as ``accelctl.resolve("openreg")`` does.
+"""``register_all()`` registers every alias with Lightning too.
+
+The generic PrivateUse1 plugin answers to ``openreg``, so ``register_all();
+lightning.Trainer(accelerator="openreg")``, the README's "by name" form, must find it, as
+``accelctl.resolve("openreg")`` does.
 
 The plugin here has that shape (canonical name ``slot``, alias ``twinalias``) with CPU devices.
 """
@@ -37,8 +39,10 @@ def _restore_lightning_registries() -> Iterator[None]:
 
 
 def _registry(fake_site: Any, **classes: str) -> accelctl.testing.Registry:
-    """Plugins ``name -> class of fakeplugins.slots`` (CPU devices, the class's aliases) on the
-    fake site, and a registry that sees them alone."""
+    """Install plugins ``name -> class of fakeplugins.slots``; return a registry of them alone.
+
+    The classes have CPU devices and their own aliases.
+    """
     for name, cls in classes.items():
         fake_site.install(f"accelctl-{name}", {name: f"fakeplugins.slots:{cls}"})
     return accelctl.testing.Registry(path=fake_site.path)

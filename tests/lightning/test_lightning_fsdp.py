@@ -1,5 +1,4 @@
-"""Lightning's sharded path through the bridge: ``ModelParallelStrategy`` on accelctl
-accelerators.
+"""Lightning's sharded path through the bridge: ``ModelParallelStrategy`` on accelctl accelerators.
 
 In this process: the choices the bridge makes when the Trainer or Fabric is made (the plugin's
 backend, the refusals). Marked ``slow``: one 2-process run on the ``cpu`` plugin (gloo), one test
@@ -51,8 +50,10 @@ class CpuAccelerator(accelctl.Accelerator):
 
 @pytest.fixture(scope="module")
 def registered_backend() -> str:
-    """:data:`SHARDING_BACKEND`, registered with torch.distributed for CPU devices (never
-    started: no test here makes a process group)."""
+    """Register :data:`SHARDING_BACKEND` with torch.distributed for CPU devices.
+
+    Never started: no test here makes a process group.
+    """
     if not hasattr(torch.distributed.Backend, SHARDING_BACKEND.upper()):
         torch.distributed.Backend.register_backend(
             SHARDING_BACKEND, lambda *args: None, devices=["cpu"]

@@ -1,7 +1,9 @@
-"""The Lightning bridge's translation of a missing kernel, in this process: a strategy's steps
-raise :class:`accelctl.MissingKernelError` where torch's error is a kernel the strategy's device
-lacks, its way to the CPU in Lightning's words; every other error passes as it is. (On a real
-device without the kernel: ``test_openreg_lightning_kernels.py``.)"""
+"""The Lightning bridge's steps turn only a missing kernel into accelctl's MissingKernelError.
+
+In this process: a strategy's steps raise :class:`accelctl.MissingKernelError` where torch's error
+is a kernel the strategy's device lacks, its way to the CPU in Lightning's words; every other error
+passes as it is. (On a real device without the kernel: ``test_openreg_lightning_kernels.py``.)
+"""
 
 from __future__ import annotations
 
@@ -102,8 +104,10 @@ def test_the_one_line_is_rank_0s_alone(capsys: pytest.CaptureFixture[str]) -> No
 def test_any_accelctl_error_of_a_step_is_rank_0s_one_line(
     rank: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Not only a missing kernel: a refusal a step raises ends the program as one line, shown by
-    rank 0 alone, with no traceback (issue 46, item 2)."""
+    """A refusal a step raises ends the program as one line, shown by rank 0 alone, no traceback.
+
+    Not only a missing kernel.
+    """
     refusal = accelctl.AcceleratorUnavailableError("npu: the device went away; use another")
     strategy = StandInStrategy(refusal, global_rank=rank)
     translate_steps(strategy, "metaacc")

@@ -1,5 +1,7 @@
-"""issue 10, items 4, 5 and 8 on a real out-of-tree backend: Lightning's Trainer through the
-accelctl bridge on torch_openreg (2 devices, no distributed backend), with Lightning's defaults."""
+"""Lightning's Trainer through the bridge on torch_openreg, with Lightning's defaults.
+
+A real out-of-tree backend: 2 devices, no distributed backend.
+"""
 
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ MODULE = """
 
 
 def test_the_readme_forms_train_on_openreg_with_lightnings_defaults(machine: UserMachine) -> None:
-    """Item 4: no strategy, no devices: the instance and the name both train on openreg:0, with
-    the losses of the same model on the CPU."""
+    """Without strategy or devices, the instance and the name both train on openreg:0 as on the CPU.
+
+    The losses are those of the same model on the CPU.
+    """
     result = machine.python(
         MODULE
         + """
@@ -153,9 +157,11 @@ def test_bf16_mixed_autocasts_on_openreg(machine: UserMachine) -> None:
 def test_a_spawned_process_rebuilds_the_accelerator_before_openreg_devices(
     machine: UserMachine, tmp_path: Path
 ) -> None:
-    """Item 8: with torch's autoload off, the openreg device type exists only once the plugin
-    imported torch_openreg; what ddp_spawn sends a worker unpickles the accelerator (which lets
-    the plugin detect) before the devices."""
+    """With torch's autoload off, ddp_spawn's worker unpickles the accelerator before the devices.
+
+    The openreg device type exists only once the plugin imported torch_openreg; unpickling the
+    accelerator first lets the plugin detect.
+    """
     payload = tmp_path / "payload.pickle"
     machine.python(
         f"""

@@ -1,7 +1,9 @@
-"""issue 20, item 2: Lightning through the bridge on 2 openreg devices (torch_openreg 0.0.3, its
-``occl`` backend, the generic ``privateuse1`` plugin): ``strategy="ddp"`` under ``accelctl
-launch``, ``ddp_spawn``, and Lightning's default strategy for ``devices=2`` (Lightning starts the
-second process itself); ``bf16-mixed`` and Fabric; against Lightning's own 2-CPU-process run.
+"""Lightning through the bridge on 2 openreg devices, under each launcher, against 2 CPU processes.
+
+torch_openreg 0.0.3, its ``occl`` backend, the generic ``privateuse1`` plugin: ``strategy="ddp"``
+under ``accelctl launch``, ``ddp_spawn``, and Lightning's default strategy for ``devices=2``
+(Lightning starts the second process itself); ``bf16-mixed`` and Fabric; against Lightning's own
+2-CPU-process run.
 
 Without the bridge's DDP adaptation every rank dies in ``DDPStrategy._setup_model``
 (``torch.cuda.Stream requires CUDA support``), and a metric logged with ``sync_dist=True`` dies

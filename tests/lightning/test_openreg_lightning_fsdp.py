@@ -1,5 +1,7 @@
-"""Lightning's ``ModelParallelStrategy`` (FSDP2) through the bridge on torch_openreg, by what the
-device can do (``tests/openregfsdp.py``)."""
+"""Lightning's ``ModelParallelStrategy`` (FSDP2) through the bridge on torch_openreg.
+
+By what the device can do (``tests/openregfsdp.py``).
+"""
 
 from __future__ import annotations
 

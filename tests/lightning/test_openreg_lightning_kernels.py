@@ -1,6 +1,4 @@
-"""issue 45 on Lightning's training path: a LightningModule whose Conv2d needs a kernel
-torch_openreg lacks (0.0.3: no convolution), through the bridge on openreg with the generic
-``privateuse1`` plugin (``tests/openreg/lightning_kernels_run.py``).
+"""A missing kernel on Lightning's path: one line, or the CPU's weights with the fallback.
 
 Without ``ACCELCTL_CPU_FALLBACK`` the fit stops with accelctl's one line naming the operator and
 the layer, and no traceback: in one process, under Lightning's own DDP on 2 devices (rank 0's
@@ -113,9 +111,11 @@ def _initial() -> dict[str, torch.Tensor]:
 def test_two_devices_stop_with_one_line_for_the_launch(
     occl_machine: UserMachine, tmp_path: Path, launch: tuple[str, ...]
 ) -> None:
-    """Both ranks meet the missing kernel; the launch shows it once: rank 0's line under
-    Lightning's own launcher (its second process ends without a word), the launcher's under
-    accelctl launch, with the ways out as the line the user ran."""
+    """Both ranks meet the missing kernel; the launch shows it once, with the ways out.
+
+    Rank 0's line under Lightning's own launcher (its second process ends without a word), the
+    launcher's under accelctl launch, with the ways out as the line the user ran.
+    """
     done = run(occl_machine, tmp_path / "out", "openreg", 2, *launch)
     line = assert_stopped_with_one_line(done)
     if launch:

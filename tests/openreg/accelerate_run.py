@@ -43,8 +43,10 @@ def model_and_data(dropout: float = 0.0):
 
 
 def train(accelerator, dropout: float = 0.0, epochs: int = 2):
-    """Prepare, train ``epochs`` epochs; what ran where (the first layer's outputs) and the
-    sample ids this process saw."""
+    """Prepare and train ``epochs`` epochs; return what ran where and the sample ids seen.
+
+    What ran where is the first layer's outputs; the ids are this process's.
+    """
     model, loader = model_and_data(dropout)
     ran, seen = set(), []
 

@@ -1,5 +1,6 @@
-"""The process group's backend through the HF bridges on openreg devices, for
-``tests/hf/test_openreg_backend_choice.py``: ``python backend_choice_run.py OUT`` under
+"""The process group's backend through the HF bridges on openreg devices.
+
+For ``tests/hf/test_openreg_backend_choice.py``: ``python backend_choice_run.py OUT`` under
 ``accelctl launch --accelerator openreg --devices 2`` (torch_openreg 0.0.3, whose backend is
 ``occl``).
 

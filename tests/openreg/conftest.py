@@ -1,5 +1,7 @@
-"""The openreg tests' processes see no cluster scheduler the machine may have; their machines
-and fixtures are ``tests/openregmachine.py``'s."""
+"""The openreg tests' processes see no cluster scheduler the machine may have.
+
+Their machines and fixtures are ``tests/openregmachine.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -8,5 +10,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _scheduler_free(no_scheduler_on_path: None) -> None:
-    """The processes started here see no cluster scheduler the machine may have (Lightning
-    looks for SLURM's ``srun`` on ``PATH``)."""
+    """Hide any cluster scheduler the machine has from the processes started here.
+
+    Lightning looks for SLURM's ``srun`` on ``PATH``.
+    """

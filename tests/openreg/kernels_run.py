@@ -1,4 +1,5 @@
-"""Models that need kernels torch_openreg lacks, trained by accelctl's Trainer:
+"""Models that need kernels torch_openreg lacks, trained by accelctl's Trainer.
+
 ``python kernels_run.py MODEL ACCELERATOR OUT``, as a user would run a script.
 
 MODEL: ``cnn`` (Conv2d, ReLU, MaxPool2d, Linear: openreg has no convolution), ``attention``

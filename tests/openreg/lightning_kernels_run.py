@@ -1,5 +1,6 @@
-"""A Lightning script whose model needs a kernel openreg lacks (its convolution), for the tests of
-missing kernels: ``python lightning_kernels_run.py OUT ACCELERATOR DEVICES``.
+"""A Lightning script whose model needs a kernel openreg lacks (its convolution).
+
+For the tests of missing kernels: ``python lightning_kernels_run.py OUT ACCELERATOR DEVICES``.
 
 ACCELERATOR ``openreg`` (through the bridge) or ``cpu`` (Lightning's own); DEVICES ``1``, or
 ``2`` for Lightning's own DDP (or under ``accelctl launch``). The model has no norm layer (torch

@@ -80,9 +80,11 @@ def data() -> DataLoader:
 
 
 class LeaveGroup(lightning.pytorch.Callback):
-    """The process group left before the process ends: an occl group still alive at exit may
-    abort the process in its transport's teardown (``terminate called without an active
-    exception``, an emulator limit)."""
+    """Leave the process group before the process ends.
+
+    An occl group still alive at exit may abort the process in its transport's teardown (``terminate
+    called without an active exception``, an emulator limit).
+    """
 
     def teardown(self, trainer, model, stage):
         torch.distributed.destroy_process_group()

@@ -1,9 +1,11 @@
-"""issues 28 and 36: the capability matrix on a real out-of-tree device, torch_openreg served by
-the generic ``privateuse1`` plugin with its ``occl`` backend, on two releases of the device. 0.0.2
-misses FSDP2's two needs, reported in the device's own words (no ``torch.openreg.Stream``; storage
-that cannot resize), and its random draws do not restore; 0.0.3 has all three. One ``accelctl
-validate --capabilities openreg --json`` run per release and session, shared by the assertions
-(``shared_run``: whichever pytest-xdist worker asks first makes it)."""
+"""The capability matrix on torch_openreg 0.0.2 and 0.0.3, served by the generic plugin.
+
+A real out-of-tree device, served by the generic ``privateuse1`` plugin with its ``occl`` backend.
+0.0.2 misses FSDP2's two needs, reported in the device's own words (no ``torch.openreg.Stream``;
+storage that cannot resize), and its random draws do not restore; 0.0.3 has all three. One
+``accelctl validate --capabilities openreg --json`` run per release and session, shared by the
+assertions (``shared_run``: whichever pytest-xdist worker asks first makes it).
+"""
 
 from __future__ import annotations
 
@@ -166,9 +168,12 @@ def without_backend(
 def test_the_missing_convolution_and_attention_kernels_are_named(
     release: str, request: pytest.FixtureRequest
 ) -> None:
-    """0.0.3 and 0.0.2: no convolution (the overrideable operators' default kernels refuse the
-    device), a placeholder attention forward (garbage) whose backward leaves no gradient; the
-    CPU fallback runs all four, the attention because the plugin declares it a placeholder."""
+    """openreg lacks convolution and has a placeholder attention; the CPU fallback runs all four.
+
+    0.0.3 and 0.0.2: no convolution (the overrideable operators' default kernels refuse the device),
+    a placeholder attention forward (garbage) whose backward leaves no gradient; the fallback runs
+    the attention because the plugin declares it a placeholder.
+    """
     report = request.getfixturevalue(release)
     assert found_missing(report) == [
         (CONVOLUTION, "aten::convolution_overrideable", "forward", "missing", True),
@@ -198,9 +203,11 @@ def test_the_missing_convolution_and_attention_kernels_are_named(
 def test_0_0_1_lacks_more_an_autocast_rule_and_its_batch_norms_statistics(
     without_backend: dict[str, Any],
 ) -> None:
-    """0.0.1's autocast leaves a linear layer with a bias, and the attention, in float32 (the
-    CPU's runs them in bfloat16), and its batch norm does not update the running statistics
-    (fixed in 0.0.2): neither is a kernel the fallback could run."""
+    """0.0.1's float32 autocast and stale batch-norm statistics are findings no fallback could run.
+
+    Its autocast leaves a linear layer with a bias, and the attention, in float32 (the CPU's runs
+    them in bfloat16), and its batch norm does not update the running statistics (fixed in 0.0.2).
+    """
     found = found_missing(without_backend)
     assert found[:2] == [
         (CONVOLUTION, "aten::convolution_overrideable", "forward", "missing", True),
@@ -221,9 +228,12 @@ def test_0_0_1_lacks_more_an_autocast_rule_and_its_batch_norms_statistics(
 
 
 def test_what_the_row_says_the_fallback_runs_it_does(occl_machine: UserMachine) -> None:
-    """The kernels probe in a process where ACCELCTL_CPU_FALLBACK=1 set the device up, as the
-    Trainer does: every finding the row said the fallback covers is gone. What is left is what
-    the missing convolution hid: 0.0.3's autocast does not cast a convolution to bfloat16."""
+    """With ACCELCTL_CPU_FALLBACK=1, every finding the row said the fallback covers is gone.
+
+    The kernels probe runs in a process where the switch set the device up, as the Trainer does.
+    What is left is what the missing convolution hid: 0.0.3's autocast does not cast a convolution
+    to bfloat16.
+    """
     found = occl_machine.python(
         """
         import json

@@ -1,5 +1,4 @@
-"""issues 28 and 36: ``Trainer(strategy="fsdp")`` on torch_openreg, through the generic
-``privateuse1`` plugin.
+"""``Trainer(strategy="fsdp")`` on torch_openreg, through the generic ``privateuse1`` plugin.
 
 0.0.2 (``fsdp_gaps_machine``) lacks two things FSDP2 needs (``torch.openreg.Stream``/``Event``/
 ``current_stream``, and storage resize): the Trainer refuses it, naming both in the device's own
@@ -105,8 +104,10 @@ def test_a_device_with_what_fsdp2_needs_is_not_refused_but_told_how_to_launch(
 def runs(
     probe: dict[str, Any], occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """``fsdp_run.py`` on 2 openreg processes (``occl``): by hand, the Trainer whole, cut and
-    resumed, and without dropout in float32 and bf16-mixed; once per session."""
+    """Run ``fsdp_run.py`` on 2 openreg processes (``occl``), once per session.
+
+    By hand, the Trainer whole, cut and resumed, and without dropout in float32 and bf16-mixed.
+    """
     assert probe["gaps"] == []  # 0.0.3: the device has what FSDP2 needs
 
     def launch(out: Path) -> None:
@@ -121,8 +122,10 @@ def runs(
 def cpu_runs(
     runs: Path, occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """The same Trainer runs on 2 CPU processes (``gloo``), openreg not loaded, and ``plain``
-    resumed there from the checkpoint ``plain-cut`` wrote on openreg."""
+    """Run the same Trainer runs on 2 CPU processes (``gloo``), openreg not loaded.
+
+    And ``plain`` resumed there from the checkpoint ``plain-cut`` wrote on openreg.
+    """
     written_on_openreg = runs / "plain-cut" / "checkpoints" / "run-0" / "last.ckpt"
 
     def launch(out: Path) -> None:
@@ -172,9 +175,11 @@ def test_bf16_mixed_on_openreg_computes_in_bfloat16_and_ends_as_on_the_cpu(
 def test_a_run_cut_on_openreg_resumes_on_two_cpu_processes_to_the_same_weights(
     runs: Path, cpu_runs: Path
 ) -> None:
-    """The portability users ask for: a sharded checkpoint written mid-run by 2 openreg
-    processes (step 5 of 12) resumes on 2 CPU processes, and the run ends with the weights of the
-    run never stopped, on either device type."""
+    """A sharded checkpoint written mid-run on openreg resumes on CPUs to the unstopped weights.
+
+    Written by 2 openreg processes at step 5 of 12, resumed on 2 CPU processes; the run ends with
+    the weights of the run never stopped, on either device type.
+    """
     assert report(runs, "plain-cut", 0)["stopped"] == "stopped at step 7"
     resumed = report(cpu_runs, "plain-resumed", 0)
     assert resumed["device"] == "cpu" and resumed["global_step"] == 12
@@ -187,8 +192,10 @@ def test_a_run_cut_on_openreg_resumes_on_two_cpu_processes_to_the_same_weights(
 def test_a_checkpoint_written_on_openreg_resumes_on_the_cpu_in_one_process(
     runs: Path, tmp_path: Path
 ) -> None:
-    """The portability users ask for: a sharded checkpoint written by 2 openreg processes loads
-    into one CPU process, sharded (a 1-process mesh) or not."""
+    """A sharded checkpoint written by 2 openreg processes loads into one CPU process.
+
+    Sharded (a 1-process mesh) or not.
+    """
     import sys
 
     from torch.utils.data import DataLoader

@@ -1,9 +1,11 @@
-"""issue 35, item 3: ``examples/custom_accelerator.py``'s own line, ``accelctl launch --devices 2
-examples/custom_accelerator.py``, on a machine where torch_openreg 0.0.3 is installed, so that
-the launcher's ``"auto"`` is openreg. The launcher hands its children openreg's devices
+"""``accelctl launch`` of a script with its own instance gives it one device per process.
+
+``examples/custom_accelerator.py``'s own line, ``accelctl launch --devices 2
+examples/custom_accelerator.py``, on a machine where torch_openreg 0.0.3 is installed, so that the
+launcher's ``"auto"`` is openreg. The launcher hands its children openreg's devices
 (``ACCELCTL_ACCELERATOR=privateuse1``, ``ACCELCTL_DEVICES='0,1'``); the script passes its own
-instance, a CPU-like accelerator the launcher could not see, which takes one device per process
-of the launch, as in a plain torchrun child, instead of refusing openreg's indices.
+instance, a CPU-like accelerator the launcher could not see, which takes one device per process of
+the launch, as in a plain torchrun child, instead of refusing openreg's indices.
 """
 
 from __future__ import annotations

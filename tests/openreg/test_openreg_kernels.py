@@ -1,7 +1,9 @@
-"""issue 45: a device that lacks kernels (torch_openreg 0.0.3: no convolution; placeholder
-attention kernels) stops with accelctl's one line, or, with ``ACCELCTL_CPU_FALLBACK=1``, runs the
-missing kernels on the CPU and ends with the CPU run's weights, in one process and under
-``accelctl launch`` on its two devices."""
+"""A device that lacks kernels stops with one line, or runs them on the CPU with the fallback.
+
+torch_openreg 0.0.3: no convolution, placeholder attention kernels. It stops with accelctl's one
+line, or, with ``ACCELCTL_CPU_FALLBACK=1``, runs the missing kernels on the CPU and ends with the
+CPU run's weights, in one process and under ``accelctl launch`` on its two devices.
+"""
 
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ def result(out: Path, rank: int = 0) -> dict[str, Any]:
 def cpu_run(
     occl_machine: UserMachine, tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[[str], dict[str, Any]]:
-    """``cpu_run(model)``: the model's run on the CPU, made once for the module's tests, what a
-    run with the fallback must end with (the CPU's kernels are torch's, whichever
-    torch_openreg wheel is installed beside it)."""
+    """``cpu_run(model)``: the model's run on the CPU, made once for the module's tests.
+
+    What a run with the fallback must end with (the CPU's kernels are torch's, whichever
+    torch_openreg wheel is installed beside it).
+    """
     made: dict[str, dict[str, Any]] = {}
 
     def get(model: str) -> dict[str, Any]:
@@ -75,9 +79,11 @@ def test_cv_example_stops_at_once_with_one_line_naming_the_convolution(
 
 
 def learned(done: Any) -> list[tuple[str, dict[str, str]]]:
-    """Each epoch's figures but the timings, from the Trainer's line (``accelctl: epoch 1/2
-    (step 23): train_loss 1.784, flops_per_second ..., 123.5 samples/s``), and the final
-    accuracy the example prints."""
+    """Return each epoch's figures but the timings, and the final accuracy the example prints.
+
+    The figures come from the Trainer's line (``accelctl: epoch 1/2 (step 23): train_loss 1.784,
+    flops_per_second ..., 123.5 samples/s``).
+    """
     kept = ("train_loss", "val_loss", "val_accuracy")
     epochs = []
     for line in done.stderr.splitlines():
@@ -93,8 +99,10 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "missing-kernels.md"
 
 
 def test_the_pages_command_prints_the_pages_line(occl_machine: UserMachine) -> None:
-    """docs/missing-kernels.md's first command, run as the page shows it (from the clone's
-    root, ``python`` on the PATH), prints the page's line."""
+    """docs/missing-kernels.md's first command, run as the page shows it, prints the page's line.
+
+    From the clone's root, ``python`` on the PATH.
+    """
     text = PAGE.read_text()
     command = re.search(r"```console\n\$ (python examples/cv_example.py)\n```", text)
     shown = re.search(r"```text\n(accelctl: aten::convolution[^\n]*)\n```", text)

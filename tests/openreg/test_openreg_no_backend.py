@@ -1,8 +1,10 @@
-"""issue 20, item 4: the refusals of several processes on a device without a collective backend,
-on a real one: torch_openreg 0.0.1 (first on the path of the processes started here, before the
-suite's 0.0.3), where torch maps no backend to openreg and the generic ``privateuse1`` plugin
-therefore has none. accelctl's Trainer and ``accelctl launch`` each refuse, with accelctl's error,
-before any process trains (the bridges' refusals on it: ``tests/lightning`` and ``tests/hf``)."""
+"""Several processes on a device without a collective backend are refused before any trains.
+
+A real one: torch_openreg 0.0.1 (first on the path of the processes started here, before the suite's
+0.0.3), where torch maps no backend to openreg and the generic ``privateuse1`` plugin therefore has
+none. accelctl's Trainer and ``accelctl launch`` each refuse, with accelctl's error (the bridges'
+refusals on it: ``tests/lightning`` and ``tests/hf``).
+"""
 
 from __future__ import annotations
 

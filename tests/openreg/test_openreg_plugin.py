@@ -1,5 +1,8 @@
-"""issue 10 on a real out-of-tree backend: a third-party plugin for torch_openreg (2 devices, no
-distributed backend) works on every default path, or stops early with accelctl's own error."""
+"""A third-party plugin for torch_openreg works on every default path, or stops early.
+
+A real out-of-tree backend: 2 devices, no distributed backend; where it stops, it stops with
+accelctl's own error.
+"""
 
 from __future__ import annotations
 
@@ -121,8 +124,11 @@ def test_two_devices_are_refused_when_the_trainer_is_made(
 def test_validate_fails_a_declared_backend_that_cannot_carry_openreg_tensors(
     tmp_path: Path, openreg_plugin_target: Path
 ) -> None:
-    """Item 6: gloo refuses openreg tensors, so `launch --devices 2` would fail in every rank.
-    The same device under a plugin that claims a backend torch does not have for it."""
+    """A plugin that claims a backend torch lacks for openreg is refused before ``launch`` starts.
+
+    gloo refuses openreg tensors, so `launch --devices 2` would fail in every rank: the same device
+    under a plugin that claims such a backend.
+    """
     site = FakeSite(tmp_path / "site")
     site.install("accelctl-opengloo", {"opengloo": "fakeplugins.openreg_gloo:GlooForOpenreg"})
     done = UserMachine([Path(folder) for folder in site.path]).accelctl(

@@ -1,6 +1,7 @@
-"""issue 20, item 1: accelctl's Trainer and ``accelctl launch`` on 2 devices of a non-CPU
-accelerator with its own collective backend (torch_openreg 0.0.3, ``occl``), through the generic
-``privateuse1`` plugin.
+"""accelctl's Trainer and ``accelctl launch`` on 2 openreg devices with their own backend.
+
+A non-CPU accelerator with its own collective backend (torch_openreg 0.0.3, ``occl``), through the
+generic ``privateuse1`` plugin.
 
 One launch on 2 openreg devices: a ``restart`` fit whose rank 1 is killed once (torchrun
 starts the group again), then ``fp32`` and ``bf16`` fits and the ``cpu`` fit (the same model on

@@ -104,8 +104,10 @@ def train(run: str, attention: str | None = "eager", **arguments) -> Trainer:
 
 
 def attention_as_on_cpu(device: torch.device) -> bool:
-    """Whether ``scaled_dot_product_attention`` on ``device`` (its output and the gradients of
-    its inputs) equals the CPU's bit for bit."""
+    """Whether ``scaled_dot_product_attention`` on ``device`` equals the CPU's bit for bit.
+
+    Its output and the gradients of its inputs.
+    """
     generator = torch.Generator().manual_seed(1)
     inputs = [torch.randn(2, 2, 8, 8, generator=generator) for _ in range(3)]
     results = []

@@ -1,6 +1,8 @@
-"""The Ray bridge's tests. The in-process ones need no cluster; the ``ray``-marked ones read what
-one driver (``ray_run.py``) left after its runs on a real local Ray cluster (``raycluster.py``),
-started, used and stopped once per test session by whichever pytest-xdist worker asks first.
+"""The Ray bridge's tests: in-process ones, and ``ray``-marked ones on a real local cluster.
+
+The in-process ones need no cluster; the ``ray``-marked ones read what one driver (``ray_run.py``)
+left after its runs on a real local Ray cluster (``raycluster.py``), started, used and stopped once
+per test session by whichever pytest-xdist worker asks first.
 
 The cluster: a head whose workers cannot use the ``privateuse1`` plugin (``ACCELCTL_DISABLE``,
 as on a node where it is not installed), and a second node with torch_openreg 0.0.3's two devices,
@@ -50,13 +52,15 @@ NODE_VARIABLES = {
 
 
 def run_on_a_cluster(out: Path) -> None:
-    """Start the cluster, run the driver on it, stop it; what happened is left in ``out``
-    (``driver.json``, the nodes' logs), for the tests to assert: a failure here is recorded,
-    not raised, so that the other workers do not start the cluster again.
+    """Start the cluster, run the driver on it, stop it; leave what happened in ``out``.
+
+    ``driver.json`` and the nodes' logs, for the tests to assert: a failure here is recorded, not
+    raised, so that the other workers do not start the cluster again.
 
     It runs as on a Ray user's machine: a home whose ``~/.ray`` holds what ``ray.init()`` leaves
     there (an ``auth_token``), which the cluster's processes must not read (they have a home of
-    their own, ``RayCluster.home``)."""
+    their own, ``RayCluster.home``).
+    """
     user_home = out / "user-home"
     (user_home / ".ray").mkdir(parents=True)
     (user_home / ".ray" / "auth_token").write_text("a-token-of-another-cluster\n")
@@ -99,8 +103,10 @@ def run_on_a_cluster(out: Path) -> None:
 
 @pytest.fixture(autouse=True)
 def _excepthook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a ``TorchConfig`` made in a test installs (accelctl's one-line hook for the script's
-    end, and Ray's carrier of workers' errors) ends with the test."""
+    """End with the test what a ``TorchConfig`` made in it installs as excepthook.
+
+    accelctl's one-line hook for the script's end, and Ray's carrier of workers' errors.
+    """
     from accelctl._launching import error_line as _error_line
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)

@@ -1,5 +1,6 @@
-"""The Ray tests' driver for missing kernels: ``python ray_kernels_run.py OUT ADDRESS``, on the
-cluster at ADDRESS, after ``ray_run.py``'s runs.
+"""The Ray tests' driver for missing kernels, run after ``ray_run.py``'s runs.
+
+``python ray_kernels_run.py OUT ADDRESS``, on the cluster at ADDRESS.
 
 A model whose Conv2d needs a kernel torch_openreg lacks (0.0.3: no convolution), trained by
 ``accelctl.Trainer`` in 2 workers:

@@ -1,10 +1,12 @@
-"""A real Ray cluster on this machine for the tests: a head and a second node, each a ``ray start
---block`` process in a session of its own, on loopback, with free ports, no dashboard and small
-resources, in a temporary folder. Stopped by the ids of the processes it started, never by name
-(``ray stop`` would end every Ray process of the machine's user). Its processes have a home of
-their own in that folder (:attr:`RayCluster.home`): Ray reads and writes state there
-(``~/.ray/auth_token``, which a user's ``ray.init()`` leaves), and the user's must not reach the
-test cluster."""
+"""A real Ray cluster on this machine for the tests: a head and a second node.
+
+Each a ``ray start --block`` process in a session of its own, on loopback, with free ports, no
+dashboard and small resources, in a temporary folder. Stopped by the ids of the processes it
+started, never by name (``ray stop`` would end every Ray process of the machine's user). Its
+processes have a home of their own in that folder (:attr:`RayCluster.home`): Ray reads and writes
+state there (``~/.ray/auth_token``, which a user's ``ray.init()`` leaves), and the user's must not
+reach the test cluster.
+"""
 
 from __future__ import annotations
 
@@ -78,8 +80,10 @@ class RayCluster:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """SIGTERM each node's ``ray start`` (it stops its daemons), then SIGKILL whatever of
-        theirs is left: the processes it started, by id."""
+        """SIGTERM each node's ``ray start``, then SIGKILL whatever of theirs is left, by id.
+
+        ``ray start`` stops its daemons on SIGTERM; what is killed are the processes it started.
+        """
         started = set()
         for node in self.nodes:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -107,9 +111,12 @@ def ray_cluster(
     node_resources: Mapping[str, float],
     logs: Path,
 ) -> Iterator[RayCluster]:
-    """A head (one CPU, the resource ``no_openreg``) and a second node (two CPUs and
-    ``node_resources``), stopped and removed on the way out, whatever happened; the nodes' own
-    output is left in ``logs``."""
+    """Start a head and a second node; stop and remove them on the way out.
+
+    The head has one CPU and the resource ``no_openreg``; The second node has two CPUs and
+    ``node_resources``; they are removed whatever happened; the nodes' own output is left in
+    ``logs``.
+    """
     # Not under pytest's folders: Ray's sockets live in its folder, and a socket's path is at
     # most 107 bytes.
     cluster = RayCluster(Path(tempfile.mkdtemp(prefix="accelctl-ray-")))

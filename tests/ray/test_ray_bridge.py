@@ -1,6 +1,9 @@
-"""The Ray bridge in this process, without a cluster: the resources a node advertises (the helper
-and ``accelctl ray-resources``), what a worker takes and hands to accelctl, the refusals, the
-``TorchConfig``. Ray's worker context is not needed: the placement takes the ranks as given."""
+"""The Ray bridge in this process, without a cluster.
+
+The resources a node advertises (the helper and ``accelctl ray-resources``), what a worker takes and
+hands to accelctl, the refusals, the ``TorchConfig``. Ray's worker context is not needed: the
+placement takes the ranks as given.
+"""
 
 from __future__ import annotations
 
@@ -265,8 +268,10 @@ def test_a_training_functions_other_error_leaves_it_as_it_is(worker: None) -> No
 def test_the_driver_shows_a_workers_missing_kernel_as_accelctls_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Ray's own WorkerGroupError, as fit() raises it in the driver: the lowest rank's
-    MissingKernelError is the line where the script ends on it; other errors stay Ray's."""
+    """Ray's WorkerGroupError ends the script on the lowest rank's MissingKernelError line.
+
+    As fit() raises it in the driver; other errors stay Ray's.
+    """
     import ray.train
 
     from accelctl.integrations.ray import TorchConfig
@@ -453,8 +458,10 @@ def test_a_warning_names_the_hosts_whose_nodes_each_advertise_the_devices() -> N
 
 
 class LocalCheckpoint:
-    """What the bridge reads of a ``ray.train.Checkpoint`` in a folder: its file system's kind
-    and its path (Ray's own class, made without a Ray session)."""
+    """What the bridge reads of a ``ray.train.Checkpoint`` in a folder: file system kind and path.
+
+    Ray's own class, made without a Ray session.
+    """
 
     def __init__(self, path: Path) -> None:
         import ray.train

@@ -1,10 +1,12 @@
-"""Ray Train's ``TorchTrainer`` on a plugin's devices, on a real local Ray cluster (a head and a
-second node, ``conftest.py``), read from what one driver's runs left (``ray_run.py``): 2
-workers on 2 openreg devices over occl, one of them killed once mid-run and restarted by Ray;
-the same on 2 CPU workers, never stopped; a run whose first ``fit()`` fails and whose second
-resumes from Ray's checkpoint; the Trainer on a Ray Data shard; a worker on a node without the
-plugin; and, from a second driver (``ray_kernels_run.py``), a Conv2d openreg lacks a kernel for,
-with the driver's CPU fallback and without it."""
+"""Ray Train's ``TorchTrainer`` on a plugin's devices, on a real local Ray cluster.
+
+A head and a second node (``conftest.py``), read from what one driver's runs left (``ray_run.py``):
+2 workers on 2 openreg devices over occl, one of them killed once mid-run and restarted by Ray; the
+same on 2 CPU workers, never stopped; a run whose first ``fit()`` fails and whose second resumes
+from Ray's checkpoint; the Trainer on a Ray Data shard; a worker on a node without the plugin; and,
+from a second driver (``ray_kernels_run.py``), a Conv2d openreg lacks a kernel for, with the
+driver's CPU fallback and without it.
+"""
 
 from __future__ import annotations
 
@@ -150,16 +152,21 @@ def test_a_worker_on_a_node_without_the_plugin_is_refused_with_accelctls_error(
 
 
 def driver_lines(stderr: str) -> list[str]:
-    """The driver's own lines of ``stderr``: not what Ray forwards from its actors, each
-    prefixed with the actor (``(RayTrainWorker pid=...)``, coloured)."""
+    """Return the driver's own lines of ``stderr``, not what Ray forwards from its actors.
+
+    Ray prefixes each forwarded line with the actor (``(RayTrainWorker pid=...)``, coloured).
+    """
     return [line for line in stderr.splitlines() if not line.startswith(("\x1b[", "("))]
 
 
 def test_a_workers_missing_kernel_ends_the_drivers_script_with_accelctls_one_line(
     ray_runs: Path,
 ) -> None:
-    """issue 45: Ray's WorkerGroupError carries the workers' MissingKernelError; the driver that
-    ends on it shows accelctl's line, its ways out in Ray Train's words, and no traceback."""
+    """A driver ending on Ray's WorkerGroupError shows accelctl's line, in Ray Train's words.
+
+    The error carries the workers' MissingKernelError; the line has its ways out in Ray Train's
+    words, and no traceback.
+    """
     record = json.loads((ray_runs / "kernels.json").read_text())
     stderr = record["stderr"]
     assert record["returncode"] == 1, stderr[-4000:]

@@ -78,9 +78,12 @@ class SlurmCluster:
         return self.root / "slurm.conf"
 
     def environ(self, **extra: str) -> dict[str, str]:
-        """The environment of a command run on this cluster: the caller's, without any scheduler's,
-        launcher's or accelctl's variables, one CPU thread per process (the weights of runs with
-        different process counts then agree bit for bit), and this cluster's ``SLURM_CONF``."""
+        """Return the environment of a command run on this cluster.
+
+        The caller's, without any scheduler's, launcher's or accelctl's variables, one CPU thread
+        per process (the weights of runs with different process counts then agree bit for bit), and
+        this cluster's ``SLURM_CONF``.
+        """
         env = {
             key: value
             for key, value in os.environ.items()
@@ -151,8 +154,10 @@ class SlurmCluster:
 
 
 def start_cluster(root: Path) -> SlurmCluster:
-    """Start munged, slurmctld and a slurmd per node under ``root``; return once both nodes are
-    idle (typically a second or two)."""
+    """Start munged, slurmctld and a slurmd per node under ``root``; return once all are idle.
+
+    Typically a second or two.
+    """
     cluster = SlurmCluster(root)
     try:
         _start(cluster)

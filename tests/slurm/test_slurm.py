@@ -29,8 +29,10 @@ PYTHON = sys.executable
 
 @pytest.fixture(scope="session")
 def reference(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One machine, ``accelctl launch --cpu --devices 2``, outside SLURM: made once per run (the
-    first worker that needs it; the others wait for it under a lock)."""
+    """Run ``accelctl launch --cpu --devices 2`` on one machine, outside SLURM, once per run.
+
+    The first worker that needs it makes it; the others wait for it under a lock.
+    """
     base = tmp_path_factory.getbasetemp()
     folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     out = folder / "slurm-reference"

@@ -1,7 +1,9 @@
-"""``accelctl.capabilities``: each probe of the capability matrix, in this process on the CPU, and
-its "no" branches through fake device modules. The collective and compile probes' "yes" on a real
-group are asserted by the matrix's run on the CPU plugin (test_capabilities_matrix.py), where
-they run in a process of their own."""
+"""``accelctl.capabilities``: each probe of the matrix, on the CPU, and its "no" branches.
+
+In this process; the "no" branches through fake device modules. The collective and compile probes'
+"yes" on a real group are asserted by the matrix's run on the CPU plugin
+(test_capabilities_matrix.py), where they run in a process of their own.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +42,11 @@ def probe(name: str, device_type: str = "cpu", backend: str | None = "gloo", **m
 
 @pytest.mark.parametrize("module", [capabilities, matrix], ids=lambda m: m.__name__)
 def test_torch_is_imported_inside_the_probes_only(module: types.ModuleType) -> None:
-    """`accelctl validate` (and its --help) loads both modules: no torch at their module level
-    (an import under ``if TYPE_CHECKING:`` is not at module level)."""
+    """The probes' modules import torch inside the probes only, never at module level.
+
+    `accelctl validate` (and its --help) loads both modules; an import under ``if TYPE_CHECKING:``
+    is not at module level.
+    """
     assert module.__file__ is not None
     tree = ast.parse(Path(module.__file__).read_text())
     imported = [alias.name for node in tree.body if isinstance(node, ast.Import)
@@ -276,8 +281,10 @@ def test_a_backend_not_registered_for_the_device_makes_no_group(backend: str, wh
 def test_compile_without_an_inductor_backend_is_the_eager_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A device with no code generator (torch_openreg): dynamo traces it with backend="eager"
-    and inductor has nothing registered. Faked, so no compiler is imported here."""
+    """A device with no code generator: dynamo traces it with backend="eager", inductor has none.
+
+    torch_openreg's shape; faked, so no compiler is imported here.
+    """
     asked: list[str] = []
     common = types.ModuleType("torch._inductor.codegen.common")
     common.init_backend_registration = lambda: None

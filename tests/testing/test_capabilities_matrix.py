@@ -1,6 +1,8 @@
-"""The capability matrix, ``accelctl validate --capabilities``: each available plugin probed in a
-fresh process of its own, the others listed as they are; a probe that crashes or hangs is a row
-saying so, never the command's end; the exit status; the pytest class's ``expected_capabilities``.
+"""The capability matrix, ``accelctl validate --capabilities``: each plugin in its own process.
+
+Each available plugin in a fresh process, the others listed as they are; a probe that crashes or
+hangs is a row saying so, never the command's end; the exit status; the pytest class's
+``expected_capabilities``.
 
 What the child reports is read in this process (``matrix._report_of``) and tested here without a
 child; the runs that start probe processes (the CPU plugin, two hostile plugins) are ``slow``, one

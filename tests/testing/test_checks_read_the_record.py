@@ -1,5 +1,8 @@
-"""The conformance checks ask the registry to load a plugin and read from its record how far
-loading got: the plugin's code runs once, as the registry ran it, never a second time."""
+"""The conformance checks read how far loading got from the registry's record; code runs once.
+
+The checks ask the registry to load a plugin; the plugin's code runs as the registry ran it, never a
+second time.
+"""
 
 from __future__ import annotations
 

@@ -369,9 +369,12 @@ def test_the_backend_check_skips_without_the_hardware(fake_site: FakeSite) -> No
 def test_detect_is_fast_times_the_vendor_runtime_torch_autoloads(
     fake_site: FakeSite, tmp_path: Path
 ) -> None:
-    """The runtime's import is the plugin's cost: charged to the first detect(), not hidden by
-    importing torch (with its backends) before the clock starts. A fresh process, since torch
-    must not be imported yet; TORCH_DEVICE_BACKEND_AUTOLOAD is on there, as on a user's machine."""
+    """The runtime's import is charged to the first detect(), not hidden by importing torch first.
+
+    The plugin's cost: torch (with its backends) is not imported before the clock starts. A fresh
+    process, since torch must not be imported yet; TORCH_DEVICE_BACKEND_AUTOLOAD is on there, as on
+    a user's machine.
+    """
     fake_site.install(
         "slow-runtime", {"slow": "fakeplugins.slow_runtime:_autoload"}, group="torch.backends"
     )

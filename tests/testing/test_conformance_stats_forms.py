@@ -1,5 +1,7 @@
-"""The ``device_stats`` conformance check calls the hook with both forms of a device: the
-``torch.device`` the Trainer passes and the string ``accelctl stats`` passes without torch."""
+"""The ``device_stats`` conformance check calls the hook with both forms of a device.
+
+The ``torch.device`` the Trainer passes and the string ``accelctl stats`` passes without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The conformance kit ships with the core and needs no extra: ``accelctl validate`` and
-``accelctl.testing.validate`` run without pytest; only the pytest class's tests need it (extra
-``accelctl[testing]``). pytest's absence is simulated in a fresh interpreter
-(``sys.modules["pytest"] = None``), whatever is installed."""
+"""The conformance kit needs no extra: ``validate`` runs without pytest; the pytest class needs it.
+
+``accelctl validate`` and ``accelctl.testing.validate`` ship with the core; the pytest class's tests
+need the extra ``accelctl[testing]``. pytest's absence is simulated in a fresh interpreter
+(``sys.modules["pytest"] = None``), whatever is installed.
+"""
 
 from __future__ import annotations
 

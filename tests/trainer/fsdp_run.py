@@ -1,5 +1,7 @@
-"""accelctl's Trainer with ``strategy="fsdp"``, for the tests: ``accelctl launch --cpu --devices 2
-fsdp_run.py OUT RUN[,RUN] [CHECKPOINT]`` (or on another accelerator, ``--accelerator``).
+"""accelctl's Trainer with ``strategy="fsdp"``, for the tests, under ``accelctl launch``.
+
+``accelctl launch --cpu --devices 2 fsdp_run.py OUT RUN[,RUN] [CHECKPOINT]`` (or on another
+accelerator, ``--accelerator``).
 
 Each RUN trains the same model (same seed, same data) into ``OUT/<run>/``, then every process
 writes ``rank<r>.pt`` (the final weights, gathered whole) and ``rank<r>.json`` (what it saw):
@@ -44,8 +46,10 @@ class Stop(Exception):
 
 
 class Net(nn.Module):
-    """Blocks in a ``ModuleList`` (each its own FSDP unit), a parameter of the root's own (the
-    root's unit), dropout (the random states a resume restores)."""
+    """Blocks in a ``ModuleList`` (each an FSDP unit), a parameter of the root's own, and dropout.
+
+    The root's parameter is the root's unit; dropout's random states are what a resume restores.
+    """
 
     def __init__(self, stop_at: int | None = None, dropout: float = 0.2) -> None:
         super().__init__()

@@ -1,5 +1,6 @@
-"""Stopped and resumed fits of accelctl's Trainer, for the exact-resume tests (imported by path:
-tests are not a package; also run by ``resume_run.py`` under ``accelctl launch``).
+"""Stopped and resumed fits of accelctl's Trainer, for the exact-resume tests.
+
+Imported by path (tests are not a package); also run by ``resume_run.py`` under ``accelctl launch``.
 
 A :class:`Case` is a loader, a way to stop and a step: the fit stops there (an exception at a
 step, one at the first step after an epoch's end, or the requeue signal), is resumed with
@@ -50,8 +51,10 @@ def steps_per_epoch() -> int:
 
 
 class StatefulSampler(Sampler[int]):
-    """Shuffles with a ``random.Random`` of its own (no torch generator), saved by
-    ``state_dict``: its order can be restored only through that state."""
+    """A sampler shuffling with its own ``random.Random``, restorable only through ``state_dict``.
+
+    No torch generator: its order can be restored only through that state.
+    """
 
     def __init__(self, count: int, seed: int = 5) -> None:
         self.count, self.random = count, random.Random(seed)
@@ -118,8 +121,10 @@ def make_loader(kind: str) -> DataLoader[Any]:
 
 
 class Net(nn.Module):
-    """Two blocks (FSDP units), dropout, and Python's and NumPy's random numbers in the loss:
-    every random source a resume restores. Stops at step ``stop_at`` as ``how`` says."""
+    """Two blocks (FSDP units), dropout, and Python's and NumPy's random numbers in the loss.
+
+    Every random source a resume restores. Stops at step ``stop_at`` as ``how`` says.
+    """
 
     def __init__(self, stop_at: int = 0, how: str = "step") -> None:
         super().__init__()
@@ -197,10 +202,12 @@ def uninterrupted(loader: str, fsdp: bool, root: Path) -> dict[str, torch.Tensor
 def stopped_and_resumed(
     case: Case, root: Path
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
-    """The final weights of ``case``'s fit, stopped and resumed; the checkpoint it resumed from
-    (its ``epoch``, ``batches_done`` and ``global_step``), read by rank 0 only (None elsewhere):
-    rank 0 writes ``last.ckpt``, and another rank may stop at its next step while rank 0 still
-    replaces the file (the resumed fit reads it after rank 0 has planned the run)."""
+    """Return the final weights of ``case``'s stopped and resumed fit, and its checkpoint.
+
+    The checkpoint's ``epoch``, ``batches_done`` and ``global_step``, read by rank 0 only (None
+    elsewhere): rank 0 writes ``last.ckpt``, and another rank may stop at its next step while rank 0
+    still replaces the file (the resumed fit reads it after rank 0 has planned the run).
+    """
     seed_everything(0)
     try:
         case.trainer(root).fit(Net(case.stop_step, case.stop), make_loader(case.loader))

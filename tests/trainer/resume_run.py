@@ -1,13 +1,13 @@
-"""The exact-resume property on several processes: ``accelctl launch --cpu --devices 2
-resume_run.py OUT ddp|fsdp``.
+"""The exact-resume property on several processes, under ``accelctl launch``.
 
-Every process draws the same examples (hypothesis, derandomized, not shrunk: all stay in step,
-for the fits are collective), runs each stopped and resumed fit and compares its final weights
-with the uninterrupted fit's of its loader; a difference fails the launch. A failure ends its
-process at once, its traceback printed: hypothesis would go on to the next example (or run the
-failing one again) in that process alone, while the others are still in the failed one's fits,
-and they would wait for it until the collective timeout, twice (seen). Rank 0 writes
-``OUT/checked.txt``, a line per example checked.
+``accelctl launch --cpu --devices 2 resume_run.py OUT ddp|fsdp``.
+
+Every process draws the same examples (hypothesis, derandomized, not shrunk: all stay in step, for
+the fits are collective), runs each stopped and resumed fit and compares its final weights with the
+uninterrupted fit's of its loader; a difference fails the launch. A failure ends its process at
+once, its traceback printed: hypothesis would go on to the next example (or run the failing one
+again) in that process alone, while the others would wait for it in the failed one's fits until the
+collective timeout. Rank 0 writes ``OUT/checked.txt``, a line per example checked.
 """
 
 from __future__ import annotations

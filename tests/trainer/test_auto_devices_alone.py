@@ -1,7 +1,8 @@
-"""``devices="auto"`` in a process started alone (``python train.py``, no launcher) with two
-devices installed (issue 26): the Trainer runs on the first, and says once how to use both;
-an explicit ``devices=2`` alone stays an error. Messages name the accelerator as the user knows
-it (an out-of-tree backend's own name, not the plugin's ``privateuse1``).
+"""``devices="auto"`` in a process alone with two devices runs on the first, and says so once.
+
+``python train.py``, no launcher: the Trainer runs on the first device and says once how to use
+both; an explicit ``devices=2`` alone stays an error. Messages name the accelerator as the user
+knows it (an out-of-tree backend's own name, not the plugin's ``privateuse1``).
 
 The plugin here (``fakeplugins.slots``) is such a backend's shape: canonical name ``slot``, its
 devices' type (and the alias it answers to) ``twin``; its devices are CPU devices, so nothing

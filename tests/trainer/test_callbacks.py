@@ -1,6 +1,9 @@
-"""The Trainer's callbacks: one report per point where a fit wrote a line of ``metrics.jsonl``
-or a checkpoint, with what it wrote; the process's callbacks that a bridge installs; the
-refusals of what cannot be a callback or a loader, before anything is set up."""
+"""The Trainer's callbacks: a report per line or checkpoint written, a bridge's, and the refusals.
+
+One report per point where a fit wrote a line of ``metrics.jsonl`` or a checkpoint, with what it
+wrote; the process's callbacks that a bridge installs; the refusals of what cannot be a callback or
+a loader, before anything is set up.
+"""
 
 from __future__ import annotations
 
@@ -136,8 +139,7 @@ def test_what_cannot_be_a_callback_is_refused_when_the_trainer_is_made(
 
 
 class RayDataLikeIterator:
-    """What Ray Data's per-worker ``DataIterator`` offers: batches through a method, no
-    ``__iter__`` of its own."""
+    """Ray Data's per-worker ``DataIterator``: batches through a method, no ``__iter__``."""
 
     def iter_torch_batches(self, **options: Any) -> Iterator[Any]:
         yield from DataLoader(separable(16), batch_size=8)

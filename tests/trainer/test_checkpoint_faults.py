@@ -1,6 +1,8 @@
-"""Checkpoints under the faults a cluster user meets: a full disk (a small tmpfs), a file-size
-limit, a write killed half-way, a truncated or foreign file (docs/training.md, "Checkpoints and
-resuming")."""
+"""Checkpoints under the faults a cluster user meets.
+
+A full disk (a small tmpfs), a file-size limit, a write killed half-way, a truncated or foreign file
+(docs/training.md, "Checkpoints and resuming").
+"""
 
 from __future__ import annotations
 
@@ -103,8 +105,10 @@ def test_a_full_disk_is_a_checkpoint_error_naming_the_path_the_cause_and_the_las
 
 
 def test_a_file_size_limit_is_named_with_its_size(tmp_path: Path) -> None:
-    """``ulimit -f`` of a job, in a process of its own that ignores SIGXFSZ (as Python does):
-    writes past the limit fail with EFBIG."""
+    """A write past a job's file-size limit fails with EFBIG, named with the limit's size.
+
+    ``ulimit -f`` of a job, in a process of its own that ignores SIGXFSZ (as Python does).
+    """
     script = textwrap.dedent(
         f"""
         import resource, signal, sys
@@ -149,8 +153,10 @@ def test_a_file_size_limit_is_named_with_its_size(tmp_path: Path) -> None:
 def test_a_killed_writes_temporary_file_is_removed_when_the_run_is_resumed(
     tmp_path: Path,
 ) -> None:
-    """A write killed half-way (SIGKILL in torch.save) leaves its temporary file; the fit that
-    continues the run removes it before it trains."""
+    """A write killed half-way leaves its temporary file; the continuing fit removes it first.
+
+    SIGKILL in torch.save; the continuing fit removes the file before it trains.
+    """
     script = textwrap.dedent(
         f"""
         import os, signal, sys
@@ -266,8 +272,10 @@ def test_a_file_of_random_bytes_is_not_a_checkpoint(
 
 
 def test_a_checkpoint_of_another_kind_still_names_weights_only(tmp_path: Path) -> None:
-    """A torch.save file of a whole module (not tensors and containers) is refused with what
-    weights_only allows, not as corrupt."""
+    """A torch.save file of a whole module is refused with what weights_only allows, not as corrupt.
+
+    A whole module, not tensors and containers.
+    """
     other = tmp_path / "module.ckpt"
     torch.save({"format": 1, "model": nn.Linear(2, 2)}, other)
     with pytest.raises(CheckpointError, match=r"weights_only=True\), which refuses anything"):

@@ -174,8 +174,11 @@ def test_without_a_restart_a_fit_starts_afresh_and_last_warns_when_missing(
 
 
 def test_the_warnings_of_a_resume_point_at_the_fit_call(tmp_path: Path) -> None:
-    """A checkpoint of two processes resumed by one, into a loader with a generator of its own
-    that the checkpoint's loader lacked: each warning names the line that called fit."""
+    """Each warning of a resume names the line that called fit.
+
+    A checkpoint of two processes resumed by one, into a loader with a generator of its own that the
+    checkpoint's loader lacked.
+    """
     seed_everything(0)
     with pytest.raises(Stop):
         trainer(tmp_path, checkpoint_every_n_steps=5).fit(

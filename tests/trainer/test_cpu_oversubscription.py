@@ -1,5 +1,7 @@
-"""More CPU processes than cores: one warning, before any process starts, from ``accelctl launch``
-and ``accelctl.launch`` alike; never a refusal."""
+"""More CPU processes than cores: one warning before any process starts, never a refusal.
+
+From ``accelctl launch`` and ``accelctl.launch`` alike.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Exact resume from every checkpoint the Trainer writes (an epoch's end, mid-epoch, on the
-requeue signal), for every loader the docs allow, in one process and in two, with and without
-FSDP: the resumed fit ends with the weights of the fit that never stopped, bit for bit on the
-CPU (docs/training.md, "Checkpoints and resuming")."""
+"""Exact resume from every checkpoint the Trainer writes, for every loader the docs allow.
+
+An epoch's end, mid-epoch, on the requeue signal; in one process and in two, with and without FSDP:
+the resumed fit ends with the weights of the fit that never stopped, bit for bit on the CPU
+(docs/training.md, "Checkpoints and resuming").
+"""
 
 from __future__ import annotations
 
@@ -45,8 +47,10 @@ LAUNCH_TIMEOUT_S = 900
 
 @pytest.fixture(scope="module", autouse=True)
 def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """hypothesis's own files (its cache of constants, even without a database) in a folder of
-    the tests', not in the working directory."""
+    """Keep hypothesis's own files in a folder of the tests', not in the working directory.
+
+    Its cache of constants, even without a database.
+    """
     from hypothesis.configuration import set_hypothesis_home_dir
 
     set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
@@ -56,8 +60,10 @@ def hypothesis_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], Any]:
-    """The final weights of the uninterrupted fit of a loader (with FSDP or not), each computed
-    once for the module."""
+    """Return the final weights of a loader's uninterrupted fit (FSDP or not).
+
+    Each computed once for the module.
+    """
     done: dict[tuple[str, bool], dict[str, torch.Tensor]] = {}
 
     def weights(loader: str, fsdp: bool) -> dict[str, torch.Tensor]:
@@ -133,8 +139,10 @@ def test_property_any_stop_and_loader_resumes_to_the_uninterrupted_weights(
 def test_property_two_processes_resume_to_the_uninterrupted_weights(
     tmp_path: Path, fsdp: bool
 ) -> None:
-    """The property on 2 processes under ``accelctl launch`` (``resume_run.py`` draws the same
-    examples in both, and fails the launch on a difference)."""
+    """The resume property holds on 2 processes under ``accelctl launch``.
+
+    ``resume_run.py`` draws the same examples in both, and fails the launch on a difference.
+    """
     env = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}
     env.pop("SLURM_JOB_ID", None)  # the requeue signal stops the fit, requeues nothing
     env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(tmp_path / "hypothesis")  # not the working dir

@@ -1,5 +1,6 @@
-"""The shape of the Trainer's code (issue 27): a fit's state lives in one object, not in long
-argument lists, and the training path's modules import each other one way, with no cycle.
+"""The shape of the Trainer's code: a fit's state in one object, and imports one way, no cycle.
+
+Not in long argument lists; the training path's modules import each other one way.
 
 Read from the source with ``ast``: every ``def`` counts, nested ones and methods too, and every
 import statement, at module level, inside a function or under ``TYPE_CHECKING`` alike (a cycle
@@ -94,8 +95,11 @@ def is_module(name: str, root: Path) -> bool:
 
 
 def test_no_function_of_the_training_path_takes_more_than_six_parameters() -> None:
-    """State that lives across calls is an object (a fit): its methods read it, rather than a
-    dozen arguments threaded through functions (STYLE.md)."""
+    """No function of the training path takes more than six parameters.
+
+    State that lives across calls is an object (a fit): its methods read it, rather than a dozen
+    arguments threaded through functions (STYLE.md).
+    """
     offenders = {
         name: count
         for name, count in long_signatures(TRAINING_PATH).items()
@@ -125,8 +129,11 @@ def test_the_counting_sees_long_signatures_nested_ones_and_keyword_only_ones() -
 
 
 def test_the_training_path_imports_accelctls_modules_at_module_level() -> None:
-    """Imports inside functions are for heavy or optional third-party modules (torch, tqdm,
-    NumPy), never to hide a cycle among accelctl's own modules."""
+    """The training path imports accelctl's own modules at module level, never inside functions.
+
+    Imports inside functions are for heavy or optional third-party modules (torch, tqdm, NumPy),
+    never to hide a cycle among accelctl's own modules.
+    """
     hidden = [
         f"{module_name(path)} imports {name} inside a function"
         for path in TRAINING_PATH
@@ -137,8 +144,10 @@ def test_the_training_path_imports_accelctls_modules_at_module_level() -> None:
 
 
 def attributes_set_later(source: str) -> dict[str, list[str]]:
-    """Per class of ``source``: the ``self`` attributes that ``__init__`` only declares (an
-    annotation without a value) or that another method sets first."""
+    """Per class of ``source``, list the ``self`` attributes that ``__init__`` does not set.
+
+    Those it only declares (an annotation without a value) or that another method sets first.
+    """
     found: dict[str, list[str]] = {}
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.ClassDef):
@@ -177,9 +186,11 @@ def attributes_set_later(source: str) -> dict[str, list[str]]:
 
 
 def test_a_fit_sets_every_attribute_when_it_is_made() -> None:
-    """Issue 49: a fit's state is whole from the start: what the set-up builds is one record
-    (``fit_state.Training``) handed to the epochs, never attributes left unset until a later
-    phase fills them in."""
+    """A fit's state is whole from the start: the set-up builds one record handed to the epochs.
+
+    The record is ``fit_state.Training``; never attributes left unset until a later phase fills them
+    in.
+    """
     for name in ("fit.py", "epochs.py"):
         late = attributes_set_later((PACKAGE / "_training" / name).read_text())
         assert not late, f"_training/{name}: {late}"

@@ -1,5 +1,7 @@
-"""``Trainer(strategy="fsdp")``: FSDP2 on 2 CPU processes against a hand-written ``fully_shard``
-loop, sharded checkpoints that resume bit for bit and load into one process, and the refusals.
+"""``Trainer(strategy="fsdp")``: FSDP2 on 2 CPU processes against a hand-written loop, and more.
+
+Against a hand-written ``fully_shard`` loop; sharded checkpoints that resume bit for bit and load
+into one process; and the refusals.
 
 The multi-process tests read one launch of 2 processes (``fsdp_run.py``), made once per session.
 """
@@ -57,8 +59,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def local_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A model's weights after a fit in one process, sharded or not (a 1-process mesh's shard
-    is the whole tensor: no collective needed, the fit's group is gone)."""
+    """Return a model's weights after a fit in one process, sharded or not.
+
+    A 1-process mesh's shard is the whole tensor: no collective needed, the fit's group is gone.
+    """
     from torch.distributed.tensor import DTensor
 
     return {

@@ -1,5 +1,8 @@
-"""The parts of a hang's report on their own: who did not arrive, and the launcher passing a
-scheduler's warning signal on. The whole report, from a real hang, is in ``test_supervision.py``."""
+"""The parts of a hang's report on their own: who did not arrive, and the warning signal passed on.
+
+The launcher passes a scheduler's warning signal on. The whole report, from a real hang, is in
+``test_supervision.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""An ``accelctl.Accelerator`` passed as an object (no entry point), whose ``distributed_backend``
-torch does not have for its devices, and the devices a launched script's own instance takes
-(issue 35, item 3).
+"""An Accelerator passed as an object, its backend wrong for its devices, and its devices launched.
+
+An ``accelctl.Accelerator`` with no entry point, whose ``distributed_backend`` torch does not have
+for its devices, and the devices a launched script's own instance takes.
 
 - ``accelctl.launch(function, accelerator=instance, devices=2)`` holds the instance: it refuses
   before it starts a process, with advice that works for an object (no `accelctl validate

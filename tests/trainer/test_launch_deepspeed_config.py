@@ -1,7 +1,9 @@
-"""issue 47, item 2: ``accelctl launch`` refuses a DeepSpeed config named on the script's command
-line that cannot run on the selected device, before any process starts, in the words the
-DeepSpeed bridge uses in each process (accelctl._deepspeed.refusals). The device is a plugin's
-``meta`` device (fakeplugins.figures.SensorGpu): not the CPU, and without float64 values."""
+"""``accelctl launch`` refuses a DeepSpeed config the device cannot run, before any process starts.
+
+The config is named on the script's command line; the refusal is in the words the DeepSpeed bridge
+uses in each process (accelctl._deepspeed.refusals). The device is a plugin's ``meta`` device
+(fakeplugins.figures.SensorGpu): not the CPU, and without float64 values.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +35,10 @@ pathlib.Path(sys.argv[1], {STARTED!r}).write_text(json.dumps(sys.argv[2:]))
 
 @pytest.fixture
 def meta_gpu(fake_site: FakeSite, monkeypatch: pytest.MonkeyPatch) -> FakeSite:
-    """A plugin whose devices are ``meta:0`` and ``meta:1``, and no C++ compiler to build
-    DeepSpeed's CPU ops with."""
+    """Install a plugin whose devices are ``meta:0`` and ``meta:1``; hide any C++ compiler.
+
+    No compiler to build DeepSpeed's CPU ops with.
+    """
     fake_site.install("accelctl-metagpu", {"metagpu": "fakeplugins.figures:SensorGpu"})
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     return fake_site

@@ -19,8 +19,10 @@ from launch_functions import where_am_i
 
 
 def launch_in_fresh_interpreter(case: str, root: Path) -> dict[str, Any]:
-    """Run a fork-based launch from a fresh interpreter (see launch_functions.py for why), with
-    ``root/tmp`` as its temporary folder."""
+    """Run a fork-based launch from a fresh interpreter, with ``root/tmp`` as its temporary folder.
+
+    launch_functions.py says why a fresh interpreter.
+    """
     script = Path(__file__).parent / "launch_functions.py"
     (root / "tmp").mkdir()
     done = subprocess.run(

@@ -1,6 +1,8 @@
-"""A SIGTERM (or Ctrl-C) to ``accelctl launch`` at any moment of its life is its one documented
-line and ``128 + signal``, also after its processes ended (while torchrun shuts down, while the
-launcher cleans up): never a silent death or a traceback."""
+"""A SIGTERM or Ctrl-C to ``accelctl launch`` at any moment is its one line and ``128 + signal``.
+
+Also after its processes ended (while torchrun shuts down, while the launcher cleans up): never a
+silent death or a traceback.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ LAUNCH_TIMEOUT_S = 300
 def launch_signalled_after_the_workers(
     tmp_path: Path, devices: str, signum: int
 ) -> tuple[int, str]:
-    """``accelctl launch`` of a script that only prints, whose launcher sends itself ``signum``
-    once the workers ended, before ``launch_script`` returns."""
+    """Launch a script that only prints; the launcher signals itself ``signum`` after the workers.
+
+    Once the workers ended, before ``launch_script`` returns.
+    """
     script = tmp_path / "done.py"
     script.write_text("print('worker done', flush=True)\n")
     driver = textwrap.dedent(

@@ -1,5 +1,6 @@
-"""The process group of each ``fit`` in a run of several processes: every rank joins the same
-one, fit after fit, even after a fit that one rank failed alone (docs/design/process-groups.md).
+"""Every rank of a run joins the same process group for each ``fit``, even after a failed fit.
+
+Fit after fit, even after a fit that one rank failed alone (docs/design/process-groups.md).
 """
 
 from __future__ import annotations
@@ -103,11 +104,11 @@ def _free_port() -> int:
 def test_the_ranks_meet_again_in_the_fit_after_one_that_a_rank_failed_alone(
     tmp_path: Path,
 ) -> None:
-    """A rank whose fit timed out waiting for rank 0 (which stayed away, or failed its own) joins
-    the same group as rank 0 in the next fit. With a count of each process's own groups, fit C
-    put them on different keys: rank 1 gave up after the timeout, and rank 0, reading the address
-    rank 1's fit B had left under its number, waited in gloo's connect for good (seen here; in
-    the exact-resume property test under load: 300 s, then 300 s more)."""
+    """A rank whose fit timed out waiting for rank 0 joins rank 0's group in the next fit.
+
+    Rank 0 stayed away, or failed its own fit. Were groups keyed by each process's own count, the
+    two ranks would disagree after the timeout, and rank 0 would wait in gloo's connect for good.
+    """
     script = tmp_path / "fits.py"
     script.write_text(textwrap.dedent(FITS))
     base = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}

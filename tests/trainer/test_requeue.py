@@ -1,6 +1,8 @@
-"""``Trainer(requeue_signal=...)`` in one process: stop at a checkpoint on the signal, requeue the
-SLURM job (a stand-in ``scontrol`` records the call), resume to the same weights. The real thing,
-``sbatch`` and ``scancel --signal=USR1`` on a real cluster, is in ``tests/slurm``."""
+"""``Trainer(requeue_signal=...)`` stops at a checkpoint, requeues, resumes to the same weights.
+
+In one process; a stand-in ``scontrol`` records the requeue. The real thing, ``sbatch`` and
+``scancel --signal=USR1`` on a real cluster, is in ``tests/slurm``.
+"""
 
 from __future__ import annotations
 
@@ -55,8 +57,11 @@ def fit(root: Path, model: Net, **options: object) -> accelctl.Trainer:
 
 @pytest.fixture
 def scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A SLURM job (42) whose ``scontrol`` only records its arguments; SIGTERM's handler, which a
-    requeue sets aside (SLURM stops the job's processes with it), is restored afterwards."""
+    """Make a SLURM job (42) whose ``scontrol`` only records its arguments.
+
+    SIGTERM's handler is restored afterwards: a requeue sets SIGTERM's handler aside (SLURM stops
+    the job's processes with it).
+    """
     bin_dir, record = tmp_path / "bin", tmp_path / "scontrol-args"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {record}\n')

@@ -289,10 +289,12 @@ def shape(line: str) -> str:
 
 
 def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> None:
-    """Issue 46, item 2: the refusal to continue a run being written, raised in every rank, is
-    shown once: by ``accelctl launch`` for its two processes, by rank 0 under torchrun, by the
-    process alone; no rank's traceback, and no "stopped ... in epoch 1, step 0" for a fit that
-    never ran a step."""
+    """A refusal raised in every rank is shown once, however the script is started.
+
+    Refusing to continue a run being written: shown by ``accelctl launch`` for its two processes, by
+    rank 0 under torchrun, by the process alone; no rank's traceback, and no "stopped ... in epoch
+    1, step 0" for a fit that never ran a step.
+    """
     hold, root = tmp_path / "hold", tmp_path / "root"
     hold.mkdir()
     writer = run_script(root, "3", ACCELCTL_TEST_HOLD=str(hold))
@@ -338,8 +340,10 @@ def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> 
 
 
 def test_ctrl_c_in_a_process_alone_ends_with_the_one_line_and_130(tmp_path: Path) -> None:
-    """Issue 46, item 2: Ctrl-C once training has started: the log's line naming the last
-    checkpoint, no ``KeyboardInterrupt`` traceback, and the end by SIGINT (130 in a shell)."""
+    """Ctrl-C in a training process alone ends with the log's line and by SIGINT (130 in a shell).
+
+    The line names the last checkpoint; no ``KeyboardInterrupt`` traceback.
+    """
     hold = tmp_path / "hold"
     hold.mkdir()
     process = run_script(tmp_path / "root", "3", ACCELCTL_TEST_HOLD=str(hold),
@@ -361,9 +365,11 @@ def test_ctrl_c_in_a_process_alone_ends_with_the_one_line_and_130(tmp_path: Path
 
 
 def test_sharded_runs_sharing_a_root_dir_keep_each_others_shards(tmp_path: Path) -> None:
-    """Two FSDP fits in one root_dir, one writing a checkpoint at every step while the other
-    holds mid-run: neither removes the other's shards, and continuing the held run is refused,
-    naming it."""
+    """Two FSDP fits in one root_dir keep each other's shards; continuing the held run is refused.
+
+    One writes a checkpoint at every step while the other holds mid-run: neither removes the other's
+    shards, and the refusal names the held run.
+    """
     hold = tmp_path / "hold"
     hold.mkdir()
     root = tmp_path / "root"

@@ -223,9 +223,12 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_a_pytorchjob_pod_and_an_mpirun_task_meet_as_one_run(tmp_path: Path) -> None:
-    """Two processes, each told where it sits by another scheduler's variables: rank 0 as a
-    PyTorchJob pod (torch reads ``MASTER_*`` itself), rank 1 as an ``mpirun`` task (the Trainer
-    passes the address on). One run of 2 forms, and both end with its weights."""
+    """A PyTorchJob pod and an ``mpirun`` task meet as one run and both end with its weights.
+
+    Each process is told where it sits by another scheduler's variables: rank 0 as a PyTorchJob pod
+    (torch reads ``MASTER_*`` itself), rank 1 as an ``mpirun`` task (the Trainer passes the address
+    on). One run of 2 forms.
+    """
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(TRAIN))
     base = {key: value for key, value in os.environ.items() if not key.startswith("ACCELCTL_")}

@@ -1,5 +1,7 @@
-"""``accelctl launch`` supervises its processes: the first failure is named, a hang ends, the
-workers die with their launcher, Ctrl-C stops everything, and --max-restarts resumes exactly.
+"""``accelctl launch`` supervises its processes: failures named, hangs ended, restarts exact.
+
+The first failure is named, a hang ends, the workers die with their launcher, Ctrl-C stops
+everything, and --max-restarts resumes exactly.
 
 The launches are real (torchrun, gloo, signals). Every wait has a generous bound: it guards
 against a hang on a loaded 2-core machine and is not a performance assertion.

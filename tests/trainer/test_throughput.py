@@ -1,5 +1,8 @@
-"""The Trainer's ``flops_per_second`` and ``mfu``: the model's FLOPs counted once (or declared),
-over the step time, against the peak the plugin or the user declares."""
+"""The Trainer's ``flops_per_second`` and ``mfu``.
+
+The model's FLOPs counted once (or declared), over the step time, against the peak the plugin or the
+user declares.
+"""
 
 from __future__ import annotations
 

@@ -138,8 +138,10 @@ def accelerator_info() -> accelctl.AcceleratorInfo:
 
 @accelctl.hookimpl
 def setup_device(device: torch.device) -> None:
-    """Make ``device`` this process's current device (called once per process, before the
-    model moves); nothing to do for accelerators without a "current device"."""
+    """Make ``device`` this process's current device, once per process, before the model moves.
+
+    Nothing to do for accelerators without a "current device".
+    """
     runtime = _runtime()
     if runtime is not None:
         runtime.set_device(device.index or 0)
