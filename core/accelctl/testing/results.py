@@ -144,4 +144,3 @@ class Run:
             version=self.version,
             disabled=disabled,
         )
-
