@@ -185,7 +185,7 @@ def join_process_group(
             # to run: torch otherwise warns in every rank and guesses the current device.
             device_id=_bindable(device),
         )
-    except BaseException:
+    except BaseException:  # a Ctrl-C while ranks join too: torch's group count is put back
         _forget_failed_group(timeout)
         raise
     return group

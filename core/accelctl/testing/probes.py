@@ -26,7 +26,7 @@ before = {{name for name in heavy if name in sys.modules}}
 start = time.perf_counter()
 try:
     importlib.import_module(sys.argv[1])
-except BaseException as exc:
+except BaseException as exc:  # a sys.exit() at the module's import too: reported, not the exit
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     print(json.dumps({{"error": f"{{type(exc).__name__}}: {{exc}}", "missing": missing}}))
 else:
