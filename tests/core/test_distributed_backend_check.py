@@ -27,6 +27,7 @@ import torch.distributed.run
 from click.testing import CliRunner
 
 import accelctl
+from accelctl._base.problem import Problem
 from accelctl._choice import distributed_backend as _distributed_backend
 from accelctl.cli.main import cli
 
@@ -146,7 +147,7 @@ def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
     asked: list[tuple[str, str]] = []
     real = _distributed_backend.backend_problem
 
-    def counting(backend: str, device_type: str) -> str | None:
+    def counting(backend: str, device_type: str) -> Problem | None:
         asked.append((backend, device_type))
         return real(backend, device_type)
 
