@@ -209,8 +209,8 @@ def _backend_gap(backend: str, device_type: str) -> str | None:
     problem = backend_problem(backend, device_type)
     if problem is None:
         return None
-    if problem.startswith("skip: "):  # this torch cannot tell: for a capability, a gap
-        return problem.removeprefix("skip: ")
+    if problem.skip:  # this torch cannot tell: for a capability, a gap
+        return problem.message
     return f"the backend {backend!r} {problem}"
 
 

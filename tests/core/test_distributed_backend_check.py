@@ -28,6 +28,7 @@ import torch.distributed.run
 from click.testing import CliRunner
 
 import accelctl
+from accelctl._base.problem import Problem
 from accelctl._choice import distributed_backend as _distributed_backend
 from accelctl.cli.main import cli
 
@@ -151,7 +152,7 @@ def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
     asked: list[tuple[str, str]] = []
     real = _distributed_backend.backend_problem
 
-    def counting(backend: str, device_type: str) -> str | None:
+    def counting(backend: str, device_type: str) -> Problem | None:
         asked.append((backend, device_type))
         return real(backend, device_type)
 
@@ -166,6 +167,32 @@ def test_torch_is_asked_once_per_process_for_a_backend_and_device_type(
     # The refusal also asked which backends carry 'cpu' tensors (to name gloo): each once.
     assert asked[0] == ("zccl", "cpu") and ("gloo", "cpu") in asked
     assert len(asked) == len(set(asked))
+
+
+def test_a_torch_without_distributed_is_a_gap_to_report_not_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accelctl.capabilities import _backend_gap
+
+    monkeypatch.setattr(_distributed_backend, "_verdicts", {})
+    wrong = _distributed_backend.backend_problem("zccl", "cpu")
+    assert wrong is not None and not wrong.skip
+    assert str(wrong).startswith("is not a torch.distributed backend this torch knows")
+    assert _backend_gap("zccl", "cpu") == f"the backend 'zccl' {wrong}"
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: False)
+    why = "this torch build has no torch.distributed"
+    assert _distributed_backend.backend_problem("zccl", "cpu") == Problem(why, skip=True)
+    # The capability matrix reports the reason as a gap; a refusal lets it pass.
+    assert _backend_gap("zccl", "cpu") == why
+    refusal = _distributed_backend.named_backend_refusal(
+        "zccl",
+        "cpu",
+        named_by="ddp_backend='zccl'",
+        accelerator="cpu",
+        leave_out="leave ddp_backend unset",
+        started=_distributed_backend.NOTHING_STARTED,
+    )
+    assert refusal is None
 
 
 def test_a_backend_registered_in_detect_passes_and_the_launch_starts(

@@ -72,6 +72,7 @@ def test_an_invalid_name_is_stage_name_and_nothing_is_imported(fake_site: FakeSi
     (record,) = registry(fake_site).claimants("gpu")
     assert (record.load().state, record.stage) == ("broken", "name")
     assert "is reserved" in str(record.error) and "fakeplugins.good" not in sys.modules
+    assert record.error is not None and record.error.__cause__ is None  # no exception showed it
 
 
 def test_unreadable_metadata_is_stage_metadata_without_loading(fake_site: FakeSite) -> None:
@@ -83,6 +84,7 @@ def test_unreadable_metadata_is_stage_metadata_without_loading(fake_site: FakeSi
     assert (record.state, record.stage) == ("broken", "metadata")
     assert rows[0].state == "broken" and "cannot read the entry points" in (rows[0].error or "")
     assert "fakeplugins.marked" not in sys.modules
+    assert record.error is not None and record.error.__cause__ is None  # a line, no exception
 
 
 def test_two_distributions_claiming_one_name_are_two_handles_both_in_conflict(
@@ -201,6 +203,8 @@ def test_reading_a_handles_properties_changes_nothing_identify_decides(
     assert handle.identify() is handle
     assert (handle.state, handle.stage) == ("broken", "metadata")
     assert "cannot read the metadata of distribution" in str(handle.error)
+    # The exception reading METADATA raised is the error's cause, for --debug to show.
+    assert isinstance(handle.error.__cause__, UnicodeDecodeError)
 
 
 def test_only_the_handle_changes_its_state(fake_site: FakeSite) -> None:

@@ -15,38 +15,44 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from .._base.problem import Problem
 from .._host.handle import AcceleratorHandle
 
 #: torch's backend for tests (it carries nothing between processes): never one to advise.
 _NOT_ADVISED = frozenset({"fake", "undefined"})
 
 
-def backend_problem(backend: str, device_type: str) -> str | None:
+def backend_problem(backend: str, device_type: str) -> Problem | None:
     """Say why ``backend`` cannot carry ``device_type`` tensors here; None when it can.
 
     ``backend`` is ``"gloo"``, or per device ``"cpu:gloo,cuda:nccl"``. It can when registered
-    and compiled in; ``"skip: <why>"`` when this torch cannot tell, else a phrase saying what is
-    wrong."""
+    and compiled in. The problem's words follow the backend's name (``"is not compiled into this
+    torch build ..."``), without a fix (each reader words its own); its ``skip`` is True where this
+    torch cannot tell."""
     import torch.distributed as dist
 
     if not dist.is_available():
-        return "skip: this torch build has no torch.distributed"
+        return Problem("this torch build has no torch.distributed", skip=True)
     name = backend.lower()
     if ":" in name:  # "cpu:gloo,cuda:nccl": the entry for this device type
         pairs = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
         if device_type not in pairs:
-            return f"names no backend for device type {device_type!r}"
+            return Problem(f"names no backend for device type {device_type!r}")
         name = pairs[device_type]
     capability: dict[str, list[str]] = dist.Backend.backend_capability
     if name not in capability:
         known = ", ".join(sorted(set(capability) - _NOT_ADVISED)) or "none"
-        return f"is not a torch.distributed backend this torch knows (registered: {known})"
+        return Problem(f"is not a torch.distributed backend this torch knows (registered: {known})")
     if device_type not in capability[name]:
         supported = ", ".join(capability[name]) or "no device type"
-        return f"does not support {device_type!r} tensors (it is registered for {supported})"
+        return Problem(
+            f"does not support {device_type!r} tensors (it is registered for {supported})"
+        )
     available = getattr(dist, f"is_{name}_available", None)
     if callable(available) and not available():
-        return f"is not compiled into this torch build (torch.distributed.is_{name}_available())"
+        return Problem(
+            f"is not compiled into this torch build (torch.distributed.is_{name}_available())"
+        )
     return None
 
 
@@ -107,10 +113,10 @@ class Started:
 NOTHING_STARTED = Started()
 
 #: What :func:`backend_problem` found, per (backend, device type): asked once per process.
-_verdicts: dict[tuple[str, str], str | None] = {}
+_verdicts: dict[tuple[str, str], Problem | None] = {}
 
 
-def _verdict(backend: str, device_type: str) -> str | None:
+def _verdict(backend: str, device_type: str) -> Problem | None:
     """:func:`backend_problem`, asked once per process for each backend and device type."""
     key = (backend, device_type)
     if key not in _verdicts:
@@ -140,7 +146,7 @@ def unusable_backend(
     if backend is None:
         return None
     problem = _verdict(backend, device_type)
-    if problem is None or problem.startswith("skip: "):
+    if problem is None or problem.skip:
         return None
     declared = (
         f"accelerator {shown_name!r} (plugin {handle.plugin_name!r}, {_origin(handle)}) declares "
@@ -190,7 +196,7 @@ def named_backend_refusal(
         unset"``).
     """
     problem = _verdict(backend, device_type)
-    if problem is None or problem.startswith("skip: "):
+    if problem is None or problem.skip:
         return None
     own = device_backends(device_type)
     name = f"name {own[0]!r} there, or " if own else ""

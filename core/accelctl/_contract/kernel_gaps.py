@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._base.text import safe_repr
 from .info import from_fields
@@ -23,17 +23,25 @@ from .info import from_fields
 _OP_NAME = re.compile(r"[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?")
 _VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]*")
 
-#: torch's ``*_overrideable`` operators -> (the operator a user knows, the pass it runs in).
-OVERRIDEABLE: dict[str, tuple[str, str]] = {
-    "aten::convolution_overrideable": ("aten::convolution", "forward"),
-    "aten::convolution_backward_overrideable": ("aten::convolution", "backward"),
-    "aten::_scaled_dot_product_fused_attention_overrideable": (
-        "aten::scaled_dot_product_attention",
-        "forward",
+
+class ShownOp(NamedTuple):
+    """The operator a user knows for a kernel, and the pass it runs in where its name says."""
+
+    #: The operator (``"aten::convolution"``).
+    op: str
+    #: ``"forward"`` or ``"backward"``; None where the kernel's name does not say.
+    phase: str | None
+
+
+#: torch's ``*_overrideable`` operators -> the operator a user knows, and the pass it runs in.
+OVERRIDEABLE: dict[str, ShownOp] = {
+    "aten::convolution_overrideable": ShownOp("aten::convolution", "forward"),
+    "aten::convolution_backward_overrideable": ShownOp("aten::convolution", "backward"),
+    "aten::_scaled_dot_product_fused_attention_overrideable": ShownOp(
+        "aten::scaled_dot_product_attention", "forward"
     ),
-    "aten::_scaled_dot_product_fused_attention_overrideable_backward": (
-        "aten::scaled_dot_product_attention",
-        "backward",
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": ShownOp(
+        "aten::scaled_dot_product_attention", "backward"
     ),
 }
 
@@ -43,7 +51,7 @@ def is_op_name(name: object) -> bool:
     return isinstance(name, str) and _OP_NAME.fullmatch(name) is not None
 
 
-def shown_op(kernel: str) -> tuple[str, str | None]:
+def shown_op(kernel: str) -> ShownOp:
     """Return the operator a user knows for ``kernel``, and its pass where the name says.
 
     ``("aten::convolution", "backward")`` for ``aten::convolution_backward_overrideable``."""
@@ -51,8 +59,8 @@ def shown_op(kernel: str) -> tuple[str, str | None]:
     if base in OVERRIDEABLE:
         return OVERRIDEABLE[base]
     if base.endswith("_backward"):
-        return base, "backward"
-    return kernel, None
+        return ShownOp(base, "backward")
+    return ShownOp(kernel, None)
 
 
 def _op_names(value: Any, field: str) -> tuple[str, ...]:

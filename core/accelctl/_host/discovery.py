@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from importlib.machinery import PathFinder
 from typing import NamedTuple, TypeAlias
 
+from .._base.problem import Problem
 from .._base.project import ENTRY_POINT_GROUP, PROJECT_NAME, RESERVED_NAMES
 from .._base.text import describe_exception, quote
 from .._contract.errors import PluginWarning, warn_user
@@ -48,7 +49,7 @@ class Found(NamedTuple):
     name: str
     value: str
     origin: Origin
-    problem: str | None = None
+    problem: Problem | None = None
 
 
 def distribution(origin: Origin) -> metadata.Distribution:
@@ -65,7 +66,7 @@ class Identity(NamedTuple):
 
     distribution: str | None
     version: str | None
-    problem: str | None = None
+    problem: Problem | None = None
 
 
 def read_identity(origin: Origin) -> Identity:
@@ -77,21 +78,24 @@ def read_identity(origin: Origin) -> Identity:
         return Identity(
             key,
             None,
-            f"cannot read the metadata of distribution {key or '?'} "
-            f"({folder_of(origin, 'METADATA')}): {describe_exception(exc)}; "
-            f"{reinstall_hint(key)}",
+            Problem(
+                f"cannot read the metadata of distribution {key or '?'} "
+                f"({folder_of(origin, 'METADATA')}): {describe_exception(exc)}; "
+                f"{reinstall_hint(key)}",
+                exc,
+            ),
         )
 
 
-def name_problem(name: str) -> str | None:
+def name_problem(name: str) -> Problem | None:
     """Why an entry point's name cannot be an accelerator's, or None when it can."""
     if name in RESERVED_NAMES:
-        return (
+        return Problem(
             f"entry point name {name!r} is reserved (reserved: "
             f"{', '.join(sorted(RESERVED_NAMES))}); choose the accelerator's own name"
         )
     if not is_valid_name(name):
-        return (
+        return Problem(
             f"entry point name {quote(name)} is not a valid accelerator name; use "
             "lowercase letters, digits, '_' and '-'"
         )
@@ -154,7 +158,7 @@ def scan(
     *,
     warn: bool = True,
     groups: Sequence[str] = _GROUPS,
-    unreadable: list[str] | None = None,
+    unreadable: list[Problem] | None = None,
 ) -> Iterator[Found]:
     """Return every entry point of ``groups`` on ``path``, each distribution counted once.
 
@@ -256,7 +260,7 @@ def _entries(
     warn: bool,
     groups: Sequence[str],
     headers: Sequence[str],
-    unreadable: list[str] | None = None,
+    unreadable: list[Problem] | None = None,
 ) -> Iterator[Found]:
     """Return the entries of ``groups`` in one ``entry_points.txt``.
 
@@ -292,9 +296,10 @@ def _entries(
         return
     dist_name = _dist_name(origin)
     why = bad_line or describe_exception(error or ValueError())
-    problem = (
+    problem = Problem(
         f"cannot read the entry points of distribution {dist_name or '?'} "
-        f"({folder_of(origin, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}"
+        f"({folder_of(origin, 'entry_points.txt')}): {why}; {reinstall_hint(dist_name)}",
+        None if bad_line else error,  # the exception the words come from
     )
     if unreadable is not None:
         unreadable.append(problem)

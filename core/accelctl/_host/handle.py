@@ -12,6 +12,7 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast, get_args
 
+from .._base.problem import Problem
 from .._base.text import clean, quote, safe_repr, safe_str
 from .._contract.accelerator import Accelerator
 from .._contract.errors import (
@@ -73,7 +74,7 @@ class AcceleratorHandle:
         name: str,
         entry_point: metadata.EntryPoint | None = None,
         origin: Origin | None = None,
-        problem: str | None = None,
+        problem: Problem | None = None,
         *,
         disabled: str | None = None,
         conflict: AccelctlError | None = None,
@@ -104,8 +105,8 @@ class AcceleratorHandle:
         self._loading = threading.Lock()
         if disabled:  # the user's choice: never imported, whatever else is wrong with it
             self._loading_state = Loading("disabled", reason=disabled)
-        elif problem:
-            self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
+        elif problem is not None:
+            self._fail("metadata", self._load_error(problem))
         elif conflict is not None:
             self._fail("conflict", conflict)
 
@@ -201,8 +202,8 @@ class AcceleratorHandle:
         The broken stage is ``metadata``. Loading does this first; a listing without detection
         too."""
         problem = self._read_identity().problem
-        if problem:
-            self._fail("metadata", PluginLoadError(f"{self.describe()}: {problem}"))
+        if problem is not None:
+            self._fail("metadata", self._load_error(problem))
         return self
 
     def describe(self) -> str:
@@ -220,6 +221,12 @@ class AcceleratorHandle:
         return f"<AcceleratorHandle {self.describe()} {self.state}>"
 
     # -- loading ------------------------------------------------------------------------------
+
+    def _load_error(self, problem: Problem) -> PluginLoadError:
+        """Return the error for a problem found before import, chained to its cause."""
+        error = PluginLoadError(f"{self.describe()}: {problem}")
+        error.__cause__ = problem.cause
+        return error
 
     def _fail(self, stage: Stage, error: AccelctlError) -> None:
         if self._loading_state.state != "broken":
@@ -240,8 +247,8 @@ class AcceleratorHandle:
 
     def _import(self, entry_point: metadata.EntryPoint) -> None:
         problem = name_problem(entry_point.name)
-        if problem:
-            self._fail("name", PluginLoadError(f"{self.describe()}: {problem}"))
+        if problem is not None:
+            self._fail("name", self._load_error(problem))
             return
         try:
             with watch_import(self.describe()):

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from types import ModuleType
 
+from .._base.problem import Problem
 from .._base.text import FIELD_LIMIT, clean, describe_exception, quote
 from .._base.torch_build import loaded_torch
 from .._contract.errors import PluginLoadError, PluginWarning, warn_user
@@ -120,7 +121,7 @@ def import_torch() -> ModuleType:
     loaded = loaded_torch()
     if loaded is not None:
         return loaded
-    unreadable: list[str] = []
+    unreadable: list[Problem] = []
     backends = [
         found
         for found in scan(warn=False, groups=(TORCH_BACKENDS_GROUP,), unreadable=unreadable)

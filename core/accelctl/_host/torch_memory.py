@@ -44,7 +44,7 @@ def with_torch_memory(
     accelerator = _accelerator_in_use(device)
     if accelerator is None:
         return stats
-    index = split_device(device)[1]
+    _, index = split_device(device)
     added: dict[str, int | float] = {}
     try:
         if index is None:
@@ -84,7 +84,7 @@ def _accelerator_in_use(device: torch.device | str) -> Any:
     accelerator = getattr(torch_module, "accelerator", None)
     if accelerator is None:
         return None
-    kind = split_device(device)[0]
+    kind, _ = split_device(device)
     try:
         current = accelerator.current_accelerator(check_available=False)
     except (TypeError, RuntimeError):  # older signature, or a backend that cannot say

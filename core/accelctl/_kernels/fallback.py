@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._contract.errors import CPUFallbackWarning, warn_user
 from .._contract.kernel_error import MissingKernelError
-from .._contract.kernel_gaps import OVERRIDEABLE, KernelGaps, shown_op
+from .._contract.kernel_gaps import OVERRIDEABLE, KernelGaps, ShownOp, shown_op
 
 if TYPE_CHECKING:
     import torch
@@ -117,7 +117,7 @@ class CPUFallback:
     # -- what runs --------------------------------------------------------------------------
 
     def _count(self, kernel: str, device: torch.device | None) -> None:
-        op = shown_op(kernel)[0]
+        op = shown_op(kernel).op
         with self._lock:
             first = op not in self._warned
             self._warned.add(op)
@@ -315,7 +315,7 @@ class CPUFallback:
         Between the CPU and the device: such a kernel would call back here for ever."""
         if getattr(self._moving, "kernel", None) is not None:
             raise MissingKernelError(
-                op=shown_op(kernel)[0],
+                op=shown_op(kernel).op,
                 kernel=kernel,
                 device=self.device_type,
                 fallback="moving tensors between the CPU and the device needs it",
@@ -333,7 +333,7 @@ class CPUFallback:
         for value in (*args, *kwargs.values()):
             self._to_device_of(value, moved)
         return MissingKernelError(
-            op=shown_op(kernel)[0],
+            op=shown_op(kernel).op,
             kernel=kernel,
             device=str(moved[0]) if moved else self.device_type,
             fallback=why,
@@ -369,8 +369,8 @@ def fallback_refusal(kernel: str, gaps: KernelGaps) -> str | None:
     if kernel in _CPU_EQUIVALENT:
         return None if _replaces(kernel, gaps) else _OWN_KERNEL
     if kernel in OVERRIDEABLE:  # a backward: the CPU's runs where its forward runs on the CPU
-        op = OVERRIDEABLE[kernel][0]
-        forward = next(k for k in _CPU_EQUIVALENT if OVERRIDEABLE.get(k) == (op, "forward"))
+        op = OVERRIDEABLE[kernel].op
+        forward = next(k for k in _CPU_EQUIVALENT if OVERRIDEABLE.get(k) == ShownOp(op, "forward"))
         why = fallback_refusal(forward, gaps)
         return None if why is None else f"its forward, {forward}, stays on the device: {why}"
     why = _per_op_refusal(kernel, gaps)

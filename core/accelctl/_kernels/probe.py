@@ -215,7 +215,7 @@ def _probe_case(case: KernelCase, device: torch.device, gaps: KernelGaps) -> lis
         lacks = isinstance(kernel, KernelFailure) and kernel.cpu_lacks_it
         name = kernel.kernel if isinstance(kernel, KernelFailure) else kernel
         name = None if state == "wrong-dtype" else name  # autocast's rule, not a kernel
-        op = shown_op(name)[0] if name is not None and state == "missing" else case.op
+        op = shown_op(name).op if name is not None and state == "missing" else case.op
         return _Finding(case, phase, state, clean(seen, FIELD_LIMIT), name, op, lacks)
 
     opening: Phase = "step" if case.step else "forward"

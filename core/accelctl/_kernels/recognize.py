@@ -45,7 +45,7 @@ class KernelFailure:
     @property
     def op(self) -> str:
         """The operator a user knows (``aten::convolution``)."""
-        return shown_op(self.kernel)[0]
+        return shown_op(self.kernel).op
 
 
 _COULD_NOT_RUN = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
@@ -76,21 +76,21 @@ def recognize(exc: BaseException, device_type: str) -> KernelFailure | None:
     if found is not None:
         kernel, key = found.groups()
         if key == "CPU":
-            return KernelFailure(kernel, shown_op(kernel)[1], cpu_lacks_it=True)
+            return KernelFailure(kernel, shown_op(kernel).phase, cpu_lacks_it=True)
         if _is_device_key(key, device_type):
-            return KernelFailure(kernel, shown_op(kernel)[1])
+            return KernelFailure(kernel, shown_op(kernel).phase)
         return None
     found = _OVERRIDEABLE.search(text)
     if found is not None:
         kernel = f"aten::{found.group(1)}"
-        return KernelFailure(kernel, shown_op(kernel)[1])
+        return KernelFailure(kernel, shown_op(kernel).phase)
     found = _MPS.search(text)
     if found is not None and is_op_name(found.group(1)):
-        return KernelFailure(found.group(1), shown_op(found.group(1))[1])
+        return KernelFailure(found.group(1), shown_op(found.group(1)).phase)
     found = _NOT_FOR_KEY.search(text)
     if found is not None and _is_device_key(found.group(2), device_type):
         kernel = f"aten::{found.group(1)}"
-        return KernelFailure(kernel, shown_op(kernel)[1])
+        return KernelFailure(kernel, shown_op(kernel).phase)
     return None
 
 
@@ -106,7 +106,7 @@ def partial_kernel(exc: BaseException, partial: tuple[str, ...]) -> KernelFailur
     for kernel in partial:
         name = kernel.split("::", 1)[1].split(".", 1)[0]
         if re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text, re.IGNORECASE):
-            return KernelFailure(kernel, shown_op(kernel)[1])
+            return KernelFailure(kernel, shown_op(kernel).phase)
     return None
 
 

@@ -76,7 +76,8 @@ def _load(name: str, claims: list[Found]) -> click.Command:
         return _failing(name, f"{who} claim one name; uninstall one of them")
     found = claims[0]
     if found.problem is not None:
-        return _failing(name, f"{_describe(found)} cannot be loaded: {found.problem}")
+        message = f"{_describe(found)} cannot be loaded: {found.problem}"
+        return _failing(name, message, found.problem.cause)
     distribution = read_identity(found.origin).distribution
     advice = f"reinstall or uninstall {distribution}" if distribution else "reinstall it"
     try:

@@ -215,7 +215,7 @@ def _named_backend(
     backend: str = handler.backend
     defaults = {field.name: field.default for field in dataclasses.fields(handler)}
     problem = backend_problem(backend, device.type)
-    if backend != defaults.get("backend") or problem is None or problem.startswith("skip: "):
+    if backend != defaults.get("backend") or problem is None or problem.skip:
         return backend
     used = _cpu_backend(None) if device.type == "cpu" else handle.info.distributed_backend
     warn_user(

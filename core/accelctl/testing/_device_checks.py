@@ -204,8 +204,8 @@ def check_backend(handle: AcceleratorHandle, device: torch.device | None, run: R
     problem = probes.backend_problem(backend, device.type)
     if problem is None:
         run.passed(check, f"{backend!r} is registered in torch.distributed for {device.type!r}")
-    elif problem.startswith("skip: "):
-        run.skipped(check, problem.removeprefix("skip: "))
+    elif problem.skip:
+        run.skipped(check, problem.message)
     else:
         run.failed(
             check,
