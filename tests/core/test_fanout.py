@@ -24,6 +24,7 @@ import pytest
 
 import accelctl
 from accelctl import PluginHookError, PluginWarning, resolve
+from accelctl._base.problem import Problem
 from accelctl._host import fanout as _fanout
 from accelctl.testing import Registry
 
@@ -343,7 +344,7 @@ def test_a_policy_tells_its_observer_and_skips_whom_it_names() -> None:
     previous = _fanout.set_policy(
         _fanout.Policy(
             observer=lambda asking, item: told.append((asking, item.name)),  # type: ignore[attr-defined]
-            skip={"crashed": "it crashed the process that asked it"},
+            skip={"crashed": Problem("it crashed the process that asked it")},
         )
     )
     try:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from .._base.problem import Problem
 from .._contract import settings
 from .._contract.errors import AccelctlError
 
@@ -45,8 +46,8 @@ class Policy:
     #: Called with ``(True, item)`` when a thread takes an item and ``(False, item)`` when its
     #: work returns; None: nobody.
     observer: Callable[[bool, object], None] | None = None
-    #: Plugins (by name) answered with an error of this cause instead of being asked.
-    skip: Mapping[str, str] = field(default_factory=dict)
+    #: Plugins (by name) answered with their problem's error instead of being asked.
+    skip: Mapping[str, Problem] = field(default_factory=dict)
 
 
 _policy = Policy()
@@ -196,7 +197,7 @@ def run_each(
         if busy is not None and busy[0].is_alive():
             run.errors[index] = busy[1]  # still stuck since an earlier call: not asked again
         elif skipped is not None:
-            run.errors[index] = item.error_for(None, skipped)
+            run.errors[index] = item.error_for(None, str(skipped))
         else:
             run.waiting.append(index)
     size = min(len(run.waiting), policy.workers, workers or policy.workers)

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NoReturn, TypeVar
 
+from .._base.problem import Problem
 from .._contract.errors import AccelctlError
 from .._host import fanout
 
@@ -247,8 +248,10 @@ def _child(
         os.dup2(2, 1)  # a plugin's writes on descriptor 1 go to stderr
         sys.stdout = sys.stderr = _Forward(pipe)
         causes = {
-            name: f"the process accelctl asked it in {cause}; accelctl asked the others again "
-            "without it"
+            name: Problem(
+                f"the process accelctl asked it in {cause}; accelctl asked the others again "
+                "without it"
+            )
             for name, cause in crashed.items()
         }
         policy = fanout.Policy(
