@@ -93,10 +93,10 @@ class OnStrategy:
     """One of a strategy's methods, replaced on the strategy object; it pickles with it.
 
     Calling it runs ``adapted(strategy, original, *args, **kwargs)``, ``original`` being the
-    method the strategy's class defines, bound to the strategy. It holds the strategy, the method's name, the
-    function the strategy's class defines (``original``; pickled by its qualified name) and
-    ``adapted``, a module-level function: nothing that pickle cannot name, so that Fabric's
-    ``ddp_spawn`` workers get the strategy with its adapted methods."""
+    function the strategy's class defines, bound to the strategy. It holds the strategy, the
+    method's name, that function (pickled by its qualified name) and ``adapted``, a
+    module-level function: nothing that pickle cannot name, so that Fabric's ``ddp_spawn``
+    workers get the strategy with its adapted methods."""
 
     def __init__(self, strategy: Any, name: str, adapted: Callable[..., Any]) -> None:
         self.strategy, self.name, self.adapted = strategy, name, adapted
