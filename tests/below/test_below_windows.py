@@ -42,8 +42,8 @@ EXPECTED: dict[tuple[str, str], str | None] = {
     ("transformers", "4.23.0"): "transformers.Trainer.accelerator.device is not there",
     # Crashed inside the bridge before (issue 46): ImportError in _refuse_unadapted_sharding.
     ("lightning", "2.2.5"): (
-        "lightning.fabric.strategies.ModelParallelStrategy.all_reduce is not there "
-        "(lightning.fabric.strategies has no ModelParallelStrategy)"
+        "lightning.pytorch.strategies.ModelParallelStrategy._setup_distributed is not there "
+        "(lightning.pytorch.strategies has no ModelParallelStrategy)"
     ),
     # Its dependencies' newest releases (pydantic 2) no longer import it.
     ("lightning", "1.8.0.post1"): (

@@ -26,6 +26,7 @@ lightning = pytest.importorskip("lightning")
 
 import torch  # noqa: E402
 from lightning.fabric.accelerators import ACCELERATOR_REGISTRY as FABRIC_REGISTRY  # noqa: E402
+from lightning.fabric.strategies import DDPStrategy as FabricDDPStrategy  # noqa: E402
 from lightning.pytorch.accelerators import AcceleratorRegistry as TRAINER_REGISTRY  # noqa: E402
 from lightning.pytorch.callbacks import DeviceStatsMonitor  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
@@ -74,7 +75,7 @@ def _restore_lightning_registries() -> Iterator[None]:
 def test_enable_records_every_patch_and_undo_puts_lightnings_own_back() -> None:
     # Every internal the bridge declares is patched, but the one name it only reads.
     patched = [i.path for i in ADAPTATION.internals if i.name != "_FSDP_ALIASES"]
-    assert len(patched) == 16
+    assert len(patched) == 13
     assert_enabled_and_undone(enable, _lightning_connector.PATCHES, patched)
     assert _lightning_connector.is_active()
 
@@ -453,6 +454,93 @@ def test_setup_adapts_the_runs_strategy_object_not_lightnings_class(strategy: ty
     assert run.reduce(torch.tensor(3.0), reduce_op="mean").item() == 3.0
 
 
+class _OwnModuleFabricDDP(FabricDDPStrategy):
+    """A user's Fabric DDP strategy that wraps the model its own way."""
+
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
+
+
+class _RecordingFabricDDP(FabricDDPStrategy):
+    """A user's Fabric DDP strategy with its own ``all_reduce``, which records the ops asked."""
+
+    def all_reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        self.asked = [*getattr(self, "asked", []), reduce_op]
+        return super().all_reduce(tensor, group, reduce_op)
+
+
+def _fabric_model_parallel() -> Any:
+    from lightning.fabric.strategies import ModelParallelStrategy
+
+    return ModelParallelStrategy(_keep_module)
+
+
+def _keep_module(module: Any, mesh: Any) -> Any:
+    return module
+
+
+@pytest.mark.parametrize(
+    ("make", "adapted"),
+    [
+        (FabricDDPStrategy, ["all_reduce", "setup_module"]),
+        (_OwnModuleFabricDDP, ["all_reduce"]),  # its own model wrap is kept
+        (_fabric_model_parallel, ["all_reduce"]),  # it shards in its own setup_module
+    ],
+    ids=["ddp", "own-setup-module", "model-parallel"],
+)
+def test_fabric_adapts_its_strategy_object_not_lightnings_class(
+    make: Any, adapted: list[str]
+) -> None:
+    from lightning.fabric.strategies import ModelParallelStrategy
+
+    strategy = make()
+    fabric = lightning.Fabric(accelerator=LightningAccelerator("cpu"), devices=2, strategy=strategy)
+    assert fabric.strategy is strategy
+    own = {name: value for name, value in vars(strategy).items() if isinstance(value, OnStrategy)}
+    assert sorted(own) == adapted
+    assert all(value.strategy is strategy for value in own.values())
+    fabric._connector._init_strategy()  # again: the same wrappers, not wrappers of them
+    assert all(vars(strategy)[name] is value for name, value in own.items())
+    for cls in (FabricDDPStrategy, ModelParallelStrategy):
+        for name in ("setup_module", "all_reduce"):
+            function = vars(cls)[name]
+            assert function.__module__.startswith("lightning.fabric."), (cls, name)
+            assert not hasattr(function, "__accelctl_adapted__"), (cls, name)
+
+
+def test_fabric_on_lightnings_own_accelerator_keeps_lightnings_strategy() -> None:
+    fabric = lightning.Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    assert not [v for v in vars(fabric.strategy).values() if isinstance(v, OnStrategy)]
+
+
+@pytest.fixture
+def a_process_group() -> Iterator[None]:
+    """A gloo process group of this process alone."""
+    store = torch.distributed.HashStore()
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    torch.distributed.destroy_process_group()
+
+
+def test_fabrics_adapted_strategy_pickles_and_still_adapts(a_process_group: None) -> None:
+    # Fabric's ddp_spawn launcher pickles the strategy into every worker.
+    fabric = lightning.Fabric(
+        accelerator=LightningAccelerator("cpu"), devices=2, strategy=_RecordingFabricDDP()
+    )
+    copy = pickle.loads(pickle.dumps(fabric.strategy))
+    own = {name: value for name, value in vars(copy).items() if isinstance(value, OnStrategy)}
+    assert sorted(own) == ["all_reduce", "setup_module"]
+    assert all(value.strategy is copy for value in own.values())
+    # The user's own all_reduce still runs, asked for a sum where Fabric asks for a mean; an
+    # integer mean stays an integer.
+    mean = copy.all_reduce(torch.tensor(3), reduce_op="mean")
+    assert (mean.item(), mean.dtype, copy.asked) == (3, torch.int64, ["sum"])
+    assert copy.all_reduce(torch.tensor(2.0), reduce_op="max").item() == 2.0
+    assert copy.asked == ["sum", "max"]
+    wrapped = copy.setup_module(torch.nn.Linear(2, 1))
+    assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel)
+
+
 def test_a_ddp_backend_other_than_the_plugins_is_kept_and_warned() -> None:
     with pytest.warns(UserWarning, match=r"over 'fakeccl', but the strategy names 'gloo'"):
         trainer = lightning.Trainer(
@@ -505,13 +593,25 @@ trainer = lightning.Trainer(
 # args), in the same order; plain pickle, so that no tensor is shared through this process.
 launcher = trainer.strategy.launcher
 payload = (launcher._wrapping_function, 0, (trainer, None, (), {}, None), None)
-open(sys.argv[1], "wb").write(pickle.dumps(payload))
+# Fabric's launcher pickles its strategy with it, adapted on the object (_lightning/strategy.py).
+fabric = lightning.Fabric(
+    accelerator=LightningAccelerator("lazynpu"), devices=2, strategy="ddp_spawn"
+)
+fabric_payload = (fabric.strategy.launcher._wrapping_function, 0, (len, (), {}, None), None)
+open(sys.argv[1], "wb").write(pickle.dumps((payload, fabric_payload)))
 """
 
 WORKER = """
 import json, pickle, sys
-function, rank, (trainer, *_), _ = pickle.load(open(sys.argv[1], "rb"))
+payload, fabric_payload = pickle.load(open(sys.argv[1], "rb"))
+function, rank, (trainer, *_), _ = payload
+strategy = fabric_payload[0].__self__._strategy
+adapted = {
+    name: [type(value).__name__, value.strategy is strategy, value.original.__qualname__]
+    for name, value in sorted(vars(strategy).items()) if name in ("all_reduce", "setup_module")
+}
 print(json.dumps([str(d) for d in trainer.strategy.parallel_devices]))
+print(json.dumps(adapted))
 """
 
 
@@ -533,7 +633,13 @@ def test_ddp_spawn_workers_unpickle_a_lazily_registered_device_type(
             timeout=180,  # a hang guard: two imports of torch and Lightning
         )
         assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["lazynpu:0", "lazynpu:1"]
+    devices, adapted = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert devices == ["lazynpu:0", "lazynpu:1"]
+    # Fabric's strategy arrives with its own DDP wrap and reduction, bound to itself.
+    assert adapted == {
+        "all_reduce": ["OnStrategy", True, "DDPStrategy.all_reduce"],
+        "setup_module": ["OnStrategy", True, "DDPStrategy.setup_module"],
+    }
 
 
 class Vanishing(accelctl.Accelerator):

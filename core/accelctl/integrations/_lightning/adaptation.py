@@ -15,7 +15,6 @@ TRAINER_CONNECTOR = (
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector"
 )
 FABRIC_CONNECTOR = "lightning.fabric.connector:_Connector"
-FABRIC_DDP = "lightning.fabric.strategies:DDPStrategy"
 TRAINER_SHARDED = "lightning.pytorch.strategies:ModelParallelStrategy"
 FABRIC_SHARDED = "lightning.fabric.strategies:ModelParallelStrategy"
 TRAINER_DEEPSPEED = "lightning.pytorch.strategies:DeepSpeedStrategy"
@@ -26,7 +25,6 @@ _CONNECTOR_METHODS = (
     "_init_strategy",
     "_check_and_init_precision",
 )
-_REDUCE = ("self", "tensor", "group", "reduce_op")
 
 #: Every method :func:`install` wraps, with the parameters its wrapper passes on, the one private
 #: name it imports, and the releases tested.
@@ -36,9 +34,6 @@ ADAPTATION = Adaptation(
     (
         *(Internal(TRAINER_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
         *(Internal(FABRIC_CONNECTOR, name, ("self",)) for name in _CONNECTOR_METHODS),
-        Internal(FABRIC_DDP, "setup_module", ("self", "module")),
-        Internal(FABRIC_DDP, "all_reduce", _REDUCE),
-        Internal(FABRIC_SHARDED, "all_reduce", _REDUCE),
         Internal(TRAINER_SHARDED, "_setup_distributed", ("self",)),
         Internal(FABRIC_SHARDED, "_setup_distributed", ("self",)),
         Internal(TRAINER_DEEPSPEED, "setup_environment", ("self",)),

@@ -54,16 +54,16 @@ methods that make these choices, so that they follow the plugin: its device, its
 strategy naming the sharded path that runs; ``ModelParallelStrategy``'s ``_setup_distributed``, so
 that a group whose backend cannot split is not bound to a device (torch then makes the mesh's
 subgroups with ``new_group``, as it does for any unbound group) and the Trainer's model is on its
-device before ``configure_model`` where ``fully_shard`` could not move it; Fabric's DDP model wrap,
-so that it is built on the current stream (as plain PyTorch does); Fabric's DDP and model-parallel
-``all_reduce``, so that a mean is a sum divided by the world size (what Lightning does for gloo)
-(the Trainer's counterparts of these two are set on the run's strategy object instead, by the
-public ``Accelerator.setup``: :mod:`.strategy`); Fabric's
+device before ``configure_model`` where ``fully_shard`` could not move it; Fabric's
 ``setup`` and ``setup_module``, which move the model keeping its parameters; and
 ``DeepSpeedStrategy.setup_environment``, which makes DeepSpeed's accelerator the plugin's on the
 process's root device (``_deepspeed_device``) instead of refusing it, then runs DDP's set-up (the
 device, DeepSpeed's process group over the plugin's backend). Every other accelerator
-goes through Lightning's code unchanged. Each wrap goes through :data:`PATCHES`
+goes through Lightning's code unchanged. 4 and 5 are no patches: DDP's model wrap (on the
+current stream, as plain PyTorch builds it) and the mean reductions (a sum divided by the world
+size, what Lightning does for gloo) are set on the run's strategy object (:mod:`.strategy`),
+the Trainer's by the public ``Accelerator.setup``, Fabric's by the ``_init_strategy`` wrap.
+Each wrap goes through :data:`PATCHES`
 (``_patching``: recorded, once, undoable), applied by :func:`install` when the bridge's
 ``enable()`` runs (a bound ``LightningAccelerator`` class is made), never when the bridge is
 imported. Most wrapped methods are private: :data:`ADAPTATION` declares each with the parameters
@@ -93,13 +93,12 @@ from .adaptation import ADAPTATION as _ADAPTATION
 from .adaptation import (
     FABRIC,
     FABRIC_CONNECTOR,
-    FABRIC_DDP,
     FABRIC_SHARDED,
     TRAINER_CONNECTOR,
     TRAINER_DEEPSPEED,
     TRAINER_SHARDED,
 )
-from .strategy import ddp_module, reduce_mean_as_sum
+from .strategy import adapt_fabric
 
 #: Every method :func:`install` wraps and every name of Lightning the bridge uses (checked when
 #: the bridge is imported, before torch and Lightning are).
@@ -113,15 +112,9 @@ _Connector = Annotated[
     "lightning.pytorch.trainer.connectors.accelerator_connector:_AcceleratorConnector",
     "lightning.fabric.connector:_Connector",
 ]
-_DDP = Annotated[Any, "lightning.fabric.strategies:DDPStrategy"]
 _Sharded = Annotated[
     Any,
     "lightning.pytorch.strategies:ModelParallelStrategy",
-    "lightning.fabric.strategies:ModelParallelStrategy",
-]
-_Reducing = Annotated[
-    Any,
-    "lightning.fabric.strategies:DDPStrategy",
     "lightning.fabric.strategies:ModelParallelStrategy",
 ]
 _MixedPrecision = Annotated[
@@ -198,14 +191,10 @@ def install(is_bridge: Callable[[object], bool]) -> bool:
         sharded=FabricSharded,
         fsdp=FabricFSDP,
         fsdp_names=tuple(_FSDP_ALIASES),
+        adapt=adapt_fabric,
     )
     _wrap(TRAINER_CONNECTOR, trainer, "_precision_plugin_flag", is_bridge)
     _wrap(FABRIC_CONNECTOR, fabric, "_precision_instance", is_bridge)
-    # The Trainer's DDP model wrap and reductions are set on the run's strategy object instead
-    # (_lightning/strategy.py, from LightningAccelerator.setup); Fabric has no such call.
-    _wrap_ddp_setup(FABRIC_DDP, "setup_module", is_bridge)
-    for strategy in (FABRIC_DDP, FABRIC_SHARDED):
-        _wrap_reduce(strategy, "all_reduce", is_bridge)
     for strategy in (TRAINER_SHARDED, FABRIC_SHARDED):
         _wrap_setup_distributed(strategy, is_bridge)
     _wrap_deepspeed_environment(DDPStrategy, is_bridge)
@@ -229,6 +218,11 @@ class _Kinds:
     #: ``FSDPStrategy`` (FSDP1), and the strategy names that make one.
     fsdp: Any
     fsdp_names: tuple[str, ...]
+    #: What ``_init_strategy`` does to the strategy it made, on an accelctl accelerator:
+    #: Fabric's DDP model wrap and reductions, set on the strategy object
+    #: (:func:`~._lightning.strategy.adapt_fabric`). None for the Trainer, whose strategy gets
+    #: them from ``Accelerator.setup``.
+    adapt: Callable[[Any], None] | None = None
 
 
 def _wrap(
@@ -258,6 +252,8 @@ def _wrap(
             init_strategy(self)
             if is_bridge(self.accelerator):
                 _check_strategy(self, kinds)
+                if kinds.adapt is not None:
+                    kinds.adapt(self.strategy)
 
         return _init_strategy
 
@@ -429,24 +425,6 @@ def _precision(accelerator: Any, precision: _MixedPrecision, given: Any, kinds: 
     return kinds.mixed(precision.precision, device=device_type, scaler=scaler)
 
 
-def _wrap_ddp_setup(strategy: str, setup: str, is_bridge: Callable[[object], bool]) -> None:
-    """Wrap Fabric's model for DDP on the current stream, on devices that are not CUDA GPUs.
-
-    The model is wrapped on the current stream (:func:`~._lightning.strategy.ddp_module`)."""
-
-    def wrap(original_setup: Any) -> Any:
-        def setup_module(self: _DDP, module: torch.nn.Module) -> Any:
-            if not is_bridge(self.accelerator):
-                return original_setup(self, module)
-            return ddp_module(self, module, lambda module: original_setup(self, module))
-
-        return setup_module
-
-    PATCHES.apply(
-        strategy, setup, wrap, "DDP built on the current stream, not a new torch.cuda.Stream"
-    )
-
-
 def _wrap_setup_distributed(strategy: str, is_bridge: Callable[[object], bool]) -> None:
     """Set up ``ModelParallelStrategy``'s distributed state on an accelctl accelerator.
 
@@ -525,30 +503,6 @@ def unbind_unless_splitting(device: torch.device) -> None:
         backend = None
     if not getattr(backend, "supports_splitting", False):
         group.bound_device_id = None
-
-
-def _wrap_reduce(strategy: str, reduce: str, is_bridge: Callable[[object], bool]) -> None:
-    """Reduce a ``"mean"`` as a sum divided by the world size, on an accelctl accelerator.
-
-    Fabric's DDP and ModelParallelStrategy reductions alike
-    (:func:`~._lightning.strategy.reduce_mean_as_sum`)."""
-
-    def wrap(original_reduce: Any) -> Any:
-        def all_reduce_mean_as_sum(
-            self: _Reducing, tensor: Any, group: Any = None, reduce_op: Any = "mean"
-        ) -> Any:
-            def reduce(tensor: Any, group: Any, reduce_op: Any) -> Any:
-                return original_reduce(self, tensor, group, reduce_op)
-
-            if not is_bridge(self.accelerator):
-                return reduce(tensor, group, reduce_op)
-            return reduce_mean_as_sum(reduce, tensor, group, reduce_op)
-
-        return all_reduce_mean_as_sum
-
-    PATCHES.apply(
-        strategy, reduce, wrap, "a mean reduced as a sum divided by the world size, any backend"
-    )
 
 
 def _wrap_fabric_setup(name: str, is_bridge: Callable[[object], bool], sharded: type) -> None:

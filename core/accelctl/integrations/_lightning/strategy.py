@@ -1,26 +1,29 @@
-"""The Trainer's DDP model wrap and mean reductions, set on the run's strategy object.
+"""The DDP model wrap and mean reductions, set on the run's strategy object.
 
 Lightning's ``DDPStrategy`` assumes that a device that is not a CPU is a CUDA GPU with NCCL: it
 wraps the model in DDP inside a new ``torch.cuda.Stream``, and ``DDPStrategy`` and
 ``ModelParallelStrategy`` reduce a ``"mean"`` with ``ReduceOp.AVG`` on every backend but gloo,
-integer tensors included, which a vendor's backend may not implement.
+integer tensors included, which a vendor's backend may not implement. The Trainer's and Fabric's
+strategies alike.
 
-Lightning calls :meth:`Accelerator.setup <lightning.pytorch.accelerators.Accelerator.setup>` at
-the start of every strategy's ``setup(trainer)``, before it wraps the model, and looks the
-strategy's methods up on the strategy object at every call. :meth:`LightningAccelerator.setup
-<accelctl.integrations.lightning.LightningAccelerator.setup>` therefore calls :func:`adapt`,
-which gives the run's strategy its own ``_setup_model`` and ``reduce``: no class of Lightning's
-changes, and only strategies that run on an accelctl accelerator are touched.
+Lightning looks the strategy's methods up on the strategy object at every call, so the bridge
+gives the run's strategy its own (:class:`OnStrategy`): no class of Lightning's changes, and only
+strategies that run on an accelctl accelerator are touched.
 
-Fabric calls no accelerator method before it wraps a model, so Fabric's ``DDPStrategy.
-setup_module`` and the ``all_reduce`` of its ``DDPStrategy`` and ``ModelParallelStrategy`` stay
-replaced on Lightning's classes (:mod:`.connector`), with the
-same code: :func:`ddp_module` and :func:`reduce_mean_as_sum`.
+- The Trainer calls :meth:`Accelerator.setup <lightning.pytorch.accelerators.Accelerator.setup>`
+  at the start of every strategy's ``setup(trainer)``, before it wraps the model:
+  :meth:`LightningAccelerator.setup <accelctl.integrations.lightning.LightningAccelerator.setup>`
+  calls :func:`adapt`, which sets ``_setup_model`` and ``reduce``.
+- Fabric calls no accelerator method before it wraps a model; the bridge's wrap of Fabric's
+  ``_Connector._init_strategy`` (:mod:`.connector`) calls :func:`adapt_fabric` on the strategy
+  it made, which sets ``setup_module`` and ``all_reduce``. Fabric's ``ddp_spawn`` launcher then
+  pickles that strategy into its workers: an :class:`OnStrategy` pickles with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MethodType
 from typing import Annotated, Any
 
 import torch
@@ -35,11 +38,14 @@ _Strategy = Annotated[
     "lightning.pytorch.strategies:DDPStrategy",
     "lightning.pytorch.strategies:ModelParallelStrategy",
 ]
+_FabricStrategy = Annotated[
+    Any,
+    "lightning.fabric.strategies:DDPStrategy",
+    "lightning.fabric.strategies:ModelParallelStrategy",
+]
 
 
-def ddp_module(
-    strategy: _DDP, module: torch.nn.Module, original: Callable[[torch.nn.Module], Any]
-) -> Any:
+def ddp_module(strategy: _DDP, original: Callable[[torch.nn.Module], Any], module: Any) -> Any:
     """Return ``module`` wrapped in DDP on the current stream where the device is not a CUDA GPU.
 
     Lightning makes a CUDA side stream for CUDA graph capture; DDP itself needs none. On CUDA,
@@ -54,12 +60,17 @@ def ddp_module(
 
 
 def reduce_mean_as_sum(
-    reduce: Callable[[Any, Any, Any], Any], tensor: Any, group: Any = None, reduce_op: Any = "mean"
+    strategy: Any,
+    reduce: Callable[[Any, Any, Any], Any],
+    tensor: Any,
+    group: Any = None,
+    reduce_op: Any = "mean",
 ) -> Any:
     """Return ``reduce(tensor, group, reduce_op)``, a ``"mean"`` as a sum divided by the world.
 
     The division is in place, as Lightning's own sum-then-divide for gloo: an integer stays an
-    integer."""
+    integer. ``strategy`` is unused (every adapted method is handed its strategy)."""
+    del strategy
     if not (
         isinstance(tensor, torch.Tensor)
         and torch.distributed.is_available()
@@ -79,15 +90,24 @@ def _is_mean(reduce_op: Any) -> bool:
 
 
 class OnStrategy:
-    """One of the strategy's methods, replaced on the strategy object.
+    """One of a strategy's methods, replaced on the strategy object; it pickles with it.
 
-    ``adapted(original, *args)`` runs where ``original`` (the method the object had) ran."""
+    Calling it runs ``adapted(strategy, original, *args, **kwargs)``, ``original`` being the
+    function the strategy's class defines, bound to the strategy. It holds the strategy, the
+    method's name, that function (pickled by its qualified name) and ``adapted``, a
+    module-level function: nothing that pickle cannot name, so that Fabric's ``ddp_spawn``
+    workers get the strategy with its adapted methods."""
 
-    def __init__(self, original: Callable[..., Any], adapted: Callable[..., Any]) -> None:
-        self.original, self.adapted = original, adapted
+    def __init__(self, strategy: Any, name: str, adapted: Callable[..., Any]) -> None:
+        self.strategy, self.name, self.adapted = strategy, name, adapted
+        self.original: Callable[..., Any] = getattr(type(strategy), name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.adapted(self.original, *args, **kwargs)
+        original = MethodType(self.original, self.strategy)
+        return self.adapted(self.strategy, original, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<accelctl's {self.adapted.__name__} on {type(self.strategy).__name__}.{self.name}>"
 
 
 def adapt(strategy: _Strategy) -> None:
@@ -97,21 +117,35 @@ def adapt(strategy: _Strategy) -> None:
     sum divided by the world size, as the strategy object's own attributes (a strategy set up
     again keeps them). The model wrap is set where the strategy's ``_setup_model`` is
     ``DDPStrategy``'s own: a subclass that wraps the model its own way (``DeepSpeedStrategy``)
-    keeps its way. The reduction is set on every ``DDPStrategy`` and ``ModelParallelStrategy``.
+    keeps its way. The reduction is set on every ``DDPStrategy`` and ``ModelParallelStrategy``;
+    a subclass's own ``reduce`` is what it calls.
     """
     from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
     if not isinstance(strategy, (DDPStrategy, ModelParallelStrategy)):
         return
     if not isinstance(strategy.reduce, OnStrategy):
-        strategy.reduce = OnStrategy(strategy.reduce, reduce_mean_as_sum)  # type: ignore[method-assign]
+        strategy.reduce = OnStrategy(strategy, "reduce", reduce_mean_as_sum)  # type: ignore[method-assign]
     wraps_ddp = isinstance(strategy, DDPStrategy)
     if wraps_ddp and type(strategy)._setup_model is vars(DDPStrategy)["_setup_model"]:
         if not isinstance(strategy._setup_model, OnStrategy):
+            strategy._setup_model = OnStrategy(strategy, "_setup_model", ddp_module)  # type: ignore[method-assign]
 
-            def setup_model(original: Callable[..., Any], model: torch.nn.Module) -> Any:
-                return ddp_module(strategy, model, original)
 
-            strategy._setup_model = OnStrategy(  # type: ignore[method-assign]
-                strategy._setup_model, setup_model
-            )
+def adapt_fabric(strategy: _FabricStrategy) -> None:
+    """Give Fabric's ``strategy`` its own DDP model wrap and mean reductions, once.
+
+    Fabric's counterpart of :func:`adapt`, with its names: ``setup_module`` where it is
+    ``DDPStrategy``'s own (Fabric's ``DeepSpeedStrategy`` keeps its engine), ``all_reduce`` on
+    every ``DDPStrategy`` and ``ModelParallelStrategy``."""
+    from lightning.fabric.strategies.ddp import DDPStrategy
+    from lightning.fabric.strategies.model_parallel import ModelParallelStrategy
+
+    if not isinstance(strategy, (DDPStrategy, ModelParallelStrategy)):
+        return
+    if not isinstance(strategy.all_reduce, OnStrategy):
+        strategy.all_reduce = OnStrategy(strategy, "all_reduce", reduce_mean_as_sum)  # type: ignore[method-assign]
+    wraps_ddp = isinstance(strategy, DDPStrategy)
+    if wraps_ddp and type(strategy).setup_module is vars(DDPStrategy)["setup_module"]:
+        if not isinstance(strategy.setup_module, OnStrategy):
+            strategy.setup_module = OnStrategy(strategy, "setup_module", ddp_module)  # type: ignore[method-assign]
