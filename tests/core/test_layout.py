@@ -135,29 +135,34 @@ def _sources() -> list[Path]:
 
 
 def test_no_module_reads_cpythons_private_state() -> None:
-    # A private name of sys, importlib or threading (sys._getframe, sys._current_frames,
-    # importlib._bootstrap's lock tables) changes between releases and other interpreters lack
-    # it: accelctl uses the public ways (inspect, faulthandler). os._exit is public.
+    """No module uses a standard-library module's private name (``os._exit`` is public).
+
+    A private name (``sys._getframe``, ``atexit._run_exitfuncs``, ``importlib._bootstrap``'s
+    lock tables) changes between releases and other interpreters lack it: accelctl uses the
+    public ways (inspect, faulthandler, atexit.register).
+    """
     import ast
 
+    stdlib = sys.stdlib_module_names
+    allowed = {"os._exit"}
     private = []
     for path in _sources():
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
-            name = None
+            names: list[str] = []
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                if node.value.id in ("sys", "importlib", "threading", "_thread", "gc"):
-                    if node.attr.startswith("_") and not node.attr.startswith("__"):
-                        name = f"{node.value.id}.{node.attr}"
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                modules = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [f"{node.module}.{a.name}" for a in node.names]
-                )
-                name = next((m for m in modules if m.startswith(("importlib._", "_thread"))), None)
-            if name is not None:
-                private.append(f"{path.relative_to(path.parents[2])}:{node.lineno}: {name}")
+                if node.value.id in stdlib:
+                    names.append(f"{node.value.id}.{node.attr}")
+            elif isinstance(node, ast.Import):
+                names += [a.name for a in node.names if a.name.split(".")[0] in stdlib]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                if node.module.split(".")[0] in stdlib:
+                    names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                is_private = any(p.startswith("_") and not p.startswith("__") for p in parts)
+                if is_private and name not in allowed:
+                    private.append(f"{path.relative_to(path.parents[2])}:{node.lineno}: {name}")
     assert private == []
 
 

@@ -122,3 +122,55 @@ def test_a_failing_child_publishes_its_error_record_whole(tmp_path: Path) -> Non
     record = json.loads(error_file.read_text())
     assert "ValueError: the script failed" in json.dumps(record)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
+
+
+ENDING_SCRIPT = """
+import atexit, os, sys
+from pathlib import Path
+
+
+class TornDown:
+    # Its __del__ runs only where the interpreter tears its objects down (os kept: by then the
+    # module's globals and the import system are gone).
+    def __init__(self, path, os):
+        self.path, self.os = path, os
+
+    def __del__(self):
+        self.os.close(self.os.open(self.path, self.os.O_CREAT | self.os.O_WRONLY))
+
+
+kept = TornDown(sys.argv[1] + ".torn-down", os)
+atexit.register(lambda: Path(sys.argv[1]).write_text("ran"))
+print("before the end", flush=False)  # still buffered when the script ends
+if sys.argv[2] == "exit-3":
+    sys.exit(3)
+if sys.argv[2] == "message":
+    sys.exit("the script's own words")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ending", "status", "stderr"),
+    [("return", 0, ""), ("exit-3", 3, ""), ("message", 1, "the script's own words")],
+)
+def test_a_launched_scripts_exit_handlers_run_and_its_status_is_kept(
+    tmp_path: Path, ending: str, status: int, stderr: str
+) -> None:
+    """A launched child ends without the interpreter's teardown, after the script's handlers."""
+    import subprocess
+    import sys
+
+    script, handled = tmp_path / "end.py", tmp_path / "handled"
+    script.write_text(ENDING_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "accelctl.launcher", str(script), str(handled), ending],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard: one import of torch
+    )
+    assert done.returncode == status, done.stderr
+    assert handled.read_text() == "ran"
+    assert not (tmp_path / "handled.torn-down").exists()  # os._exit before the teardown
+    assert done.stdout == "before the end\n"  # flushed before os._exit
+    assert done.stderr.strip() == stderr
