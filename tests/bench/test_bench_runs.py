@@ -404,3 +404,23 @@ def test_peers_figures_and_targets_come_from_the_runs() -> None:
     bridge = found["accelerate-bridge / accelerate <= 1.02, cpu x1 (worst: gpt 32)"]
     assert bridge["measured"] == pytest.approx(1.2 / 1.1, abs=1e-3) and not bridge["holds"]
     assert not any("transformers" in name for name in found)  # no cells: no target
+
+
+def test_fanout_bench_lists_every_plugin_under_both_policies() -> None:
+    """The fan-out bench times the pool and one thread on the same plugins, then sets back."""
+    from accelctl._host import fanout
+
+    from bench.fanout import run
+
+    current = fanout.Policy(workers=3)
+    previous = fanout.set_policy(current)
+    try:
+        result = run(count=6, listings=2, repeats=2)  # it raises where a listing misses a plugin
+        assert fanout.set_policy(current) is current  # the bench set back the policy it found
+    finally:
+        fanout.set_policy(previous)
+    assert (result["plugins"], result["pool_threads"]) == (6, 4)
+    ms = result["ms_per_listing"]
+    assert ms["pool"] > 0 and ms["one thread"] > 0
+    ratio = ms["pool"] / ms["one thread"]
+    assert result["ratio_pool_one_thread"] == pytest.approx(ratio, rel=0.01)

@@ -328,7 +328,7 @@ def test_a_policy_of_one_worker_asks_one_plugin_at_a_time_in_one_thread(
     assert asked_in[0] is not threading.current_thread()  # off the caller's, under a deadline
 
 
-def test_a_policy_tells_its_observer_and_skips_whom_it_names() -> None:
+def test_a_policy_is_told_each_start_and_end_and_skips_whom_it_names() -> None:
     class Item:
         def __init__(self, name: str) -> None:
             self.name = name
@@ -343,7 +343,8 @@ def test_a_policy_tells_its_observer_and_skips_whom_it_names() -> None:
     items = [Item("a"), Item("crashed"), Item("b")]
     previous = _fanout.set_policy(
         _fanout.Policy(
-            observer=lambda asking, item: told.append((asking, item.name)),  # type: ignore[attr-defined]
+            started=lambda item: told.append((True, item.name)),  # type: ignore[attr-defined]
+            finished=lambda item: told.append((False, item.name)),  # type: ignore[attr-defined]
             skip={"crashed": Problem("it crashed the process that asked it")},
         )
     )

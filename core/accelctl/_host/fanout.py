@@ -43,9 +43,10 @@ class Policy:
     #: Threads one :func:`run_each` runs at most (fewer for fewer items): plain Python shares one
     #: interpreter lock, so more help only plugins that wait, and add contention.
     workers: int = 4
-    #: Called with ``(True, item)`` when a thread takes an item and ``(False, item)`` when its
-    #: work returns; None: nobody.
-    observer: Callable[[bool, object], None] | None = None
+    #: Called with the item when a thread takes it; None: nobody.
+    started: Callable[[object], None] | None = None
+    #: Called with the item when its work has returned or raised; None: nobody.
+    finished: Callable[[object], None] | None = None
     #: Plugins (by name) answered with their problem's error instead of being asked.
     skip: Mapping[str, Problem] = field(default_factory=dict)
 
@@ -91,8 +92,6 @@ def abandoned_threads() -> list[threading.Thread]:
 
 def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
     """The error of ``item`` when it has not answered within ``seconds``."""
-    if isinstance(item, _Unnamed):
-        return AccelctlError(f"accelctl did not finish within {seconds:g} s")
     doing = item.busy_with()
     return item.error_for(
         doing.removesuffix("()") if doing.endswith("()") else None,
@@ -108,7 +107,7 @@ class _Run(Generic[A, T]):
     of its own runs)."""
 
     def __init__(self, items: Sequence[A], work: Callable[[A], T], policy: Policy) -> None:
-        self.items, self.work, self.observer = list(items), work, policy.observer
+        self.items, self.work, self.policy = list(items), work, policy
         self.values: list[T | None] = [None] * len(self.items)
         self.errors: list[BaseException | None] = [None] * len(self.items)
         self.threads: list[threading.Thread | None] = [None] * len(self.items)
@@ -127,15 +126,17 @@ class _Run(Generic[A, T]):
                 self.running[index] = time.monotonic()
                 self.threads[index] = threading.current_thread()
             _local.index = index
-            item = self.items[index]
-            if self.observer is not None:
-                self.observer(True, item)
+            item, started, finished = self.items[index], self.policy.started, self.policy.finished
             try:
-                value, error = self.work(item), None
+                if started is not None:
+                    started(item)
+                try:
+                    value, error = self.work(item), None
+                finally:
+                    if finished is not None:
+                        finished(item)
             except BaseException as exc:  # handed to the caller, as an inline call would
                 value, error = None, exc
-            if self.observer is not None:
-                self.observer(False, item)
             with self.lock:
                 if index in self.given_up:  # past its deadline: another thread took its place
                     return

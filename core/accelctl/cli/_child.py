@@ -6,8 +6,8 @@ a row with its cause.
 
 The child runs the command's task (plain data out: rows, readings, a selection) and streams
 to the parent, over a pipe, each result, what the child's code writes on ``sys.stdout`` and
-``sys.stderr`` (the parent writes it on its stderr), and, from the fan-out's observer
-(:class:`~accelctl._host.fanout.Policy`), which plugins it is asking. Its descriptor 1 is its
+``sys.stderr`` (the parent writes it on its stderr), and, from the fan-out's
+:class:`~accelctl._host.fanout.Policy`, which plugins it is asking. Its descriptor 1 is its
 descriptor 2, so a plugin's output never reaches the command's stdout, however it writes.
 Where the child ends before its task did, the one plugin it was asking is named with how the
 process ended, and a new child runs the task without asking it again; where it was asking
@@ -255,9 +255,8 @@ def _child(
             for name, cause in crashed.items()
         }
         policy = fanout.Policy(
-            observer=lambda asking, item: pipe.send(
-                ("asking" if asking else "answered", getattr(item, "name", None))
-            ),
+            started=lambda item: pipe.send(("asking", getattr(item, "name", None))),
+            finished=lambda item: pipe.send(("answered", getattr(item, "name", None))),
             skip=causes,
         )
         fanout.set_policy(dataclasses.replace(policy, workers=1) if one_at_a_time else policy)
