@@ -157,8 +157,9 @@ class PluginWarning(UserWarning):
 class CPUFallbackWarning(UserWarning):
     """An operator runs on the CPU in place of a kernel the device lacks, or cannot.
 
-    Emitted once per operator that runs on the CPU in place of a kernel the device lacks
-    (``ACCELCTL_CPU_FALLBACK=1``), and where that switch can do nothing on the device."""
+    Emitted once per operator that ``ACCELCTL_CPU_FALLBACK=1`` sends to the CPU, and where
+    that switch can do nothing on the device.
+    """
 
 
 #: The folder of accelctl's own modules: frames there are never the user's line.

@@ -88,12 +88,12 @@ def _marked(value: object) -> dict[str, Any] | None:
 def _found_hooks(plugin: object) -> Iterator[tuple[str, Callable[..., Any], dict[str, Any]]]:
     """Return ``(name, function, options)`` of every hook ``plugin`` offers, one rule for all forms.
 
-    ``(name, function, options)`` of every hook ``plugin`` offers, one rule for every form of
-    plugin (a module, an :class:`~accelctl.Accelerator`, any other object): each function marked
-    with ``@accelctl.hookimpl``, and on an :class:`~accelctl.Accelerator` each method named after
-    a hook, marked or not. Attributes are read from the namespaces without running the plugin's
-    code (a property or data named after a hook is no hook); a hook found is then bound as the
-    plugin would call it."""
+    A plugin is a module, an :class:`~accelctl.Accelerator` or any other object. Its hooks are
+    the functions marked with ``@accelctl.hookimpl`` and, on an :class:`~accelctl.Accelerator`,
+    each method named after a hook, marked or not. Attributes are read from the namespaces
+    without running the plugin's code (a property or data named after a hook is no hook); a
+    hook found is then bound as the plugin would call it.
+    """
     accelerator = isinstance(plugin, Accelerator)
     seen: set[str] = set()
     for namespace in _namespaces(plugin):
@@ -246,10 +246,10 @@ def _error(subject: str, problem: str) -> PluginLoadError:
 def _read(plugin: object, subject: str) -> tuple[dict[str, _Impl], HookDiagnosis]:
     """Read each hook ``plugin`` offers, checked against its specification.
 
-    Each hook ``plugin`` offers, by name, checked against its specification, and what the
-    plugin implements, lacks or offers that accelctl does not know; ``subject`` names the plugin
-    in the error. Reading its attributes may run its code (a required hook left unmarked is
-    looked up to say so): whatever that raises is the plugin's failure to register.
+    Returns the hooks by name and what the plugin implements, lacks or offers that accelctl
+    does not know; ``subject`` names the plugin in the error. Reading its attributes may run its
+    code (a required hook left unmarked is looked up to say so): whatever that raises is the
+    plugin's failure to register.
 
     :raises PluginLoadError: reading its attributes raised, or a hook takes a parameter its
         specification does not have.

@@ -26,9 +26,9 @@ accelerator device per process", whose code paths use ``state.device`` rather th
 ``torch.cuda``) under a launcher, and the plugin's device for this process, made current by the
 plugin's ``setup_device`` hook. At any other time they are Accelerate's own. They are wrapped
 the first time the bridge makes a state (:func:`building` calls :func:`install`), not when the
-bridge is imported, through :data:`PATCHES` (``_patching``), which records both and can undo
-them. The methods are private: :data:`ADAPTATION` declares them with the parameters the wrappers
-pass, and importing the bridge refuses a release where one changed
+bridge is imported, through :data:`PATCHES` (``_shared/patching.py``), which records both and can
+undo them. The methods are private: :data:`ADAPTATION` declares them with the parameters the
+wrappers pass, and importing the bridge refuses a release where one changed
 (``accelctl.integrations._shared.versions``).
 """
 

@@ -1,10 +1,10 @@
 """DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's generic APIs.
 
-DeepSpeed's ``DeepSpeedAccelerator`` made from an accelctl plugin and torch's device-generic
-APIs: ``torch.accelerator`` (device index, memory, synchronize) and the device's module
-``torch.get_device_module(type)`` (RNG, streams, events), the plugin's ``distributed_backend``
-as DeepSpeed's communication backend, its ``device_stats`` for the memory torch does not count,
-the dtypes the capability probe finds, and op builders from :mod:`.ops`.
+The torch APIs are ``torch.accelerator`` (device index, memory, synchronize) and the device's
+module ``torch.get_device_module(type)`` (RNG, streams, events). From the plugin come its
+``distributed_backend`` as DeepSpeed's communication backend, its ``device_stats`` for the
+memory torch does not count and the dtypes the capability probe finds; op builders come from
+:mod:`.ops`.
 
 DeepSpeed's interface grows and shrinks between releases (0.16 declares ``amp``,
 ``pin_memory`` and ``is_pinned`` abstract; 0.19 makes pinning concrete); :func:`accelerator_class`
@@ -412,8 +412,8 @@ def accelerator_class() -> type[PluginAccelerator]:
 def completed(cls: type[PluginAccelerator]) -> type[PluginAccelerator]:
     """Return ``cls``, completed with the methods the installed release declares abstract.
 
-    ``cls``, or a subclass with the methods the installed release declares abstract that
-    later ones implement (:data:`_OLDER`).
+    ``cls`` itself when nothing is missing, else a subclass adding the methods that later
+    releases implement (:data:`_OLDER`).
 
     :raises accelctl.ProcessSetupError: when the release declares an abstract method the bridge
         does not implement (a newer interface), naming it.

@@ -29,9 +29,8 @@ def use_device(
 ) -> PluginAccelerator:
     """Make DeepSpeed's accelerator in this process ``handle``'s on ``device``.
 
-    Make DeepSpeed's accelerator in this process ``handle``'s on ``device`` (made current
-    with the plugin's ``setup_device``), before DeepSpeed's process group or engine is made;
-    returns the ``DeepSpeedAccelerator`` set.
+    Call it before DeepSpeed's process group or engine is made. ``device`` is made current
+    with the plugin's ``setup_device``; returns the ``DeepSpeedAccelerator`` set.
 
     :param local_world_size: the processes on this machine.
     :param rank: this process's rank, for the kernels' warnings (None: ``RANK``).

@@ -52,8 +52,9 @@ INTERNAL = INITIALIZE
 def wrap(accelerator: PluginAccelerator) -> bool:
     """Wrap ``deepspeed.initialize`` for ``accelerator``'s device, unless it is a CPU.
 
-    True when wrapped (through the bridge's patches, ``_patching``: a wrap for an earlier
-    accelerator is undone first)."""
+    True when wrapped. It goes through the bridge's patches
+    (``integrations/_shared/patching.py``); a wrap for an earlier accelerator is undone first.
+    """
     restore()
     device = accelerator.process_device
     if device.type == "cpu":
@@ -98,10 +99,11 @@ _RUNNING = ("forward", "backward", "step")
 def translate_kernel_errors(engine: Any, accelerator: PluginAccelerator) -> None:
     """Make a kernel the device lacks in ``engine`` raise :class:`accelctl.MissingKernelError`.
 
-    Make a kernel the device lacks, met in ``engine``'s ``forward``, ``backward`` or
-    ``step``, raise :class:`accelctl.MissingKernelError` naming it (the layer too, in the
-    forward), shown as accelctl's one line should it end the program; other errors pass
-    unchanged, and nothing is asked of an error until one stopped the call."""
+    This wraps ``engine``'s ``forward``, ``backward`` and ``step``. The error names the kernel
+    (the layer too, in the forward) and is shown as accelctl's one line should it end the
+    program; other errors pass unchanged, and nothing is asked of an error until one stopped
+    the call.
+    """
     from accelctl._kernels.translate import raise_missing_kernel
 
     name = accelerator.handle.plugin_name
@@ -132,9 +134,9 @@ def restore() -> None:
 def refuse_float64_norms(accelerator: PluginAccelerator, stage: int | None) -> None:
     """Refuse ZeRO-3 where DeepSpeed would compute norms in float64 on a device without it.
 
-    Refuse ZeRO-3 on a device without float64 where DeepSpeed would compute its gradient
-    norms in float64 anyway (:func:`accelctl._deepspeed.refusals.float64_norms_refusal`, which
-    ``accelctl launch`` applies too).
+    The norms are the gradients'; the rule is
+    :func:`accelctl._deepspeed.refusals.float64_norms_refusal`, which ``accelctl launch``
+    applies too.
 
     :raises accelctl.ProcessSetupError: naming the device, the release, and the way out.
     """
@@ -186,8 +188,9 @@ def refuse_offload(
 def _config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """Return the config a call of ``deepspeed.initialize`` passes, or None.
 
-    The config a call of ``deepspeed.initialize`` passes (its ``config``, ``config_params``
-    or ``args.deepspeed_config``, a dict or a JSON file); None where none is read."""
+    It is read from ``config``, ``config_params`` or ``args.deepspeed_config``, a dict or a
+    JSON file; None where none is read.
+    """
     first = args[0] if args else kwargs.get("args")
     config = kwargs.get("config") or kwargs.get("config_params")
     config = config or getattr(first, "deepspeed_config", None)

@@ -35,8 +35,8 @@ from .adaptation import BUILDER_NAMES, PATCHES
 class OpsAccelerator(Protocol):
     """What the builders read of the bridge's ``DeepSpeedAccelerator``.
 
-    What the builders read of the bridge's ``DeepSpeedAccelerator``
-    (:class:`.accelerator.PluginAccelerator`, which imports this module)."""
+    That class is :class:`.accelerator.PluginAccelerator`, which imports this module.
+    """
 
     handle: accelctl.AcceleratorHandle
 
@@ -84,8 +84,9 @@ class MissingOpError(accelctl.AccelctlError, RuntimeError):
 def builder_class(class_name: str, accelerator: OpsAccelerator) -> type:
     """Return the builder class of ``class_name`` for ``accelerator``.
 
-    The builder class of ``class_name`` (``"FusedAdamBuilder"``) for ``accelerator``, by the
-    rules of the module's docstring."""
+    ``class_name`` is a builder's name (``"FusedAdamBuilder"``); the rules are the module's
+    docstring's.
+    """
     host = importlib.import_module(HOST_BUILDERS)
     if class_name in COMMUNICATION_OPS:
         return _missing_builder(class_name, accelerator, host.NotImplementedBuilder)
@@ -134,9 +135,9 @@ def _missing_builder(class_name: str, accelerator: OpsAccelerator, base: type) -
 def rebind() -> None:
     """Point the builder names ``import deepspeed`` bound at the current accelerator's builders.
 
-    Point the builder names ``import deepspeed`` bound at the current accelerator's builders
-    (through the bridge's patches, ``_patching``, which keep the old values for
-    :func:`restore`)."""
+    The bridge's patches (``integrations/_shared/patching.py``) keep the old values for
+    :func:`restore`.
+    """
     restore()
     builders = importlib.import_module("deepspeed.ops.op_builder")
     names = [

@@ -64,7 +64,7 @@ current stream, as plain PyTorch builds it) and the mean reductions (a sum divid
 size, what Lightning does for gloo) are set on the run's strategy object (:mod:`.strategy`),
 the Trainer's by the public ``Accelerator.setup``, Fabric's by the ``_init_strategy`` wrap.
 Each wrap goes through :data:`PATCHES`
-(``_patching``: recorded, once, undoable), applied by :func:`install` when the bridge's
+(``_shared/patching.py``: recorded, once, undoable), applied by :func:`install` when the bridge's
 ``enable()`` runs (a bound ``LightningAccelerator`` class is made), never when the bridge is
 imported. Most wrapped methods are private: :data:`ADAPTATION` declares each with the parameters
 the wrapper passes on, and importing the bridge refuses a release where one changed

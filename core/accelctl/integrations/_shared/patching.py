@@ -77,9 +77,8 @@ class Patches:
     ) -> Patch:
         """Replace ``name`` of ``owner`` with ``build(original)`` and return the record.
 
-        Replace ``name`` of ``owner`` (``"module"`` or ``"module:Class"``, as an
-        :class:`~.versions.Internal` names it) with ``build(original)``; the same record again
-        where it is applied already.
+        ``owner`` is ``"module"`` or ``"module:Class"``, as an :class:`~.versions.Internal`
+        names it. Where the patch is applied already, the same record is returned again.
 
         :param why: one line: what the replacement changes, for whom.
         :param declared_as: the declared internal of ``owner`` that covers ``name`` where the
@@ -128,7 +127,7 @@ class Patches:
     def undo(self, *names: str) -> tuple[Patch, ...]:
         """Put the originals back, the last patch first, and return what was undone.
 
-        Every patch's, or those of the attributes ``names`` names; returns what was undone.
+        With no ``names``, every patch is undone; else those of the attributes named.
 
         :raises RuntimeError: something else replaced a patched attribute since (undoing would
             drop that too).
@@ -173,8 +172,9 @@ def _resolve(owner: str) -> Any:
 def _mark(replacement: Any, bridge: str, owner: str, name: str, original: Any) -> None:
     """Mark a replacing function as the bridge's.
 
-    Mark a replacing function as the bridge's, its docstring saying so before the
-    original's (a class or another value is left as it is: it may be the framework's own)."""
+    Its docstring says so before the original's. A class or another value is left as it is:
+    it may be the framework's own.
+    """
     if not inspect.isfunction(replacement):
         return
     setattr(replacement, MARK, True)

@@ -25,12 +25,12 @@ transformers chooses the device in private code, from a fixed list of device kin
    ``Trainer``'s model and, for the autograd engine's undefined gradient, the operator in the
    loss's graph (docs/design/transformers-missing-kernels.md says why there).
 
-The first two are the bridge's subclass of ``TrainingArguments`` (its own methods, no patch);
-the last two are wrapped through :data:`PATCHES` (``_patching``, which records them and can undo
-them) the first time the bridge's ``TrainingArguments`` are made, not when the bridge is
+The first two are the bridge's subclass of ``TrainingArguments`` (its own methods, no patch); the
+last two are wrapped through :data:`PATCHES` (``_shared/patching.py``, which records them and can
+undo them) the first time the bridge's ``TrainingArguments`` are made, not when the bridge is
 imported, and act only on a ``Trainer`` made with them. :data:`ADAPTATION` declares the four
-internals with the parameters the bridge passes, and importing the bridge refuses a release
-where one changed (``accelctl.integrations._shared.versions``).
+internals with the parameters the bridge passes, and importing the bridge refuses a release where
+one changed (``accelctl.integrations._shared.versions``).
 """
 
 from __future__ import annotations
