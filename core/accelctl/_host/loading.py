@@ -76,6 +76,9 @@ def _marked(value: object) -> dict[str, Any] | None:
     ``HookimplConfiguration`` instead, read here the same way where the installed pluggy has
     that type. Anything else in the attribute (an object that answers every attribute) is no
     mark."""
+    # Read by hand, not with pluggy's PluginManager.parse_hookimpl_opts: that needs a manager,
+    # and before pytest-dev/pluggy#701 (pluggy 1.7) it runs a plugin's properties, as pluggy
+    # 1.5, our floor, does (docs/design/hooks-without-plugin-manager.md).
     opts = getattr(value, _MARKER, None)
     if isinstance(opts, dict):
         return opts
