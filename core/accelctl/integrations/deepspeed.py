@@ -15,8 +15,12 @@ under a launcher (``devices[LOCAL_RANK]``). Call :func:`use_plugin` to choose ot
 accelerator is a ``DeepSpeedAccelerator`` made from the plugin and torch's device-generic APIs
 (:mod:`._deepspeed.accelerator`); its communication backend is the plugin's
 ``distributed_backend``; DeepSpeed's compiled ops the device has no build of say so when asked
-for (:mod:`._deepspeed.ops`). Nothing of DeepSpeed is patched but the builder names its import
-bound to the accelerator it found then (:data:`ADAPTATION`, checked by their shape).
+for (:mod:`._deepspeed.ops`). Two things ``set_accelerator`` cannot reach are adapted, declared
+in :data:`ADAPTATION` and checked by their shape: the builder names DeepSpeed's import bound to
+the accelerator it found then are bound again, and on a device that is not a CPU
+``deepspeed.initialize`` is wrapped to move the model before the engine names its parameters
+and to refuse a set-up that cannot run (:mod:`._deepspeed.initialize`). Nothing else of
+DeepSpeed is patched (docs/deepspeed.md, "What the bridge changes in DeepSpeed").
 """
 
 from __future__ import annotations
