@@ -39,10 +39,9 @@ def run_script(argv: Sequence[str]) -> None:
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     error_file = os.environ.get(ERROR_FILE_VARIABLE)
     if error_file:
-        # torch's record() opens the file, then writes it on close: a rank stopped by torchrun
-        # in between (the group torn down after another rank failed) left it empty, and the
-        # launcher's own reading of it failed with JSONDecodeError. It writes a file of its own,
-        # which replaces the one the launcher reads only once whole.
+        # torch's record() writes on close, so a rank stopped before then could leave the
+        # launcher's file empty: record into this process's own file, moved onto the launcher's
+        # only once whole (docs/design/error-record-written-whole.md).
         os.environ[ERROR_FILE_VARIABLE] = f"{error_file}.{os.getpid()}.partial"
     try:
         record(runpy.run_path)(script, run_name="__main__")

@@ -314,7 +314,9 @@ class Fit:
         """Leave the process group together.
 
         One that leaves (and exits) while rank 0 still writes the last checkpoint can leave rank 0
-        hung in destroy_process_group (pytorch/pytorch#75097; seen once here, gloo under load)."""
+        hung in destroy_process_group, pytorch/pytorch#75097
+        (docs/design/leave-the-group-together.md).
+        """
         if self.owns_group:
             import torch.distributed as dist
 
