@@ -377,14 +377,14 @@ class Fit:
         ran = first_step is not None and self.trainer.global_step > first_step
         at = (self.trainer.current_epoch, self.trainer.global_step) if ran else None
         # An error about checkpoints (or the requeue's) says itself what became of them.
-        spoken = isinstance(exc, (CheckpointError, RequeueError))
-        last = "" if spoken else resume_advice(self.state.last_checkpoint)
+        error_explains_checkpoint = isinstance(exc, (CheckpointError, RequeueError))
+        last = "" if error_explains_checkpoint else resume_advice(self.state.last_checkpoint)
         if isinstance(exc, KeyboardInterrupt):
             if settings.launcher_pid() is None:
                 self.report.interrupted(at, last=last)
             return
         if isinstance(exc, AccelctlError):  # its own line says it all, but a checkpoint
-            if self.state.last_checkpoint is not None and not spoken:
+            if self.state.last_checkpoint is not None and not error_explains_checkpoint:
                 self.report.stopped_at(at, last=last)
             return
         self.report.failed(exc, at, last=last)
