@@ -60,7 +60,7 @@ def ddp_module(strategy: _DDP, original: Callable[[torch.nn.Module], Any], modul
 
 
 def reduce_mean_as_sum(
-    strategy: Any,
+    _strategy: Any,
     reduce: Callable[[Any, Any, Any], Any],
     tensor: Any,
     group: Any = None,
@@ -69,8 +69,10 @@ def reduce_mean_as_sum(
     """Return ``reduce(tensor, group, reduce_op)``, a ``"mean"`` as a sum divided by the world.
 
     The division is in place, as Lightning's own sum-then-divide for gloo: an integer stays an
-    integer. ``strategy`` is unused (every adapted method is handed its strategy)."""
-    del strategy
+    integer. ``_strategy`` is not read; it is there because :class:`OnStrategy` calls every
+    adapted function alike, ``adapted(strategy, original, ...)``, and :func:`ddp_module` needs
+    it.
+    """
     if not (
         isinstance(tensor, torch.Tensor)
         and torch.distributed.is_available()
