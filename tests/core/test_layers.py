@@ -1,8 +1,8 @@
-"""The core's packages import only the rows above theirs in CONTRIBUTING.md's map.
+"""The core's packages import only the rows printed before theirs in CONTRIBUTING.md's map.
 
-Each row of "Where to start reading" imports only the rows above it, never one beside or below it,
-so the folders show the architecture; a new import that would run back up fails here, naming the
-modules.
+Each row of "Where to start reading" imports only the rows printed before it (the lower layers),
+never one beside or after it, so the folders show the architecture; a new import that would run back
+up fails here, naming the modules.
 
 A room is a package folder (``_host/``) or a module of the package root (``hookspecs``); the
 package's own ``__init__.py`` is the room ``accelctl``. Imports are read from the modules'
