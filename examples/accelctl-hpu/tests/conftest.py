@@ -56,8 +56,9 @@ def fake_habana(
 ) -> Iterator[Path]:
     """Write a fake ``habana_frameworks`` under ``root`` and put it on ``sys.path``.
 
-    Write a fake ``habana_frameworks`` under ``root``, put it on ``sys.path`` for the block,
-    and forget it (and the plugin's cached bridge) afterwards."""
+    It stays on ``sys.path`` for the block, then it and the plugin's cached bridge are
+    forgotten.
+    """
     package = root / "habana_frameworks"
     (package / "torch" / "hpu").mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")

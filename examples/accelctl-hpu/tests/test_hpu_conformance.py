@@ -15,8 +15,8 @@ from accelctl_hpu import HPUAccelerator
 class TestHPUConformance(accelctl.testing.AcceleratorConformance):
     """The installed plugin, as `accelctl validate hpu` sees it.
 
-    The installed plugin, as `accelctl validate hpu` sees it (no Gaudi here: device checks
-    skip)."""
+    There is no Gaudi here, so the device checks skip.
+    """
 
     accelerator = "hpu"
 

@@ -65,8 +65,8 @@ class CPUAccelerator(accelctl.Accelerator):
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return machine-wide CPU, memory and swap figures.
 
-        Machine-wide CPU, memory and swap figures (psutil; never sleeps) for ``cpu`` (a
-        ``torch.device`` or the string ``"cpu"``: no torch import). ``utilization_percent`` and
+        They come from psutil, which never sleeps here; ``cpu`` is a ``torch.device`` or the
+        string ``"cpu"`` (no torch import). ``utilization_percent`` and
         ``cpu_percent`` are one reading (the vocabulary's key, and the first contract's). No
         allocator, power or temperature figures: psutil has none a user could trust for the
         CPU torch runs on."""

@@ -91,9 +91,10 @@ class CUDAAccelerator(accelctl.Accelerator):
     def device_peak(self, device: torch.device | str) -> accelctl.DevicePeak | None:
         """Return the datasheet peak of an NVIDIA GPU that the table knows, or None.
 
-        The datasheet peak of an NVIDIA GPU the table of :mod:`accelctl_cuda.peaks` knows,
-        found by the device's name (torch's where CUDA is in use, else NVML's: no CUDA context);
-        None (unknown) for other GPUs, MIG instances and AMD GPUs."""
+        The table is :mod:`accelctl_cuda.peaks`, looked up by the device's name (torch's where
+        CUDA is in use, else NVML's: no CUDA context). Other GPUs, MIG instances and AMD GPUs
+        get None (unknown).
+        """
         kind, given_index = accelctl.split_device(device)
         if kind != "cuda":
             raise ValueError(

@@ -51,8 +51,7 @@ _initialised: ModuleType | None = None
 def load() -> ModuleType:
     """Return ``pynvml``, initialised once per process.
 
-    ``pynvml``, initialised once per process (``nvmlInit`` counts its calls: each would need
-    its own ``nvmlShutdown``).
+    Once, because ``nvmlInit`` counts its calls: each would need its own ``nvmlShutdown``.
 
     :raises NvmlUnavailable: when nvidia-ml-py is not installed or NVML fails to initialise (no
         driver, or a driver/library mismatch).

@@ -58,9 +58,9 @@ _current = Accelerator.once_per_environment(DEVICE_VARIABLES, lambda: probe())
 def current() -> Probe:
     """Return this process's probe, made once per setting of the visibility variables.
 
-    This process's probe, made once per setting of the visibility variables, so that
-    ``detect``, ``auto_device_count``, ``unavailable_reason`` and ``device_stats`` look (and
-    initialise NVML) once."""
+    ``detect``, ``auto_device_count``, ``unavailable_reason`` and ``device_stats`` then look
+    (and initialise NVML) once.
+    """
     return _current()
 
 

@@ -32,8 +32,9 @@ _LEADING_INT = re.compile(r"^\+?(\d+)")
 def parse_entries(value: str) -> list[int | str]:
     """Split a ``*_VISIBLE_DEVICES`` value into indices and UUID strings.
 
-    Split a ``*_VISIBLE_DEVICES`` value into indices and UUID strings, stopping at the first
-    entry that is neither (the runtime ignores it and everything after it)."""
+    It stops at the first entry that is neither: the runtime ignores it and everything after
+    it.
+    """
     entries: list[int | str] = []
     if not value.strip():
         return entries

@@ -28,8 +28,8 @@ def _on_macos() -> bool:
 class MPSAccelerator(accelctl.Accelerator):
     """Apple's GPU as torch's single ``mps`` device, in one process.
 
-    Apple's GPU as torch's single ``mps`` device, in one process (no distributed backend);
-    devices are the base class's default (``mps:0``)."""
+    There is no distributed backend; devices are the base class's default (``mps:0``).
+    """
 
     name = "mps"
     description = "Apple GPU through Metal Performance Shaders (torch's mps device)"
@@ -77,8 +77,8 @@ class MPSAccelerator(accelctl.Accelerator):
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return torch's MPS allocator figures and the unified memory.
 
-        torch's MPS allocator figures where this torch has them, and the unified (system)
-        memory that the GPU shares with the CPU under the common keys.
+        The allocator figures are there where this torch has them; the unified (system)
+        memory, which the GPU shares with the CPU, is under the common keys.
 
         ``device`` is a ``torch.device`` or its string ``"mps:0"``; torch is imported here only
         where MPS is available (``detect``), as the allocator figures need it.

@@ -59,8 +59,8 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
     def _device_type() -> str:
         """Return the backend's device type, for devices and messages.
 
-        The backend's device type, for devices and messages (the slot's name while none is
-        loaded)."""
+        While no backend is loaded, it is the slot's name.
+        """
         return probe().name or NAME
 
     def parse_devices(self, devices: Any) -> list[int]:
@@ -83,9 +83,9 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return ``torch.accelerator``'s allocator figures for one device, where already in use.
 
-        ``torch.accelerator``'s allocator figures for one device, where this process already
-        uses the backend (never initialised here); ``{}`` otherwise (``accelctl stats`` in a
-        fresh process: an allocator's figures are per process, so there is nothing to read).
+        The backend is never initialised here. A process that does not use it gets ``{}``
+        (``accelctl stats`` in a fresh process: an allocator's figures are per process, so
+        there is nothing to read).
 
         ``device`` is a ``torch.device`` or its string (``"openreg:0"``).
         """
@@ -160,8 +160,9 @@ class PrivateUse1Accelerator(accelctl.Accelerator):
     def kernel_gaps(self) -> accelctl.KernelGaps | None:
         """Return what the loaded backend is known to lack, or None.
 
-        What the loaded backend is known to lack (:data:`KNOWN_GAPS`, by the backend's name);
-        None for a backend not in the table: its missing kernels show as torch's errors."""
+        Looked up in :data:`KNOWN_GAPS` by the backend's name; None for a backend not in the
+        table: its missing kernels show as torch's errors.
+        """
         return KNOWN_GAPS.get(probe().name or "")
 
     def accelerator_info(self) -> accelctl.AcceleratorInfo:
@@ -210,8 +211,9 @@ _COUNTERS = ("num_alloc_retries", "num_ooms")
 def _allocator_counters(accelerator: Any, index: int, name: str) -> dict[str, int | float]:
     """Return the allocator's counters from ``memory_stats(index)``.
 
-    The allocator's counters from ``memory_stats(index)`` (``openreg.num_ooms``, ...), where
-    the backend's allocator keeps them; ``{}`` where it has no ``memory_stats``."""
+    Such as ``openreg.num_ooms``, where the backend's allocator keeps them; ``{}`` where it
+    has no ``memory_stats``.
+    """
     read = getattr(accelerator, "memory_stats", None)
     if read is None:
         return {}
@@ -225,8 +227,8 @@ def _allocator_counters(accelerator: Any, index: int, name: str) -> dict[str, in
 def _accelerator_api(torch: Any, name: str) -> Any:
     """Return ``torch.accelerator`` where it serves this backend, else None.
 
-    ``torch.accelerator`` where it serves this backend (torch makes a registered PrivateUse1
-    backend the current accelerator), else None."""
+    torch makes a registered PrivateUse1 backend the current accelerator.
+    """
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is None:
         return None

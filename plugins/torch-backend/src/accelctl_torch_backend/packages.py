@@ -1,7 +1,7 @@
 """What is installed, read from package metadata only.
 
-What is installed, read from package metadata only (no import): the packages that declare a
-torch backend, and, once a backend is loaded, the accelctl plugins by name.
+Nothing is imported. It finds the packages that declare a torch backend and, once a backend
+is loaded, the accelctl plugins by name.
 
 torch loads out-of-tree backends on ``import torch`` through the ``torch.backends`` entry-point
 group (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD`` is not ``1``), so where no distribution declares
@@ -49,8 +49,8 @@ class Installed(NamedTuple):
     def plugin_distributions(self, name: str) -> list[str]:
         """Return the distributions whose ``accelctl.accelerators`` entry point is called ``name``.
 
-        The distributions whose ``accelctl.accelerators`` entry point is called ``name`` (on
-        the default path, from accelctl's one scan)."""
+        They are read on the default path, from accelctl's one scan.
+        """
         if self.path is None:
             from accelctl.torch_backends import plugin_distributions
 
@@ -75,8 +75,8 @@ def name_and_version(dist: metadata.Distribution) -> tuple[str, str]:
 def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Distribution]:
     """Return the distributions on ``path`` whose entry_points.txt has a section ``group``.
 
-    The distributions on ``path`` whose entry_points.txt has a section ``group``, each once
-    (installed twice on the path: the first wins, as for imports)."""
+    Each is listed once; of one installed twice on the path, the first wins, as for imports.
+    """
     dists = metadata.distributions() if path is None else metadata.distributions(path=list(path))
     seen: set[str] = set()
     header = f"[{group}]"
@@ -94,9 +94,10 @@ def _declaring(path: tuple[str, ...] | None, group: str) -> Iterator[metadata.Di
 def scan(path: Sequence[str] | None = None) -> Installed:
     """Return the torch backend packages on ``path``, read once per process and path.
 
-    The torch backend packages on ``path`` (default: what accelctl found installed, from its
-    own scan: :func:`accelctl.torch_backends.backend_entry_points`), read once per process and path:
-    torch, too, reads its group once, at import."""
+    ``path`` defaults to what accelctl found installed, from its own scan
+    (:func:`accelctl.torch_backends.backend_entry_points`). Once is enough: torch, too, reads
+    its group once, at import.
+    """
     if path is None:
         from accelctl.torch_backends import backend_entry_points
 

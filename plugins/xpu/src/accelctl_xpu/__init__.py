@@ -1,8 +1,7 @@
 """accelctl plugin for Intel GPUs through torch's XPU build.
 
-accelctl plugin for Intel GPUs (Arc, Data Center GPU Flex and Max, integrated Xe) through
-torch's XPU build: ``torch.device("xpu", i)``, ``torch.xpu``, and ``xccl`` for several processes
-where the build has it.
+The GPUs are Arc, Data Center GPU Flex and Max, and integrated Xe; the build gives
+``torch.device("xpu", i)``, ``torch.xpu``, and ``xccl`` for several processes where it has it.
 
 Detection is fork-safe and cheap: it reads the kernel's files and torch's ``version.py`` as text,
 and on a machine without an Intel GPU driver, or with a torch built without XPU, never imports
@@ -61,9 +60,8 @@ class XPUAccelerator(accelctl.Accelerator):
     def device_stats(self, device: torch.device | str) -> dict[str, int | float]:
         """Return memory figures from ``torch.xpu``, only where this process already uses XPU.
 
-        Memory figures from ``torch.xpu`` (allocated, reserved, used, total), only where this
-        process already uses XPU: reading them elsewhere would start the runtime. ``{}``
-        otherwise.
+        The figures are allocated, reserved, used and total memory; reading them in a process
+        that does not use XPU would start the runtime, so it gets ``{}``.
 
         ``device`` is a ``torch.device`` or a string such as ``"xpu:0"``.
         """

@@ -131,8 +131,8 @@ _current = Accelerator.once_per_environment(DEVICE_VARIABLES, lambda: probe())
 def current() -> Probe:
     """Return this process's probe, made once per setting of the visibility variables.
 
-    This process's probe, made once per setting of the visibility variables, so that
-    ``detect``, ``auto_device_count`` and ``unavailable_reason`` look once."""
+    ``detect``, ``auto_device_count`` and ``unavailable_reason`` then look once.
+    """
     return _current()
 
 
