@@ -98,9 +98,8 @@ raise ValueError("the script failed")
 
 
 def test_a_failing_child_publishes_its_error_record_whole(tmp_path: Path) -> None:
-    # torch's record() writes its file on close: a rank stopped between open and close left the
-    # launcher's file empty (JSONDecodeError in the launcher). It writes elsewhere, and the
-    # launcher's file appears only whole.
+    # The record is written beside the launcher's file and moved there whole
+    # (docs/design/error-record-written-whole.md).
     import json
     import os
     import subprocess
