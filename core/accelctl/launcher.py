@@ -3,10 +3,16 @@
 Both resolve the selection once and hand it to every child (``ACCELCTL_ACCELERATOR``,
 ``ACCELCTL_DEVICES``); PyTorch's own launchers start them, and they die with their launcher. The
 parts live in :mod:`accelctl._launching`. Run as ``python -m accelctl.launcher SCRIPT [ARGS ...]``
-(in every child of ``accelctl launch``), it runs SCRIPT as ``__main__``.
+(in every child of ``accelctl launch``), it runs SCRIPT as ``__main__``, and first registers
+the exit handler that ends the process before its teardown (:mod:`accelctl._launching.ending`).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # before any import registers an exit handler: this one runs last
+    from ._launching.ending import register_exit
+
+    register_exit()
 
 import sys
 

@@ -124,13 +124,15 @@ def test_a_failing_child_publishes_its_error_record_whole(tmp_path: Path) -> Non
 
 
 ENDING_SCRIPT = """
-import atexit, os, sys
+import atexit, logging, logging.handlers, os, sys, tempfile
 from pathlib import Path
+
+out = Path(sys.argv[1])
 
 
 class TornDown:
     # Its __del__ runs only where the interpreter tears its objects down (os kept: by then the
-    # module's globals and the import system are gone).
+    # modules' globals and the import system are gone).
     def __init__(self, path, os):
         self.path, self.os = path, os
 
@@ -138,8 +140,16 @@ class TornDown:
         self.os.close(self.os.open(self.path, self.os.O_CREAT | self.os.O_WRONLY))
 
 
-kept = TornDown(sys.argv[1] + ".torn-down", os)
-atexit.register(lambda: Path(sys.argv[1]).write_text("ran"))
+# Held by sys, which lives until the teardown, not by the script's globals.
+sys.kept = TornDown(str(out / "torn-down"), os)
+# Exit handlers registered before the script, by what the launcher imported: logging's shutdown
+# (which flushes this buffered record) and weakref.finalize's (which removes this folder).
+buffered = logging.handlers.MemoryHandler(100, target=logging.FileHandler(out / "log.txt"))
+logging.getLogger("ending").addHandler(buffered)
+logging.getLogger("ending").warning("flushed at exit")
+sys.folder = tempfile.TemporaryDirectory(dir=out)
+(out / "folder.txt").write_text(sys.folder.name)
+atexit.register(lambda: (out / "handled").write_text("ran"))
 print("before the end", flush=False)  # still buffered when the script ends
 if sys.argv[2] == "exit-3":
     sys.exit(3)
@@ -156,20 +166,25 @@ if sys.argv[2] == "message":
 def test_a_launched_scripts_exit_handlers_run_and_its_status_is_kept(
     tmp_path: Path, ending: str, status: int, stderr: str
 ) -> None:
-    """A launched child ends without the interpreter's teardown, after the script's handlers."""
+    """A launched child ends without its teardown, after every exit handler, its status kept."""
+    import os
     import subprocess
     import sys
 
-    script, handled = tmp_path / "end.py", tmp_path / "handled"
+    script = tmp_path / "end.py"
     script.write_text(ENDING_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the flush is ours
     done = subprocess.run(
-        [sys.executable, "-m", "accelctl.launcher", str(script), str(handled), ending],
+        [sys.executable, "-m", "accelctl.launcher", str(script), str(tmp_path), ending],
         capture_output=True,
         text=True,
+        env=env,
         timeout=300,  # a hang guard: one import of torch
     )
     assert done.returncode == status, done.stderr
-    assert handled.read_text() == "ran"
-    assert not (tmp_path / "handled.torn-down").exists()  # os._exit before the teardown
+    assert (tmp_path / "handled").read_text() == "ran"  # the script's own handler
+    assert (tmp_path / "log.txt").read_text() == "flushed at exit\n"  # logging's, registered before
+    assert not Path((tmp_path / "folder.txt").read_text()).exists()  # weakref.finalize's
+    assert not (tmp_path / "torn-down").exists()  # then os._exit, before the teardown
     assert done.stdout == "before the end\n"  # flushed before os._exit
     assert done.stderr.strip() == stderr

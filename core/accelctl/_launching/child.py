@@ -5,17 +5,17 @@ Every child first ties its life to the launcher's
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from .._contract import settings
 from .._contract.errors import AccelctlError
 from .._contract.kernel_error import MissingKernelError
+from .ending import end_without_teardown
 from .error_line import details, message_line, show_as_one_line
 from .failures import ERROR_FILE_VARIABLE, ERROR_LINE, ERROR_PARTS
 from .supervision import die_with_launcher
@@ -33,7 +33,6 @@ def run_script(argv: Sequence[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m accelctl.launcher SCRIPT [ARGS ...]")
     die_with_launcher()  # before the script: a SIGKILLed launcher takes its children along
-    atexit.register(_exit_before_teardown)  # first registered: the last exit handler to run
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -96,35 +95,6 @@ def _publish(written: str, error_file: str) -> None:
     os.environ[ERROR_FILE_VARIABLE] = error_file
     with contextlib.suppress(FileNotFoundError):  # record() writes none for some exits
         os.replace(written, error_file)
-
-
-#: The exit status :func:`end_without_teardown` chose; None: the script ended otherwise.
-_exit_code: int | None = None
-
-
-def end_without_teardown(code: object) -> NoReturn:
-    """End a child whose script finished; the interpreter's teardown is then skipped.
-
-    Raises :class:`SystemExit`: the interpreter waits for the script's threads and runs its exit
-    handlers, the last of them :func:`_exit_before_teardown`, which flushes the output and ends
-    the process with ``os._exit`` before the objects are torn down
-    (docs/design/launched-process-exit.md)."""
-    global _exit_code
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)  # what sys.exit("message") prints
-        code = 1
-    _exit_code = code or 0
-    raise SystemExit(_exit_code)
-
-
-def _exit_before_teardown() -> None:
-    """End the process with the status :func:`end_without_teardown` chose, if it chose one."""
-    if _exit_code is None:
-        return
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe
-            stream.flush()
-    os._exit(_exit_code)
 
 
 def run_in_child(threads: int, function: Callable[..., Any], *args: Any) -> Any:
