@@ -388,3 +388,39 @@ def test_a_late_plugins_error_is_made_by_what_was_asked(monkeypatch: pytest.Monk
         )
     ]
     assert isinstance(result, accelctl.AccelctlError) and str(result) == f"item: {seen[0][1]}"
+
+
+def test_an_unnamed_late_task_is_accelctls_own_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_one without a plugin, past the deadline, says how long accelctl took."""
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "0.05")
+    release = threading.Event()
+    try:
+        with pytest.raises(accelctl.AccelctlError) as caught:
+            _fanout.run_one(lambda: release.wait(BARRIER_GUARD_S))
+    finally:
+        release.set()
+    assert str(caught.value) == "accelctl did not finish within 0.05 s"
+
+
+@pytest.mark.parametrize("raising", ["started", "finished"])
+def test_a_policy_call_that_raises_is_the_items_error_not_a_silent_worker(raising: str) -> None:
+    """A started() or finished() that raises ends its item at once, with what it raised."""
+
+    class Item:
+        name = "a"
+
+        def busy_with(self) -> str:
+            return "probe()"
+
+        def error_for(self, hook: str | None, problem: str) -> accelctl.AccelctlError:
+            return accelctl.AccelctlError(problem)
+
+    def broken(item: object) -> None:
+        raise accelctl.AccelctlError(f"{raising} broke")
+
+    previous = _fanout.set_policy(_fanout.Policy(**{raising: broken}))
+    try:
+        [result] = _fanout.run_each([Item()], lambda item: "answered")
+    finally:
+        _fanout.set_policy(previous)
+    assert isinstance(result, accelctl.AccelctlError) and str(result) == f"{raising} broke"

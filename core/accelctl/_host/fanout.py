@@ -92,6 +92,8 @@ def abandoned_threads() -> list[threading.Thread]:
 
 def timeout_error(item: FanOutItem, seconds: float) -> AccelctlError:
     """The error of ``item`` when it has not answered within ``seconds``."""
+    if isinstance(item, _Unnamed):  # no plugin named: accelctl's own words
+        return AccelctlError(f"accelctl did not finish within {seconds:g} s")
     doing = item.busy_with()
     return item.error_for(
         doing.removesuffix("()") if doing.endswith("()") else None,
@@ -178,13 +180,14 @@ class _Run(Generic[A, T]):
 
 
 def run_each(
-    items: Sequence[A], work: Callable[[A], T], *, workers: int | None = None
+    items: Sequence[A], work: Callable[[A], T], *, one_at_a_time: bool = False
 ) -> list[T | AccelctlError]:
     """Call ``work(item)`` for every item from a fixed pool of threads, each under a deadline.
 
-    The pool has ``min(len(items), workers)`` threads, ``workers`` at most the policy's
-    (:class:`Policy`). Per item its value or the :class:`~accelctl.AccelctlError` it raised or its
-    deadline gave (any other exception is accelctl's own bug, raised here).
+    The pool has ``min(len(items), workers)`` threads, ``workers`` the policy's (:class:`Policy`);
+    one thread where ``one_at_a_time`` (plugins imported one after the other). Per item its value
+    or the :class:`~accelctl.AccelctlError` it raised or its deadline gave (any other exception
+    is accelctl's own bug, raised here).
 
     :raises SettingError: ``ACCELCTL_HOOK_TIMEOUT`` is not a number of seconds.
     """
@@ -201,7 +204,7 @@ def run_each(
             run.errors[index] = item.error_for(None, str(skipped))
         else:
             run.waiting.append(index)
-    size = min(len(run.waiting), policy.workers, workers or policy.workers)
+    size = min(len(run.waiting), 1 if one_at_a_time else policy.workers)
     with _deadline_paused(), run.lock:
         for _ in range(size):
             run.start()
@@ -218,7 +221,9 @@ def run_each(
 
 
 class _Unnamed:
-    """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's error."""
+    """The item of :func:`run_one` when no plugin is named: past the deadline, accelctl's error.
+
+    Worded by :func:`timeout_error`: how long accelctl took, not what it asked."""
 
     def busy_with(self) -> str:
         return "accelctl"

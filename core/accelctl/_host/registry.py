@@ -55,7 +55,7 @@ def load_each(handles: Sequence[AcceleratorHandle]) -> None:
     while its thread runs: the next fan-out over the same handles gives its late error)."""
     waiting = [handle for handle in handles if handle.state == "not-loaded"]
     if waiting:
-        fanout.run_each(waiting, AcceleratorHandle.load, workers=1)
+        fanout.run_each(waiting, AcceleratorHandle.load, one_at_a_time=True)
 
 
 class Registry:
