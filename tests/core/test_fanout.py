@@ -328,6 +328,34 @@ def test_a_policy_of_one_worker_asks_one_plugin_at_a_time_in_one_thread(
     assert asked_in[0] is not threading.current_thread()  # off the caller's, under a deadline
 
 
+def test_one_at_a_time_asks_in_one_thread_whatever_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_each(one_at_a_time=True), as plugins are imported, starts one thread, not the pool."""
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+
+    class Item:
+        def busy_with(self) -> str:
+            return "probe()"
+
+        def error_for(self, hook: str | None, problem: str) -> accelctl.AccelctlError:
+            return accelctl.AccelctlError(problem)
+
+    assert _fanout.Policy().workers > 1
+    threads = _fanout.run_each(
+        [Item() for _ in range(6)], lambda item: threading.current_thread(), one_at_a_time=True
+    )
+    assert len(set(threads)) == 1 and threads[0] is not threading.current_thread()
+    assert started == ["accelctl-plugin"]
+
+
 def test_a_policy_is_told_each_start_and_end_and_skips_whom_it_names() -> None:
     class Item:
         def __init__(self, name: str) -> None:
@@ -403,8 +431,12 @@ def test_an_unnamed_late_task_is_accelctls_own_error(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("raising", ["started", "finished"])
-def test_a_policy_call_that_raises_is_the_items_error_not_a_silent_worker(raising: str) -> None:
+def test_a_policy_call_that_raises_is_the_items_error_not_a_silent_worker(
+    raising: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A started() or finished() that raises ends its item at once, with what it raised."""
+    # A worker gone silent would be the item's late error instead, after this hang guard.
+    monkeypatch.setenv("ACCELCTL_HOOK_TIMEOUT", "30")
 
     class Item:
         name = "a"
