@@ -318,8 +318,12 @@ def test_a_refusal_is_one_line_however_the_script_is_started(tmp_path: Path) -> 
     finally:
         (hold / "release").touch()
     finished(writer)
-    # The switch: each rank's traceback as well, and still the launch's line.
-    assert debugged.count("Traceback (most recent call last)") == 2, debugged
+    # The switch: the ranks' tracebacks as well, and still the launch's line. At least the first
+    # rank to fail prints its own: torchrun then stops the other, which may be stopped before it
+    # prints (under load it was, once).
+    tracebacks = [line for line in debugged.splitlines() if "Traceback (most recent" in line]
+    assert 1 <= len(tracebacks) <= 2, debugged
+    assert all(re.match(r"\[rank[01]\]: Traceback", line) for line in tracebacks), tracebacks
     assert debugged.splitlines()[-1].startswith("accelctl launch: this fit would continue")
     # The line docs/training.md shows, but for the run's folder, pid, host and time.
     page = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
