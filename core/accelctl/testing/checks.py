@@ -249,20 +249,22 @@ _DONE = object()
 class _Prepared:
     """accelctl's own work for one plugin's checks, done before any of them asks the plugin.
 
-    The plugin's import measured in a fresh interpreter (None: not measured), and what loads
-    torch's out-of-tree backends where torch was imported without them (None: imported with
-    them), so that neither is counted as the plugin's time."""
+    The module checked and how the report names it; the plugin's import measured in a fresh
+    interpreter (None: not measured), and what loads torch's out-of-tree backends where torch
+    was imported without them (None: imported with them), so that neither is counted as the
+    plugin's time."""
 
+    module: str | None
+    described: str
     import_probe: probes.ImportProbe | None
     load_backends: Callable[[], list[str]] | None
 
 
 def _prepare(handle: AcceleratorHandle, probe_import: bool, *, torch_imported: bool) -> _Prepared:
-    module, _ = _subject(handle)
+    module, described = _subject(handle)
     probe = probes.probe_import(module) if probe_import and module is not None else None
-    if torch_imported:
-        return _Prepared(probe, None)
-    return _Prepared(probe, probes.import_torch_without_backends())
+    load_backends = None if torch_imported else probes.import_torch_without_backends()
+    return _Prepared(module, described, probe, load_backends)
 
 
 def _handle_of(accelerator: object, registry: Registry, run: Run) -> AcceleratorHandle | None:
@@ -325,8 +327,8 @@ def _checks(
     """Run the checks of one plugin in steps: each ``yield`` ends one.
 
     Where many plugins are validated at once, the fan-out asks each step of all of them at once."""
-    module, described = _subject(handle)
-    plugin.check_import(module, run, prepared.import_probe)
+    described = prepared.described
+    plugin.check_import(prepared.module, run, prepared.import_probe)
     yield None
     if not plugin.check_hooks(handle, run):
         run.passed("loads", f"imported {described}; it does not register (see below)")
